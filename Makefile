@@ -1,0 +1,34 @@
+# grpo-sweeps: `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+STAMP := $(VENV)/.installed
+SWEEP ?=
+ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		$(PY) -m pip install -q torch; \
+	else \
+		$(PY) -m pip install -q "torch==$(TORCH_VERSION)"; \
+	fi
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv in the checkout and install the project (CPU torch where there is no GPU)
+
+test: $(STAMP) ## run the whole test suite (slow tests included)
+	$(PY) -m pytest -q
+
+lint: $(STAMP) ## ruff over the project
+	$(VENV)/bin/ruff check grpo analysis tests bench launch.py
+
+.PHONY: help install test lint

@@ -1,0 +1,69 @@
+"""The rollout-engine interface: sample `n` responses per prompt from the current policy.
+
+Two engines implement it: `hf` (transformers `generate`, CPU or GPU) and `vllm` (a vLLM engine on
+its own GPU, or colocated with the trainer). The trainer only talks to this interface.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How responses are sampled.
+
+    temperature: softmax temperature (1.0 = the policy's own distribution).
+    top_p: nucleus-sampling mass in (0, 1].
+    min_new_tokens / max_new_tokens: bounds on the response length, in tokens.
+    stop: stop strings; generation ends after the first one, which is kept in the response text.
+    seed: base seed for the sampler (None: not seeded).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    min_new_tokens: int = 0
+    max_new_tokens: int = 1024
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass
+class Rollout:
+    """One sampled response to one prompt.
+
+    text: the response text (stop string included, EOS and padding excluded).
+    token_ids: the sampled response token ids, length L.
+    log_probs: log-probabilities (natural log, temperature 1, no top-p) the engine's weights gave
+      to each sampled token, length L; used to detect stale engine weights. None if unavailable.
+    finish_reason: "stop" (stop string or EOS) or "length" (hit max_new_tokens).
+    """
+
+    text: str
+    token_ids: list[int]
+    log_probs: list[float] | None = None
+    finish_reason: str = "stop"
+
+
+class RolloutEngine(ABC):
+    """Samples responses from the policy; holds its own copy of the weights where it needs one."""
+
+    @abstractmethod
+    def generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingSettings
+    ) -> list[list[Rollout]]:
+        """Sample `n` responses for each prompt.
+
+        Returns a list of len(prompts) groups, each a list of `n` Rollouts, in prompt order.
+        """
+
+    @abstractmethod
+    def sync_weights(self, policy: torch.nn.Module) -> None:
+        """Make the engine sample from `policy`'s current weights (a no-op where they are shared)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing to free
+        """Free the engine's resources (GPU memory, worker processes)."""
