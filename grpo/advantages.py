@@ -1,0 +1,81 @@
+"""Group-normalized rewards (GRPO advantages, DeepSeekMath eq. 28 / Dr. GRPO eq. 31)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+RewardFn = Callable[[str, Any], dict[str, float]]
+
+
+def compute_group_normalized_rewards(
+    reward_fn: RewardFn,
+    rollout_responses: Sequence[str],
+    repeated_ground_truths: Sequence[Any],
+    group_size: int,
+    advantage_eps: float,
+    normalize_by_std: bool,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """Score every rollout and normalize the rewards within each group of `group_size`.
+
+    Responses i*G .. i*G+G-1 (G = group_size) answer the same question. The advantage is
+    r - mean(group), divided by (std(group) + advantage_eps) when `normalize_by_std` (std is the
+    unbiased sample std, as `torch.std`). A group whose rewards are all equal (including any group
+    of size 1) gets advantage exactly 0, never NaN or a rounding residue.
+
+    Args:
+        reward_fn: (response, ground_truth) -> dict with float "reward", "format_reward" and
+            "answer_reward".
+        rollout_responses: rollout_batch_size = n_prompts * group_size response strings.
+        repeated_ground_truths: rollout_batch_size ground truths (each repeated group_size times).
+        group_size: responses per question.
+        advantage_eps: added to the group std before dividing.
+        normalize_by_std: divide by the group std (GRPO) or only subtract the mean (Dr. GRPO).
+
+    Returns:
+        advantages: (rollout_batch_size,) float32 group-normalized rewards.
+        raw_rewards: (rollout_batch_size,) float32 rewards.
+        metadata: floats "reward_mean", "reward_std" (population std over the batch),
+            "reward_max", "reward_min", "format_reward_mean", "answer_reward_mean", and
+            "frac_zero_std_groups" (fraction of groups whose rewards are all equal).
+    """
+    n = len(rollout_responses)
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if n == 0 or n % group_size != 0:
+        raise ValueError(
+            f"the number of rollout responses ({n}) must be a positive multiple of "
+            f"group_size ({group_size}): each question needs exactly group_size responses"
+        )
+    if len(repeated_ground_truths) != n:
+        raise ValueError(
+            f"got {n} rollout responses but {len(repeated_ground_truths)} ground truths; "
+            "repeat each ground truth group_size times"
+        )
+
+    scores = [
+        reward_fn(r, gt) for r, gt in zip(rollout_responses, repeated_ground_truths, strict=True)
+    ]
+    raw_rewards = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
+    format_rewards = torch.tensor([s["format_reward"] for s in scores], dtype=torch.float32)
+    answer_rewards = torch.tensor([s["answer_reward"] for s in scores], dtype=torch.float32)
+
+    grouped = raw_rewards.view(-1, group_size)  # (n_groups, group_size)
+    zero_std = grouped.amax(dim=1) == grouped.amin(dim=1)  # (n_groups,)
+    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    if normalize_by_std and group_size > 1:
+        centered = centered / (grouped.std(dim=1, keepdim=True) + advantage_eps)
+    advantages = torch.where(zero_std.unsqueeze(1), torch.zeros_like(centered), centered)
+
+    metadata = {
+        "reward_mean": raw_rewards.mean().item(),
+        "reward_std": raw_rewards.std(correction=0).item(),
+        "reward_max": raw_rewards.max().item(),
+        "reward_min": raw_rewards.min().item(),
+        "format_reward_mean": format_rewards.mean().item(),
+        "answer_reward_mean": answer_rewards.mean().item(),
+        "frac_zero_std_groups": zero_std.float().mean().item(),
+    }
+    return advantages.reshape(-1), raw_rewards, metadata

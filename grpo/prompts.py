@@ -1,0 +1,81 @@
+"""Prompt templates (package data under grpo/prompts/) and the reward function each one expects.
+
+A template is the text of `grpo/prompts/<name>.prompt` with one `{question}` placeholder; the
+model's completion continues right after the template's last character (trailing newlines of the
+file are dropped).
+
+- `r1_zero`: the DeepSeek R1-Zero template of CS336; ends with "Assistant: <think>"; graded by
+  `r1_zero_reward_fn` ("... </think> <answer> ... </answer>").
+- `question_only`: the bare question; graded by `question_only_reward_fn` (a `\\boxed{}` answer).
+- `toy`: "Q: {question} A:" for the toy arithmetic task (questions such as "3+4"); graded by
+  `answer_tag_reward_fn` ("<answer>7</answer>").
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from grpo.rewards import REWARD_FNS
+
+PROMPT_REWARD_PAIRS: dict[str, str] = {
+    "r1_zero": "r1_zero_reward_fn",
+    "question_only": "question_only_reward_fn",
+    "toy": "answer_tag_reward_fn",
+}
+"""Prompt name -> name (in `REWARD_FNS`) of the reward function that grades its completions."""
+
+PLACEHOLDER = "{question}"
+
+
+def load_prompt_template(name: str) -> str:
+    """The template text of prompt `name` (one of `PROMPT_REWARD_PAIRS`).
+
+    Raises:
+        ValueError: unknown prompt name.
+    """
+    if name not in PROMPT_REWARD_PAIRS:
+        raise ValueError(f"unknown prompt {name!r}; available: {sorted(PROMPT_REWARD_PAIRS)}")
+    path = resources.files("grpo") / "prompts" / f"{name}.prompt"
+    return path.read_text(encoding="utf-8").rstrip("\n")
+
+
+def format_prompt(template: str, question: str) -> str:
+    """The template with its `{question}` placeholder replaced by `question`.
+
+    Plain substitution, not `str.format`: braces in the question (LaTeX) or elsewhere in the
+    template are kept as they are.
+
+    Raises:
+        ValueError: the template has no `{question}` placeholder.
+    """
+    if PLACEHOLDER not in template:
+        raise ValueError(f"prompt template has no {PLACEHOLDER} placeholder: {template!r}")
+    return template.replace(PLACEHOLDER, question)
+
+
+def check_prompt_reward_pair(prompt_name: str, reward_name: str) -> None:
+    """Check that the reward function `reward_name` grades completions of prompt `prompt_name`.
+
+    Raises:
+        ValueError: unknown names, or a mismatched pair (e.g. the r1_zero prompt graded by the
+            boxed-answer reward, which would score every well-formed completion 0); the message
+            names the config keys `prompt.name` / `prompt.reward_fn` and the fix.
+    """
+    if prompt_name not in PROMPT_REWARD_PAIRS:
+        raise ValueError(
+            f"prompt.name={prompt_name!r} is not a known prompt; "
+            f"choose one of {sorted(PROMPT_REWARD_PAIRS)}"
+        )
+    if reward_name not in REWARD_FNS:
+        raise ValueError(
+            f"prompt.reward_fn={reward_name!r} is not a known reward function; "
+            f"choose one of {sorted(REWARD_FNS)}"
+        )
+    expected = PROMPT_REWARD_PAIRS[prompt_name]
+    if reward_name != expected:
+        raise ValueError(
+            f"prompt.name={prompt_name!r} must be graded by prompt.reward_fn={expected!r}, "
+            f"got prompt.reward_fn={reward_name!r}. Set prompt.reward_fn={expected}, or pick the "
+            f"prompt that {reward_name!r} grades: prompt.name="
+            + " or ".join(p for p, r in PROMPT_REWARD_PAIRS.items() if r == reward_name)
+        )
