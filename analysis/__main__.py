@@ -1,0 +1,121 @@
+"""Command line: ``python -m analysis {collect,plots,promote} ...``.
+
+* ``collect``: save the tidy per-step frame of the sweep(s) (parquet with pyarrow, else CSV);
+* ``plots``: figures into ``<first sweep>/figures/``, ``report.md`` into the first sweep and
+  the collected frame next to it (``--no-report`` skips the report);
+* ``promote``: write ``<conf>/experiment/<NAME>.yaml`` (and ``<conf>/promoted/<NAME>/*.yaml``)
+  sweeping the top-K configs plus the on-policy baseline; run it with ``-m +experiment=<NAME>``.
+
+Without ``--sweep`` the latest sweep under ``--outputs`` is used (default: ``$GRPO_OUTPUT_ROOT``,
+else ``outputs``, as in ``conf/config.yaml``'s ``paths.output_root``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from analysis.aggregate import CRITERIA
+from analysis.collect import LABEL, Collection, collect, find_latest_sweep, save_steps
+
+DEFAULT_OUTPUTS = os.environ.get("GRPO_OUTPUT_ROOT", "outputs")
+
+
+def _collect(args: argparse.Namespace) -> Collection:
+    """The sweeps of ``--sweep``, else the latest under ``--outputs``, collected."""
+    return collect(args.sweep or [find_latest_sweep(args.outputs)])
+
+
+def cmd_collect(args: argparse.Namespace) -> None:
+    """Save the collected frame and print a one-line summary per run."""
+    collection = _collect(args)
+    path = save_steps(collection, args.out or collection.sweeps[0].path / "collected")
+    print(collection.runs[["run_id", LABEL, "seed", "status", "steps_done"]]
+          .to_string(index=False))
+    print(f"wrote {path}")
+
+
+def cmd_plots(args: argparse.Namespace) -> None:
+    """Write the figures, the collected frame and (unless ``--no-report``) the report."""
+    from analysis.plots import External, plot_all
+    from analysis.report import write_report
+
+    if args.external is not None and args.external_metric is None:
+        raise SystemExit("--external needs --external-metric")
+    collection = _collect(args)
+    sweep = collection.sweeps[0].path
+    external = (External.read(args.external, args.external_metric, args.external_label)
+                if args.external is not None else None)
+    figures = plot_all(collection, sweep / "figures", external)
+    for figure in figures.values():
+        print("wrote " + ", ".join(map(str, figure.paths)))
+    print(f"wrote {save_steps(collection, sweep / 'collected')}")
+    if not args.no_report:
+        paths = {name: figure.paths for name, figure in figures.items()}
+        print(f"wrote {write_report(collection, sweep, paths, args.criterion)}")
+
+
+def cmd_promote(args: argparse.Namespace) -> None:
+    """Write the promoted experiment preset and its option files."""
+    from analysis.promote import promote
+
+    collection = _collect(args)
+    promotion = promote(collection, args.top_k, args.criterion, args.name, args.steps,
+                        args.conf_dir)
+    print(f"wrote {promotion.preset}")
+    for path, text in zip(promotion.options, promotion.descriptions, strict=True):
+        print(f"  {path}: {text}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m analysis``."""
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--sweep", action="append", type=Path, default=[],
+                        help="sweep directory (repeatable); default: latest under --outputs")
+    common.add_argument("--outputs", type=Path, default=Path(DEFAULT_OUTPUTS),
+                        help="where to look for the latest sweep "
+                             "(default: $GRPO_OUTPUT_ROOT or outputs)")
+    criterion = argparse.ArgumentParser(add_help=False)
+    criterion.add_argument("--criterion", choices=CRITERIA, default="best_eval_reward",
+                           help="how configs are ranked (default: best_eval_reward)")
+
+    sub = commands.add_parser("collect", parents=[common], help="save the collected frame")
+    sub.add_argument("--out", type=Path, help="output path stem (default: <sweep>/collected)")
+    sub.set_defaults(func=cmd_collect)
+
+    sub = commands.add_parser("plots", parents=[common, criterion],
+                              help="figures + report.md into the (first) sweep directory")
+    sub.add_argument("--external", type=Path, help="CSV with a step column and a metric column")
+    sub.add_argument("--external-metric", help="metric column of --external (e.g. eval/reward)")
+    sub.add_argument("--external-label", default="external", help="legend name of --external")
+    sub.add_argument("--no-report", action="store_true", help="do not write report.md")
+    sub.set_defaults(func=cmd_plots)
+
+    sub = commands.add_parser("promote", parents=[common, criterion],
+                              help="write a Hydra preset sweeping the top-K configs")
+    sub.add_argument("--top-k", type=int, required=True, help="how many configs to promote")
+    sub.add_argument("--name", required=True, help="experiment name of the preset")
+    sub.add_argument("--steps", type=int, default=200, help="n_grpo_steps (default: 200)")
+    sub.add_argument("--conf-dir", type=Path, default=Path("conf"),
+                     help="Hydra config directory (default: conf)")
+    sub.set_defaults(func=cmd_promote)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the command line."""
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (FileNotFoundError, ValueError) as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Seed aggregation: per-config curves and summaries, ranking, on-policy baselines.
+
+Runs sharing a ``config label`` (they differ only in seed) are reduced to one curve: at each
+step the mean, min and max of the metric over the seeds that logged it, against the step or
+against the mean wall-clock of those seeds at that step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from analysis.collect import ELAPSED, EVAL_REWARD, LABEL, UNSTABLE_STATUSES, Collection
+
+Criterion = Literal["best_eval_reward", "final_eval_reward"]
+CRITERIA: tuple[Criterion, ...] = ("best_eval_reward", "final_eval_reward")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One config's curve: mean ``y`` over ``n_runs`` seeds with its min-max band."""
+
+    x: np.ndarray
+    y: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    n_runs: int
+
+
+def label_curve(steps: pd.DataFrame, label: str, metric: str, x: str = "step") -> Curve:
+    """The seed-aggregated curve of ``metric`` for ``label`` against ``step`` or ``ELAPSED``."""
+    if metric not in steps or x not in steps:
+        empty = np.empty(0)
+        return Curve(empty, empty, empty, empty, 0)
+    rows = steps.loc[(steps[LABEL] == label) & steps[metric].notna()]
+    by_step = rows.groupby("step", sort=True)
+    stats = by_step[metric].agg(["mean", "min", "max"])
+    xs = stats.index.to_numpy(dtype=float) if x == "step" else by_step[x].mean().to_numpy(float)
+    return Curve(
+        x=xs,
+        y=stats["mean"].to_numpy(float),
+        lo=stats["min"].to_numpy(float),
+        hi=stats["max"].to_numpy(float),
+        n_runs=rows["run_id"].nunique(),
+    )
+
+
+def value_at(curve: Curve, x: float) -> float:
+    """The curve's ``y`` at its last point (in step order) at or before ``x``, else NaN.
+
+    Mean wall-clock need not grow with the step when seeds stop at different steps, so the
+    points are not assumed sorted by ``x``.
+    """
+    before = np.flatnonzero(curve.x <= x)
+    return float(curve.y[before[-1]]) if len(before) else math.nan
+
+
+def config_summary(collection: Collection) -> pd.DataFrame:
+    """One row per config label (in sorted order): seeds, statuses and mean outcomes."""
+    runs = collection.runs
+    grouped = runs.groupby(LABEL, sort=False)
+    summary = pd.DataFrame({
+        "n_runs": grouped.size(),
+        "seeds": grouped["seed"].agg(lambda s: ", ".join(str(v) for v in sorted(s.dropna()))),
+        "statuses": grouped["status"].agg(lambda s: ", ".join(sorted(set(s)))),
+        "unstable": grouped["status"].agg(lambda s: bool(s.isin(UNSTABLE_STATUSES).any())),
+        "final_eval_reward": grouped["final_eval_reward"].mean(),
+        "best_eval_reward": grouped["best_eval_reward"].mean(),
+        "wall_clock_s": grouped["wall_clock_s"].mean(),
+        "gpu_hours": grouped["gpu_hours"].sum(min_count=1),
+    })
+    return summary.reindex(collection.labels)
+
+
+def rank_configs(collection: Collection, criterion: Criterion) -> pd.DataFrame:
+    """Configs with a value for ``criterion`` and no diverged/collapsed run, best first."""
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {CRITERIA}, not {criterion!r}")
+    summary = config_summary(collection)
+    ranked = summary[~summary["unstable"] & summary[criterion].notna()]
+    return ranked.sort_values(criterion, ascending=False, kind="stable")
+
+
+def on_policy_labels(collection: Collection) -> list[str]:
+    """Labels of the on-policy configs: one epoch and ``train_batch_size == rollout_batch_size``."""
+    runs = collection.runs
+    epochs = pd.to_numeric(runs["off_policy.epochs"], errors="coerce")
+    train = pd.to_numeric(runs["train_batch_size"], errors="coerce")
+    rollout = pd.to_numeric(runs["rollout_batch_size"], errors="coerce")
+    labels = set(runs.loc[(epochs == 1) & (train == rollout), LABEL])
+    return [label for label in collection.labels if label in labels]
+
+
+def on_policy_baseline(collection: Collection, label: str) -> str | None:
+    """The on-policy config sharing most swept values with ``label`` (first in order on ties)."""
+    config = collection.configs[label]
+
+    def shared(candidate: str) -> int:
+        return sum(collection.configs[candidate].get(k) == v for k, v in config.items())
+
+    return max(on_policy_labels(collection), key=shared, default=None)
+
+
+def label_end(steps: pd.DataFrame, label: str) -> dict[str, float]:
+    """Where ``label`` stopped: ``{"step": last step, ELAPSED: mean wall-clock at it}``."""
+    curve = label_curve(steps, label, ELAPSED, "step")
+    if not len(curve.x):
+        return {"step": math.nan, ELAPSED: math.nan}
+    return {"step": float(curve.x[-1]), ELAPSED: float(curve.y[-1])}
+
+
+def compare_with(collection: Collection, label: str, baseline: str) -> dict[str, float]:
+    """Mean eval reward of ``label`` and ``baseline`` at equal steps and at equal wall-clock.
+
+    For each axis (``"step"``, ``ELAPSED``) the compared point is where the first of the two
+    stopped (:func:`label_end`), and each side's reward is its last evaluation at or before
+    it: keys ``axis``, ``"config@" + axis`` and ``"baseline@" + axis``.
+    """
+    steps = collection.steps
+    ends = [label_end(steps, label), label_end(steps, baseline)]
+    out: dict[str, float] = {}
+    for axis in ("step", ELAPSED):
+        point = math.nan if any(math.isnan(e[axis]) for e in ends) else min(e[axis] for e in ends)
+        out[axis] = point
+        for side, name in (("config", label), ("baseline", baseline)):
+            out[f"{side}@{axis}"] = value_at(label_curve(steps, name, EVAL_REWARD, axis), point)
+    return out

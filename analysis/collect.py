@@ -1,0 +1,377 @@
+"""Collect one or more Hydra sweep directories into tidy pandas frames.
+
+Data contract (written by the trainer and the launcher; this module only reads it)
+-------------------------------------------------------------------------------
+A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
+
+* ``multirun.yaml`` -- Hydra's sweep config. The swept keys and their values are read, in
+  Hydra's BasicSweeper order, from ``hydra.sweeper.params`` (``key: "v1,v2"``) and then from
+  the sweep overrides of ``hydra.overrides.task`` (``key=v1,v2``); a later entry for the
+  same key wins. When the file is missing, the swept keys are the override keys whose value
+  differs between runs.
+* one run directory per job, ``<sweep>/<job_num>/`` (``0``, ``1``, ...), holding
+
+  - ``.hydra/config.yaml``: the run's config (``experiment_name``, ``seed``,
+    ``learning_rate``, ``n_grpo_steps``, ``rollout_batch_size``, ``train_batch_size``,
+    ``micro_batch_size``, ``group_size``, ``loss.name``, ``normalization.name``,
+    ``std_norm.enabled``, ``off_policy.epochs``, ``prompt.name``, ``model.name``,
+    ``data.name``, ``cluster.gpus_per_job``; interpolations are resolved on read);
+  - ``.hydra/overrides.yaml``: the job's overrides, a YAML list of ``key=value`` strings;
+  - ``.hydra/hydra.yaml``: ``hydra.runtime.choices`` says which swept keys are config groups;
+  - ``metrics.jsonl``: append-only, one JSON object per GRPO step with ``step`` (0..N-1),
+    ``time/elapsed_s`` (wall-clock since the start, continuing across resumes) and the
+    ``train/*``, ``time/*``, ``throughput/*``, ``memory/*`` metrics; ``eval/*`` only on eval
+    steps. Non-finite values may be written as the strings ``"nan"``/``"inf"``/``"-inf"``
+    (strict JSON) and are read back as floats. A step logged twice (a resume that replayed
+    it) keeps its LAST occurrence; lines that are not JSON objects with an integer ``step``
+    (the truncated last line of a killed run) are skipped and counted in ``n_bad_lines``;
+    when a resume appended a row to such a line without a newline in between, that row is
+    still read;
+  - ``status.json``: ``{"status": "running"|"completed"|"diverged"|"collapsed"|"failed",
+    "reason", "last_step", "n_grpo_steps", "restarts", "updated_at"}``.
+
+  Any of these may be missing. A run without ``status.json`` gets status ``pending`` when it
+  has no metrics and ``unknown`` when it has some; a run without metrics has no step rows.
+  GPU-hours are ``time/elapsed_s`` of the last step / 3600 x ``cluster.gpus_per_job``
+  (2 when absent; 0 for CPU runs).
+
+Output
+------
+:func:`collect` returns a :class:`Collection`: ``steps`` (one row per run and GRPO step: run
+identity, hyperparameters, swept keys, ``config label``, ``seed``, ``status``, ``step``, every
+logged metric) and ``runs`` (one row per run, pending ones included, with its summary:
+steps done, wall-clock, GPU-hours, final and best ``eval/reward``). Runs that differ only in
+``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+LABEL = "config label"
+EVAL_REWARD = "eval/reward"
+ELAPSED = "time/elapsed_s"
+UNSTABLE_STATUSES = ("diverged", "collapsed")
+FAILED_STATUSES = ("failed", *UNSTABLE_STATUSES)
+DEFAULT_GPUS_PER_JOB = 2
+HYPERPARAMS = (
+    "experiment_name",
+    "seed",
+    "learning_rate",
+    "n_grpo_steps",
+    "rollout_batch_size",
+    "train_batch_size",
+    "micro_batch_size",
+    "group_size",
+    "loss.name",
+    "normalization.name",
+    "std_norm.enabled",
+    "off_policy.epochs",
+    "prompt.name",
+    "model.name",
+    "data.name",
+    "cluster.gpus_per_job",
+)
+RUN_ID_COLUMNS = ("run_id", "run_dir", "sweep", "job", "status", LABEL)
+NON_FINITE = frozenset({"nan", "inf", "-inf", "+inf", "infinity", "-infinity"})
+
+
+@dataclass(frozen=True)
+class SweepInfo:
+    """One sweep directory and what it swept (key -> values as written, seed included)."""
+
+    path: Path
+    swept: dict[str, list[str]]
+
+
+@dataclass(frozen=True)
+class Collection:
+    """Everything read from one or more sweeps.
+
+    ``label_keys`` are the swept keys that name a config (every swept key but ``seed``);
+    ``group_keys`` those of them that are Hydra config groups; ``configs`` maps each config
+    label, in sorted order of the swept values, to its ``{key: value}``.
+    """
+
+    sweeps: list[SweepInfo]
+    label_keys: list[str]
+    group_keys: frozenset[str]
+    configs: dict[str, dict[str, Any]]
+    runs: pd.DataFrame
+    steps: pd.DataFrame
+
+    @property
+    def labels(self) -> list[str]:
+        """Config labels in sorted order of their swept values."""
+        return list(self.configs)
+
+
+@dataclass(frozen=True)
+class MetricsLog:
+    """Rows of one ``metrics.jsonl``, one per step in step order, and what was dropped."""
+
+    rows: list[dict[str, Any]]
+    n_bad_lines: int
+    n_duplicate_steps: int
+
+
+def read_metrics(path: Path) -> MetricsLog:
+    """Read a ``metrics.jsonl``; keep the last occurrence of a step, skip damaged lines."""
+    by_step: dict[int, dict[str, Any]] = {}
+    n_bad = n_dup = 0
+    if path.is_file():
+        for line in path.read_text(errors="replace").splitlines():
+            if not line.strip():
+                continue
+            row, damaged = _parse_line(line)
+            n_bad += damaged
+            if row is not None:
+                n_dup += row["step"] in by_step
+                by_step[row["step"]] = row
+    return MetricsLog([by_step[s] for s in sorted(by_step)], n_bad, n_dup)
+
+
+def _parse_line(line: str) -> tuple[dict[str, Any] | None, bool]:
+    """The step row on ``line`` (None if none) and whether the line is damaged.
+
+    A damaged line is a truncated write, possibly with the row written after a resume glued
+    to it; metrics rows are flat, so the last ``{`` of such a line opens that row.
+    """
+    for damaged, text in ((False, line), (True, line[line.rfind("{"):])):
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        is_row = isinstance(row, dict) and isinstance(row.get("step"), int)
+        return (_with_floats(row) if is_row else None), damaged or not is_row
+    return None, True
+
+
+def _with_floats(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with the trainer's spelling of non-finite floats (``"nan"``, ``"inf"``) as floats."""
+    return {k: float(v) if isinstance(v, str) and v.lower() in NON_FINITE else v
+            for k, v in row.items()}
+
+
+def read_status(run_dir: Path, has_metrics: bool) -> dict[str, Any]:
+    """Read ``status.json``; without one the status is ``unknown`` or (no metrics) ``pending``."""
+    try:
+        status = json.loads((run_dir / "status.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        status = None
+    if not isinstance(status, dict) or "status" not in status:
+        status = {"status": "unknown" if has_metrics else "pending"}
+    return status
+
+
+def _parse_overrides(lines: Iterable[str]) -> list[Any]:
+    return OverridesParser.create().parse_overrides([str(line) for line in lines])
+
+
+def _load_yaml(path: Path) -> DictConfig | ListConfig | None:
+    return OmegaConf.load(path) if path.is_file() else None
+
+
+def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
+    """Swept keys and values of a sweep from its ``multirun.yaml`` (None when it has none)."""
+    multirun = _load_yaml(sweep_dir / "multirun.yaml")
+    if multirun is None:
+        return None
+    params = OmegaConf.select(multirun, "hydra.sweeper.params", default=None)
+    task = OmegaConf.select(multirun, "hydra.overrides.task", default=None)
+    lines = [f"{k}={v}" for k, v in (OmegaConf.to_container(params) if params else {}).items()]
+    lines += list(OmegaConf.to_container(task)) if task else []
+    final: dict[str, list[str] | None] = {}
+    for override in _parse_overrides(lines):
+        key = override.key_or_group
+        final.pop(key, None)  # re-insert so the order follows the last mention, as Hydra does
+        is_sweep = override.is_sweep_override()
+        final[key] = list(override.sweep_string_iterator()) if is_sweep else None
+    return {key: values for key, values in final.items() if values is not None}
+
+
+def find_latest_sweep(outputs: Path) -> Path:
+    """The sweep directory whose ``multirun.yaml`` was written last: ``outputs`` itself, or a
+    directory one (``<experiment>``) or two (``<experiment>/<timestamp>``) levels below it."""
+    candidates = [p for pattern in ("multirun.yaml", "*/multirun.yaml", "*/*/multirun.yaml")
+                  for p in outputs.glob(pattern)]
+    if not candidates:
+        raise FileNotFoundError(f"no sweep (a directory with multirun.yaml) under {outputs}")
+    return max(candidates, key=lambda p: p.stat().st_mtime).parent
+
+
+def _run_dirs(sweep_dir: Path) -> list[Path]:
+    jobs = [p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+    return sorted(jobs, key=lambda p: int(p.name))
+
+
+def format_value(value: Any) -> str:
+    """How a swept value is written in a config label."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def sort_key(value: Any) -> tuple[int, float, str]:
+    """Order numbers numerically before strings, and missing values last."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return (2, 0.0, "")
+    if isinstance(value, bool | int | float):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What one run directory holds, before the sweep-wide label keys are known."""
+
+    sweep: Path
+    path: Path
+    config: DictConfig | None
+    overrides: dict[str, str]
+    choices: dict[str, str]
+    status: dict[str, Any]
+    log: MetricsLog
+
+    @staticmethod
+    def read(sweep: Path, path: Path) -> _Run:
+        config = _load_yaml(path / ".hydra" / "config.yaml")
+        override_list = _load_yaml(path / ".hydra" / "overrides.yaml")
+        hydra_cfg = _load_yaml(path / ".hydra" / "hydra.yaml")
+        choices = OmegaConf.select(hydra_cfg, "hydra.runtime.choices") if hydra_cfg else None
+        overrides = {
+            o.key_or_group: o.get_value_element_as_str()
+            for o in _parse_overrides(override_list or [])
+        }
+        log = read_metrics(path / "metrics.jsonl")
+        return _Run(
+            sweep=sweep,
+            path=path,
+            config=config if isinstance(config, DictConfig) else None,
+            overrides=overrides,
+            choices={k: str(v) for k, v in (choices or {}).items()},
+            status=read_status(path, bool(log.rows)),
+            log=log,
+        )
+
+    def value(self, key: str) -> Any:
+        """The run's value for ``key``: group choice, else config value, else override text."""
+        if key in self.choices:
+            return self.choices[key]
+        if self.config is not None:
+            value = OmegaConf.select(
+                self.config, key, default=None, throw_on_resolution_failure=False
+            )
+            if value is not None and not isinstance(value, DictConfig | ListConfig):
+                return value
+        return self.overrides.get(key)
+
+    def summary(self, label_keys: Sequence[str]) -> dict[str, Any]:
+        """The run's row of the ``runs`` frame."""
+        rows = self.log.rows
+        evals = [(r["step"], r[EVAL_REWARD]) for r in rows if _is_number(r.get(EVAL_REWARD))]
+        best = max(evals, key=lambda e: e[1], default=(None, math.nan))
+        elapsed = [r[ELAPSED] for r in rows if _is_number(r.get(ELAPSED))]
+        wall_clock_s = max(elapsed, default=math.nan)
+        gpus = self.value("cluster.gpus_per_job")
+        gpus = DEFAULT_GPUS_PER_JOB if gpus is None else gpus
+        config = {key: self.value(key) for key in label_keys}
+        label = ", ".join(f"{k}={format_value(v)}" for k, v in config.items())
+        return {
+            "run_id": "/".join(self.path.parts[-3:]),
+            "run_dir": str(self.path),
+            "sweep": str(self.sweep),
+            "job": int(self.path.name),
+            "status": self.status["status"],
+            "reason": self.status.get("reason"),
+            "last_step": self.status.get("last_step", rows[-1]["step"] if rows else None),
+            "restarts": self.status.get("restarts", 0),
+            "updated_at": self.status.get("updated_at"),
+            LABEL: label or str(self.value("experiment_name") or "default"),
+            **{key: self.value(key) for key in HYPERPARAMS},
+            **config,
+            "steps_done": rows[-1]["step"] + 1 if rows else 0,
+            "wall_clock_s": wall_clock_s,
+            "gpu_hours": wall_clock_s / 3600 * gpus if elapsed else math.nan,
+            "final_eval_reward": evals[-1][1] if evals else math.nan,
+            "best_eval_reward": best[1],
+            "best_eval_step": best[0],
+            "n_bad_lines": self.log.n_bad_lines,
+            "n_duplicate_steps": self.log.n_duplicate_steps,
+        }
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _varying_override_keys(runs: Sequence[_Run]) -> list[str]:
+    keys = list(dict.fromkeys(k for run in runs for k in run.overrides))
+    return [k for k in keys if len({run.overrides.get(k) for run in runs}) > 1]
+
+
+def collect(sweep_dirs: Sequence[Path]) -> Collection:
+    """Read every run of ``sweep_dirs`` into a :class:`Collection` (see the module docstring)."""
+    sweeps: list[SweepInfo] = []
+    runs: list[_Run] = []
+    for sweep_dir in map(Path, sweep_dirs):
+        if not sweep_dir.is_dir():
+            raise FileNotFoundError(f"sweep directory {sweep_dir} does not exist")
+        sweep_runs = [_Run.read(sweep_dir, p) for p in _run_dirs(sweep_dir)]
+        swept = read_swept(sweep_dir)
+        if swept is None:
+            swept = {k: sorted({r.overrides[k] for r in sweep_runs if k in r.overrides})
+                     for k in _varying_override_keys(sweep_runs)}
+        sweeps.append(SweepInfo(sweep_dir, swept))
+        runs += sweep_runs
+    label_keys = [k for k in dict.fromkeys(k for s in sweeps for k in s.swept) if k != "seed"]
+    group_keys = frozenset(k for k in label_keys for run in runs if k in run.choices)
+
+    summaries = [run.summary(label_keys) for run in runs]
+    run_frame = pd.DataFrame(summaries, columns=_run_columns(label_keys))
+    configs: dict[str, dict[str, Any]] = {}
+    for summary in sorted(summaries, key=lambda s: [sort_key(s[k]) for k in label_keys]):
+        configs.setdefault(summary[LABEL], {k: summary[k] for k in label_keys})
+
+    identity = [*RUN_ID_COLUMNS, *HYPERPARAMS, *(k for k in label_keys if k not in HYPERPARAMS)]
+    frames = [
+        pd.DataFrame(run.log.rows).assign(**{c: summary[c] for c in identity})
+        for run, summary in zip(runs, summaries, strict=True)
+        if run.log.rows
+    ]
+    steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=identity)
+    metric_columns = [c for c in steps.columns if c not in identity]
+    steps = steps[identity + metric_columns]
+    return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps)
+
+
+def _run_columns(label_keys: Sequence[str]) -> list[str]:
+    base = [*RUN_ID_COLUMNS[:-1], "reason", "last_step", "restarts", "updated_at", LABEL]
+    summary = ["steps_done", "wall_clock_s", "gpu_hours", "final_eval_reward",
+               "best_eval_reward", "best_eval_step", "n_bad_lines", "n_duplicate_steps"]
+    extra = [k for k in label_keys if k not in HYPERPARAMS]
+    return [*base, *HYPERPARAMS, *extra, *summary]
+
+
+def save_steps(collection: Collection, stem: Path) -> Path:
+    """Write the ``steps`` frame to ``<stem>.parquet`` when pyarrow is installed, else CSV."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        path = stem.with_suffix(".csv")
+        collection.steps.to_csv(path, index=False)
+    else:
+        path = stem.with_suffix(".parquet")
+        collection.steps.to_parquet(path, index=False)
+    return path

@@ -1,0 +1,214 @@
+"""Promote the top-K configs of a sweep, plus the on-policy baseline, to a Hydra experiment.
+
+Hydra's basic sweeper takes the cartesian product of ``hydra.sweeper.params``, so an explicit
+list of configs is swept through one generated config group: each config becomes
+``<conf>/promoted/<NAME>/<option>.yaml``, a ``# @package _global_`` config, and the preset
+``<conf>/experiment/<NAME>.yaml`` sets ``experiment_name``, ``n_grpo_steps`` and
+``hydra.sweeper.params: {+promoted/<NAME>: top1,...,on_policy}``; ``-m +experiment=<NAME>``
+runs them. Options are named ``top<rank>`` and ``on_policy``, not ``0, 1, ...``: Hydra parses
+``+promoted/<NAME>=0`` as an integer and rejects it as a config group choice.
+
+An option file reproduces its source run: the swept values, and what else the run had that the
+project's defaults (composed from ``<conf>``) do not give -- the choices of config groups, as
+``override /<group>: <choice>`` defaults, and config values -- such as the ``loss`` and
+``eval.eval_every`` of the source sweep's experiment preset. Execution settings
+(:data:`NOT_CARRIED_GROUPS`, :data:`NOT_CARRIED_KEYS`) are not carried.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+
+from analysis.aggregate import Criterion, on_policy_baseline, rank_configs
+from analysis.collect import LABEL, Collection, format_value
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
+NOT_CARRIED_GROUPS = ("hydra", "experiment", "promoted", "cluster", "local")
+NOT_CARRIED_KEYS = ("experiment_name", "n_grpo_steps", "seed", "dry_run", "cluster", "paths",
+                    "hydra")
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """The written preset, its option files and what each option is (``"label"``)."""
+
+    preset: Path
+    options: list[Path]
+    descriptions: list[str]
+
+
+@dataclass
+class Settings:
+    """Config groups to select (``override``: already in the defaults list, else appended)
+    and dotted config values, as an option file sets them."""
+
+    override: dict[str, str] = field(default_factory=dict)
+    append: dict[str, str] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def to_yaml(self) -> str:
+        """The body of a ``_global_`` config file setting these."""
+        body = OmegaConf.create()
+        defaults = [{f"override /{g}": c} for g, c in self.override.items()]
+        defaults += [{f"/{g}": c} for g, c in self.append.items()]
+        if defaults:
+            body.defaults = defaults
+        for key, value in self.values.items():
+            OmegaConf.update(body, key, value, force_add=True)
+        return OmegaConf.to_yaml(body)
+
+
+def _under(key: str, roots: Iterable[str], sep: str) -> bool:
+    return any(key == root or key.startswith(root + sep) for root in roots)
+
+
+def _leaves(node: Any, key: str = "") -> dict[str, Any]:
+    """Dotted keys of the values of a nested dict (lists and empty dicts are values)."""
+    if isinstance(node, dict) and node:
+        return {leaf: value for k, child in node.items()
+                for leaf, value in _leaves(child, f"{key}.{k}" if key else str(k)).items()}
+    return {key: node}
+
+
+def carried_settings(run_dir: Path, conf_dir: Path, swept: Iterable[str]) -> Settings:
+    """What the run in ``run_dir`` had beyond the defaults composed from ``conf_dir``, except
+    the ``swept`` keys, the preset's own keys and execution settings."""
+    hydra_file, config_file = run_dir / ".hydra" / "hydra.yaml", run_dir / ".hydra" / "config.yaml"
+    if not config_file.is_file():
+        return Settings()
+    choices = OmegaConf.load(hydra_file).hydra.runtime.choices if hydra_file.is_file() else {}
+    swept = list(swept)
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base=None):
+            base = compose("config", return_hydra_config=True).hydra.runtime.choices
+            groups = {g: c for g, c in choices.items() if c is not None and base.get(g) != c
+                      and not _under(g, [*NOT_CARRIED_GROUPS, *swept], "/")}
+            defaults = compose("config", overrides=[
+                f"{'' if g in base else '+'}{g}={c}" for g, c in groups.items()])
+    except HydraException as error:
+        raise ValueError(f"cannot compose {run_dir}'s config groups from {conf_dir}: {error}"
+                         ) from None
+    theirs = _leaves(OmegaConf.to_container(defaults, resolve=False))
+    mine = _leaves(OmegaConf.to_container(OmegaConf.load(config_file), resolve=False))
+    missing = object()
+    return Settings(
+        override={g: c for g, c in groups.items() if g in base},
+        append={g: c for g, c in groups.items() if g not in base},
+        values={k: v for k, v in mine.items()
+                if not _under(k, [*NOT_CARRIED_KEYS, *swept], ".") and theirs.get(k, missing) != v},
+    )
+
+
+def _python(value: Any) -> Any:
+    """A pandas/numpy scalar as a Python one; integral floats (from NaN-padded columns) as int."""
+    value = value.item() if hasattr(value, "item") else value
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _baseline(collection: Collection, best: str) -> tuple[str, dict[str, Any]] | None:
+    """The sweep's on-policy config closest to ``best`` or, without one, one derived from it."""
+    existing = on_policy_baseline(collection, best)
+    if existing is not None:
+        return existing, collection.configs[existing]
+    runs = collection.runs[collection.runs[LABEL] == best]
+    rollouts = runs["rollout_batch_size"].dropna()
+    if rollouts.empty:
+        return None
+    rollout = _python(rollouts.iloc[0])
+    config = {**collection.configs[best], "off_policy.epochs": 1, "train_batch_size": rollout}
+    label = ", ".join(f"{k}={format_value(v)}" for k, v in config.items())
+    return f"{label} (not in the sweep; derived from the best config)", config
+
+
+@dataclass(frozen=True)
+class _Option:
+    name: str
+    config: dict[str, Any]
+    source: Path
+    description: str
+
+
+def _options(collection: Collection, chosen: list[str], descriptions: list[str]
+             ) -> list[_Option]:
+    """The chosen configs, then the on-policy baseline when it is not one of them."""
+    def source(label: str) -> Path:
+        return Path(collection.runs.loc[collection.runs[LABEL] == label, "run_dir"].iloc[0])
+
+    options = [_Option(f"top{rank}", collection.configs[label], source(label), text)
+               for rank, (label, text) in enumerate(zip(chosen, descriptions, strict=True), 1)]
+    baseline = _baseline(collection, chosen[0])
+    if baseline is None:
+        return options
+    label, config = baseline
+    tag = "  (on-policy baseline)"
+    for i, option in enumerate(options):
+        if option.config == config:
+            options[i] = _Option(option.name, config, option.source, option.description + tag)
+            return options
+    run_label = label if label in collection.configs else chosen[0]
+    return [*options, _Option("on_policy", config, source(run_label), label + tag)]
+
+
+def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
+            steps: int = 200, conf_dir: Path = Path("conf")) -> Promotion:
+    """Write the preset and option files for the top ``top_k`` configs by ``criterion``."""
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"name {name!r} must match {NAME_PATTERN.pattern}")
+    if top_k < 1:
+        raise ValueError("top-k must be at least 1")
+    ranked = rank_configs(collection, criterion)
+    if ranked.empty:
+        raise ValueError(f"no config has a {criterion} to rank by (and no diverged run)")
+    chosen = list(ranked.index[:top_k])
+    options = _options(collection, chosen, [
+        f"{label}  [{criterion}={ranked.loc[label, criterion]:.4f}]" for label in chosen])
+
+    option_dir = conf_dir / "promoted" / name
+    option_dir.mkdir(parents=True, exist_ok=True)
+    for stale in option_dir.glob("*.yaml"):
+        stale.unlink()
+    paths = []
+    for option in options:
+        settings = carried_settings(option.source, conf_dir, collection.label_keys)
+        for key, value in option.config.items():
+            if key in collection.group_keys:
+                settings.override[key] = value
+            else:
+                settings.values[key] = value
+        path = option_dir / f"{option.name}.yaml"
+        path.write_text(f"# @package _global_\n# {option.description}\n"
+                        f"# carried from {option.source}\n" + settings.to_yaml())
+        paths.append(path)
+
+    sources = ", ".join(str(s.path) for s in collection.sweeps)
+    header = [
+        "# @package _global_",
+        f"# Generated by `python -m analysis promote` from sweep(s): {sources}",
+        f"# Criterion: {criterion} (mean over seeds; configs with a diverged or collapsed run"
+        " excluded),",
+        f"# top {len(chosen)} config(s) plus the on-policy baseline, swept as +promoted/{name}"
+        " (each option also sets what its source run had beyond the conf defaults):",
+        *(f"#   {option.name}: {option.description}" for option in options),
+        f"# Run: -m +experiment={name}",
+    ]
+    if not any(option.description.endswith("(on-policy baseline)") for option in options):
+        header.append("# No on-policy baseline: the sweep has none and no rollout_batch_size.")
+    preset = OmegaConf.create({
+        "experiment_name": name,
+        "n_grpo_steps": steps,
+        "hydra": {"sweeper": {"params": {
+            f"+promoted/{name}": ",".join(option.name for option in options)
+        }}},
+    })
+    preset_path = conf_dir / "experiment" / f"{name}.yaml"
+    preset_path.parent.mkdir(parents=True, exist_ok=True)
+    preset_path.write_text("\n".join(header) + "\n" + OmegaConf.to_yaml(preset))
+    return Promotion(preset_path, paths, [option.description for option in options])

@@ -1,0 +1,219 @@
+"""``report.md`` of a collected sweep: ranges swept, runs, failures, best config, the comparison
+with the on-policy run at equal steps and at equal wall-clock, and links to the figures."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from analysis.aggregate import (
+    Criterion,
+    compare_with,
+    config_summary,
+    on_policy_baseline,
+    on_policy_labels,
+    rank_configs,
+)
+from analysis.collect import ELAPSED, FAILED_STATUSES, LABEL, Collection
+
+MISSING = "–"
+
+
+def is_missing(value: Any) -> bool:
+    """Whether ``value`` is None or NaN (how pandas hands back missing values)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def fmt_number(value: Any, digits: int = 3) -> str:
+    """``value`` with ``digits`` decimals, or a dash when it is missing."""
+    if is_missing(value):
+        return MISSING
+    return f"{value:.{digits}f}"
+
+
+def fmt_duration(seconds: Any) -> str:
+    """``2h05m``, ``12m30s`` or ``45s``; a dash when missing."""
+    if is_missing(seconds):
+        return MISSING
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-flavoured markdown table."""
+    def line(cells: Sequence[Any]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(header), line(["---"] * len(header)), *map(line, rows)])
+
+
+def _ranges(collection: Collection) -> list[str]:
+    lines = ["## Ranges swept", ""]
+    for sweep in collection.sweeps:
+        lines.append(f"- `{sweep.path}`")
+        lines += [f"  - `{key}`: {', '.join(values)}" for key, values in sweep.swept.items()]
+        if not sweep.swept:
+            lines.append("  - nothing swept (single run)")
+    return lines
+
+
+def _runs(collection: Collection) -> list[str]:
+    keys = collection.label_keys
+    header = ["run", *keys, "seed", "status", "steps done", "final eval reward",
+              "best eval reward (step)", "wall-clock", "GPU-hours", "restarts"]
+    rows = []
+    for run in collection.runs.to_dict("records"):
+        best = fmt_number(run["best_eval_reward"])
+        if not is_missing(run["best_eval_step"]):
+            best += f" ({int(run['best_eval_step'])})"
+        rows.append([
+            f"`{run['run_id']}`", *(run[k] for k in keys), run["seed"], run["status"],
+            f"{run['steps_done']}/{_fmt_step(run['n_grpo_steps'])}",
+            fmt_number(run["final_eval_reward"]),
+            best, fmt_duration(run["wall_clock_s"]), fmt_number(run["gpu_hours"], 2),
+            run["restarts"],
+        ])
+    return ["## Runs", "", markdown_table(header, rows)]
+
+
+def _failures(collection: Collection) -> list[str]:
+    runs = collection.runs
+    failed = runs[runs["status"].isin(FAILED_STATUSES)]
+    lines = ["## Failures", ""]
+    lines += [
+        f"- `{run['run_id']}` ({run[LABEL]}, seed {run['seed']}): **{run['status']}** "
+        f"{_where(_stop_step(run))}: "
+        f"{'no reason given' if is_missing(run['reason']) else ' '.join(run['reason'].split())}"
+        for run in failed.to_dict("records")
+    ] or ["None."]
+    noisy = runs[(runs["n_bad_lines"] > 0) | (runs["n_duplicate_steps"] > 0)]
+    lines += [
+        f"- note: `{run['run_id']}` had {run['n_bad_lines']} unparsable metrics line(s) "
+        f"(skipped) and {run['n_duplicate_steps']} repeated step(s) (last kept)"
+        for run in noisy.to_dict("records")
+    ]
+    return lines
+
+
+def _best(collection: Collection, criterion: Criterion) -> list[str]:
+    ranked = rank_configs(collection, criterion)
+    lines = ["## Best config", ""]
+    rule = (f"Ranked by `{criterion}` (mean over seeds); configs with a diverged or collapsed "
+            "run are excluded.")
+    if ranked.empty:
+        return [*lines, rule, "", "No config has an evaluation yet."]
+    best = ranked.index[0]
+    row = ranked.iloc[0]
+    lines += [
+        rule, "",
+        f"**Best: {best}**: best eval reward {fmt_number(row['best_eval_reward'])}, "
+        f"final eval reward {fmt_number(row['final_eval_reward'])} over {row['n_runs']} run(s).",
+        "",
+    ]
+    summary = config_summary(collection)
+    header = ["config", "runs", "seeds", "statuses", "mean final eval reward",
+              "mean best eval reward", "mean wall-clock", "GPU-hours"]
+    rows = [
+        [label, s["n_runs"], s["seeds"], s["statuses"], fmt_number(s["final_eval_reward"]),
+         fmt_number(s["best_eval_reward"]), fmt_duration(s["wall_clock_s"]),
+         fmt_number(s["gpu_hours"], 2)]
+        for label, s in summary.iterrows()
+    ]
+    return [*lines, markdown_table(header, rows)]
+
+
+def _comparison(collection: Collection) -> list[str]:
+    lines = ["## Comparison with the on-policy run", ""]
+    baselines = on_policy_labels(collection)
+    if not baselines:
+        return [*lines, "No on-policy run (`off_policy.epochs == 1` and "
+                "`train_batch_size == rollout_batch_size`) in this sweep; nothing to compare."]
+    rule = "(`off_policy.epochs == 1`, `train_batch_size == rollout_batch_size`)"
+    if len(baselines) == 1:
+        lines.append(f"On-policy config: **{baselines[0]}** {rule}.")
+    else:
+        lines.append(f"On-policy configs {rule}: {'; '.join(f'**{b}**' for b in baselines)}. "
+                     "Each config is compared with the one sharing most of its swept values.")
+    lines += ["", "Eval reward (mean over seeds) at the last evaluation at or before the compared "
+              "point; the point is the smaller of the two configs' last step (wall-clock).", ""]
+    several = len(baselines) > 1
+    header = ["config", *(["on-policy config"] if several else []), "at step", "reward at step",
+              "on-policy at step", "Δ at step", "at wall-clock", "reward at wall-clock",
+              "on-policy at wall-clock", "Δ at wall-clock"]
+    rows = []
+    for label in collection.labels:
+        baseline = on_policy_baseline(collection, label)
+        if label in baselines or baseline is None:
+            continue
+        c = compare_with(collection, label, baseline)
+        cells = [label, *([baseline] if several else [])]
+        for axis, fmt in (("step", _fmt_step), (ELAPSED, fmt_duration)):
+            mine, theirs = c[f"config@{axis}"], c[f"baseline@{axis}"]
+            cells += [fmt(c[axis]), fmt_number(mine), fmt_number(theirs),
+                      fmt_number(mine - theirs)]
+        rows.append(cells)
+    return [*lines, markdown_table(header, rows)] if rows else [*lines, "No other config."]
+
+
+def _fmt_step(step: float | None) -> str:
+    return MISSING if is_missing(step) else str(int(step))
+
+
+def _where(step: float | None) -> str:
+    return "before the first step" if is_missing(step) else f"at step {int(step)}"
+
+
+def _stop_step(run: Mapping[str, Any]) -> float | None:
+    """The step a run stopped at: ``last_step`` of its status, else its last logged step."""
+    if not is_missing(run["last_step"]):
+        return float(run["last_step"])
+    return float(run["steps_done"] - 1) if run["steps_done"] else None
+
+
+def _figures(figures: Mapping[str, Sequence[Path]], report_dir: Path) -> list[str]:
+    def link(path: Path) -> str:
+        return Path(os.path.relpath(path, report_dir)).as_posix()
+
+    lines = ["## Figures", ""]
+    for name, paths in figures.items():
+        pngs = [p for p in paths if p.suffix == ".png"]
+        others = ", ".join(f"[{p.suffix[1:]}]({link(p)})" for p in paths if p.suffix != ".png")
+        lines += [f"### {name.replace('_', ' ')}", "",
+                  *(f"![{name}]({link(p)})" for p in pngs), "", others, ""]
+    return lines if figures else [*lines, "None written."]
+
+
+def build_report(collection: Collection, report_dir: Path,
+                 figures: Mapping[str, Sequence[Path]] | None = None,
+                 criterion: Criterion = "best_eval_reward") -> str:
+    """The markdown text of the report; figure links are relative to ``report_dir``."""
+    names = ", ".join(f"`{s.path.name}`" for s in collection.sweeps)
+    counts = collection.runs["status"].value_counts()
+    status_line = ", ".join(f"{n} {status}" for status, n in counts.items())
+    sections = [
+        [f"# Sweep report: {names}", "",
+         f"{len(collection.runs)} run(s), {len(collection.labels)} config(s): {status_line}."],
+        _ranges(collection),
+        _runs(collection),
+        _failures(collection),
+        _best(collection, criterion),
+        _comparison(collection),
+        _figures(figures or {}, report_dir),
+    ]
+    return "\n\n".join("\n".join(section) for section in sections) + "\n"
+
+
+def write_report(collection: Collection, report_dir: Path,
+                 figures: Mapping[str, Sequence[Path]] | None = None,
+                 criterion: Criterion = "best_eval_reward") -> Path:
+    """Write ``report_dir/report.md`` and return its path."""
+    path = report_dir / "report.md"
+    path.write_text(build_report(collection, report_dir, figures, criterion))
+    return path

@@ -1,0 +1,145 @@
+"""Write sweep directories that follow the data contract of :mod:`analysis.collect`.
+
+Used by the tests (hand-built runs with known metrics) and by ``bench/plots_time.py``
+(:func:`write_grid_sweep`, a cartesian sweep of plausible GRPO curves).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+BASE_CONFIG: dict[str, Any] = {
+    "experiment_name": "synthetic",
+    "seed": 0,
+    "learning_rate": 1e-5,
+    "n_grpo_steps": 200,
+    "rollout_batch_size": 256,
+    "train_batch_size": 256,
+    "micro_batch_size": 2,
+    "group_size": 8,
+    "loss": {"name": "grpo_clip"},
+    "normalization": {"name": "mean"},
+    "std_norm": {"enabled": True},
+    "off_policy": {"epochs": 1},
+    "prompt": {"name": "r1_zero"},
+    "model": {"name": "qwen2.5-math-1.5b"},
+    "data": {"name": "math"},
+    "cluster": {"gpus_per_job": 2},
+}
+
+
+def config_with(overrides: Mapping[str, Any], base: Mapping[str, Any] = BASE_CONFIG) -> dict:
+    """``base`` with dotted ``overrides`` (``{"off_policy.epochs": 2}``) applied."""
+    config = OmegaConf.create(dict(base))
+    for key, value in overrides.items():
+        OmegaConf.update(config, key, value, force_add=True)
+    return OmegaConf.to_container(config)
+
+
+def write_multirun(sweep_dir: Path, task: Sequence[str], params: Mapping[str, str] | None = None,
+                   config: Mapping[str, Any] = BASE_CONFIG) -> None:
+    """Write a ``multirun.yaml`` with the sweep ``task`` overrides and sweeper ``params``."""
+    hydra = {"sweeper": {"params": dict(params) if params else None},
+             "overrides": {"hydra": [], "task": list(task)}}
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(OmegaConf.create({"hydra": hydra, **config}), sweep_dir / "multirun.yaml")
+
+
+def write_run(
+    run_dir: Path,
+    overrides: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]] | None = None,
+    status: Mapping[str, Any] | None = None,
+    base: Mapping[str, Any] = BASE_CONFIG,
+    choices: Mapping[str, str] | None = None,
+    raw_tail: str = "",
+) -> None:
+    """Write one run directory: ``.hydra/*``, ``metrics.jsonl`` (``rows`` then ``raw_tail``,
+    e.g. a truncated line) when ``rows`` is given, and ``status.json`` when ``status`` is.
+
+    Overridden config groups are listed in ``choices`` (group -> option); the config then
+    gets ``<group>.name: <option>``, the project's convention.
+    """
+    hydra_dir = run_dir / ".hydra"
+    hydra_dir.mkdir(parents=True, exist_ok=True)
+    choices = choices or {}
+    values = {(f"{k}.name" if k in choices else k): v for k, v in overrides.items()}
+    OmegaConf.save(OmegaConf.create(config_with(values, base)), hydra_dir / "config.yaml")
+    lines = [f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in overrides.items()]
+    OmegaConf.save(OmegaConf.create(lines), hydra_dir / "overrides.yaml")
+    runtime = {"hydra": {"runtime": {"choices": dict(choices)}}}
+    OmegaConf.save(OmegaConf.create(runtime), hydra_dir / "hydra.yaml")
+    if rows is not None:
+        text = "".join(json.dumps(dict(row)) + "\n" for row in rows)
+        (run_dir / "metrics.jsonl").write_text(text + raw_tail)
+    if status is not None:
+        (run_dir / "status.json").write_text(json.dumps(dict(status)))
+
+
+def synthetic_rows(n_steps: int, eval_every: int, quality: float, seed: int,
+                   seconds_per_step: float = 60.0) -> list[dict[str, float]]:
+    """Plausible GRPO metrics: rewards rising towards ``quality`` with seeded noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    elapsed = 0.0
+    for step in range(n_steps):
+        progress = quality * (1 - np.exp(-step / (n_steps / 4)))
+        is_eval = step % eval_every == 0 or step == n_steps - 1
+        eval_s = 30.0 if is_eval else 0.0
+        elapsed += seconds_per_step * (1 + 0.05 * rng.standard_normal()) + eval_s
+        row = {
+            "step": step,
+            "time/elapsed_s": elapsed,
+            "time/elapsed_no_eval_s": elapsed - eval_s,
+            "train/loss": float(0.1 * rng.standard_normal()),
+            "train/grad_norm": float(abs(1 + 0.2 * rng.standard_normal())),
+            "train/entropy": float(1.5 * np.exp(-step / n_steps) + 0.05 * rng.random()),
+            "train/mean_response_length": float(300 + 200 * progress + 10 * rng.random()),
+            "train/reward_mean": float(progress + 0.03 * rng.standard_normal()),
+            "train/reward_std": 0.3,
+            "train/format_reward": float(min(1.0, 2 * progress)),
+            "train/answer_reward": float(progress),
+            "train/frac_zero_std_groups": 0.2,
+            "train/mean_ratio": 1.0,
+            "train/clip_fraction": float(0.05 * rng.random()),
+            "train/approx_kl": 0.001,
+            "train/lr": 1e-5,
+            "time/rollout_s": seconds_per_step / 2,
+            "time/scoring_s": 1.0,
+            "time/old_log_probs_s": 2.0,
+            "time/train_s": seconds_per_step / 3,
+            "time/weight_sync_s": 1.0,
+            "time/eval_s": eval_s,
+            "throughput/rollout_tokens_per_s": 5000.0,
+        }
+        if is_eval:
+            row |= {
+                "eval/reward": float(progress + 0.02 * rng.standard_normal()),
+                "eval/format_reward": float(min(1.0, 2 * progress)),
+                "eval/answer_reward": float(progress),
+                "eval/mean_response_length": float(300 + 200 * progress),
+            }
+        rows.append(row)
+    return rows
+
+
+def write_grid_sweep(sweep_dir: Path, grid: Mapping[str, Sequence[Any]], n_steps: int = 200,
+                     eval_every: int = 10) -> list[dict[str, Any]]:
+    """Write a completed cartesian sweep over ``grid``; return each job's overrides."""
+    task = [f"{key}={','.join(map(str, values))}" for key, values in grid.items()]
+    write_multirun(sweep_dir, task)
+    jobs = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+    for job, overrides in enumerate(jobs):
+        rows = synthetic_rows(n_steps, eval_every, quality=0.3 + 0.05 * job, seed=job,
+                              seconds_per_step=60.0 * (1 + 0.25 * (job % 3)))
+        status = {"status": "completed", "reason": None, "last_step": n_steps - 1,
+                  "n_grpo_steps": n_steps, "restarts": 0, "updated_at": "2025-01-01T00:00:00"}
+        write_run(sweep_dir / str(job), overrides, rows, status)
+    return jobs

@@ -1,0 +1,333 @@
+"""Collect, plots, report and CLI of ``analysis`` on the hand-built sweep of ``sweep_factory``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sweep_factory import EVAL_STEPS, rows, write_scenario, write_simple_sweep
+
+from analysis.__main__ import main
+from analysis.collect import (
+    LABEL,
+    Collection,
+    collect,
+    find_latest_sweep,
+    read_metrics,
+    read_swept,
+    save_steps,
+)
+from analysis.plots import External, plot_all, plot_heatmaps
+from analysis.report import build_report
+from analysis.synthetic import write_multirun, write_run
+
+ON_POLICY = "off_policy.epochs=1, train_batch_size=128"
+OFF_128 = "off_policy.epochs=2, train_batch_size=128"
+OFF_64 = "off_policy.epochs=2, train_batch_size=64"
+SMALL = "off_policy.epochs=1, train_batch_size=64"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_scenario(tmp_path_factory.mktemp("outputs") / "exp" / "2025-06-01_12-00-00")
+
+
+@pytest.fixture(scope="module")
+def coll(sweep: Path) -> Collection:
+    return collect([sweep])
+
+
+@pytest.fixture(scope="module")
+def figures(coll: Collection, sweep: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    csv = tmp_path_factory.mktemp("external") / "paper.csv"
+    pd.DataFrame({"step": [0, 5, 9], "eval/reward": [0.1, 0.3, 0.5]}).to_csv(csv, index=False)
+    external = External.read(csv, "eval/reward", "paper")
+    return plot_all(coll, sweep / "figures", external)
+
+
+def run(coll: Collection, job: int) -> dict:
+    return coll.runs.set_index("job").loc[job].to_dict()
+
+
+def second_sweep(root: Path) -> Path:
+    """A sweep without multirun.yaml: two completed runs differing in train_batch_size."""
+    for job, tbs in enumerate((384, 512)):
+        write_run(root / str(job), {"train_batch_size": tbs}, rows(0, range(4)),
+                  {"status": "completed", "last_step": 3})
+    return root
+
+
+# ----------------------------------------------------------------------------- collect
+
+
+def test_runs_frame_summarises_each_run(coll: Collection) -> None:
+    runs = coll.runs.set_index("job")
+    assert list(runs["status"]) == ["completed", "completed", "diverged", "completed",
+                                    "running", "failed", "pending", "collapsed"]
+    assert list(runs["steps_done"]) == [10, 10, 5, 10, 8, 3, 0, 4]
+    assert list(runs["n_bad_lines"]) == [0, 0, 0, 1, 2, 0, 0, 0]
+    assert list(runs["n_duplicate_steps"]) == [0, 0, 0, 1, 0, 0, 0, 0]
+    assert list(runs["restarts"]) == [0, 0, 0, 1, 1, 0, 0, 0]
+    assert list(runs["seed"]) == [0, 1, 0, 0, 1, 0, 1, 1]
+    # the stale copy of step 6 (eval/reward 0.99) was replaced by the re-logged one
+    assert run(coll, 3)["best_eval_reward"] == pytest.approx(0.63)
+    assert run(coll, 3)["best_eval_step"] == 9
+    assert run(coll, 4)["final_eval_reward"] == pytest.approx(0.67)  # step 6, the glued row
+    assert run(coll, 2)["reason"] == "loss is nan"
+    assert run(coll, 0)["wall_clock_s"] == 600
+    assert run(coll, 0)["gpu_hours"] == pytest.approx(600 / 3600 * 2)
+    assert run(coll, 5)["gpu_hours"] == pytest.approx(120 / 3600 * 1)
+    pending = run(coll, 6)
+    assert np.isnan(pending["wall_clock_s"]) and np.isnan(pending["best_eval_reward"])
+    assert pending[LABEL] == SMALL
+
+
+def test_steps_frame_holds_every_logged_row(coll: Collection) -> None:
+    expected_steps = {0: 10, 1: 10, 2: 5, 3: 10, 4: 8, 5: 3, 7: 4}
+    for job, n in expected_steps.items():
+        got = coll.steps[coll.steps["job"] == job].reset_index(drop=True)
+        want = pd.DataFrame(rows(job, range(n)))
+        pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False)
+        assert (got["status"] == run(coll, job)["status"]).all()
+        assert (got[LABEL] == run(coll, job)[LABEL]).all()
+    assert 6 not in set(coll.steps["job"])
+    assert {"off_policy.epochs", "train_batch_size", "seed", "sweep", "run_dir"} <= set(
+        coll.steps.columns)
+
+
+def test_labels_name_swept_values_and_ignore_seed(coll: Collection, sweep: Path) -> None:
+    assert coll.label_keys == ["off_policy.epochs", "train_batch_size"]
+    assert coll.labels == [SMALL, ON_POLICY, OFF_64, OFF_128]
+    assert coll.configs[OFF_64] == {"off_policy.epochs": 2, "train_batch_size": 64}
+    assert set(coll.runs.loc[coll.runs["job"].isin([0, 1]), LABEL]) == {ON_POLICY}
+    assert coll.sweeps[0].swept == {"seed": ["0", "1"], "off_policy.epochs": ["1", "2"],
+                                    "train_batch_size": ["64", "128"]}
+    assert coll.runs.loc[0, "run_id"] == "exp/2025-06-01_12-00-00/0"
+
+
+def test_several_sweeps_and_missing_multirun_yaml(sweep: Path, tmp_path: Path) -> None:
+    other = second_sweep(tmp_path / "other")
+    assert read_swept(other) is None
+    both = collect([sweep, other])
+    assert both.sweeps[1].swept == {"train_batch_size": ["384", "512"]}
+    assert both.labels == [SMALL, ON_POLICY, "off_policy.epochs=1, train_batch_size=384",
+                           "off_policy.epochs=1, train_batch_size=512", OFF_64, OFF_128]
+    assert len(both.runs) == 10
+
+
+def test_command_line_override_replaces_sweeper_param(tmp_path: Path) -> None:
+    write_multirun(tmp_path, ["seed=3", "learning_rate=1e-5,2e-5"], params={"seed": "0,1"})
+    assert read_swept(tmp_path) == {"learning_rate": ["1e-05", "2e-05"]}
+
+
+def test_read_metrics_tolerates_missing_and_garbage(tmp_path: Path) -> None:
+    assert read_metrics(tmp_path / "absent.jsonl").rows == []
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('[1, 2]\n\n{"no_step": 1}\n{"step": 0, "x": 1}\n{"step": 0, "x": 2}\n'
+                   '{"step": 1, "x": "nan", "y": "-inf", "z": "text"}\n{"st')
+    metrics = read_metrics(log)
+    assert metrics.rows[0] == {"step": 0, "x": 2}
+    assert np.isnan(metrics.rows[1]["x"]) and metrics.rows[1]["y"] == -np.inf
+    assert metrics.rows[1]["z"] == "text"
+    assert (metrics.n_bad_lines, metrics.n_duplicate_steps) == (3, 1)
+
+
+def test_find_latest_sweep_and_save(sweep: Path, coll: Collection, tmp_path: Path) -> None:
+    older = tmp_path / "exp" / "old"
+    write_multirun(older, ["seed=0,1"])
+    newer = tmp_path / "exp" / "new"
+    write_multirun(newer, ["seed=0,1"])
+    os.utime(older / "multirun.yaml", (1, 1))
+    assert find_latest_sweep(tmp_path) == newer
+    with pytest.raises(FileNotFoundError):
+        find_latest_sweep(tmp_path / "nothing")
+    path = save_steps(coll, tmp_path / "collected")
+    back = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    assert back.shape == coll.steps.shape
+    assert back["eval/reward"].sum() == pytest.approx(coll.steps["eval/reward"].sum())
+
+
+# ------------------------------------------------------------------------------- plots
+
+
+def test_eval_reward_curves_are_seed_means_with_bands(figures: dict) -> None:
+    panel = figures["eval_reward"].panels["step"]
+    assert list(panel.curves) == [SMALL, ON_POLICY, OFF_64, OFF_128]
+    steps = np.array(EVAL_STEPS, dtype=float)
+    on_policy = panel.curves[ON_POLICY]
+    np.testing.assert_allclose(on_policy.x, steps)
+    np.testing.assert_allclose(on_policy.y, 0.35 + 0.02 * steps)
+    np.testing.assert_allclose(on_policy.lo, 0.30 + 0.02 * steps)
+    np.testing.assert_allclose(on_policy.hi, 0.40 + 0.02 * steps)
+    assert on_policy.n_runs == 2
+    # job 4 stopped at step 7: the step-9 point is job 3's alone
+    np.testing.assert_allclose(panel.curves[OFF_128].y, [0.50, 0.56, 0.62, 0.63])
+
+    clock = figures["eval_reward"].panels["wall_clock"]
+    assert clock.unit == "min"
+    np.testing.assert_allclose(clock.curves[ON_POLICY].x, 70 * (steps + 1) / 60)
+    np.testing.assert_allclose(clock.curves[ON_POLICY].y, on_policy.y)
+
+
+def test_every_panel_plots_the_collected_series(figures: dict, coll: Collection) -> None:
+    for name in ("eval_reward", "training"):
+        for panel in figures[name].panels.values():
+            for label, curve in panel.curves.items():
+                rows_ = coll.steps[(coll.steps[LABEL] == label) & coll.steps[panel.metric].notna()]
+                stats = rows_.groupby("step")[panel.metric].agg(["mean", "min", "max"])
+                x_col = "step" if panel.x == "step" else "time/elapsed_s"
+                x = rows_.groupby("step")[x_col].mean() / (60 if panel.unit == "min" else 1)
+                np.testing.assert_allclose(curve.x, x.to_numpy(float))
+                np.testing.assert_allclose(curve.y, stats["mean"].to_numpy(float))
+                np.testing.assert_allclose(curve.lo, stats["min"].to_numpy(float))
+                np.testing.assert_allclose(curve.hi, stats["max"].to_numpy(float))
+    assert set(figures["training"].panels) == {
+        "train/entropy", "train/mean_response_length", "train/grad_norm",
+        "train/clip_fraction", "train/reward_mean"}
+
+
+def test_unstable_runs_are_marked_where_they_stopped(figures: dict) -> None:
+    marks = {(m.run_id[-1], m.status, m.x): m.y
+             for m in figures["eval_reward"].panels["step"].markers}
+    assert marks == pytest.approx({("2", "diverged", 3): 0.56, ("7", "collapsed", 3): 0.16})
+    clock = {m.run_id[-1]: m.x for m in figures["eval_reward"].panels["wall_clock"].markers}
+    assert clock == pytest.approx({"2": 120 / 60, "7": 120 / 60})
+    panel = figures["training"].panels["train/entropy"]
+    entropy = {(m.run_id[-1], m.x): m.y for m in panel.markers}
+    assert entropy == pytest.approx({("2", 4): 0.8, ("7", 3): 0.85})
+
+
+def test_heatmaps_hold_seed_means(figures: dict, coll: Collection) -> None:
+    grids = figures["heatmaps"].grids
+    want = {"best_eval_reward": [[0.20, 0.53], [0.36, 0.65]],
+            "final_eval_reward": [[0.20, 0.53], [0.36, 0.65]]}
+    for name, values in want.items():
+        assert list(grids[name].index) == [1, 2] and list(grids[name].columns) == [64, 128]
+        np.testing.assert_allclose(grids[name].to_numpy(float), values)
+    one_d = collect([second_sweep(Path(coll.sweeps[0].path).parent / "one_d")])
+    assert plot_heatmaps(one_d, Path("unused")) is None
+
+
+def test_external_curve_and_files(figures: dict, coll: Collection, tmp_path: Path) -> None:
+    external = figures["eval_reward"].panels["step"].external
+    np.testing.assert_allclose(external.step, [0, 5, 9])
+    np.testing.assert_allclose(external.value, [0.1, 0.3, 0.5])
+    assert figures["eval_reward"].panels["wall_clock"].external is None
+    assert all(p.external is None for p in figures["training"].panels.values())
+    for figure in figures.values():
+        assert {p.suffix for p in figure.paths} == {".png", ".svg"}
+        assert all(p.stat().st_size > 1000 for p in figure.paths)
+    other = External("x", "train/loss", np.zeros(1), np.zeros(1))
+    with pytest.raises(ValueError, match="train/loss"):
+        plot_all(coll, tmp_path, other)
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def table(text: str, header: str) -> list[dict[str, str]]:
+    """The rows of the first markdown table with a column named ``header``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith("|") and f"| {header} |" in line)
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    cells = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines[start:end]]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[2:]]
+
+
+@pytest.fixture(scope="module")
+def report(coll: Collection, sweep: Path, figures: dict) -> str:
+    return build_report(coll, sweep, {name: f.paths for name, f in figures.items()})
+
+
+def test_report_runs_table(report: str) -> None:
+    runs = {row["run"].strip("`")[-1]: row for row in table(report, "run")}
+    assert runs["3"] == {
+        "run": "`exp/2025-06-01_12-00-00/3`", "off_policy.epochs": "2",
+        "train_batch_size": "128", "seed": "0", "status": "completed", "steps done": "10/10",
+        "final eval reward": "0.630", "best eval reward (step)": "0.630 (9)",
+        "wall-clock": "8m20s", "GPU-hours": "0.28", "restarts": "1"}
+    assert runs["5"]["GPU-hours"] == "0.03" and runs["5"]["status"] == "failed"
+    assert (runs["6"]["status"], runs["6"]["steps done"], runs["6"]["final eval reward"]) == (
+        "pending", "0/10", "–")
+    assert "- `seed`: 0, 1" in report and "- `train_batch_size`: 64, 128" in report
+
+
+def test_report_failures_and_best(report: str) -> None:
+    assert "`exp/2025-06-01_12-00-00/2` (off_policy.epochs=2, train_batch_size=64, seed 0): " \
+           "**diverged** at step 4: loss is nan" in report
+    assert "**failed** at step 2: CUDA out of memory" in report
+    assert "**collapsed** at step 3: reward collapsed" in report
+    assert "`exp/2025-06-01_12-00-00/4` had 2 unparsable metrics line(s)" in report
+    assert f"**Best: {OFF_128}**: best eval reward 0.650" in report
+    configs = {row["config"]: row for row in table(report, "mean best eval reward")}
+    assert configs[OFF_64]["mean best eval reward"] == "0.360"
+    assert configs[ON_POLICY]["seeds"] == "0, 1"
+
+
+def test_report_compares_with_on_policy(report: str) -> None:
+    assert f"On-policy config: **{ON_POLICY}**" in report
+    rows_ = {row["config"]: list(row.values())[1:]
+             for row in table(report, "Δ at step")}
+    assert set(rows_) == {SMALL, OFF_64, OFF_128}
+    assert rows_[OFF_128] == ["9", "0.630", "0.530", "0.100", "8m20s", "0.630", "0.470", "0.160"]
+    assert rows_[SMALL] == ["2", "0.200", "0.350", "-0.150", "2m00s", "0.200", "0.350", "-0.150"]
+    assert rows_[OFF_64] == ["4", "0.360", "0.410", "-0.050", "2m30s", "0.360", "0.350", "0.010"]
+
+
+def test_report_links_figures_and_handles_no_baseline(report: str, sweep: Path,
+                                                      tmp_path: Path) -> None:
+    for link in ("figures/eval_reward.png", "figures/training.svg", "figures/heatmaps.png"):
+        assert f"({link})" in report
+        assert (sweep / link).is_file()
+    text = build_report(collect([second_sweep(tmp_path / "b")]), tmp_path)
+    assert "No on-policy run" in text and "None written." in text
+
+
+def test_report_failure_before_the_first_step(tmp_path: Path) -> None:
+    write_run(tmp_path / "s" / "0", {"seed": 0}, None,
+              {"status": "failed", "reason": "KeyError: x\n  in y", "last_step": None})
+    text = build_report(collect([tmp_path / "s"]), tmp_path / "s")
+    assert "**failed** before the first step: KeyError: x in y" in text
+    assert "No config has an evaluation yet." in text
+
+
+def test_report_compares_each_config_with_its_closest_on_policy_run(tmp_path: Path) -> None:
+    jobs = [{"loss": loss, "off_policy.epochs": e}
+            for loss in ("grpo_clip", "no_baseline") for e in (1, 2)]
+    sweep = write_simple_sweep(tmp_path / "s", jobs, [[0.2], [0.3], [0.4], [0.8]], ["loss"])
+    text = build_report(collect([sweep]), sweep)
+    assert "On-policy configs" in text
+    got = {row["config"]: (row["on-policy config"], row["Δ at step"])
+           for row in table(text, "Δ at step")}
+    assert got == {"loss=grpo_clip, off_policy.epochs=2": ("loss=grpo_clip, off_policy.epochs=1",
+                                                           "0.100"),
+                   "loss=no_baseline, off_policy.epochs=2": (
+                       "loss=no_baseline, off_policy.epochs=1", "0.400")}
+
+
+# --------------------------------------------------------------------------------- CLI
+
+
+def test_cli_plots_latest_sweep_with_external(sweep: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture) -> None:
+    outputs = tmp_path / "outputs"
+    latest = write_scenario(outputs / "exp" / "latest")
+    csv = tmp_path / "ref.csv"
+    csv.write_text("step,train/entropy\n0,1.0\n9,0.5\n")
+    main(["plots", "--outputs", str(outputs), "--external", str(csv),
+          "--external-metric", "train/entropy", "--external-label", "reference"])
+    assert (latest / "figures" / "training.svg").is_file()
+    text = (latest / "report.md").read_text()
+    assert "![eval_reward](figures/eval_reward.png)" in text
+    assert text.count("| `exp/latest/") == 8
+    assert "wrote " + str(latest / "collected") in capsys.readouterr().out
+    main(["collect", "--sweep", str(sweep), "--out", str(tmp_path / "frame")])
+    assert "frame" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no sweep"):
+        main(["plots", "--outputs", str(tmp_path / "empty")])
+    with pytest.raises(SystemExit, match="--external-metric"):
+        main(["plots", "--sweep", str(sweep), "--external", str(csv)])

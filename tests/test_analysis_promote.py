@@ -1,0 +1,200 @@
+"""``analysis.promote`` end to end: a real Hydra multirun of a tiny app over a small config tree
+is the source sweep; the generated preset must compose, and sweep, the intended configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+from sweep_factory import write_scenario
+
+from analysis.__main__ import main
+from analysis.collect import collect
+from analysis.promote import promote
+
+CONF = {
+    "config.yaml": """\
+defaults:
+  - _self_
+  - loss: reinforce_with_baseline
+  - off_policy: default
+  - cluster: local
+experiment_name: base
+n_grpo_steps: 10
+seed: 0
+rollout_batch_size: 128
+train_batch_size: 128
+eval:
+  eval_every: 10
+""",
+    "loss/reinforce_with_baseline.yaml": "name: reinforce_with_baseline\n",
+    "loss/grpo_clip.yaml": "name: grpo_clip\n",
+    "loss/no_baseline.yaml": "name: no_baseline\n",
+    "off_policy/default.yaml": "epochs: 1\n",
+    "cluster/local.yaml": "gpus_per_job: 0\n",
+    "cluster/big.yaml": "gpus_per_job: 2\n",
+    "experiment/broad.yaml": """\
+# @package _global_
+defaults:
+  - override /loss: grpo_clip
+experiment_name: broad
+n_grpo_steps: 3
+eval:
+  eval_every: 5
+hydra:
+  sweeper:
+    params:
+      off_policy.epochs: 1,2
+      train_batch_size: 64,128
+""",
+}
+# A Hydra app that "trains" by writing the eval rewards given for its config in $EVALS
+APP = """\
+import json, os
+from pathlib import Path
+import hydra
+from hydra.core.hydra_config import HydraConfig
+
+@hydra.main(config_path={conf!r}, config_name="config", version_base=None)
+def main(cfg):
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    key = f"{{cfg.loss.name}},{{cfg.off_policy.epochs}},{{cfg.train_batch_size}}"
+    rewards = json.loads(os.environ.get("EVALS", "{{}}")).get(key)
+    if rewards is not None:
+        rows = [{{"step": s, "time/elapsed_s": 10.0 * (s + 1), "eval/reward": r}}
+                for s, r in enumerate(rewards)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\\n" for r in rows))
+        (run_dir / "status.json").write_text(json.dumps({{"status": "completed"}}))
+
+main()
+"""
+
+
+@pytest.fixture
+def conf(tmp_path: Path) -> Path:
+    """A small config tree shaped like the project's."""
+    root = tmp_path / "conf"
+    for name, text in CONF.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (tmp_path / "app.py").write_text(APP.format(conf=str(root)))
+    return root
+
+
+def hydra_sweep(conf: Path, out: Path, args: Sequence[str],
+                evals: Mapping[str, Sequence[float]] | None = None) -> Path:
+    """Run ``app.py -m *args`` into ``out``; ``evals`` maps "loss,epochs,tbs" to rewards."""
+    env = {**os.environ, "EVALS": json.dumps(evals or {})}
+    subprocess.run([sys.executable, str(conf.parent / "app.py"), "-m", *args,
+                    f"hydra.sweep.dir={out}"], check=True, capture_output=True, env=env,
+                   timeout=120)
+    return out
+
+
+def composed(conf: Path, overrides: Sequence[str], hydra: bool = False) -> DictConfig:
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def test_promoted_preset_reproduces_source_configs(tmp_path: Path, conf: Path) -> None:
+    evals = {"grpo_clip,1,64": [0.1, 0.2], "grpo_clip,1,128": [0.1, 0.3],
+             "grpo_clip,2,64": [0.1, 0.6], "grpo_clip,2,128": [0.1, 0.5]}
+    source = hydra_sweep(conf, tmp_path / "broad", ["+experiment=broad", "cluster=big"], evals)
+    promotion = promote(collect([source]), 2, "best_eval_reward", "focused", steps=200,
+                        conf_dir=conf)
+
+    assert [p.name for p in promotion.options] == ["top1.yaml", "top2.yaml", "on_policy.yaml"]
+    preset = promotion.preset.read_text()
+    assert preset.startswith("# @package _global_\n")
+    assert f"from sweep(s): {source}\n# Criterion: best_eval_reward" in preset
+    assert "#   top1: off_policy.epochs=2, train_batch_size=64  [best_eval_reward=0.6000]" in preset
+    assert "#   on_policy: off_policy.epochs=1, train_batch_size=128  (on-policy baseline)" \
+        in preset
+    assert OmegaConf.to_container(OmegaConf.load(promotion.preset)) == {
+        "experiment_name": "focused", "n_grpo_steps": 200,
+        "hydra": {"sweeper": {"params": {"+promoted/focused": "top1,top2,on_policy"}}}}
+    # the broad preset's loss and eval_every are carried; cluster, steps and name are not
+    assert OmegaConf.to_container(OmegaConf.load(promotion.options[0])) == {
+        "defaults": [{"override /loss": "grpo_clip"}], "eval": {"eval_every": 5},
+        "off_policy": {"epochs": 2}, "train_batch_size": 64}
+
+    cfg = composed(conf, ["+experiment=focused"], hydra=True)
+    assert cfg.hydra.sweeper.params == {"+promoted/focused": "top1,top2,on_policy"}
+    # a real multirun of the preset launches exactly the promoted configs
+    rerun = collect([hydra_sweep(conf, tmp_path / "focused", ["+experiment=focused"])])
+    got = rerun.runs[["config label", "off_policy.epochs", "train_batch_size", "loss.name",
+                      "n_grpo_steps", "experiment_name", "cluster.gpus_per_job"]]
+    assert got.values.tolist() == [
+        ["promoted/focused=top1", 2, 64, "grpo_clip", 200, "focused", 0],
+        ["promoted/focused=top2", 2, 128, "grpo_clip", 200, "focused", 0],
+        ["promoted/focused=on_policy", 1, 128, "grpo_clip", 200, "focused", 0]]
+    assert rerun.group_keys == {"promoted/focused"}
+    assert set(rerun.runs["status"]) == {"pending"}
+    assert OmegaConf.load(Path(rerun.runs["run_dir"][0]) / ".hydra/config.yaml").eval == {
+        "eval_every": 5}
+
+
+def test_criterion_and_derived_baseline(tmp_path: Path, conf: Path) -> None:
+    # no on-policy run: rollout_batch_size is 128
+    evals = {"reinforce_with_baseline,1,64": [0.1, 0.3, 0.4],
+             "reinforce_with_baseline,2,64": [0.1, 0.9, 0.2],
+             "reinforce_with_baseline,4,64": [0.1, 0.5, 0.6],
+             "reinforce_with_baseline,4,32": [0.1, 0.2, 0.3]}
+    coll = collect([hydra_sweep(conf, tmp_path / "s",
+                                ["off_policy.epochs=1,2,4", "train_batch_size=32,64"], evals)])
+    best = promote(coll, 1, "best_eval_reward", "by_best", conf_dir=conf)
+    final = promote(coll, 1, "final_eval_reward", "by_final", conf_dir=conf)
+    assert "off_policy.epochs=2, train_batch_size=64  [best_eval_reward=0.9000]" in \
+        best.options[0].read_text()
+    assert "off_policy.epochs=4, train_batch_size=64  [final_eval_reward=0.6000]" in \
+        final.options[0].read_text()
+    assert OmegaConf.load(final.options[0]) == {"off_policy": {"epochs": 4},
+                                                "train_batch_size": 64}
+    assert "(not in the sweep; derived from the best config)  (on-policy baseline)" in \
+        final.preset.read_text()
+    assert OmegaConf.load(final.options[1]) == {"off_policy": {"epochs": 1},
+                                                "train_batch_size": 128}
+    cfg = composed(conf, ["+experiment=by_final", "+promoted/by_final=on_policy"])
+    assert (cfg.off_policy.epochs, cfg.train_batch_size) == (1, 128)
+    # promoting again with a larger K leaves no stale option behind
+    promote(coll, 2, "final_eval_reward", "by_final", conf_dir=conf)
+    assert sorted(p.name for p in (conf / "promoted" / "by_final").iterdir()) == [
+        "on_policy.yaml", "top1.yaml", "top2.yaml"]
+    promote(coll, 1, "final_eval_reward", "by_final", conf_dir=conf)
+    assert sorted(p.name for p in (conf / "promoted" / "by_final").iterdir()) == [
+        "on_policy.yaml", "top1.yaml"]
+
+
+def test_swept_groups_become_defaults_overrides(tmp_path: Path, conf: Path) -> None:
+    evals = {"grpo_clip,1,128": [0.2], "grpo_clip,2,128": [0.3],
+             "no_baseline,1,128": [0.4], "no_baseline,2,128": [0.8]}
+    coll = collect([hydra_sweep(conf, tmp_path / "s",
+                                ["loss=grpo_clip,no_baseline", "off_policy.epochs=1,2"], evals)])
+    assert coll.group_keys == {"loss"}
+    promotion = promote(coll, 2, "final_eval_reward", "by_loss", conf_dir=conf)
+    assert OmegaConf.load(promotion.options[0]).defaults == [{"override /loss": "no_baseline"}]
+    got = [(c.loss.name, c.off_policy.epochs) for c in (
+        composed(conf, ["+experiment=by_loss", f"+promoted/by_loss={option}"])
+        for option in ("top1", "top2"))]
+    # loss=no_baseline, epochs=1 is second best and the on-policy run closest to the best
+    assert got == [("no_baseline", 2), ("no_baseline", 1)]
+    assert "(on-policy baseline)" in promotion.options[1].read_text()
+
+
+def test_cli_promote_and_errors(tmp_path: Path, conf: Path, capsys: pytest.CaptureFixture
+                                ) -> None:
+    sweep = write_scenario(tmp_path / "exp" / "sweep")
+    main(["promote", "--sweep", str(sweep), "--top-k", "3", "--criterion", "final_eval_reward",
+          "--name", "cli", "--steps", "50", "--conf-dir", str(conf)])
+    assert "promoted/cli/top3.yaml" in capsys.readouterr().out
+    assert OmegaConf.load(conf / "experiment" / "cli.yaml").n_grpo_steps == 50
+    with pytest.raises(SystemExit, match="must match"):
+        main(["promote", "--sweep", str(sweep), "--top-k", "1", "--name", "bad name",
+              "--conf-dir", str(conf)])
