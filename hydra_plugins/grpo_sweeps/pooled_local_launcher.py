@@ -1,0 +1,103 @@
+"""Runs a sweep's jobs on this machine: submitit's local executor behind a bounded pool.
+
+submitit's LocalExecutor alone starts every job at once and hands each the same GPUs. This
+launcher runs at most `max_parallel_jobs` at a time (by default as many as the machine's CPU
+cores and GPUs hold), gives each running job its own GPUs through CUDA_VISIBLE_DEVICES, and starts
+the next job when one ends (each run sets its torch threads from cluster.cpus_per_job).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+
+log = logging.getLogger(__name__)
+POLL_S = 0.5
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process may use (CUDA_VISIBLE_DEVICES, else what torch sees)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def pool_size(gpus_per_job: int, cpus_per_job: int, max_parallel_jobs: int | None) -> int:
+    """Jobs that fit on this machine at once."""
+    fits = max(1, (os.cpu_count() or 1) // max(cpus_per_job, 1))
+    if gpus_per_job > 0:
+        gpus = visible_gpu_count()
+        if gpus < gpus_per_job:
+            raise RuntimeError(
+                f"cluster.gpus_per_job={gpus_per_job} but this machine has {gpus} GPU(s); "
+                "lower cluster.gpus_per_job or use cluster=slurm"
+            )
+        fits = min(fits, gpus // gpus_per_job)
+    return fits if max_parallel_jobs is None else max(1, min(fits, max_parallel_jobs))
+
+
+class PooledLocalLauncher(BaseSubmititLauncher):
+    """See the module docstring."""
+
+    _EXECUTOR = "local"
+
+    def __init__(
+        self,
+        gpus_per_job: int = 0,
+        cpus_per_job: int = 1,
+        max_parallel_jobs: int | None = None,
+        **params: Any,
+    ) -> None:
+        super().__init__(**params)
+        self.gpus_per_job = int(gpus_per_job)
+        self.cpus_per_job = int(cpus_per_job)
+        self.max_parallel_jobs = max_parallel_jobs
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        import submitit
+
+        assert self.config is not None
+        slots = pool_size(self.gpus_per_job, self.cpus_per_job, self.max_parallel_jobs)
+        gpu_sets = [
+            tuple(range(i * self.gpus_per_job, (i + 1) * self.gpus_per_job)) for i in range(slots)
+        ]
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        executor = submitit.LocalExecutor(folder=self.params["submitit_folder"])
+        log.info(f"Local sweep of {len(job_overrides)} jobs, {slots} at a time")
+
+        pending = list(enumerate(job_overrides, start=initial_job_idx))
+        running: dict[int, tuple[Any, tuple[int, ...]]] = {}
+        finished: dict[int, Any] = {}
+        while pending or running:
+            while pending and len(running) < slots:
+                idx, overrides = pending.pop(0)
+                used = {g for _, held in running.values() for g in held}
+                gpus = next(s for s in gpu_sets if not used & set(s))
+                executor.update_parameters(
+                    timeout_min=self.params.get("timeout_min", 10080),
+                    gpus_per_node=self.gpus_per_job,
+                    visible_gpus=gpus,
+                )
+                log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+                job = executor.submit(
+                    self, list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}",
+                    Singleton.get_state(),
+                )
+                running[idx] = (job, gpus)
+            time.sleep(POLL_S)
+            for idx in [i for i, (job, _) in running.items() if job.done()]:
+                finished[idx] = running.pop(idx)[0]
+        return [finished[i].results()[0] for i in sorted(finished)]

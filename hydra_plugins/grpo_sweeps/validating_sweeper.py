@@ -1,0 +1,62 @@
+"""A Hydra sweeper that composes and checks every job of a sweep before launching any.
+
+It is Hydra's BasicSweeper (cartesian product of the swept values, `hydra.sweeper.params` from
+presets, command-line values winning) with a gate in front of the launcher: each job's config is
+composed and passed through `grpo.config_validation.check_config`; one bad job stops the whole
+submission with one message per bad job, and `dry_run=true` lists the jobs and launches nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import filter_overrides
+from omegaconf import DictConfig
+
+from grpo.config_validation import check_config
+from grpo.sweep.job import describe_job
+
+
+class ValidatingSweeper(BasicSweeper):
+    """BasicSweeper that validates all jobs first; see the module docstring."""
+
+    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None):
+        super().__init__(max_batch_size=max_batch_size, params=params)
+
+    def _all_jobs(self, arguments: list[str]) -> list[Sequence[str]]:
+        params_conf = self._parse_config() + list(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        overrides = parser.parse_overrides(params_conf)
+        return [job for batch in self.split_arguments(overrides, None) for job in batch]
+
+    def sweep(self, arguments: list[str]) -> Any:
+        jobs = self._all_jobs(arguments)
+        swept = {o.split("=", 1)[0] for o in self._parse_config() + list(arguments) if "," in o}
+        bad, lines = [], []
+        for num, overrides in enumerate(jobs):
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            shown = " ".join(o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept)
+            label = f"job #{num} [{shown or 'no swept keys'}]"
+            report = check_config(cfg)
+            for warning in report.warnings:
+                print(f"warning: {label}: {warning}", file=sys.stderr)
+            if report.errors:
+                bad.append(f"{label}:\n" + "\n".join(f"  - {e}" for e in report.errors))
+            else:
+                lines.append(f"{label} {describe_job(cfg)}")
+        if bad:
+            print(
+                f"error: {len(bad)} of {len(jobs)} jobs are invalid; nothing was submitted.\n"
+                + "\n".join(bad),
+                file=sys.stderr,
+            )
+            sys.exit(2)
+        if self.config.dry_run:
+            print(f"dry run: {len(jobs)} jobs, nothing submitted")
+            print("\n".join(lines))
+            return []
+        return super().sweep(arguments)
