@@ -1,0 +1,97 @@
+"""Seconds per GRPO step, split by phase, for a given config.
+
+    python bench/step_time.py                                  # tiny model, toy task, CPU
+    python bench/step_time.py --steps 30 loss=grpo_clip off_policy.epochs=2
+    python bench/step_time.py --model qwen2.5-1.5b-shaped sampling.max_new_tokens=512  # on a GPU
+
+`--model qwen2.5-1.5b-shaped` builds a model with Qwen2.5-Math-1.5B's architecture (28 layers,
+hidden 1536, 12/2 heads, MLP 8960, vocabulary 151,936, tied embeddings) and random weights, with
+the tiny model's character tokenizer for the toy prompts: nothing is downloaded, and responses run
+to max_new_tokens as a random model rarely stops, which is the expensive case. The first step
+(warm-up, kernel compilation) is reported apart from the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from transformers import AutoModelForCausalLM, Qwen2Config
+
+from grpo.tiny import build_tokenizer
+from grpo.trainer import train
+
+ROOT = Path(__file__).resolve().parents[1]
+PHASES = ("rollout", "scoring", "old_log_probs", "train", "weight_sync", "eval")
+
+
+def build_qwen_shaped(directory: Path) -> Path:
+    """A randomly initialised Qwen2.5-1.5B-shaped model (bf16) saved in `directory`."""
+    if (directory / "config.json").exists():
+        return directory
+    config = Qwen2Config(
+        vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+        num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=4096,
+        rope_theta=10000.0, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1,
+        bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(directory)
+    build_tokenizer().save_pretrained(directory)
+    return directory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--model", choices=("tiny", "qwen2.5-1.5b-shaped"), default="tiny")
+    parser.add_argument("--steps", type=int, default=20, help="GRPO steps to time")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for launch.py")
+    args = parser.parse_args()
+
+    base = ["data=toy", "rollout=hf", "logging.wandb_mode=disabled", f"n_grpo_steps={args.steps}",
+            "checkpoint.checkpoint_every=100000", "checkpoint.save_final_model=false"]
+    if args.model == "tiny":
+        base.append("model=tiny")
+    else:
+        path = build_qwen_shaped(ROOT / ".cache" / "bench-qwen2.5-1.5b-shaped")
+        base += [f"model.path={path}", "sampling.min_new_tokens=1", "eval.n_examples=25"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=base + args.overrides)
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        train(cfg, run_dir)
+        records = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    print(f"model={args.model} device={device} steps={len(records)} "
+          f"rollout_batch_size={cfg.rollout_batch_size} group_size={cfg.group_size} "
+          f"train_batch_size={cfg.train_batch_size} micro_batch_size={cfg.micro_batch_size} "
+          f"epochs={cfg.off_policy.epochs} loss={cfg.loss.name}")
+    if args.overrides:
+        print("overrides: " + " ".join(args.overrides))
+    rest = records[1:] or records
+    print(f"{'phase':<16}{'first step s':>14}{'median s':>12}{'mean s':>10}{'share':>8}")
+    total = statistics.mean(r["time/step_s"] for r in rest)
+    for phase in PHASES + ("step",):
+        key = f"time/{phase}_s"
+        values = [r[key] for r in rest if key in r]
+        if not values:
+            continue
+        mean = statistics.mean(values)
+        print(f"{phase:<16}{records[0].get(key, 0.0):>14.4f}{statistics.median(values):>12.4f}"
+              f"{mean:>10.4f}{mean / total:>8.1%}")
+    tokens = statistics.median(r["throughput/rollout_tokens_per_s"] for r in rest)
+    print(f"rollout throughput (median): {tokens:,.0f} tokens/s; "
+          f"mean response length {statistics.mean(r['train/mean_response_length'] for r in rest):.1f}")
+    peaks = {k: max(r.get(k, 0.0) for r in records) for k in records[-1] if k.startswith("memory/")}
+    for key, value in peaks.items():
+        print(f"{key}: {value:.2f} GB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Validation: sample one response per validation question and score it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from grpo.data import Example
+from grpo.rollout.base import RolloutEngine, SamplingSettings
+
+RewardFn = Callable[[str, str], dict[str, float]]
+
+
+def evaluate(
+    engine: RolloutEngine,
+    examples: Sequence[Example],
+    prompts: Sequence[str],
+    reward_fn: RewardFn,
+    sampling: SamplingSettings,
+) -> tuple[dict[str, float], list[dict[str, object]]]:
+    """Score one sampled response per example.
+
+    Returns (metrics, samples): metrics `eval/reward`, `eval/format_reward`, `eval/answer_reward`
+    (means in [0, 1]) and `eval/mean_response_length` (tokens); samples one dict per example with
+    prompt, response, ground truth and rewards.
+    """
+    rollouts = [group[0] for group in engine.generate(list(prompts), 1, sampling)]
+    samples = []
+    for example, prompt, rollout in zip(examples, prompts, rollouts):
+        scores = reward_fn(rollout.text, example.answer)
+        samples.append(
+            {"prompt": prompt, "response": rollout.text, "ground_truth": example.answer,
+             "response_tokens": len(rollout.token_ids), **scores}
+        )
+    n = max(len(samples), 1)
+    metrics = {
+        f"eval/{key}": sum(float(s[key]) for s in samples) / n
+        for key in ("reward", "format_reward", "answer_reward")
+    }
+    metrics["eval/mean_response_length"] = sum(s["response_tokens"] for s in samples) / n
+    return metrics, samples
+
+
+def save_samples(path: Path, samples: Sequence[dict[str, object]]) -> None:
+    """Write evaluation samples as jsonl, one response per line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        f.writelines(json.dumps(s) + "\n" for s in samples)

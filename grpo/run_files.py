@@ -1,0 +1,105 @@
+"""A run directory's bookkeeping files: `metrics.jsonl` (one line per GRPO step) and `status.json`.
+
+Both are written so that nothing is lost: status is replaced atomically; metrics are appended
+and flushed line by line. On resume, lines of steps after the checkpoint (logged, then lost with
+the crash) are moved to `metrics.discarded.jsonl` so that `metrics.jsonl` holds each step once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("running", "completed", "diverged", "collapsed", "failed")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "nan" / "inf": strict JSON, and still visible to a reader
+    return value
+
+
+class MetricsLog:
+    """Append-only `metrics.jsonl` of a run."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "metrics.jsonl"
+
+    def read(self) -> list[dict[str, Any]]:
+        """All complete records (a torn last line is skipped)."""
+        if not self.path.exists():
+            return []
+        records = []
+        for line in self.path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return records
+
+    def truncate_after(self, last_step: int) -> int:
+        """Keep the records of steps <= last_step; move the rest aside. Returns how many moved."""
+        records = self.read()
+        kept = [r for r in records if r["step"] <= last_step]
+        dropped = [r for r in records if r["step"] > last_step]
+        if dropped:
+            with (self.path.parent / "metrics.discarded.jsonl").open("a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in dropped)
+        if dropped or len(kept) != len(records) or (records and self._has_torn_line()):
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        return len(dropped)
+
+    def _has_torn_line(self) -> bool:
+        text = self.path.read_text()
+        return bool(text) and not text.endswith("\n")
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one step's record and flush it to disk."""
+        line = json.dumps({k: _json_value(v) for k, v in record.items()})
+        with self.path.open("a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def write_status(
+    run_dir: Path,
+    status: str,
+    *,
+    last_step: int | None,
+    n_grpo_steps: int,
+    restarts: int,
+    reason: str | None = None,
+) -> None:
+    """Replace `status.json` with the run's current state."""
+    if status not in STATUSES:
+        raise ValueError(f"unknown run status {status!r}")
+    payload = {
+        "status": status,
+        "reason": reason,
+        "last_step": last_step,
+        "n_grpo_steps": n_grpo_steps,
+        "restarts": restarts,
+        "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    atomic_write_text(run_dir / "status.json", json.dumps(payload, indent=2) + "\n")
+
+
+def read_status(run_dir: Path) -> dict[str, Any] | None:
+    """The run's `status.json`, or None if it has none."""
+    path = run_dir / "status.json"
+    return json.loads(path.read_text()) if path.exists() else None

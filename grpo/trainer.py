@@ -1,0 +1,485 @@
+"""The GRPO training run of one sweep point: `train(cfg, run_dir)`.
+
+Each GRPO step (CS336 assignment 5, GRPO algorithm):
+  1. rollout: sample rollout_batch_size / group_size training questions and group_size responses
+     each from the rollout engine (which holds the current policy weights);
+  2. scoring: rewards and group-normalized advantages;
+  3. old_log_probs: log-probs of the sampled responses under the policy that sampled them,
+     computed under `torch.inference_mode()` when the loss needs them (GRPO-Clip / No-Clip) or
+     several epochs reuse the batch;
+  4. training: off_policy.epochs epochs over the rollout batch in optimizer steps of
+     train_batch_size rollouts, each accumulated over micro-batches of micro_batch_size;
+  5. weight sync into the engine, evaluation every eval.eval_every steps, metrics, checkpoint.
+
+The run directory holds metrics.jsonl, status.json, checkpoints/ and rollouts/; a run started in a
+directory with a checkpoint resumes from it (see grpo.checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from grpo.advantages import compute_group_normalized_rewards
+from grpo.checkpoint import CheckpointManager, TrainerState, rng_state, set_rng_state
+from grpo.data import Example, PromptSampler, load_examples
+from grpo.evaluation import evaluate, save_samples
+from grpo.health import HealthMonitor
+from grpo.log_probs import get_response_log_probs
+from grpo.masking import masked_mean
+from grpo.models import load_policy
+from grpo.preemption import PreemptionWatcher
+from grpo.prompts import format_prompt, load_prompt_template
+from grpo.rewards import REWARD_FNS
+from grpo.rollout import build_engine
+from grpo.rollout.base import Rollout, SamplingSettings
+from grpo.run_files import MetricsLog, read_status, write_status
+from grpo.tokenization import tokenize_prompt_and_output
+from grpo.tracking import Tracker
+from grpo.train_step import grpo_microbatch_train_step
+
+log = logging.getLogger(__name__)
+RATIO_LOSSES = ("grpo_clip", "grpo_no_clip")
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> cuda:0 when CUDA is available, else cpu."""
+    if name == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class PhaseTimer:
+    """Wall-clock seconds (and peak CUDA memory, GB) of the named phases of one GRPO step."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.metrics: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        yield
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.metrics[f"memory/{name}_peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        self.metrics[f"time/{name}_s"] = time.perf_counter() - start
+
+
+@dataclass
+class RolloutBatch:
+    """One GRPO step's rollouts, flattened group by group (B = rollout_batch_size).
+
+    input_ids, labels: (B, T) token ids, right-padded; response_mask: (B, T) 1.0 on response
+    tokens of labels; advantages, raw_rewards: (B,); old_log_probs: (B, T) or None;
+    order: (B,) the seeded permutation in which rows are trained.
+    """
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    response_mask: torch.Tensor
+    advantages: torch.Tensor
+    raw_rewards: torch.Tensor
+    order: torch.Tensor
+    old_log_probs: torch.Tensor | None = None
+
+    def rows(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The tensors of rows `index`, trimmed to their longest sequence."""
+        length = int(self.response_mask[index].nonzero()[:, 1].max()) + 1
+        picked = {
+            "input_ids": self.input_ids[index, :length],
+            "labels": self.labels[index, :length],
+            "response_mask": self.response_mask[index, :length],
+            "advantages": self.advantages[index].unsqueeze(-1),
+            "raw_rewards": self.raw_rewards[index].unsqueeze(-1),
+        }
+        if self.old_log_probs is not None:
+            picked["old_log_probs"] = self.old_log_probs[index, :length]
+        return picked
+
+
+class GRPOTrainer:
+    """Holds the state of one run; `run()` executes it. See the module docstring."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.device = resolve_device(cfg.model.device)
+        torch.set_num_threads(int(cfg.cluster.cpus_per_job))
+        seed_everything(cfg.seed)
+        if self.device.type == "cpu":
+            torch.use_deterministic_algorithms(True)
+
+        self.policy, self.tokenizer = load_policy(cfg.model, self.device)
+        self.optimizer = self._build_optimizer()
+        warmup = int(cfg.optimizer.warmup_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0
+        )
+
+        template = load_prompt_template(cfg.prompt.name)
+        self.prompt_of = lambda example: format_prompt(template, example.question)
+        self.reward_fn = REWARD_FNS[cfg.prompt.reward_fn]
+        data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), "validation_size": cfg.eval.n_examples}
+        self.validation: list[Example] = load_examples(data_cfg, "validation")
+        self.sampler = PromptSampler(
+            load_examples(data_cfg, "train"), cfg.rollout_batch_size // cfg.group_size, cfg.seed
+        )
+        self.engine = build_engine(
+            cfg.rollout, policy=self.policy, tokenizer=self.tokenizer,
+            model_path=str(cfg.model.path), seed=cfg.seed, max_model_len=cfg.model.max_seq_len,
+        )
+        self.loss_type = cfg.loss.name
+        self.epochs = int(cfg.off_policy.epochs)
+        self.needs_old_log_probs = (
+            self.loss_type in RATIO_LOSSES or self.epochs > 1 or cfg.rollout.engine == "vllm"
+        )
+        self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
+        self.metrics_log = MetricsLog(run_dir)
+        self.checkpoints = CheckpointManager(run_dir, cfg.checkpoint.keep_last)
+
+        self.start_step = 0
+        self.optimizer_steps = 0
+        self.elapsed_offset = 0.0
+        self.elapsed_no_eval_offset = 0.0
+        self.restarts = 0
+        self.wandb_run_id: str | None = None
+        self._resume()
+        self.tracker = Tracker(cfg, run_dir, self.wandb_run_id)
+
+    # ----------------------------------------------------------------------------- set-up
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        opt = self.cfg.optimizer
+        kwargs = {
+            "lr": float(self.cfg.learning_rate), "betas": tuple(opt.betas),
+            "weight_decay": float(opt.weight_decay), "eps": float(opt.eps),
+        }
+        if opt.use_8bit:
+            import bitsandbytes as bnb
+
+            return bnb.optim.AdamW8bit(self.policy.parameters(), **kwargs)
+        return torch.optim.AdamW(self.policy.parameters(), **kwargs)
+
+    def _resume(self) -> None:
+        previous = read_status(self.run_dir)
+        if previous is not None:
+            self.restarts = int(previous.get("restarts", 0)) + 1
+        latest = self.checkpoints.latest()
+        if latest is None:
+            moved = self.metrics_log.truncate_after(-1)
+            if moved:
+                log.warning(f"no checkpoint in {self.run_dir}: {moved} logged steps set aside, starting over")
+            return
+        state = self.checkpoints.load(latest, self.policy)
+        self.optimizer.load_state_dict(state.optimizer)
+        self.scheduler.load_state_dict(state.scheduler)
+        self.sampler.load_state_dict(state.sampler)
+        self.health.load_state_dict(state.health)
+        set_rng_state(state.rng)
+        self.start_step = state.step + 1
+        self.optimizer_steps = state.optimizer_steps
+        self.elapsed_offset = state.elapsed_s
+        self.elapsed_no_eval_offset = state.elapsed_no_eval_s
+        self.wandb_run_id = state.wandb_run_id
+        moved = self.metrics_log.truncate_after(state.step)
+        log.info(f"resumed from {latest} at step {self.start_step} ({moved} uncheckpointed steps redone)")
+
+    def _save_checkpoint(self, step: int, elapsed: float, elapsed_no_eval: float) -> None:
+        self.checkpoints.save(
+            self.policy,
+            TrainerState(
+                step=step, optimizer=self.optimizer.state_dict(),
+                scheduler=self.scheduler.state_dict(), sampler=self.sampler.state_dict(),
+                rng=rng_state(), elapsed_s=elapsed, elapsed_no_eval_s=elapsed_no_eval,
+                optimizer_steps=self.optimizer_steps, health=self.health.state_dict(),
+                wandb_run_id=self.tracker.run_id,
+            ),
+        )
+
+    def _status(self, status: str, last_step: int | None, reason: str | None = None) -> None:
+        write_status(
+            self.run_dir, status, last_step=last_step, n_grpo_steps=self.cfg.n_grpo_steps,
+            restarts=self.restarts, reason=reason,
+        )
+
+    def _sampling(self, temperature: float, top_p: float, seed: int) -> SamplingSettings:
+        s = self.cfg.sampling
+        return SamplingSettings(
+            temperature=float(temperature), top_p=float(top_p),
+            min_new_tokens=int(s.min_new_tokens), max_new_tokens=int(s.max_new_tokens),
+            stop=tuple(self.cfg.prompt.stop), seed=seed,
+        )
+
+    # ----------------------------------------------------------------------------- phases
+    def _rollout(self, step: int, timer: PhaseTimer) -> tuple[list[str], list[Rollout], list[str]]:
+        questions = self.sampler.next_batch()
+        prompts = [self.prompt_of(q) for q in questions]
+        sampling = self._sampling(self.cfg.sampling.temperature, self.cfg.sampling.top_p,
+                                  seed=self.cfg.seed * 1_000_003 + step)
+        with timer.phase("rollout"):
+            groups = self.engine.generate(prompts, self.cfg.group_size, sampling)
+        rollouts = [r for group in groups for r in group]
+        repeated_prompts = [p for p in prompts for _ in range(self.cfg.group_size)]
+        truths = [q.answer for q in questions for _ in range(self.cfg.group_size)]
+        return repeated_prompts, rollouts, truths
+
+    def _score(
+        self, prompts: list[str], rollouts: list[Rollout], truths: list[str], step: int,
+        timer: PhaseTimer,
+    ) -> tuple[RolloutBatch, dict[str, float]]:
+        responses = [r.text for r in rollouts]
+        with timer.phase("scoring"):
+            advantages, raw_rewards, meta = compute_group_normalized_rewards(
+                self.reward_fn, responses, truths, self.cfg.group_size,
+                self.cfg.advantage_eps, self.cfg.std_norm.enabled,
+            )
+        tokens = tokenize_prompt_and_output(prompts, responses, self.tokenizer)
+        order = torch.randperm(len(responses), generator=torch.Generator().manual_seed(self.cfg.seed + step))
+        batch = RolloutBatch(
+            input_ids=tokens["input_ids"].to(self.device), labels=tokens["labels"].to(self.device),
+            response_mask=tokens["response_mask"].to(self.device, torch.float32),
+            advantages=torch.as_tensor(advantages, dtype=torch.float32, device=self.device),
+            raw_rewards=torch.as_tensor(raw_rewards, dtype=torch.float32, device=self.device),
+            order=order,
+        )
+        metrics = {f"train/{k}": float(v) for k, v in meta.items() if _is_number(v)}
+        metrics["train/mean_response_length"] = float(np.mean([len(r.token_ids) for r in rollouts]))
+        return batch, metrics
+
+    def _micro_batches(self, batch: RolloutBatch, rows: torch.Tensor) -> Iterator[dict[str, torch.Tensor]]:
+        for start in range(0, len(rows), self.cfg.micro_batch_size):
+            yield batch.rows(rows[start : start + self.cfg.micro_batch_size])
+
+    def _old_log_probs(self, batch: RolloutBatch, rollouts: list[Rollout], timer: PhaseTimer) -> dict[str, float]:
+        """Fill batch.old_log_probs micro-batch by micro-batch, in training order and shapes."""
+        if not self.needs_old_log_probs:
+            return {}
+        old = torch.zeros_like(batch.response_mask)
+        with timer.phase("old_log_probs"), torch.inference_mode():
+            self.policy.eval()
+            for start in range(0, len(batch.order), self.cfg.micro_batch_size):
+                index = batch.order[start : start + self.cfg.micro_batch_size]
+                mb = batch.rows(index)
+                lp = get_response_log_probs(self.policy, mb["input_ids"], mb["labels"])["log_probs"]
+                old[index, : lp.shape[1]] = lp.float()
+        batch.old_log_probs = old
+        return self._stale_weight_check(batch, rollouts)
+
+    def _stale_weight_check(self, batch: RolloutBatch, rollouts: list[Rollout]) -> dict[str, float]:
+        """Mean |engine - trainer| log-prob per response token, where the engine reported them."""
+        diffs = []
+        for i, rollout in enumerate(rollouts):
+            if rollout.log_probs is None:
+                continue
+            trainer = batch.old_log_probs[i][batch.response_mask[i] > 0]
+            engine = torch.tensor(rollout.log_probs, device=trainer.device)
+            n = min(len(trainer), len(engine))
+            if n:
+                diffs.append((trainer[:n] - engine[:n]).abs().mean().item())
+        return {"rollout/engine_logprob_abs_diff": float(np.mean(diffs))} if diffs else {}
+
+    def _train(self, batch: RolloutBatch, timer: PhaseTimer) -> dict[str, float]:
+        cfg = self.cfg
+        gas = cfg.train_batch_size // cfg.micro_batch_size
+        stats: dict[str, list[float]] = {}
+        add = lambda k, v: stats.setdefault(k, []).append(float(v))  # noqa: E731
+        first_microbatch = True
+        optimizer_steps = 0
+        self.policy.train()
+        with timer.phase("train"):
+            for _epoch in range(self.epochs):
+                for start in range(0, len(batch.order), cfg.train_batch_size):
+                    rows = batch.order[start : start + cfg.train_batch_size]
+                    batch_tokens = float(batch.response_mask[rows].sum())
+                    step_loss = 0.0
+                    for mb in self._micro_batches(batch, rows):
+                        out = get_response_log_probs(
+                            self.policy, mb["input_ids"], mb["labels"], return_token_entropy=True
+                        )
+                        loss, meta = grpo_microbatch_train_step(
+                            out["log_probs"], mb["response_mask"], gas, self.loss_type,
+                            raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
+                            old_log_probs=mb.get("old_log_probs"), cliprange=cfg.loss.cliprange,
+                            length_normalization=cfg.normalization.name,
+                            normalize_constant=cfg.sampling.max_new_tokens,
+                            batch_response_tokens=batch_tokens,
+                        )
+                        step_loss += float(loss)
+                        add("train/entropy", masked_mean(out["token_entropy"].detach(), mb["response_mask"]))
+                        for key in ("mean_ratio", "clip_fraction", "approx_kl"):
+                            if key in meta:
+                                add(f"train/{key}", meta[key])
+                        if first_microbatch:
+                            stats["train/mean_ratio_first_microbatch"] = [float(meta.get("mean_ratio", 1.0))]
+                            first_microbatch = False
+                    max_norm = cfg.optimizer.max_grad_norm
+                    grad_norm = torch.nn.utils.clip_grad_norm_(
+                        self.policy.parameters(), max_norm if max_norm is not None else math.inf
+                    )
+                    add("train/loss", step_loss)
+                    add("train/grad_norm", grad_norm)
+                    add("train/lr", self.scheduler.get_last_lr()[0])
+                    if not (math.isfinite(step_loss) and math.isfinite(float(grad_norm))):
+                        self.optimizer.zero_grad(set_to_none=True)
+                        break  # diverged: the health check stops the run, weights untouched
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    optimizer_steps += 1
+        metrics = {k: float(np.mean(v)) for k, v in stats.items()}
+        self.optimizer_steps += optimizer_steps
+        metrics["train/optimizer_steps_this_grpo_step"] = float(optimizer_steps)
+        metrics["train/optimizer_steps"] = float(self.optimizer_steps)
+        metrics.setdefault("train/mean_ratio", 1.0)
+        metrics.setdefault("train/clip_fraction", 0.0)
+        metrics.setdefault("train/approx_kl", 0.0)
+        return metrics
+
+    def _evaluate(self, step: int) -> dict[str, float]:
+        prompts = [self.prompt_of(e) for e in self.validation]
+        sampling = self._sampling(self.cfg.eval.temperature, self.cfg.eval.top_p, seed=self.cfg.seed)
+        metrics, samples = evaluate(self.engine, self.validation, prompts, self.reward_fn, sampling)
+        save_samples(
+            self.run_dir / "rollouts" / f"eval_step_{step:06d}.jsonl",
+            samples[: self.cfg.eval.n_saved_samples],
+        )
+        return metrics
+
+    # ----------------------------------------------------------------------------- loop
+    def run(self, watcher: PreemptionWatcher) -> dict[str, Any]:
+        """Train from `start_step` to n_grpo_steps; returns the final status.
+
+        A signal recorded by `watcher` makes the run checkpoint after the current step, then hand
+        the signal on (submitit requeues the job) and exit.
+        """
+        cfg = self.cfg
+        n_steps = int(cfg.n_grpo_steps)
+        last_step = self.start_step - 1
+        if self.start_step >= n_steps:
+            self._status("completed", last_step)
+            return read_status(self.run_dir)
+        self._status("running", last_step if last_step >= 0 else None)
+        started = time.perf_counter()
+        eval_total = 0.0
+        sync_start = time.perf_counter()
+        self.engine.sync_weights(self.policy)
+        initial_sync_s = time.perf_counter() - sync_start
+        for step in range(self.start_step, n_steps):
+            timer = PhaseTimer(self.device)
+            step_start = time.perf_counter()
+            prompts, rollouts, truths = self._rollout(step, timer)
+            batch, metrics = self._score(prompts, rollouts, truths, step, timer)
+            metrics.update(self._old_log_probs(batch, rollouts, timer))
+            metrics.update(self._train(batch, timer))
+            with timer.phase("weight_sync"):
+                self.engine.sync_weights(self.policy)
+            if step == self.start_step:
+                timer.metrics["time/weight_sync_s"] += initial_sync_s
+            stop = self.health.check(metrics)
+            if stop is None and (step % cfg.eval.eval_every == 0 or step == n_steps - 1):
+                with timer.phase("eval"):
+                    metrics.update(self._evaluate(step))
+            eval_total += timer.metrics.get("time/eval_s", 0.0)
+            now = time.perf_counter()
+            n_tokens = sum(len(r.token_ids) for r in rollouts)
+            metrics.update(timer.metrics)
+            metrics.update({
+                "step": step,
+                "time/step_s": now - step_start,
+                "time/elapsed_s": self.elapsed_offset + now - started,
+                "time/elapsed_no_eval_s": self.elapsed_no_eval_offset + now - started - eval_total,
+                "throughput/rollout_tokens_per_s": n_tokens / max(timer.metrics["time/rollout_s"], 1e-9),
+            })
+            self.metrics_log.append(metrics)
+            self.tracker.log(metrics, step)
+            last_step = step
+            self._progress(step, n_steps, metrics, now - started)
+            if stop is not None:
+                self._status(stop[0], step, reason=stop[1])
+                log.warning(f"run stopped at step {step}: {stop[0]} ({stop[1]})")
+                break
+            done = step == n_steps - 1
+            if done or (step + 1) % cfg.checkpoint.checkpoint_every == 0 or watcher.received:
+                self._save_checkpoint(step, metrics["time/elapsed_s"], metrics["time/elapsed_no_eval_s"])
+            if watcher.received and not done:
+                reason = f"signal {watcher.received} after step {step}; checkpointed, resumes on restart"
+                self._status("running", step, reason=reason)
+                log.warning(reason)
+                self.tracker.finish()
+                watcher.hand_over()
+                raise SystemExit(f"stopped by signal {watcher.received}")
+            self._status("running", step)
+        else:
+            self._status("completed", last_step)
+            if cfg.checkpoint.save_final_model:
+                self.policy.save_pretrained(self.run_dir / "final_model")
+                self.tokenizer.save_pretrained(self.run_dir / "final_model")
+        self.tracker.finish()
+        self.engine.close()
+        return read_status(self.run_dir)
+
+    def _progress(self, step: int, n_steps: int, metrics: dict[str, float], elapsed: float) -> None:
+        if (step + 1) % self.cfg.logging.progress_every and step != n_steps - 1:
+            return
+        done = step + 1 - self.start_step
+        per_step = elapsed / max(done, 1)
+        eta = per_step * (n_steps - step - 1)
+        line = (
+            f"[{self.cfg.experiment_name}] step {step + 1}/{n_steps} "
+            f"reward {metrics.get('train/reward_mean', float('nan')):.3f}"
+        )
+        if "eval/reward" in metrics:
+            line += f" eval {metrics['eval/reward']:.3f}"
+        line += f" | {per_step:.2f} s/step, ETA {_hms(eta)}"
+        print(line, flush=True)
+
+
+def _hms(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) or (torch.is_tensor(value) and value.numel() == 1)
+
+
+def train(cfg: DictConfig, run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Run (or resume) one GRPO run in `run_dir`; returns its final status.json content.
+
+    An exception marks the run `failed` with the error as reason, then propagates.
+    """
+    run_dir = Path(run_dir)
+    try:
+        with PreemptionWatcher() as watcher:
+            return GRPOTrainer(cfg, run_dir).run(watcher)
+    except Exception as err:
+        status = read_status(run_dir) or {}
+        write_status(
+            run_dir, "failed", last_step=status.get("last_step"), n_grpo_steps=int(cfg.n_grpo_steps),
+            restarts=int(status.get("restarts", 0)), reason=f"{type(err).__name__}: {err}",
+        )
+        raise
