@@ -25,10 +25,23 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv in the checkout and install the project (CPU torch where there is no GPU)
 
-test: $(STAMP) ## run the whole test suite (slow tests included)
+demo: $(STAMP) ## run the CPU demo sweep (tiny model, toy task) and plot it
+	$(PY) launch.py -m +experiment=demo
+	$(PY) -m analysis plots --sweep "$$(ls -d outputs/demo/*/ | sort | tail -n 1)"
+
+sweep: $(STAMP) ## run a sweep: make sweep ARGS="off_policy.epochs=1,2 model=tiny data=toy rollout=hf"
+	$(PY) launch.py -m $(ARGS)
+
+plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP=path for another)
+	$(PY) -m analysis plots $(if $(SWEEP),--sweep $(SWEEP))
+
+test: $(STAMP) ## run the whole test suite (slow and SLURM tests included)
 	$(PY) -m pytest -q
 
 lint: $(STAMP) ## ruff over the project
-	$(VENV)/bin/ruff check grpo analysis tests bench launch.py
+	$(VENV)/bin/ruff check grpo analysis hydra_plugins tests bench launch.py
 
-.PHONY: help install test lint
+clean: ## remove outputs, caches and the virtual environment
+	rm -rf outputs .cache .pytest_cache .ruff_cache $(VENV)
+
+.PHONY: help install demo sweep plots test lint clean

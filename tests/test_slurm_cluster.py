@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slurm
 START_HINT = "start it with: sudo scripts/slurm_cluster.sh start"
 
 
-def _require_cluster() -> None:
+def require_cluster() -> None:
     """Skip (or fail when GRPO_REQUIRE_SLURM=1) unless `sinfo` answers with a usable node."""
     required = os.environ.get("GRPO_REQUIRE_SLURM") == "1"
     problem = None
@@ -47,7 +47,7 @@ def _require_cluster() -> None:
 
 
 def test_sbatch_job_with_two_gpus_runs(tmp_path: Path) -> None:
-    _require_cluster()
+    require_cluster()
     out = tmp_path / "job.out"
     script = tmp_path / "job.sh"
     script.write_text(
