@@ -1,0 +1,202 @@
+"""Question/answer examples (MATH from jsonl, or the generated toy addition task) and a
+resumable, seeded sampler of training batches.
+
+`data_cfg` keys (an OmegaConf DictConfig or any mapping):
+  name: `math` | `toy`
+  validation_size: the validation split is cut to its first N examples (default 1024)
+  math: train_path, validation_path (jsonl, one problem per line), question_field (default
+    `problem`), answer_field (default `answer`), solution_field (default `solution`; its last
+    \\boxed{...} is the answer when a record has no answer field), train_size (optional cap: the
+    first N training records; default all)
+  toy: max_operand (default 4), train_size (default 10000), seed (default 0: the fixed shuffle
+    of the training cycle)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo.rewards import extract_boxed_answer
+
+SPLITS = ("train", "validation")
+DEFAULT_VALIDATION_SIZE = 1024
+DEFAULT_TOY_TRAIN_SIZE = 10000
+
+
+@dataclass(frozen=True)
+class Example:
+    """One problem: the question text (inserted into the prompt template) and its ground-truth
+    final answer (compared with the model's answer by the reward function)."""
+
+    question: str
+    answer: str
+
+
+def load_examples(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
+    """The examples of `split` (`train` or `validation`) of the dataset `data_cfg.name`.
+
+    Training examples come in file order (math) or a fixed shuffled cycle (toy); shuffling for
+    training is `PromptSampler`'s job. Validation is the first min(n, validation_size) examples,
+    in file order (math) or (a, b) order (toy).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    name = data_cfg.get("name")
+    if name == "math":
+        examples = _load_math(data_cfg, split)
+    elif name == "toy":
+        examples = _load_toy(data_cfg, split)
+    else:
+        raise ValueError(f"unknown data.name {name!r}; expected 'math' or 'toy'")
+    if split == "validation":
+        examples = examples[: data_cfg.get("validation_size", DEFAULT_VALIDATION_SIZE)]
+    return examples
+
+
+def toy_question(a: int, b: int) -> str:
+    """The toy question for operands a, b: `a+b`."""
+    return f"{a}+{b}"
+
+
+def toy_examples(max_operand: int = 4) -> list[Example]:
+    """All (max_operand + 1)^2 toy questions `a+b`, a, b in 0..max_operand, in (a, b) order."""
+    return [
+        Example(question=toy_question(a, b), answer=str(a + b))
+        for a in range(max_operand + 1)
+        for b in range(max_operand + 1)
+    ]
+
+
+def _load_toy(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
+    """Toy split: validation = all distinct pairs; train = `train_size` examples made of
+    back-to-back cycles over all pairs, each cycle in its own seeded random order."""
+    pairs = toy_examples(data_cfg.get("max_operand", 4))
+    if split == "validation":
+        return pairs
+    train_size = data_cfg.get("train_size", DEFAULT_TOY_TRAIN_SIZE)
+    rng = random.Random(data_cfg.get("seed", 0))
+    examples: list[Example] = []
+    while len(examples) < train_size:
+        cycle = list(pairs)
+        rng.shuffle(cycle)
+        examples.extend(cycle)
+    return examples[:train_size]
+
+
+def _load_math(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
+    """MATH-format jsonl: one JSON object per non-blank line."""
+    key = f"{split}_path"
+    if data_cfg.get(key) is None:
+        raise ValueError(f"data.{key} is not set; set it in conf/local/default.yaml or on the "
+                         f"command line (data.{key}=/path/to/{split}.jsonl)")
+    path = Path(data_cfg[key]).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"data.{key}: no file at {path}; set data.{key}=/path/to/file.jsonl "
+                                "(or in conf/local/default.yaml)")
+    question_field = data_cfg.get("question_field", "problem")
+    answer_field = data_cfg.get("answer_field", "answer")
+    solution_field = data_cfg.get("solution_field", "solution")
+    limit = data_cfg.get("train_size") if split == "train" else None
+
+    examples: list[Example] = []
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if limit is not None and len(examples) >= limit:
+                break
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{where}: not valid JSON ({err.msg})") from err
+            if not isinstance(record, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+            if record.get(question_field) is None:
+                raise ValueError(f"{where}: record has no question field {question_field!r} "
+                                 "(data.question_field)")
+            answer = record.get(answer_field)
+            if answer is None:
+                solution = record.get(solution_field)
+                if solution is None:
+                    raise ValueError(
+                        f"{where}: record has neither the answer field {answer_field!r} "
+                        f"(data.answer_field) nor the solution field {solution_field!r} "
+                        "(data.solution_field)"
+                    )
+                answer = extract_boxed_answer(str(solution))
+                if answer is None:
+                    raise ValueError(f"{where}: no answer field {answer_field!r} and no "
+                                     f"\\boxed{{...}} in the solution field {solution_field!r}")
+            examples.append(Example(question=str(record[question_field]), answer=str(answer)))
+    return examples
+
+
+class PromptSampler:
+    """Endless seeded batches of training examples, resumable exactly from `state_dict()`.
+
+    Epoch e visits every example once in the order of a permutation seeded by (seed, e); a batch
+    that runs past the end of an epoch continues with the next epoch's permutation. The state is
+    (seed, epoch, position within the epoch), so a restored sampler yields the same batches the
+    original would have yielded next.
+    """
+
+    def __init__(self, examples: Sequence[Example], batch_size: int, seed: int) -> None:
+        if not examples:
+            raise ValueError("PromptSampler needs at least one example")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.examples = list(examples)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.epoch = 0
+        self.position = 0
+        self._order = self._permutation(self.epoch)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        """Example indices in the order of `epoch` (a str seed hashes deterministically)."""
+        order = list(range(len(self.examples)))
+        random.Random(f"{self.seed}/{epoch}").shuffle(order)
+        return order
+
+    def next_batch(self) -> list[Example]:
+        """The next `batch_size` examples."""
+        batch = []
+        while len(batch) < self.batch_size:
+            if self.position == len(self._order):
+                self.epoch += 1
+                self.position = 0
+                self._order = self._permutation(self.epoch)
+            take = min(self.batch_size - len(batch), len(self._order) - self.position)
+            batch.extend(self.examples[i]
+                         for i in self._order[self.position : self.position + take])
+            self.position += take
+        return batch
+
+    def __iter__(self) -> Iterator[list[Example]]:
+        return self
+
+    def __next__(self) -> list[Example]:
+        return self.next_batch()
+
+    def state_dict(self) -> dict[str, int]:
+        """{seed, epoch, position, num_examples}: everything needed to continue the sequence."""
+        return {"seed": self.seed, "epoch": self.epoch, "position": self.position,
+                "num_examples": len(self.examples)}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Continue from `state` (from `state_dict()` of a sampler over the same examples)."""
+        if state["num_examples"] != len(self.examples):
+            raise ValueError(
+                f"sampler state is for {state['num_examples']} examples but this sampler has "
+                f"{len(self.examples)}; the training data changed since the checkpoint"
+            )
+        self.seed = int(state["seed"])
+        self.epoch = int(state["epoch"])
+        self.position = int(state["position"])
+        self._order = self._permutation(self.epoch)

@@ -1,0 +1,138 @@
+"""Loading the policy (model + tokenizer) from a local directory: one code path for
+Qwen2.5-Math-1.5B and for the tiny toy model (built first by `grpo.tiny` when `build: tiny`).
+
+Nothing is ever downloaded: everything is read with `local_files_only=True`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# `tokenizer_class` values (tokenizer_config.json) of a plain `tokenizers` tokenizer: transformers
+# 4.x writes the first, 5.x the second. AutoTokenizer would instead pick the tokenizer class of the
+# model type in config.json (Qwen2Tokenizer for the tiny Qwen2), which mangles a char tokenizer.
+GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
+
+
+def load_policy(
+    model_cfg: Mapping[str, Any], device: str | torch.device
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load the policy model and its tokenizer from `model_cfg.path` onto `device`.
+
+    model_cfg keys (an OmegaConf DictConfig or any mapping):
+      name: label of the model (only used in messages).
+      path: local directory with config.json, weights and tokenizer files.
+      build: null (load `path` as is) or `tiny` (first build the tiny model into `path` with
+        `grpo.tiny.build_tiny_model`, seeded by `build_seed` (default 0) and warmed up for
+        `warmup_steps` (default 30); an existing identical build is reused).
+      dtype: parameter dtype, `float32` | `bfloat16` | `float16`.
+      attn_implementation: null (transformers' default, sdpa) | `sdpa` | `flash_attention_2` |
+        `eager`.
+      gradient_checkpointing: recompute activations in backward (non-reentrant).
+      max_seq_len: longest prompt + response in tokens; must not exceed the model's
+        `max_position_embeddings`.
+
+    Returns (model, tokenizer). The model is in eval mode (call `.train()` for updates) and its
+    `generation_config.pad_token_id` is the tokenizer's pad id. The tokenizer pads on the left
+    (`padding_side="left"`), as batched `generate` needs; code that builds prompt + response
+    training sequences should lay them out itself (e.g. right-padded) from token ids. It always
+    has a pad token: its own, or else EOS reused as pad (see `tokenizer_pad_id`).
+    """
+    name = model_cfg.get("name", "model")
+    path_value = model_cfg.get("path")
+    if path_value is None:
+        raise ValueError(f"model.path is not set for {name!r}; set model.path=/path/to/model "
+                         "(or in conf/local/default.yaml)")
+    path = Path(str(path_value)).expanduser()
+    build = model_cfg.get("build")
+    if build == "tiny":
+        from grpo.tiny import build_tiny_model
+
+        path = build_tiny_model(
+            path,
+            seed=model_cfg.get("build_seed", 0),
+            warmup_steps=model_cfg.get("warmup_steps", 30),
+        )
+    elif build is not None:
+        raise ValueError(f"unknown model.build {build!r}; expected null or 'tiny'")
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model.path: no model (config.json) at {path} for {name!r}. Point model.path at a "
+            "local copy of the model, e.g. model.path=/path/to/Qwen2.5-Math-1.5B on the command "
+            "line, in conf/local/default.yaml, or via GRPO_MODEL_PATH; nothing is downloaded"
+        )
+
+    dtype_name = model_cfg.get("dtype", "float32")
+    if dtype_name not in DTYPES:
+        raise ValueError(f"unknown model.dtype {dtype_name!r}; expected one of {sorted(DTYPES)}")
+    kwargs: dict[str, Any] = {"dtype": DTYPES[dtype_name], "local_files_only": True}
+    if model_cfg.get("attn_implementation") is not None:
+        kwargs["attn_implementation"] = model_cfg["attn_implementation"]
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+    max_positions = model.config.max_position_embeddings
+    max_seq_len = model_cfg.get("max_seq_len")
+    if max_seq_len is not None and max_seq_len > max_positions:
+        raise ValueError(f"model.max_seq_len={max_seq_len} exceeds the {max_positions} positions "
+                         f"of {name!r} (max_position_embeddings); lower model.max_seq_len")
+    if model_cfg.get("gradient_checkpointing", False):
+        # transformers >= 5.21 renamed it; vllm 0.33 pins transformers < 5.21
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False}
+            )
+        else:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+
+    tokenizer = load_tokenizer(path)
+    model.generation_config.pad_token_id = tokenizer_pad_id(tokenizer)
+    return model.to(device).eval(), tokenizer
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    """The tokenizer saved in `path`, left-padding, with a pad token (EOS if it had none).
+
+    A tokenizer saved as a plain `tokenizers` tokenizer (tokenizer_class `PreTrainedTokenizerFast`
+    or `TokenizersBackend` in tokenizer_config.json, as the tiny model's is) is loaded as
+    `PreTrainedTokenizerFast`; anything else goes through `AutoTokenizer`.
+    """
+    path = Path(path)
+    config_file = path / "tokenizer_config.json"
+    tokenizer_class = None
+    if config_file.is_file():
+        tokenizer_class = json.loads(config_file.read_text()).get("tokenizer_class")
+    loader = (PreTrainedTokenizerFast if tokenizer_class in GENERIC_TOKENIZER_CLASSES
+              else AutoTokenizer)
+    tokenizer = loader.from_pretrained(path, local_files_only=True)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def tokenizer_pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The id used to pad token-id tensors for this tokenizer.
+
+    It is the tokenizer's pad token, which `load_tokenizer` sets to EOS when the tokenizer has
+    none, and which may equal EOS anyway (Qwen2.5-Math pads with `<|endoftext|>`, also its EOS).
+    So never tell padding from content by comparing ids with it; use attention or response masks.
+    """
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        raise ValueError("tokenizer has no pad token; load it with grpo.models.load_tokenizer")
+    return pad_id

@@ -1,0 +1,295 @@
+"""A tiny Qwen2 policy with a character tokenizer, built locally for the toy addition task.
+
+The toy task: the prompt is `Q: a+b A:` (the `toy` prompt template `Q: {question} A:` applied to
+the question `a+b`, see `grpo.data`) and the response to learn is `<answer>N</answer>` followed by
+EOS, with N = a + b. The model is a 2-layer, hidden-64 Qwen2 (124,672 parameters with the
+19-token vocabulary) saved with `save_pretrained`, so `grpo.models.load_policy` loads it through
+the same offline code path as Qwen2.5-Math-1.5B.
+
+Pure RL from random weights tends to settle on "always the most frequent sum" (reward 0.2), so
+the build ends with a short supervised warm-up on correct answers: afterwards the model answers
+in the right format but is mostly wrong (greedy accuracy well below 0.5), which leaves RL room.
+
+The build is deterministic given its settings (same machine and torch version), idempotent, and
+safe when several processes build the same directory at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from grpo.data import Example, toy_examples
+
+# The prompt template the warm-up is trained on; conf's `toy` prompt must be the same text.
+TOY_PROMPT_TEMPLATE = "Q: {question} A:"
+ANSWER_OPEN = "<answer>"
+ANSWER_CLOSE = "</answer>"
+PAD_TOKEN = "<pad>"
+EOS_TOKEN = "<eos>"
+# Every character a toy prompt or response contains outside the answer tags.
+CHARACTERS = "0123456789+ QA:"
+
+# Written last into a finished build; holds the settings it was built with.
+BUILD_INFO_FILE = "tiny_build.json"
+# Bump when the architecture, tokenizer or warm-up recipe changes, so old caches are rebuilt.
+BUILD_FORMAT_VERSION = 1
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """The 19-token character tokenizer: `<pad>`, `<eos>`, the 15 characters of CHARACTERS and
+    the single tokens `<answer>` and `</answer>`.
+
+    Text is split into single characters; a character outside the vocabulary raises an error
+    when encoding (there is no unknown token). Decoding concatenates tokens without separators.
+    `<answer>`/`</answer>` are ordinary (non-special) tokens, so they survive
+    `decode(..., skip_special_tokens=True)`; `<pad>` and `<eos>` do not.
+    """
+    vocab = {PAD_TOKEN: 0, EOS_TOKEN: 1}
+    for token in [*CHARACTERS, ANSWER_OPEN, ANSWER_CLOSE]:
+        vocab[token] = len(vocab)
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens([AddedToken(PAD_TOKEN, special=True),
+                                AddedToken(EOS_TOKEN, special=True)])
+    backend.add_tokens([AddedToken(ANSWER_OPEN, normalized=False),
+                        AddedToken(ANSWER_CLOSE, normalized=False)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=PAD_TOKEN,
+        eos_token=EOS_TOKEN,
+        clean_up_tokenization_spaces=False,
+        model_max_length=tiny_config(len(vocab)).max_position_embeddings,
+    )
+
+
+def tiny_config(vocab_size: int) -> Qwen2Config:
+    """The tiny Qwen2 architecture: 2 layers, hidden 64, MLP 256, 4 query / 2 key-value heads
+    (head dim 16), tied input/output embeddings, 256 positions."""
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=None,
+        eos_token_id=1,
+    )
+
+
+def toy_prompt(question: str) -> str:
+    """The toy prompt for a question such as `3+4`: `Q: 3+4 A:`."""
+    return TOY_PROMPT_TEMPLATE.format(question=question)
+
+
+def toy_response(answer: str) -> str:
+    """The well-formed response for an answer such as `7`: `<answer>7</answer>`."""
+    return f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
+
+
+def _sft_batch(
+    tokenizer: PreTrainedTokenizerFast, examples: Sequence[Example]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (input_ids, attention_mask, labels), each (B, T) int64, for prompt + correct
+    response + EOS; labels are -100 on prompt tokens and padding, so only the response is learned."""
+    rows = []
+    for ex in examples:
+        prompt_ids = tokenizer(toy_prompt(ex.question))["input_ids"]
+        response_ids = tokenizer(toy_response(ex.answer))["input_ids"] + [tokenizer.eos_token_id]
+        rows.append((prompt_ids + response_ids, [-100] * len(prompt_ids) + response_ids))
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for i, (ids, lab) in enumerate(rows):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        attention_mask[i, : len(ids)] = 1
+        labels[i, : len(lab)] = torch.tensor(lab)
+    return input_ids, attention_mask, labels
+
+
+def warm_up(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerFast,
+    steps: int,
+    seed: int,
+    lr: float,
+    batch_size: int,
+    max_operand: int,
+) -> None:
+    """Supervised warm-up in place: `steps` AdamW steps of cross-entropy on correct toy responses
+    (`<answer>N</answer>` + EOS, prompt tokens masked), `batch_size` questions drawn uniformly
+    with replacement from all pairs a, b in 0..max_operand using a generator seeded with `seed`."""
+    pool = toy_examples(max_operand)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    for _ in range(steps):
+        picks = torch.randint(len(pool), (batch_size,), generator=generator).tolist()
+        input_ids, attention_mask, labels = _sft_batch(tokenizer, [pool[i] for i in picks])
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+@torch.no_grad()
+def greedy_accuracy(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, max_operand: int = 4
+) -> float:
+    """Fraction of all (max_operand + 1)^2 toy questions whose greedy response, cut after the
+    first `</answer>` (the toy prompt's stop string) within 8 new tokens, is exactly
+    `<answer>N</answer>` with the right N."""
+    examples = toy_examples(max_operand)
+    prompts = [toy_prompt(ex.question) for ex in examples]
+    padding_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        batch = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
+    finally:
+        tokenizer.padding_side = padding_side
+    out = model.generate(
+        **batch,
+        do_sample=False,
+        max_new_tokens=8,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    responses = ["".join(text.partition(ANSWER_CLOSE)[:2]) for text in texts]
+    correct = sum(r == toy_response(ex.answer) for r, ex in zip(responses, examples, strict=True))
+    return correct / len(examples)
+
+
+def _read_build_info(out_dir: Path) -> dict[str, Any] | None:
+    """The settings of the finished build in `out_dir`, or None if there is none."""
+    try:
+        return json.loads((out_dir / BUILD_INFO_FILE).read_text())["settings"]
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, KeyError):
+        return None
+
+
+@contextmanager
+def _exclusive_lock(lock_path: Path):
+    """Hold an exclusive `fcntl.flock` on `lock_path` (created if missing) for the block."""
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_tiny_model(
+    out_dir: str | os.PathLike,
+    seed: int = 0,
+    warmup_steps: int = 30,
+    warmup_lr: float = 3e-3,
+    warmup_batch_size: int = 32,
+    max_operand: int = 4,
+) -> Path:
+    """Build the tiny model and tokenizer into `out_dir` (unless already there) and return it.
+
+    seed: seeds the random initialisation and the warm-up's question draws.
+    warmup_steps / warmup_lr / warmup_batch_size: the supervised warm-up (see `warm_up`);
+      warmup_steps=0 leaves the random initialisation.
+    max_operand: warm-up questions are a+b with a, b in 0..max_operand.
+
+    Idempotent: a directory holding a finished build with the same settings is returned as is.
+    A finished build with other settings is replaced; any other non-empty directory raises
+    FileExistsError. The build is written into a temporary sibling directory and renamed into
+    place, under an exclusive file lock (`.<name>.lock` next to `out_dir`), so concurrent callers
+    build it once and never see a half-written directory. Takes about half a second.
+    """
+    out_dir = Path(out_dir).expanduser().resolve()
+    settings = {
+        "format_version": BUILD_FORMAT_VERSION,
+        "seed": seed,
+        "warmup_steps": warmup_steps,
+        "warmup_lr": warmup_lr,
+        "warmup_batch_size": warmup_batch_size,
+        "max_operand": max_operand,
+    }
+    if _read_build_info(out_dir) == settings:
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(out_dir.parent / f".{out_dir.name}.lock"):
+        existing = _read_build_info(out_dir)
+        if existing == settings:
+            return out_dir
+        if existing is None and out_dir.exists() and any(out_dir.iterdir()):
+            raise FileExistsError(
+                f"{out_dir} is not empty and holds no tiny-model build ({BUILD_INFO_FILE}); "
+                "refusing to overwrite it: point model.path at an empty or new directory"
+            )
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.build-", dir=out_dir.parent))
+        # a previous build is moved aside rather than deleted first, so that the directory is
+        # missing only between two renames
+        retired = staging.with_name(staging.name.replace(".build-", ".old-"))
+        try:
+            accuracy = _build_into(staging, settings)
+            (staging / BUILD_INFO_FILE).write_text(
+                json.dumps({"settings": settings, "greedy_accuracy": accuracy}, indent=2) + "\n"
+            )
+            if out_dir.exists():
+                os.rename(out_dir, retired)
+            os.rename(staging, out_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(retired, ignore_errors=True)
+    return out_dir
+
+
+@contextmanager
+def _isolated_torch_state():
+    """Run the block on one CPU thread (fastest at this size, and the result does not depend on
+    the caller's thread count) with its own global RNG: the caller's thread count and RNG state
+    are restored afterwards, so building in a run does not shift the run's random stream."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build_into(directory: Path, settings: dict[str, Any]) -> float:
+    """Initialise, warm up and save model + tokenizer into `directory`; returns the greedy
+    accuracy after the warm-up."""
+    with _isolated_torch_state():
+        tokenizer = build_tokenizer()
+        torch.manual_seed(settings["seed"])
+        model = Qwen2ForCausalLM(tiny_config(len(tokenizer))).float()
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        warm_up(
+            model,
+            tokenizer,
+            steps=settings["warmup_steps"],
+            seed=settings["seed"],
+            lr=settings["warmup_lr"],
+            batch_size=settings["warmup_batch_size"],
+            max_operand=settings["max_operand"],
+        )
+        accuracy = greedy_accuracy(model, tokenizer, settings["max_operand"])
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+        return accuracy

@@ -1,0 +1,181 @@
+"""The tiny model build (grpo.tiny) and policy loading (grpo.models)."""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import DictConfig
+from safetensors.torch import load_file
+from transformers import PreTrainedTokenizerFast
+
+from grpo import tiny
+from grpo.data import toy_examples
+from grpo.models import load_policy, load_tokenizer, tokenizer_pad_id
+from grpo.prompts import load_prompt_template
+
+WELL_FORMED = re.compile(r"<answer>(\d+)</answer>")
+
+
+def test_tiny_build_has_the_specified_size(tiny_model_cfg: DictConfig) -> None:
+    model, tokenizer = load_policy(tiny_model_cfg, "cpu")
+    assert sum(p.numel() for p in model.parameters()) == 124_672
+    assert len(tokenizer) == model.config.vocab_size == 19
+    assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64
+    assert model.config.tie_word_embeddings
+
+
+def test_tiny_tokenizer_round_trip(tiny_model_dir: Path) -> None:
+    tokenizer = load_tokenizer(tiny_model_dir)
+    assert isinstance(tokenizer, PreTrainedTokenizerFast)
+    assert type(tokenizer).__name__ != "Qwen2Tokenizer"
+    text = "Q: 3+4 A:<answer>7</answer>"
+    ids = tokenizer(text)["input_ids"]
+    # 9 prompt characters + <answer> + 7 + </answer>: the tags are single tokens
+    assert len(ids) == 12
+    assert tokenizer.convert_ids_to_tokens(ids[9:]) == ["<answer>", "7", "</answer>"]
+    assert tokenizer.decode(ids) == text
+    # the tags are ordinary tokens: skipping special tokens drops only EOS / padding
+    padded = [tokenizer.pad_token_id, *ids, tokenizer.eos_token_id]
+    assert tokenizer.decode(padded, skip_special_tokens=True) == text
+    assert tokenizer.padding_side == "left"
+    assert tokenizer_pad_id(tokenizer) == 0 and tokenizer.eos_token_id == 1
+
+
+def test_warm_up_uses_the_toy_prompt_template() -> None:
+    assert load_prompt_template("toy") == tiny.TOY_PROMPT_TEMPLATE
+
+
+def test_warmed_up_model_answers_well_formed_but_mostly_wrong(
+    tiny_model_cfg: DictConfig, tiny_model_dir: Path
+) -> None:
+    model, tokenizer = load_policy(tiny_model_cfg, "cpu")
+    prompts = [tiny.toy_prompt(ex.question) for ex in toy_examples()]
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    out = model.generate(**batch, do_sample=False, max_new_tokens=8)
+    responses = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:],
+                                       skip_special_tokens=True)
+    assert all(WELL_FORMED.fullmatch(r) for r in responses), responses
+
+    accuracy = tiny.greedy_accuracy(model, tokenizer)
+    print(f"tiny model greedy accuracy after warm-up: {accuracy:.2f}")
+    recorded = json.loads((tiny_model_dir / tiny.BUILD_INFO_FILE).read_text())["greedy_accuracy"]
+    assert accuracy == pytest.approx(recorded)
+    # well-formed but mostly wrong, so that RL can raise the reward by >= 0.5
+    assert 0.0 < accuracy < 0.5
+
+
+def test_random_init_is_not_well_formed(tmp_path: Path) -> None:
+    model_dir = tiny.build_tiny_model(tmp_path / "raw", warmup_steps=0)
+    model, tokenizer = load_policy({"path": str(model_dir)}, "cpu")
+    assert tiny.greedy_accuracy(model, tokenizer) == 0.0
+
+
+def test_build_is_deterministic_and_idempotent(tmp_path: Path) -> None:
+    first = tiny.build_tiny_model(tmp_path / "a", seed=3, warmup_steps=2)
+    second = tiny.build_tiny_model(tmp_path / "b", seed=3, warmup_steps=2)
+    other_seed = tiny.build_tiny_model(tmp_path / "c", seed=4, warmup_steps=2)
+    weights = [load_file(d / "model.safetensors") for d in (first, second, other_seed)]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert not all(torch.equal(weights[0][k], weights[2][k]) for k in weights[0])
+
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    assert tiny.build_tiny_model(first, seed=3, warmup_steps=2) == first
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp
+    # other settings replace a previous build in place
+    tiny.build_tiny_model(first, seed=3, warmup_steps=1)
+    assert json.loads((first / tiny.BUILD_INFO_FILE).read_text())["settings"]["warmup_steps"] == 1
+    assert not [p for p in tmp_path.iterdir() if ".build-" in p.name]  # no staging left over
+
+
+def test_concurrent_builds_of_one_directory_build_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds = []
+    real_build_into = tiny._build_into
+
+    def counting_build_into(directory, settings):
+        builds.append(directory)
+        return real_build_into(directory, settings)
+
+    monkeypatch.setattr(tiny, "_build_into", counting_build_into)
+    target = tmp_path / "shared"
+    # flock locks belong to open file descriptions, so threads contend like processes do
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        paths = list(pool.map(lambda _: tiny.build_tiny_model(target, warmup_steps=1), range(3)))
+    assert paths == [target.resolve()] * 3
+    assert len(builds) == 1
+    assert (target / "model.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".shared.lock", "shared"]
+
+
+def test_build_leaves_the_callers_torch_state_alone(tmp_path: Path) -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    threads = torch.get_num_threads()
+    tiny.build_tiny_model(tmp_path / "m", warmup_steps=1)
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.get_num_threads() == threads
+
+
+def test_failed_build_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_build_into(directory, settings):
+        (directory / "partial.bin").write_bytes(b"half")
+        raise RuntimeError("out of disk")
+
+    monkeypatch.setattr(tiny, "_build_into", failing_build_into)
+    with pytest.raises(RuntimeError, match="out of disk"):
+        tiny.build_tiny_model(tmp_path / "m")
+    assert [p.name for p in tmp_path.iterdir()] == [".m.lock"]
+
+
+def test_build_refuses_a_foreign_directory(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="refusing to overwrite"):
+        tiny.build_tiny_model(tmp_path / "mine", warmup_steps=0)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_load_policy_builds_the_tiny_model_when_asked(tmp_path: Path) -> None:
+    cfg = {"name": "tiny", "path": str(tmp_path / "built"), "build": "tiny",
+           "build_seed": 1, "warmup_steps": 1, "dtype": "bfloat16",
+           "gradient_checkpointing": True, "max_seq_len": 64}
+    model, _ = load_policy(cfg, torch.device("cpu"))
+    info = json.loads((tmp_path / "built" / tiny.BUILD_INFO_FILE).read_text())["settings"]
+    assert (info["seed"], info["warmup_steps"]) == (1, 1)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert model.is_activation_checkpointing
+    assert not model.training
+
+
+def test_missing_model_path_says_how_to_set_it(tmp_path: Path) -> None:
+    cfg = {"name": "qwen2.5-math-1.5b", "path": str(tmp_path / "nowhere"), "build": None}
+    with pytest.raises(FileNotFoundError) as err:
+        load_policy(cfg, "cpu")
+    message = str(err.value)
+    assert "model.path" in message and str(tmp_path / "nowhere") in message
+    assert "model.path=/path/to/Qwen2.5-Math-1.5B" in message and "conf/local" in message
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ({"max_seq_len": 257}, r"model\.max_seq_len=257 exceeds the 256 positions"),
+        ({"dtype": "float64"}, r"unknown model\.dtype 'float64'"),
+        ({"build": "huge"}, r"unknown model\.build 'huge'"),
+    ],
+)
+def test_invalid_model_settings_name_the_key(
+    tiny_model_cfg: DictConfig, override: dict, match: str
+) -> None:
+    tiny_model_cfg.merge_with(override)
+    with pytest.raises(ValueError, match=match):
+        load_policy(tiny_model_cfg, "cpu")
