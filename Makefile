@@ -32,8 +32,8 @@ demo: $(STAMP) ## run the CPU demo sweep (tiny model, toy task) and plot it
 sweep: $(STAMP) ## run a sweep: make sweep ARGS="off_policy.epochs=1,2 model=tiny data=toy rollout=hf"
 	$(PY) launch.py -m $(ARGS)
 
-plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP=path for another)
-	$(PY) -m analysis plots $(if $(SWEEP),--sweep $(SWEEP))
+plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...]" to choose and overlay)
+	$(PY) -m analysis plots $(foreach s,$(SWEEP),--sweep $(s))
 
 test: $(STAMP) ## run the whole test suite (slow and SLURM tests included)
 	$(PY) -m pytest -q

@@ -25,6 +25,8 @@ class HealthMonitor:
         for key in ("train/loss", "train/grad_norm"):
             if key in metrics and not math.isfinite(metrics[key]):
                 return "diverged", f"{key} is {metrics[key]}"
+        if metrics.get("train/nonfinite_weights"):
+            return "diverged", "the policy weights hold NaN or inf after the optimizer step"
         if self.patience <= 0:
             return None
         self.zero_reward_streak = self.zero_reward_streak + 1 if metrics["train/reward_mean"] == 0 else 0

@@ -44,7 +44,7 @@ from grpo.preemption import PreemptionWatcher
 from grpo.prompts import format_prompt, load_prompt_template
 from grpo.rewards import REWARD_FNS
 from grpo.rollout import build_engine
-from grpo.rollout.base import Rollout, SamplingSettings
+from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
 from grpo.run_files import MetricsLog, read_status, write_status
 from grpo.tokenization import tokenize_prompt_and_output
 from grpo.tracking import Tracker
@@ -327,7 +327,7 @@ class GRPOTrainer:
                             normalize_constant=cfg.sampling.max_new_tokens,
                             batch_response_tokens=batch_tokens,
                         )
-                        step_loss += float(loss)
+                        step_loss += loss.item()
                         add("train/entropy", masked_mean(out["token_entropy"].detach(), mb["response_mask"]))
                         for key in ("mean_ratio", "clip_fraction", "approx_kl"):
                             if key in meta:
@@ -349,8 +349,10 @@ class GRPOTrainer:
                     self.scheduler.step()
                     self.optimizer.zero_grad(set_to_none=True)
                     optimizer_steps += 1
-        metrics = {k: float(np.mean(v)) for k, v in stats.items()}
         self.optimizer_steps += optimizer_steps
+        finite = all(bool(p.isfinite().all()) for p in self.policy.parameters())
+        stats["train/nonfinite_weights"] = [0.0 if finite else 1.0]
+        metrics = {k: float(np.mean(v)) for k, v in stats.items()}
         metrics["train/optimizer_steps_this_grpo_step"] = float(optimizer_steps)
         metrics["train/optimizer_steps"] = float(self.optimizer_steps)
         metrics.setdefault("train/mean_ratio", 1.0)
@@ -390,7 +392,12 @@ class GRPOTrainer:
         for step in range(self.start_step, n_steps):
             timer = PhaseTimer(self.device)
             step_start = time.perf_counter()
-            prompts, rollouts, truths = self._rollout(step, timer)
+            try:
+                prompts, rollouts, truths = self._rollout(step, timer)
+            except NonFiniteLogitsError as err:
+                self._status("diverged", last_step, reason=f"{err} (sampling step {step})")
+                log.warning(f"run stopped at step {step}: diverged ({err})")
+                break
             batch, metrics = self._score(prompts, rollouts, truths, step, timer)
             metrics.update(self._old_log_probs(batch, rollouts, timer))
             metrics.update(self._train(batch, timer))
@@ -400,8 +407,11 @@ class GRPOTrainer:
                 timer.metrics["time/weight_sync_s"] += initial_sync_s
             stop = self.health.check(metrics)
             if stop is None and (step % cfg.eval.eval_every == 0 or step == n_steps - 1):
-                with timer.phase("eval"):
-                    metrics.update(self._evaluate(step))
+                try:
+                    with timer.phase("eval"):
+                        metrics.update(self._evaluate(step))
+                except NonFiniteLogitsError as err:
+                    stop = ("diverged", f"{err} (evaluation after step {step})")
             eval_total += timer.metrics.get("time/eval_s", 0.0)
             now = time.perf_counter()
             n_tokens = sum(len(r.token_ids) for r in rollouts)

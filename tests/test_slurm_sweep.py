@@ -56,10 +56,10 @@ def test_two_by_two_sweep_completes(tmp_path: Path, tiny_model_dir: Path) -> Non
 
 
 def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
-    """A 1-minute job running ~2 minutes: signalled, checkpointed, requeued, resumed, finished."""
+    """A 1-minute job whose run needs longer: signalled, checkpointed, requeued, resumed, finished."""
     require_cluster()
     out = slurm_sweep(
-        tmp_path, tiny_model_dir, "n_grpo_steps=160", "rollout_batch_size=256",
+        tmp_path, tiny_model_dir, "n_grpo_steps=300", "rollout_batch_size=256",
         "train_batch_size=256", "eval.eval_every=40", "checkpoint.checkpoint_every=1000",
         "cluster.time_limit_min=1", "hydra.launcher.signal_delay_s=15",
         "hydra.launcher.max_num_timeout=12", timeout=1800,
@@ -69,7 +69,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
     status = json.loads((run / "status.json").read_text())
     print(f"\nrequeued run: {status['restarts']} restarts, status {status['status']}")
     assert status["status"] == "completed" and status["restarts"] >= 1
-    assert logged_steps(run) == list(range(160))
+    assert logged_steps(run) == list(range(300))
     assert not (run / "metrics.discarded.jsonl").exists(), "every stop was a clean checkpoint"
 
 

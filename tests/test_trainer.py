@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -81,11 +80,10 @@ def test_nan_stops_the_run_as_diverged(tiny_model_dir: Path, tmp_path: Path) -> 
                      "optimizer.max_grad_norm=null", "eval.eval_every=100")
     status = train(cfg, tmp_path)
     assert status["status"] == "diverged", status
-    assert "is nan" in status["reason"] or "is inf" in status["reason"]
     records = read_metrics(tmp_path)
-    assert records[-1]["step"] == status["last_step"] < 4
-    assert not math.isfinite(float(records[-1]["train/loss"])) or not math.isfinite(
-        float(records[-1]["train/grad_norm"]))
+    # one update of size 1e30 blows the weights up; the next sampling meets NaN logits
+    assert status["last_step"] == records[-1]["step"] == 0
+    assert status["reason"] == "the policy's logits hold NaN or inf (evaluation after step 0)"
 
 
 def test_zero_reward_streak_stops_the_run_as_collapsed(tiny_model_dir: Path, tmp_path: Path) -> None:

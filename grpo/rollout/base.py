@@ -13,6 +13,10 @@ from dataclasses import dataclass
 import torch
 
 
+class NonFiniteLogitsError(RuntimeError):
+    """The policy produced NaN/inf logits while sampling: its weights have diverged."""
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """How responses are sampled.

@@ -41,7 +41,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from grpo.rollout.base import Rollout, RolloutEngine, SamplingSettings
+from grpo.rollout.base import NonFiniteLogitsError, Rollout, RolloutEngine, SamplingSettings
 
 
 class HFRolloutEngine(RolloutEngine):
@@ -181,6 +181,8 @@ class _SampledTokenLogProbs(LogitsProcessor):
         if self._pending is not None:
             self._steps.append(self._pending.gather(1, input_ids[:, -1:]).squeeze(1))
         self._pending = torch.log_softmax(scores.float(), dim=-1)
+        if torch.isnan(self._pending).any():
+            raise NonFiniteLogitsError("the policy's logits hold NaN or inf")
         return scores
 
     def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
