@@ -122,11 +122,12 @@ def _stop_markers(collection: Collection, metric: str, x: str, scale: float) -> 
     unstable = collection.runs[collection.runs["status"].isin(UNSTABLE_STATUSES)]
     markers = []
     for run in unstable.to_dict("records"):
-        rows = steps[(steps["run_id"] == run["run_id"]) & steps[metric].notna()]
-        if len(rows):
-            last = rows.iloc[-1]
+        rows = steps[steps["run_id"] == run["run_id"]]
+        known = rows[rows[metric].notna()]
+        if len(known):
+            # at the step the run stopped, at the last value the metric had
             markers.append(Marker(run["run_id"], run[LABEL], run["status"],
-                                  float(last[x]) / scale, float(last[metric])))
+                                  float(rows.iloc[-1][x]) / scale, float(known.iloc[-1][metric])))
     return markers
 
 

@@ -75,16 +75,15 @@ def main() -> None:
     if args.overrides:
         print("overrides: " + " ".join(args.overrides))
     rest = records[1:] or records
-    print(f"{'phase':<16}{'first step s':>14}{'median s':>12}{'mean s':>10}{'share':>8}")
-    total = statistics.mean(r["time/step_s"] for r in rest)
+    print(f"{'phase':<16}{'first step s':>14}{'median s':>12}{'mean s':>10}{'share':>8}  (steps)")
+    total = sum(r["time/step_s"] for r in rest)
     for phase in PHASES + ("step",):
         key = f"time/{phase}_s"
         values = [r[key] for r in rest if key in r]
         if not values:
             continue
-        mean = statistics.mean(values)
         print(f"{phase:<16}{records[0].get(key, 0.0):>14.4f}{statistics.median(values):>12.4f}"
-              f"{mean:>10.4f}{mean / total:>8.1%}")
+              f"{statistics.mean(values):>10.4f}{sum(values) / total:>8.1%}  ({len(values)})")
     tokens = statistics.median(r["throughput/rollout_tokens_per_s"] for r in rest)
     print(f"rollout throughput (median): {tokens:,.0f} tokens/s; "
           f"mean response length {statistics.mean(r['train/mean_response_length'] for r in rest):.1f}")

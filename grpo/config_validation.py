@@ -12,9 +12,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
+from grpo.losses import LOSS_TYPES
+from grpo.train_step import LENGTH_NORMALIZATIONS
+
+# losses that ignore the probability ratio pi / pi_old
 RATIO_FREE_LOSSES = ("no_baseline", "reinforce_with_baseline")
-LENGTH_NORMALIZATIONS = ("mean", "constant", "microbatch", "token")
 LOW_TEMPERATURE = 0.3
 
 

@@ -27,7 +27,7 @@ def evaluate(
     """
     rollouts = [group[0] for group in engine.generate(list(prompts), 1, sampling)]
     samples = []
-    for example, prompt, rollout in zip(examples, prompts, rollouts):
+    for example, prompt, rollout in zip(examples, prompts, rollouts, strict=True):
         scores = reward_fn(rollout.text, example.answer)
         samples.append(
             {"prompt": prompt, "response": rollout.text, "ground_truth": example.answer,

@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo.advantages import compute_group_normalized_rewards
 from grpo.checkpoint import CheckpointManager, TrainerState, rng_state, set_rng_state
+from grpo.config_validation import RATIO_FREE_LOSSES
 from grpo.data import Example, PromptSampler, load_examples
 from grpo.evaluation import evaluate, save_samples
 from grpo.health import HealthMonitor
@@ -51,7 +52,6 @@ from grpo.tracking import Tracker
 from grpo.train_step import grpo_microbatch_train_step
 
 log = logging.getLogger(__name__)
-RATIO_LOSSES = ("grpo_clip", "grpo_no_clip")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -155,7 +155,7 @@ class GRPOTrainer:
         self.loss_type = cfg.loss.name
         self.epochs = int(cfg.off_policy.epochs)
         self.needs_old_log_probs = (
-            self.loss_type in RATIO_LOSSES or self.epochs > 1 or cfg.rollout.engine == "vllm"
+            self.loss_type not in RATIO_FREE_LOSSES or self.epochs > 1 or cfg.rollout.engine == "vllm"
         )
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.metrics_log = MetricsLog(run_dir)

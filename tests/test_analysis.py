@@ -192,9 +192,10 @@ def test_every_panel_plots_the_collected_series(figures: dict, coll: Collection)
 def test_unstable_runs_are_marked_where_they_stopped(figures: dict) -> None:
     marks = {(m.run_id[-1], m.status, m.x): m.y
              for m in figures["eval_reward"].panels["step"].markers}
-    assert marks == pytest.approx({("2", "diverged", 3): 0.56, ("7", "collapsed", 3): 0.16})
+    # x: the last logged step (run 2 logged step 4 after its last eval at 3); y: the last eval
+    assert marks == pytest.approx({("2", "diverged", 4): 0.56, ("7", "collapsed", 3): 0.16})
     clock = {m.run_id[-1]: m.x for m in figures["eval_reward"].panels["wall_clock"].markers}
-    assert clock == pytest.approx({"2": 120 / 60, "7": 120 / 60})
+    assert clock == pytest.approx({"2": 150 / 60, "7": 120 / 60})  # 30 s per step, 5 and 4 steps
     panel = figures["training"].panels["train/entropy"]
     entropy = {(m.run_id[-1], m.x): m.y for m in panel.markers}
     assert entropy == pytest.approx({("2", 4): 0.8, ("7", 3): 0.85})

@@ -56,7 +56,6 @@ class Rollout:
 class RolloutEngine(ABC):
     """Samples responses from the policy; holds its own copy of the weights where it needs one."""
 
-    @abstractmethod
     def generate(
         self, prompts: Sequence[str], n: int, sampling: SamplingSettings
     ) -> list[list[Rollout]]:
@@ -64,6 +63,15 @@ class RolloutEngine(ABC):
 
         Returns a list of len(prompts) groups, each a list of `n` Rollouts, in prompt order.
         """
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if not prompts:
+            return []
+        return self._generate(list(prompts), n, sampling)
+
+    @abstractmethod
+    def _generate(self, prompts: list[str], n: int, sampling: SamplingSettings) -> list[list[Rollout]]:
+        """`generate` for a non-empty prompt list and n >= 1."""
 
     @abstractmethod
     def sync_weights(self, policy: torch.nn.Module) -> None:

@@ -75,14 +75,10 @@ class HFRolloutEngine(RolloutEngine):
         """Sample from `policy` from now on; the weights are shared, so nothing is copied."""
         self.policy = policy
 
-    def generate(
-        self, prompts: Sequence[str], n: int, sampling: SamplingSettings
+    def _generate(
+        self, prompts: list[str], n: int, sampling: SamplingSettings
     ) -> list[list[Rollout]]:
         """Sample `n` responses per prompt; returns len(prompts) groups of `n` Rollouts."""
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        if not prompts:
-            return []
         prompt_ids = self.tokenizer(list(prompts))["input_ids"]
         for ids in prompt_ids:
             if len(ids) >= self.max_model_len:

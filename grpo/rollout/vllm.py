@@ -214,14 +214,10 @@ class VLLMRolloutEngine(RolloutEngine):
             max_model_len=max_model_len,
         )
 
-    def generate(
-        self, prompts: Sequence[str], n: int, sampling: SamplingSettings
+    def _generate(
+        self, prompts: list[str], n: int, sampling: SamplingSettings
     ) -> list[list[Rollout]]:
         """Sample `n` responses per prompt; returns len(prompts) groups of `n` Rollouts."""
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        if not prompts:
-            return []
         if self.sleep_level == 2 and "weights" in self._sleeping:
             raise RuntimeError(
                 "the vLLM engine dropped its weights at sleep level 2; call sync_weights before "

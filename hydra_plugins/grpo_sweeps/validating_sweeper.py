@@ -15,7 +15,6 @@ from typing import Any
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import filter_overrides
-from omegaconf import DictConfig
 
 from grpo.config_validation import check_config
 from grpo.sweep.job import describe_job
