@@ -106,8 +106,9 @@ class RolloutBatch:
     old_log_probs: torch.Tensor | None = None
 
     def rows(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The tensors of rows `index`, trimmed to their longest sequence."""
-        length = int(self.response_mask[index].nonzero()[:, 1].max()) + 1
+        """The tensors of rows `index`, trimmed after their last response token."""
+        columns = self.response_mask[index].any(dim=0).nonzero()
+        length = int(columns[-1]) + 1 if len(columns) else self.response_mask.shape[1]
         picked = {
             "input_ids": self.input_ids[index, :length],
             "labels": self.labels[index, :length],

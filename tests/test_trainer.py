@@ -108,3 +108,22 @@ def test_default_toy_run_learns(tiny_model_dir: Path, tmp_path: Path) -> None:
           f"({cfg.n_grpo_steps} steps)")
     assert status["status"] == "completed"
     assert last - first >= 0.5
+
+
+def test_micro_batch_rows_are_trimmed_after_the_last_response_token() -> None:
+    import torch
+
+    from grpo.trainer import RolloutBatch
+
+    mask = torch.tensor([[0, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0]], dtype=torch.float32)
+    batch = RolloutBatch(
+        input_ids=torch.arange(18).view(3, 6), labels=torch.arange(18).view(3, 6), response_mask=mask,
+        advantages=torch.tensor([1.0, -1.0, 0.0]), raw_rewards=torch.tensor([1.0, 0.0, 0.0]),
+        order=torch.tensor([2, 0, 1]),
+    )
+    assert batch.rows(torch.tensor([0]))["input_ids"].shape == (1, 3)
+    both = batch.rows(torch.tensor([1, 0]))
+    assert both["labels"].tolist() == [[6, 7, 8, 9, 10], [0, 1, 2, 3, 4]]
+    assert both["advantages"].tolist() == [[-1.0], [1.0]]
+    # an empty response (e.g. only special tokens were sampled) keeps the full width, no crash
+    assert batch.rows(torch.tensor([2]))["response_mask"].shape == (1, 6)

@@ -26,15 +26,15 @@ class ValidatingSweeper(BasicSweeper):
     def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None):
         super().__init__(max_batch_size=max_batch_size, params=params)
 
-    def _all_jobs(self, arguments: list[str]) -> list[Sequence[str]]:
-        params_conf = self._parse_config() + list(arguments)
+    def _all_jobs(self, arguments: list[str]) -> tuple[list[Sequence[str]], set[str]]:
+        """Every job's override list, and the keys that take several values."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        overrides = parser.parse_overrides(params_conf)
-        return [job for batch in self.split_arguments(overrides, None) for job in batch]
+        overrides = parser.parse_overrides(self._parse_config() + list(arguments))
+        swept = {o.get_key_element() for o in overrides if o.is_sweep_override()}
+        return [job for batch in self.split_arguments(overrides, None) for job in batch], swept
 
     def sweep(self, arguments: list[str]) -> Any:
-        jobs = self._all_jobs(arguments)
-        swept = {o.split("=", 1)[0] for o in self._parse_config() + list(arguments) if "," in o}
+        jobs, swept = self._all_jobs(arguments)
         bad, lines = [], []
         for num, overrides in enumerate(jobs):
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
