@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,11 @@ def slurm_sweep(tmp_path: Path, tiny_model_dir: Path, *overrides: str, timeout: 
     )
 
 
-def job_ids() -> set[str]:
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], capture_output=True, text=True)
-    return set(out.stdout.split())
+def jobs_named(name: str) -> list[str]:
+    """SLURM jobs (any state still known to slurmctld) with this job name."""
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-n", name, "-o", "%i"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.split()
 
 
 def run_dirs(tmp_path: Path) -> list[Path]:
@@ -75,10 +78,11 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
 
 def test_invalid_job_is_refused_before_sbatch(tmp_path: Path, tiny_model_dir: Path) -> None:
     require_cluster()
-    before = job_ids()
-    out = slurm_sweep(tmp_path, tiny_model_dir, "train_batch_size=64,100", timeout=300)
+    name = f"grpo-invalid-{uuid.uuid4().hex[:8]}"  # other sweeps may share the cluster
+    out = slurm_sweep(tmp_path, tiny_model_dir, "train_batch_size=64,100",
+                      f"hydra.launcher.name={name}", timeout=300)
     assert out.returncode == 2
     assert "1 of 2 jobs are invalid; nothing was submitted" in out.stderr
     assert "rollout_batch_size=64 must be divisible by train_batch_size=100" in out.stderr
-    assert job_ids() == before
+    assert jobs_named(name) == []
     assert not list(tmp_path.rglob(".submitit"))
