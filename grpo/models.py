@@ -25,6 +25,12 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # 4.x writes the first, 5.x the second. AutoTokenizer would instead pick the tokenizer class of the
 # model type in config.json (Qwen2Tokenizer for the tiny Qwen2), which mangles a char tokenizer.
 GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
+# model config key -> grpo.tiny.build_tiny_model argument, for `build: tiny`
+TINY_BUILD_KEYS = {
+    "build_seed": "seed",
+    "warmup_steps": "warmup_steps",
+    "warmup_target_accuracy": "warmup_target_accuracy",
+}
 
 
 def load_policy(
@@ -35,9 +41,9 @@ def load_policy(
     model_cfg keys (an OmegaConf DictConfig or any mapping):
       name: label of the model (only used in messages).
       path: local directory with config.json, weights and tokenizer files.
-      build: null (load `path` as is) or `tiny` (first build the tiny model into `path` with
-        `grpo.tiny.build_tiny_model`, seeded by `build_seed` (default 0) and warmed up for
-        `warmup_steps` (default 30); an existing identical build is reused).
+      build: null (load `path` as is) or `tiny` (first build the tiny model into `path`, see
+        `resolve_model_path`; an existing identical build is reused, one with other settings
+        is replaced).
       dtype: parameter dtype, `float32` | `bfloat16` | `float16`.
       attn_implementation: null (transformers' default, sdpa) | `sdpa` | `flash_attention_2` |
         `eager`.
@@ -52,29 +58,7 @@ def load_policy(
     has a pad token: its own, or else EOS reused as pad (see `tokenizer_pad_id`).
     """
     name = model_cfg.get("name", "model")
-    path_value = model_cfg.get("path")
-    if path_value is None:
-        raise ValueError(f"model.path is not set for {name!r}; set model.path=/path/to/model "
-                         "(or in conf/local/default.yaml)")
-    path = Path(str(path_value)).expanduser()
-    build = model_cfg.get("build")
-    if build == "tiny":
-        from grpo.tiny import build_tiny_model
-
-        path = build_tiny_model(
-            path,
-            seed=model_cfg.get("build_seed", 0),
-            warmup_steps=model_cfg.get("warmup_steps", 30),
-        )
-    elif build is not None:
-        raise ValueError(f"unknown model.build {build!r}; expected null or 'tiny'")
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(
-            f"model.path: no model (config.json) at {path} for {name!r}. Point model.path at a "
-            "local copy of the model, e.g. model.path=/path/to/Qwen2.5-Math-1.5B on the command "
-            "line, in conf/local/default.yaml, or via GRPO_MODEL_PATH; nothing is downloaded"
-        )
-
+    path = resolve_model_path(model_cfg)
     dtype_name = model_cfg.get("dtype", "float32")
     if dtype_name not in DTYPES:
         raise ValueError(f"unknown model.dtype {dtype_name!r}; expected one of {sorted(DTYPES)}")
@@ -102,6 +86,38 @@ def load_policy(
     tokenizer = load_tokenizer(path)
     model.generation_config.pad_token_id = tokenizer_pad_id(tokenizer)
     return model.to(device).eval(), tokenizer
+
+
+def resolve_model_path(model_cfg: Mapping[str, Any]) -> Path:
+    """The directory of the model `model_cfg` describes, built first if `build` is `tiny`.
+
+    Keys read: name, path, build, and for `build: tiny` the build settings (config key ->
+    `grpo.tiny.build_tiny_model` argument): build_seed -> seed, warmup_steps,
+    warmup_target_accuracy; missing ones take build_tiny_model's defaults.
+
+    Raises FileNotFoundError (naming `model.path` and how to set it) when there is no
+    config.json in the directory, ValueError for an unset path or an unknown `build`.
+    """
+    name = model_cfg.get("name", "model")
+    if model_cfg.get("path") is None:
+        raise ValueError(f"model.path is not set for {name!r}; set model.path=/path/to/model "
+                         "(or in conf/local/default.yaml)")
+    path = Path(str(model_cfg["path"])).expanduser()
+    build = model_cfg.get("build")
+    if build == "tiny":
+        from grpo.tiny import build_tiny_model
+
+        settings = {arg: model_cfg[key] for key, arg in TINY_BUILD_KEYS.items() if key in model_cfg}
+        path = build_tiny_model(path, **settings)
+    elif build is not None:
+        raise ValueError(f"unknown model.build {build!r}; expected null or 'tiny'")
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model.path: no model (config.json) at {path} for {name!r}. Point model.path at a "
+            "local copy of the model, e.g. model.path=/path/to/Qwen2.5-Math-1.5B on the command "
+            "line, in conf/local/default.yaml, or via GRPO_MODEL_PATH; nothing is downloaded"
+        )
+    return path
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:

@@ -6,9 +6,14 @@ EOS, with N = a + b. The model is a 2-layer, hidden-64 Qwen2 (124,672 parameters
 19-token vocabulary) saved with `save_pretrained`, so `grpo.models.load_policy` loads it through
 the same offline code path as Qwen2.5-Math-1.5B.
 
-Pure RL from random weights tends to settle on "always the most frequent sum" (reward 0.2), so
-the build ends with a short supervised warm-up on correct answers: afterwards the model answers
-in the right format but is mostly wrong (greedy accuracy well below 0.5), which leaves RL room.
+Pure RL from random weights settles on "always the most frequent sum" (reward 0.2), and so does
+RL from a model that has learned the format but not yet to look at the operands, which is where
+a fixed number of supervised steps leaves many seeds (the moment the model starts using the
+operands varies from ~15 to ~100 steps between seeds). So the build ends with a supervised
+warm-up on correct answers, with all sums equally frequent, that runs until the greedy accuracy
+first reaches 0.25 (at least 10 steps): the model then answers in the right format and has begun
+to condition on the operands, but is mostly wrong (greedy accuracy 0.28-0.32 over 16 seeds),
+which leaves RL room to raise it.
 
 The build is deterministic given its settings (same machine and torch version), idempotent, and
 safe when several processes build the same directory at once.
@@ -31,9 +36,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from grpo.data import Example, toy_examples
+from grpo.prompts import format_prompt, load_prompt_template
 
-# The prompt template the warm-up is trained on; conf's `toy` prompt must be the same text.
-TOY_PROMPT_TEMPLATE = "Q: {question} A:"
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
 PAD_TOKEN = "<pad>"
@@ -44,7 +48,7 @@ CHARACTERS = "0123456789+ QA:"
 # Written last into a finished build; holds the settings it was built with.
 BUILD_INFO_FILE = "tiny_build.json"
 # Bump when the architecture, tokenizer or warm-up recipe changes, so old caches are rebuilt.
-BUILD_FORMAT_VERSION = 1
+BUILD_FORMAT_VERSION = 2
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
@@ -94,8 +98,8 @@ def tiny_config(vocab_size: int) -> Qwen2Config:
 
 
 def toy_prompt(question: str) -> str:
-    """The toy prompt for a question such as `3+4`: `Q: 3+4 A:`."""
-    return TOY_PROMPT_TEMPLATE.format(question=question)
+    """The `toy` prompt (grpo/prompts/toy.prompt) for a question such as `3+4`: `Q: 3+4 A:`."""
+    return format_prompt(load_prompt_template("toy"), question)
 
 
 def toy_response(answer: str) -> str:
@@ -127,27 +131,50 @@ def _sft_batch(
 def warm_up(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerFast,
-    steps: int,
+    min_steps: int,
+    target_accuracy: float | None,
+    max_steps: int,
     seed: int,
     lr: float,
     batch_size: int,
     max_operand: int,
-) -> None:
-    """Supervised warm-up in place: `steps` AdamW steps of cross-entropy on correct toy responses
-    (`<answer>N</answer>` + EOS, prompt tokens masked), `batch_size` questions drawn uniformly
-    with replacement from all pairs a, b in 0..max_operand using a generator seeded with `seed`."""
-    pool = toy_examples(max_operand)
+) -> tuple[int, float]:
+    """Supervised warm-up in place: AdamW steps of cross-entropy on correct toy responses
+    (`<answer>N</answer>` + EOS, prompt tokens masked), each on `batch_size` questions a+b,
+    a, b in 0..max_operand, drawn with replacement by a generator seeded `seed`: first a sum,
+    uniformly, then a pair with that sum. Balanced sums give the rare answers (0, 2*max_operand)
+    as much probability as the common ones, so that RL can later find them by sampling.
+
+    Runs `min_steps` steps, then, unless `target_accuracy` is None, keeps going until
+    `greedy_accuracy` (checked after every step) reaches `target_accuracy`, `max_steps` at most.
+    Returns (steps taken, greedy accuracy at the end); the model is left in eval mode.
+    """
+    by_sum: dict[str, list[Example]] = {}
+    for example in toy_examples(max_operand):
+        by_sum.setdefault(example.answer, []).append(example)
+    sums = list(by_sum.values())
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    model.train()
-    for _ in range(steps):
-        picks = torch.randint(len(pool), (batch_size,), generator=generator).tolist()
-        input_ids, attention_mask, labels = _sft_batch(tokenizer, [pool[i] for i in picks])
+    steps = 0
+    accuracy = greedy_accuracy(model, tokenizer, max_operand)
+    while steps < min_steps or (
+        target_accuracy is not None and accuracy < target_accuracy and steps < max_steps
+    ):
+        model.train()
+        batch = []
+        for _ in range(batch_size):
+            same_sum = sums[int(torch.randint(len(sums), (), generator=generator))]
+            batch.append(same_sum[int(torch.randint(len(same_sum), (), generator=generator))])
+        input_ids, attention_mask, labels = _sft_batch(tokenizer, batch)
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    model.eval()
+        steps += 1
+        model.eval()
+        if steps >= min_steps:
+            accuracy = greedy_accuracy(model, tokenizer, max_operand)
+    return steps, accuracy
 
 
 @torch.no_grad()
@@ -170,7 +197,7 @@ def greedy_accuracy(
         do_sample=False,
         max_new_tokens=8,
         pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(ANSWER_CLOSE)],
     )
     texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
     responses = ["".join(text.partition(ANSWER_CLOSE)[:2]) for text in texts]
@@ -200,7 +227,9 @@ def _exclusive_lock(lock_path: Path):
 def build_tiny_model(
     out_dir: str | os.PathLike,
     seed: int = 0,
-    warmup_steps: int = 30,
+    warmup_steps: int = 10,
+    warmup_target_accuracy: float | None = 0.25,
+    warmup_max_steps: int = 300,
     warmup_lr: float = 3e-3,
     warmup_batch_size: int = 32,
     max_operand: int = 4,
@@ -208,21 +237,25 @@ def build_tiny_model(
     """Build the tiny model and tokenizer into `out_dir` (unless already there) and return it.
 
     seed: seeds the random initialisation and the warm-up's question draws.
-    warmup_steps / warmup_lr / warmup_batch_size: the supervised warm-up (see `warm_up`);
-      warmup_steps=0 leaves the random initialisation.
+    warmup_steps, warmup_target_accuracy, warmup_max_steps, warmup_lr, warmup_batch_size: the
+      supervised warm-up (see `warm_up`): at least warmup_steps steps, then on until the greedy
+      accuracy reaches warmup_target_accuracy (None: stop at warmup_steps), at most
+      warmup_max_steps. warmup_steps=0 with target None leaves the random initialisation.
     max_operand: warm-up questions are a+b with a, b in 0..max_operand.
 
     Idempotent: a directory holding a finished build with the same settings is returned as is.
     A finished build with other settings is replaced; any other non-empty directory raises
     FileExistsError. The build is written into a temporary sibling directory and renamed into
     place, under an exclusive file lock (`.<name>.lock` next to `out_dir`), so concurrent callers
-    build it once and never see a half-written directory. Takes about half a second.
+    build it once and never see a half-written directory. Takes 0.3-2 s on one CPU core.
     """
     out_dir = Path(out_dir).expanduser().resolve()
     settings = {
         "format_version": BUILD_FORMAT_VERSION,
         "seed": seed,
         "warmup_steps": warmup_steps,
+        "warmup_target_accuracy": warmup_target_accuracy,
+        "warmup_max_steps": warmup_max_steps,
         "warmup_lr": warmup_lr,
         "warmup_batch_size": warmup_batch_size,
         "max_operand": max_operand,
@@ -244,10 +277,9 @@ def build_tiny_model(
         # missing only between two renames
         retired = staging.with_name(staging.name.replace(".build-", ".old-"))
         try:
-            accuracy = _build_into(staging, settings)
-            (staging / BUILD_INFO_FILE).write_text(
-                json.dumps({"settings": settings, "greedy_accuracy": accuracy}, indent=2) + "\n"
-            )
+            steps, accuracy = _build_into(staging, settings)
+            info = {"settings": settings, "warmup_steps_taken": steps, "greedy_accuracy": accuracy}
+            (staging / BUILD_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
             if out_dir.exists():
                 os.rename(out_dir, retired)
             os.rename(staging, out_dir)
@@ -271,25 +303,26 @@ def _isolated_torch_state():
         torch.set_num_threads(threads)
 
 
-def _build_into(directory: Path, settings: dict[str, Any]) -> float:
-    """Initialise, warm up and save model + tokenizer into `directory`; returns the greedy
-    accuracy after the warm-up."""
+def _build_into(directory: Path, settings: dict[str, Any]) -> tuple[int, float]:
+    """Initialise, warm up and save model + tokenizer into `directory`; returns the warm-up's
+    (steps taken, greedy accuracy at the end)."""
     with _isolated_torch_state():
         tokenizer = build_tokenizer()
         torch.manual_seed(settings["seed"])
         model = Qwen2ForCausalLM(tiny_config(len(tokenizer))).float()
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.eos_token_id = tokenizer.eos_token_id
-        warm_up(
+        steps, accuracy = warm_up(
             model,
             tokenizer,
-            steps=settings["warmup_steps"],
+            min_steps=settings["warmup_steps"],
+            target_accuracy=settings["warmup_target_accuracy"],
+            max_steps=settings["warmup_max_steps"],
             seed=settings["seed"],
             lr=settings["warmup_lr"],
             batch_size=settings["warmup_batch_size"],
             max_operand=settings["max_operand"],
         )
-        accuracy = greedy_accuracy(model, tokenizer, settings["max_operand"])
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
-        return accuracy
+        return steps, accuracy

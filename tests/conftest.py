@@ -7,35 +7,31 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from grpo.tiny import build_tiny_model
+from grpo.models import resolve_model_path
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(__file__).parent / "data"
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def tiny_conf(path: Path) -> DictConfig:
+    """conf/model/tiny.yaml with `path` set: the tiny model exactly as `model=tiny` builds it."""
+    cfg = OmegaConf.load(ROOT / "conf" / "model" / "tiny.yaml")
+    cfg.path = str(path)
+    return cfg
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Directory of the tiny model built as conf/model/tiny.yaml builds it (its build_seed and
-    warmup_steps), shared by the whole session; treat it as read-only."""
-    conf = OmegaConf.load(CONF_DIR / "model" / "tiny.yaml")
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny") / "tiny-qwen2",
-        seed=conf.build_seed, warmup_steps=conf.warmup_steps,
-    )
+    """Directory of the tiny model built with conf/model/tiny.yaml's settings, shared by the
+    whole session; treat it as read-only. A `model=tiny model.path=<this dir>` config finds its
+    own build there and reuses it."""
+    return resolve_model_path(tiny_conf(tmp_path_factory.mktemp("tiny") / "tiny-qwen2"))
 
 
 @pytest.fixture
 def tiny_model_cfg(tiny_model_dir: Path) -> DictConfig:
-    """A `model` config (as in conf/model/tiny.yaml) that loads the session's tiny model."""
-    return OmegaConf.create({
-        "name": "tiny",
-        "path": str(tiny_model_dir),
-        "build": None,
-        "dtype": "float32",
-        "attn_implementation": None,
-        "gradient_checkpointing": False,
-        "max_seq_len": 64,
-    })
+    """conf/model/tiny.yaml with `path` pointing at the session's tiny model."""
+    return tiny_conf(tiny_model_dir)
 
 
 @pytest.fixture

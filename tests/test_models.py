@@ -16,7 +16,6 @@ from transformers import PreTrainedTokenizerFast
 from grpo import tiny
 from grpo.data import toy_examples
 from grpo.models import load_policy, load_tokenizer, tokenizer_pad_id
-from grpo.prompts import load_prompt_template
 
 WELL_FORMED = re.compile(r"<answer>(\d+)</answer>")
 
@@ -44,10 +43,7 @@ def test_tiny_tokenizer_round_trip(tiny_model_dir: Path) -> None:
     assert tokenizer.decode(padded, skip_special_tokens=True) == text
     assert tokenizer.padding_side == "left"
     assert tokenizer_pad_id(tokenizer) == 0 and tokenizer.eos_token_id == 1
-
-
-def test_warm_up_uses_the_toy_prompt_template() -> None:
-    assert load_prompt_template("toy") == tiny.TOY_PROMPT_TEMPLATE
+    assert tiny.toy_prompt("3+4") == "Q: 3+4 A:"
 
 
 def test_warmed_up_model_answers_well_formed_but_mostly_wrong(
@@ -63,32 +59,46 @@ def test_warmed_up_model_answers_well_formed_but_mostly_wrong(
 
     accuracy = tiny.greedy_accuracy(model, tokenizer)
     print(f"tiny model greedy accuracy after warm-up: {accuracy:.2f}")
-    recorded = json.loads((tiny_model_dir / tiny.BUILD_INFO_FILE).read_text())["greedy_accuracy"]
-    assert accuracy == pytest.approx(recorded)
-    # well-formed but mostly wrong, so that RL can raise the reward by >= 0.5
-    assert 0.0 < accuracy < 0.5
+    info = json.loads((tiny_model_dir / tiny.BUILD_INFO_FILE).read_text())
+    assert accuracy == pytest.approx(info["greedy_accuracy"])
+    # warmed up until it starts to use the operands, but mostly wrong: RL has room to improve
+    settings = info["settings"]
+    assert settings["warmup_steps"] <= info["warmup_steps_taken"] < settings["warmup_max_steps"]
+    assert settings["warmup_target_accuracy"] <= accuracy < 0.5
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_warm_up_stops_soon_after_the_model_starts_using_the_operands(
+    tmp_path: Path, seed: int
+) -> None:
+    model_dir = tiny.build_tiny_model(tmp_path / "m", seed=seed)
+    info = json.loads((model_dir / tiny.BUILD_INFO_FILE).read_text())
+    # measured over 16 seeds: 0.28-0.32 after 15-106 steps
+    assert 0.25 <= info["greedy_accuracy"] <= 0.36
+    assert 10 <= info["warmup_steps_taken"] < 300
 
 
 def test_random_init_is_not_well_formed(tmp_path: Path) -> None:
-    model_dir = tiny.build_tiny_model(tmp_path / "raw", warmup_steps=0)
+    model_dir = tiny.build_tiny_model(tmp_path / "raw", warmup_steps=0, warmup_target_accuracy=None)
     model, tokenizer = load_policy({"path": str(model_dir)}, "cpu")
     assert tiny.greedy_accuracy(model, tokenizer) == 0.0
 
 
 def test_build_is_deterministic_and_idempotent(tmp_path: Path) -> None:
-    first = tiny.build_tiny_model(tmp_path / "a", seed=3, warmup_steps=2)
-    second = tiny.build_tiny_model(tmp_path / "b", seed=3, warmup_steps=2)
-    other_seed = tiny.build_tiny_model(tmp_path / "c", seed=4, warmup_steps=2)
+    fixed = {"warmup_steps": 2, "warmup_target_accuracy": None}
+    first = tiny.build_tiny_model(tmp_path / "a", seed=3, **fixed)
+    second = tiny.build_tiny_model(tmp_path / "b", seed=3, **fixed)
+    other_seed = tiny.build_tiny_model(tmp_path / "c", seed=4, **fixed)
     weights = [load_file(d / "model.safetensors") for d in (first, second, other_seed)]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert not all(torch.equal(weights[0][k], weights[2][k]) for k in weights[0])
 
     stamp = (first / "model.safetensors").stat().st_mtime_ns
-    assert tiny.build_tiny_model(first, seed=3, warmup_steps=2) == first
+    assert tiny.build_tiny_model(first, seed=3, **fixed) == first
     assert (first / "model.safetensors").stat().st_mtime_ns == stamp
     # other settings replace a previous build in place
-    tiny.build_tiny_model(first, seed=3, warmup_steps=1)
-    assert json.loads((first / tiny.BUILD_INFO_FILE).read_text())["settings"]["warmup_steps"] == 1
+    tiny.build_tiny_model(first, seed=3, warmup_steps=1, warmup_target_accuracy=None)
+    assert json.loads((first / tiny.BUILD_INFO_FILE).read_text())["warmup_steps_taken"] == 1
     assert not [p for p in tmp_path.iterdir() if ".build-" in p.name]  # no staging left over
 
 
@@ -106,7 +116,10 @@ def test_concurrent_builds_of_one_directory_build_once(
     target = tmp_path / "shared"
     # flock locks belong to open file descriptions, so threads contend like processes do
     with ThreadPoolExecutor(max_workers=3) as pool:
-        paths = list(pool.map(lambda _: tiny.build_tiny_model(target, warmup_steps=1), range(3)))
+        paths = list(pool.map(
+            lambda _: tiny.build_tiny_model(target, warmup_steps=1, warmup_target_accuracy=None),
+            range(3),
+        ))
     assert paths == [target.resolve()] * 3
     assert len(builds) == 1
     assert (target / "model.safetensors").is_file()
@@ -118,7 +131,7 @@ def test_build_leaves_the_callers_torch_state_alone(tmp_path: Path) -> None:
     expected = torch.rand(3)
     torch.manual_seed(123)
     threads = torch.get_num_threads()
-    tiny.build_tiny_model(tmp_path / "m", warmup_steps=1)
+    tiny.build_tiny_model(tmp_path / "m", warmup_steps=1, warmup_target_accuracy=None)
     assert torch.equal(torch.rand(3), expected)
     assert torch.get_num_threads() == threads
 
@@ -146,11 +159,11 @@ def test_build_refuses_a_foreign_directory(tmp_path: Path) -> None:
 
 def test_load_policy_builds_the_tiny_model_when_asked(tmp_path: Path) -> None:
     cfg = {"name": "tiny", "path": str(tmp_path / "built"), "build": "tiny",
-           "build_seed": 1, "warmup_steps": 1, "dtype": "bfloat16",
+           "build_seed": 1, "warmup_steps": 1, "warmup_target_accuracy": None, "dtype": "bfloat16",
            "gradient_checkpointing": True, "max_seq_len": 64}
     model, _ = load_policy(cfg, torch.device("cpu"))
-    info = json.loads((tmp_path / "built" / tiny.BUILD_INFO_FILE).read_text())["settings"]
-    assert (info["seed"], info["warmup_steps"]) == (1, 1)
+    info = json.loads((tmp_path / "built" / tiny.BUILD_INFO_FILE).read_text())
+    assert (info["settings"]["seed"], info["warmup_steps_taken"]) == (1, 1)
     assert next(model.parameters()).dtype == torch.bfloat16
     assert model.is_activation_checkpointing
     assert not model.training
