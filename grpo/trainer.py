@@ -351,8 +351,8 @@ class GRPOTrainer:
                     self.optimizer.zero_grad(set_to_none=True)
                     optimizer_steps += 1
         self.optimizer_steps += optimizer_steps
-        finite = all(bool(p.isfinite().all()) for p in self.policy.parameters())
-        stats["train/nonfinite_weights"] = [0.0 if finite else 1.0]
+        finite = torch.stack([p.isfinite().all() for p in self.policy.parameters()]).all()
+        stats["train/nonfinite_weights"] = [0.0 if bool(finite) else 1.0]
         metrics = {k: float(np.mean(v)) for k, v in stats.items()}
         metrics["train/optimizer_steps_this_grpo_step"] = float(optimizer_steps)
         metrics["train/optimizer_steps"] = float(self.optimizer_steps)

@@ -23,9 +23,6 @@ from grpo.sweep.job import describe_job
 class ValidatingSweeper(BasicSweeper):
     """BasicSweeper that validates all jobs first; see the module docstring."""
 
-    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None):
-        super().__init__(max_batch_size=max_batch_size, params=params)
-
     def _all_jobs(self, arguments: list[str]) -> tuple[list[Sequence[str]], set[str]]:
         """Every job's override list, and the keys that take several values."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
