@@ -302,6 +302,14 @@ class GRPOTrainer:
                 diffs.append((trainer[:n] - engine[:n]).abs().mean().item())
         return {"rollout/engine_logprob_abs_diff": float(np.mean(diffs))} if diffs else {}
 
+    def _optimizer_step_rows(self, batch: RolloutBatch) -> Iterator[torch.Tensor]:
+        """The rows of each optimizer step of the training phase, epoch after epoch: epochs passes
+        over `batch.order` in slices of train_batch_size."""
+        size = self.cfg.train_batch_size
+        for _epoch in range(self.epochs):
+            for start in range(0, len(batch.order), size):
+                yield batch.order[start : start + size]
+
     def _train(self, batch: RolloutBatch, timer: PhaseTimer) -> dict[str, float]:
         cfg = self.cfg
         gas = cfg.train_batch_size // cfg.micro_batch_size
@@ -311,45 +319,45 @@ class GRPOTrainer:
         optimizer_steps = 0
         self.policy.train()
         with timer.phase("train"):
-            for _epoch in range(self.epochs):
-                for start in range(0, len(batch.order), cfg.train_batch_size):
-                    rows = batch.order[start : start + cfg.train_batch_size]
-                    batch_tokens = float(batch.response_mask[rows].sum())
-                    step_loss = 0.0
-                    for mb in self._micro_batches(batch, rows):
-                        out = get_response_log_probs(
-                            self.policy, mb["input_ids"], mb["labels"], return_token_entropy=True
-                        )
-                        loss, meta = grpo_microbatch_train_step(
-                            out["log_probs"], mb["response_mask"], gas, self.loss_type,
-                            raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
-                            old_log_probs=mb.get("old_log_probs"), cliprange=cfg.loss.cliprange,
-                            length_normalization=cfg.normalization.name,
-                            normalize_constant=cfg.sampling.max_new_tokens,
-                            batch_response_tokens=batch_tokens,
-                        )
-                        step_loss += loss.item()
-                        add("train/entropy", masked_mean(out["token_entropy"].detach(), mb["response_mask"]))
-                        for key in ("mean_ratio", "clip_fraction", "approx_kl"):
-                            if key in meta:
-                                add(f"train/{key}", meta[key])
-                        if first_microbatch:
-                            stats["train/mean_ratio_first_microbatch"] = [float(meta.get("mean_ratio", 1.0))]
-                            first_microbatch = False
-                    max_norm = cfg.optimizer.max_grad_norm
-                    grad_norm = torch.nn.utils.clip_grad_norm_(
-                        self.policy.parameters(), max_norm if max_norm is not None else math.inf
+            for rows in self._optimizer_step_rows(batch):
+                batch_tokens = float(batch.response_mask[rows].sum())
+                step_loss = 0.0
+                for mb in self._micro_batches(batch, rows):
+                    out = get_response_log_probs(
+                        self.policy, mb["input_ids"], mb["labels"], return_token_entropy=True
                     )
-                    add("train/loss", step_loss)
-                    add("train/grad_norm", grad_norm)
-                    add("train/lr", self.scheduler.get_last_lr()[0])
-                    if not (math.isfinite(step_loss) and math.isfinite(float(grad_norm))):
-                        self.optimizer.zero_grad(set_to_none=True)
-                        break  # diverged: the health check stops the run, weights untouched
-                    self.optimizer.step()
-                    self.scheduler.step()
+                    loss, meta = grpo_microbatch_train_step(
+                        out["log_probs"], mb["response_mask"], gas, self.loss_type,
+                        raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
+                        old_log_probs=mb.get("old_log_probs"), cliprange=cfg.loss.cliprange,
+                        length_normalization=cfg.normalization.name,
+                        normalize_constant=cfg.sampling.max_new_tokens,
+                        batch_response_tokens=batch_tokens,
+                    )
+                    step_loss += loss.item()
+                    add("train/entropy", masked_mean(out["token_entropy"].detach(), mb["response_mask"]))
+                    for key in ("mean_ratio", "clip_fraction", "approx_kl"):
+                        if key in meta:
+                            add(f"train/{key}", meta[key])
+                    if first_microbatch:
+                        stats["train/mean_ratio_first_microbatch"] = [float(meta.get("mean_ratio", 1.0))]
+                        first_microbatch = False
+                max_norm = cfg.optimizer.max_grad_norm
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    self.policy.parameters(), max_norm if max_norm is not None else math.inf
+                )
+                add("train/loss", step_loss)
+                add("train/grad_norm", grad_norm)
+                add("train/lr", self.scheduler.get_last_lr()[0])
+                if not (math.isfinite(step_loss) and math.isfinite(float(grad_norm))):
+                    # diverged: no optimizer step now or in any later epoch, so the weights stay
+                    # as they were before this step; the health check stops the run
                     self.optimizer.zero_grad(set_to_none=True)
-                    optimizer_steps += 1
+                    break
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                optimizer_steps += 1
         self.optimizer_steps += optimizer_steps
         finite = torch.stack([p.isfinite().all() for p in self.policy.parameters()]).all()
         stats["train/nonfinite_weights"] = [0.0 if bool(finite) else 1.0]

@@ -127,3 +127,33 @@ def test_micro_batch_rows_are_trimmed_after_the_last_response_token() -> None:
     assert both["advantages"].tolist() == [[-1.0], [1.0]]
     # an empty response (e.g. only special tokens were sampled) keeps the full width, no crash
     assert batch.rows(torch.tensor([2]))["response_mask"].shape == (1, 6)
+
+
+def test_nonfinite_loss_stops_every_later_optimizer_step(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A non-finite loss in epoch 1 of 2 ends the training phase: no optimizer step after it.
+
+    64 rollouts, 32 per optimizer step: epoch 1 takes a good step on rows order[:32], then meets a
+    NaN advantage in rows order[32:]; epoch 2 must not step again on order[:32]."""
+    import torch
+
+    from grpo.trainer import GRPOTrainer, PhaseTimer
+
+    cfg = toy_config(tiny_model_dir, "n_grpo_steps=1", "loss=grpo_clip", "off_policy.epochs=2",
+                     "train_batch_size=32", "micro_batch_size=16")
+    trainer = GRPOTrainer(cfg, tmp_path)
+    timer = PhaseTimer(trainer.device)
+    prompts, rollouts, truths = trainer._rollout(0, timer)
+    batch, _ = trainer._score(prompts, rollouts, truths, 0, timer)
+    trainer._old_log_probs(batch, rollouts, timer)
+    batch.advantages[batch.order[40]] = float("nan")  # second optimizer step of each epoch
+    after_each_step: list[dict[str, torch.Tensor]] = []
+    trainer.optimizer.register_step_post_hook(lambda *_: after_each_step.append(
+        {name: p.detach().clone() for name, p in trainer.policy.named_parameters()}))
+
+    metrics = trainer._train(batch, timer)
+
+    assert len(after_each_step) == 1, "an optimizer step was taken after the non-finite loss"
+    assert metrics["train/optimizer_steps_this_grpo_step"] == 1 == trainer.optimizer_steps
+    assert trainer.scheduler.last_epoch == 1
+    for name, p in trainer.policy.named_parameters():
+        assert torch.equal(p, after_each_step[0][name]), name
