@@ -1,59 +1,56 @@
 """grpo: GRPO for language models (CS336 assignment 5), with Hydra sweeps over its ablations.
 
-The core functions follow the CS336 adapter API (names without the `run_` prefix).
+The core functions follow the CS336 adapter API (names without the `run_` prefix). They are
+imported on first use (`from grpo import compute_grpo_clip_loss`), so that importing a light
+module such as `grpo.batch_plan` does not import torch.
 """
 
-from grpo.advantages import compute_group_normalized_rewards
-from grpo.grading import grade_answer, normalize_answer
-from grpo.log_probs import compute_entropy, get_response_log_probs
-from grpo.losses import (
-    LOSS_TYPES,
-    compute_grpo_clip_loss,
-    compute_grpo_no_clip_loss,
-    compute_naive_policy_gradient_loss,
-    compute_policy_gradient_loss,
-)
-from grpo.masking import masked_mean, masked_normalize
-from grpo.prompts import (
-    PROMPT_REWARD_PAIRS,
-    check_prompt_reward_pair,
-    format_prompt,
-    load_prompt_template,
-)
-from grpo.rewards import (
-    REWARD_FNS,
-    answer_tag_reward_fn,
-    extract_boxed_answer,
-    question_only_reward_fn,
-    r1_zero_reward_fn,
-)
-from grpo.tokenization import pack_prompt_and_output_ids, tokenize_prompt_and_output
-from grpo.train_step import LENGTH_NORMALIZATIONS, grpo_microbatch_train_step
+from __future__ import annotations
 
-__all__ = [
-    "LENGTH_NORMALIZATIONS",
-    "LOSS_TYPES",
-    "PROMPT_REWARD_PAIRS",
-    "REWARD_FNS",
-    "answer_tag_reward_fn",
-    "check_prompt_reward_pair",
-    "compute_entropy",
-    "compute_group_normalized_rewards",
-    "compute_grpo_clip_loss",
-    "compute_grpo_no_clip_loss",
-    "compute_naive_policy_gradient_loss",
-    "compute_policy_gradient_loss",
-    "extract_boxed_answer",
-    "format_prompt",
-    "get_response_log_probs",
-    "grade_answer",
-    "grpo_microbatch_train_step",
-    "load_prompt_template",
-    "masked_mean",
-    "masked_normalize",
-    "normalize_answer",
-    "pack_prompt_and_output_ids",
-    "question_only_reward_fn",
-    "r1_zero_reward_fn",
-    "tokenize_prompt_and_output",
-]
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "LENGTH_NORMALIZATIONS": "grpo.train_step",
+    "POLICY_LOSSES": "grpo.losses",
+    "PROMPT_REWARD_PAIRS": "grpo.prompts",
+    "REWARD_FNS": "grpo.rewards",
+    "answer_tag_reward_fn": "grpo.rewards",
+    "check_prompt_reward_pair": "grpo.prompts",
+    "compute_entropy": "grpo.log_probs",
+    "compute_group_normalized_rewards": "grpo.advantages",
+    "compute_grpo_clip_loss": "grpo.losses",
+    "compute_grpo_no_clip_loss": "grpo.losses",
+    "compute_naive_policy_gradient_loss": "grpo.losses",
+    "compute_policy_gradient_loss": "grpo.losses",
+    "extract_boxed_answer": "grpo.rewards",
+    "format_prompt": "grpo.prompts",
+    "get_response_log_probs": "grpo.log_probs",
+    "grade_answer": "grpo.grading",
+    "grpo_microbatch_train_step": "grpo.train_step",
+    "load_prompt_template": "grpo.prompts",
+    "masked_mean": "grpo.masking",
+    "masked_normalize": "grpo.masking",
+    "normalize_answer": "grpo.grading",
+    "pack_prompt_and_output_ids": "grpo.tokenization",
+    "question_only_reward_fn": "grpo.rewards",
+    "r1_zero_reward_fn": "grpo.rewards",
+    "register_policy_loss": "grpo.losses",
+    "tokenize_prompt_and_output": "grpo.tokenization",
+}
+"""Public name -> the module that defines it."""
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public name `name` from its module on first access."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'grpo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

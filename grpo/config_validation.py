@@ -12,11 +12,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from grpo.losses import LOSS_TYPES
+from grpo.losses import POLICY_LOSSES
 from grpo.train_step import LENGTH_NORMALIZATIONS
 
-# losses that ignore the probability ratio pi / pi_old
-RATIO_FREE_LOSSES = ("no_baseline", "reinforce_with_baseline")
 LOW_TEMPERATURE = 0.3
 
 
@@ -138,20 +136,25 @@ def _check_model(cfg: DictConfig, report: ConfigReport) -> None:
 
 
 def _check_loss(cfg: DictConfig, report: ConfigReport) -> None:
-    loss = cfg.loss.name
-    if loss not in LOSS_TYPES:
-        report.errors.append(f"loss={loss} is unknown; choose one of {', '.join(LOSS_TYPES)}")
+    name = cfg.loss.name
+    loss = POLICY_LOSSES.get(name)
+    if loss is None:
+        report.errors.append(f"loss={name} is unknown; choose one of {', '.join(POLICY_LOSSES)}")
         return
     if cfg.normalization.name not in LENGTH_NORMALIZATIONS:
         report.errors.append(
             f"normalization={cfg.normalization.name} is unknown; choose one of "
             f"{', '.join(LENGTH_NORMALIZATIONS)}"
         )
-    if loss == "grpo_clip" and not float(cfg.loss.cliprange) > 0:
-        report.errors.append(f"loss.cliprange={cfg.loss.cliprange} must be > 0 for loss=grpo_clip")
-    if loss in RATIO_FREE_LOSSES and isinstance(cfg.off_policy.epochs, int) and cfg.off_policy.epochs > 1:
+    for key in loss.hyperparameters:
+        value = cfg.loss.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            report.errors.append(f"loss.{key}={value} must be a number > 0 (read by loss={name})")
+    for key in sorted(set(cfg.loss) - {"name", *loss.hyperparameters}):
+        report.errors.append(f"loss.{key} is not read by loss={name}; remove it")
+    if not loss.uses_ratio and isinstance(cfg.off_policy.epochs, int) and cfg.off_policy.epochs > 1:
         report.warnings.append(
-            f"off_policy.epochs={cfg.off_policy.epochs} with loss={loss}: this loss ignores the "
+            f"off_policy.epochs={cfg.off_policy.epochs} with loss={name}: this loss ignores the "
             "probability ratio, so later epochs train on stale rollouts as if on-policy "
             "(fine for a deliberate study; otherwise use loss=grpo_clip)"
         )

@@ -1,18 +1,91 @@
-"""Per-token policy-gradient losses (CS336 assignment 5, eqs. 32-33) and the loss-type dispatcher.
+"""Per-token policy-gradient losses (CS336 assignment 5, eqs. 32-33) and the loss registry.
 
 All losses are per token, shape (batch_size, sequence_length), to be reduced with the response
 mask by the caller. Rewards/advantages have one value per sequence: shape (batch_size, 1), or
 (batch_size,) which is reshaped to (batch_size, 1) (never broadcast along the wrong axis).
+
+`POLICY_LOSSES` is the one table of losses, read by the dispatcher, the trainer, the config
+validator and `python -m grpo.losses` (the docs): each entry names the function and the inputs it
+reads. Inputs are rollout-batch tensors (`BATCH_INPUTS`) or hyperparameters, which live in the
+loss's own `conf/loss/<name>.yaml` and nowhere else. Adding a loss: write the function, register
+it with `@register_policy_loss(...)` (or call the decorator on an existing function, as below),
+add `conf/loss/<name>.yaml` with `name` and its hyperparameters.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
 import torch
 
-LossType = Literal["no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"]
-LOSS_TYPES: tuple[str, ...] = get_args(LossType)
+LossType = str
+"""A key of `POLICY_LOSSES`."""
+
+BATCH_INPUTS = ("raw_rewards", "advantages", "old_log_probs")
+"""Inputs taken from the rollout batch; every other input of a loss is a hyperparameter."""
+
+LossOutput = torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """One registered loss.
+
+    fn: called as fn(policy_log_probs=..., **{parameter: value}); returns the (batch_size,
+        sequence_length) per-token loss, or (loss, metadata) with 0-dim statistics and, for clipped
+        losses, a "clipped" (batch_size, sequence_length) bool tensor.
+    inputs: input name (a `BATCH_INPUTS` entry or a hyperparameter key of the loss's yaml) ->
+        the name of fn's parameter that receives it.
+    summary: one line for the docs.
+    """
+
+    name: str
+    fn: Callable[..., LossOutput]
+    inputs: Mapping[str, str]
+    summary: str
+
+    @property
+    def uses_ratio(self) -> bool:
+        """Whether the loss reads the probability ratio pi / pi_old (i.e. needs old_log_probs)."""
+        return "old_log_probs" in self.inputs
+
+    @property
+    def hyperparameters(self) -> tuple[str, ...]:
+        """The `loss.*` config keys the loss reads besides `loss.name`."""
+        return tuple(k for k in self.inputs if k not in BATCH_INPUTS)
+
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+"""Registered losses by the name used as `loss_type` and in `conf/loss/<name>.yaml`."""
+
+
+def register_policy_loss(
+    name: str, inputs: Sequence[str] | Mapping[str, str], summary: str | None = None
+) -> Callable[[Callable[..., LossOutput]], Callable[..., LossOutput]]:
+    """Decorator: register the decorated function as loss `name` (as in verl's core_algos.py).
+
+    Args:
+        name: the loss_type / config name.
+        inputs: the inputs the function reads, named as in `BATCH_INPUTS` or as the loss's
+            hyperparameter keys; a mapping renames an input to the function's parameter name.
+        summary: one line for the docs (default: the first line of the function's docstring).
+
+    Raises:
+        ValueError: `name` is already registered.
+    """
+    renamed = dict(inputs) if isinstance(inputs, Mapping) else {k: k for k in inputs}
+
+    def register(fn: Callable[..., LossOutput]) -> Callable[..., LossOutput]:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        line = summary or (fn.__doc__ or name).strip().splitlines()[0]
+        POLICY_LOSSES[name] = PolicyLoss(name, fn, MappingProxyType(renamed), line)
+        return fn
+
+    return register
 
 
 def _per_sequence(values: torch.Tensor, policy_log_probs: torch.Tensor) -> torch.Tensor:
@@ -42,6 +115,17 @@ def compute_naive_policy_gradient_loss(
     return -_per_sequence(raw_rewards_or_advantages, policy_log_probs) * policy_log_probs
 
 
+register_policy_loss(
+    "no_baseline", {"raw_rewards": "raw_rewards_or_advantages"},
+    summary="REINFORCE on raw rewards: -r * log pi (no baseline).",
+)(compute_naive_policy_gradient_loss)
+register_policy_loss(
+    "reinforce_with_baseline", {"advantages": "raw_rewards_or_advantages"},
+    summary="REINFORCE with the group-normalized advantage: -A * log pi.",
+)(compute_naive_policy_gradient_loss)
+
+
+@register_policy_loss("grpo_clip", ("advantages", "old_log_probs", "cliprange"))
 def compute_grpo_clip_loss(
     advantages: torch.Tensor,
     policy_log_probs: torch.Tensor,
@@ -75,6 +159,7 @@ def compute_grpo_clip_loss(
     return loss, {"clipped": is_clipped, "clip_fraction": is_clipped.float().mean()}
 
 
+@register_policy_loss("grpo_no_clip", ("advantages", "old_log_probs"))
 def compute_grpo_no_clip_loss(
     advantages: torch.Tensor,
     policy_log_probs: torch.Tensor,
@@ -101,46 +186,55 @@ def compute_policy_gradient_loss(
     advantages: torch.Tensor | None = None,
     old_log_probs: torch.Tensor | None = None,
     cliprange: float | None = None,
+    **hyperparameters: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Dispatch to the per-token loss named by `loss_type`.
+    """Dispatch to the per-token loss registered as `loss_type` in `POLICY_LOSSES`.
 
     Args:
         policy_log_probs: (batch_size, sequence_length) log-probs of the policy being trained.
         loss_type: "no_baseline" (needs raw_rewards), "reinforce_with_baseline" (advantages),
-            "grpo_clip" (advantages, old_log_probs, cliprange) or "grpo_no_clip" (advantages,
-            old_log_probs).
+            "grpo_clip" (advantages, old_log_probs, cliprange), "grpo_no_clip" (advantages,
+            old_log_probs), or any other registered loss.
         raw_rewards: (batch_size, 1) rewards.
         advantages: (batch_size, 1) advantages.
         old_log_probs: (batch_size, sequence_length) log-probs of the sampling policy.
         cliprange: clip eps for "grpo_clip".
+        **hyperparameters: further hyperparameters of registered losses, by their config key.
 
     Returns:
         loss: (batch_size, sequence_length) per-token loss.
         metadata: the loss's statistics ("clipped", "clip_fraction" for grpo_clip; else empty).
 
     Raises:
-        ValueError: unknown loss_type, or an argument the loss type needs is None.
+        ValueError: unknown loss_type, or an input the loss type needs is None or missing.
     """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {LOSS_TYPES}")
-    needed = {
-        "no_baseline": {"raw_rewards": raw_rewards},
-        "reinforce_with_baseline": {"advantages": advantages},
-        "grpo_clip": {
-            "advantages": advantages,
-            "old_log_probs": old_log_probs,
-            "cliprange": cliprange,
-        },
-        "grpo_no_clip": {"advantages": advantages, "old_log_probs": old_log_probs},
-    }[loss_type]
-    missing = [name for name, value in needed.items() if value is None]
+    loss = POLICY_LOSSES.get(loss_type)
+    if loss is None:
+        raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {tuple(POLICY_LOSSES)}")
+    given = {
+        "raw_rewards": raw_rewards, "advantages": advantages, "old_log_probs": old_log_probs,
+        "cliprange": cliprange, **hyperparameters,
+    }
+    missing = [name for name in loss.inputs if given.get(name) is None]
     if missing:
         raise ValueError(f"loss_type={loss_type!r} requires {', '.join(missing)} (got None)")
+    unread = sorted(set(hyperparameters) - set(loss.inputs))
+    if unread:
+        raise ValueError(f"loss_type={loss_type!r} does not read {', '.join(unread)}")
+    out = loss.fn(policy_log_probs=policy_log_probs,
+                  **{param: given[name] for name, param in loss.inputs.items()})
+    return out if isinstance(out, tuple) else (out, {})
 
-    if loss_type == "no_baseline":
-        return compute_naive_policy_gradient_loss(raw_rewards, policy_log_probs), {}
-    if loss_type == "reinforce_with_baseline":
-        return compute_naive_policy_gradient_loss(advantages, policy_log_probs), {}
-    if loss_type == "grpo_clip":
-        return compute_grpo_clip_loss(advantages, policy_log_probs, old_log_probs, cliprange)
-    return compute_grpo_no_clip_loss(advantages, policy_log_probs, old_log_probs), {}
+
+def describe_losses() -> str:
+    """A markdown table of the registered losses: name, inputs, probability ratio, summary."""
+    rows = ["| loss | reads | probability ratio | what |", "| --- | --- | --- | --- |"]
+    for loss in POLICY_LOSSES.values():
+        reads = ", ".join(f"`loss.{k}`" if k in loss.hyperparameters else k for k in loss.inputs)
+        rows.append(f"| `{loss.name}` | {reads} | {'yes' if loss.uses_ratio else 'no'} "
+                    f"| {loss.summary} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(describe_losses())

@@ -21,7 +21,7 @@ rollout batch is the same however it is split into equal-size micro-batches.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 
@@ -49,6 +49,7 @@ def grpo_microbatch_train_step(
     length_normalization: LengthNormalization = "mean",
     normalize_constant: float | None = None,
     batch_response_tokens: int | None = None,
+    **hyperparameters: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Compute the micro-batch policy-gradient loss, scale it, and call `backward()` on it.
 
@@ -73,13 +74,15 @@ def grpo_microbatch_train_step(
             by the other modes.
         batch_response_tokens: response tokens in the whole optimizer-step batch, for "token";
             ignored by the other modes.
+        **hyperparameters: further hyperparameters of the loss (`grpo.losses.POLICY_LOSSES`).
 
     Returns:
         loss: 0-dim tensor, the loss that was back-propagated (already scaled for accumulation).
         metadata: detached 0-dim tensors: the scalar statistics of the loss, plus, when
             `old_log_probs` is given, "mean_ratio" (masked mean of exp(policy - old)),
             "approx_kl" (masked mean of the k3 estimator (r - 1) - log r) and "clip_fraction"
-            (fraction of response tokens clipped; 0 unless loss_type is "grpo_clip").
+            (fraction of response tokens clipped; 0 unless the loss reports "clipped", as
+            grpo_clip does).
     """
     if length_normalization not in LENGTH_NORMALIZATIONS:
         raise ValueError(
@@ -104,7 +107,8 @@ def grpo_microbatch_train_step(
         raise ValueError(f"batch_response_tokens must be positive, got {batch_response_tokens}")
 
     per_token, loss_metadata = compute_policy_gradient_loss(
-        policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange
+        policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange,
+        **hyperparameters,
     )
     mask = response_mask.bool()
 

@@ -34,11 +34,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo.advantages import compute_group_normalized_rewards
 from grpo.checkpoint import CheckpointManager, TrainerState, rng_state, set_rng_state
-from grpo.config_validation import RATIO_FREE_LOSSES
 from grpo.data import Example, PromptSampler, load_examples
 from grpo.evaluation import evaluate, save_samples
 from grpo.health import HealthMonitor
 from grpo.log_probs import get_response_log_probs
+from grpo.losses import POLICY_LOSSES
 from grpo.masking import masked_mean
 from grpo.models import load_policy
 from grpo.preemption import PreemptionWatcher
@@ -153,10 +153,11 @@ class GRPOTrainer:
             cfg.rollout, policy=self.policy, tokenizer=self.tokenizer,
             model_path=str(cfg.model.path), seed=cfg.seed, max_model_len=cfg.model.max_seq_len,
         )
-        self.loss_type = cfg.loss.name
+        self.loss = POLICY_LOSSES[cfg.loss.name]
+        self.loss_hyperparameters = {key: cfg.loss[key] for key in self.loss.hyperparameters}
         self.epochs = int(cfg.off_policy.epochs)
         self.needs_old_log_probs = (
-            self.loss_type not in RATIO_FREE_LOSSES or self.epochs > 1 or cfg.rollout.engine == "vllm"
+            self.loss.uses_ratio or self.epochs > 1 or cfg.rollout.engine == "vllm"
         )
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.metrics_log = MetricsLog(run_dir)
@@ -327,12 +328,12 @@ class GRPOTrainer:
                         self.policy, mb["input_ids"], mb["labels"], return_token_entropy=True
                     )
                     loss, meta = grpo_microbatch_train_step(
-                        out["log_probs"], mb["response_mask"], gas, self.loss_type,
+                        out["log_probs"], mb["response_mask"], gas, self.loss.name,
                         raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
-                        old_log_probs=mb.get("old_log_probs"), cliprange=cfg.loss.cliprange,
+                        old_log_probs=mb.get("old_log_probs"),
                         length_normalization=cfg.normalization.name,
                         normalize_constant=cfg.sampling.max_new_tokens,
-                        batch_response_tokens=batch_tokens,
+                        batch_response_tokens=batch_tokens, **self.loss_hyperparameters,
                     )
                     step_loss += loss.item()
                     add("train/entropy", masked_mean(out["token_entropy"].detach(), mb["response_mask"]))

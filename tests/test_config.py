@@ -105,6 +105,14 @@ def test_warnings_for_legal_but_unusual_settings() -> None:
     assert any("sampling.temperature=0.1 is low" in w for w in report.warnings)
 
 
+def test_loss_hyperparameters_live_only_where_they_are_read() -> None:
+    cfg = _compose(["model=tiny", "data=toy", "rollout=hf", "loss=grpo_clip", "loss.cliprange=0"])
+    assert "loss.cliprange=0 must be a number > 0 (read by loss=grpo_clip)" in check_config(cfg).errors
+    cfg = _compose(["model=tiny", "data=toy", "rollout=hf", "loss=no_baseline", "+loss.cliprange=0.2"])
+    assert check_config(cfg).errors == [
+        "loss.cliprange is not read by loss=no_baseline; remove it"]
+
+
 def launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "launch.py"), *args], cwd=cwd, capture_output=True, text=True,

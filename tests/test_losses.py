@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from grpo import (
+    POLICY_LOSSES,
     compute_grpo_clip_loss,
     compute_grpo_no_clip_loss,
     compute_naive_policy_gradient_loss,
@@ -100,6 +103,33 @@ def test_policy_gradient_loss_names_the_missing_argument(loss_type, kwargs, miss
 def test_policy_gradient_loss_rejects_unknown_type():
     with pytest.raises(ValueError, match="unknown loss_type 'ppo'"):
         compute_policy_gradient_loss(policy_log_probs(), "ppo", advantages=ADVANTAGES)
+
+
+def test_policy_gradient_loss_rejects_a_hyperparameter_the_loss_does_not_read():
+    with pytest.raises(ValueError, match="'grpo_clip' does not read clip_high"):
+        compute_policy_gradient_loss(policy_log_probs(), "grpo_clip", advantages=ADVANTAGES,
+                                     old_log_probs=OLD, cliprange=0.2, clip_high=0.3)
+
+
+def test_registry_states_inputs_and_ratio_use():
+    assert {name: (tuple(loss.inputs), loss.uses_ratio) for name, loss in POLICY_LOSSES.items()
+            if name in ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")} == {
+        "no_baseline": (("raw_rewards",), False),
+        "reinforce_with_baseline": (("advantages",), False),
+        "grpo_clip": (("advantages", "old_log_probs", "cliprange"), True),
+        "grpo_no_clip": (("advantages", "old_log_probs"), True),
+    }
+    assert POLICY_LOSSES["grpo_clip"].hyperparameters == ("cliprange",)
+    assert POLICY_LOSSES["grpo_no_clip"].hyperparameters == ()
+
+
+def test_one_yaml_per_registered_loss_holding_exactly_the_hyperparameters_it_reads():
+    conf = Path(__file__).resolve().parents[1] / "conf" / "loss"
+    yamls = {path.stem: OmegaConf.load(path) for path in conf.glob("*.yaml")}
+    assert set(yamls) == set(POLICY_LOSSES)
+    for name, cfg in yamls.items():
+        assert cfg.name == name
+        assert set(cfg) == {"name", *POLICY_LOSSES[name].hyperparameters}, name
 
 
 TENSOR = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
