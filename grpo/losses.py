@@ -150,10 +150,41 @@ def compute_grpo_clip_loss(
             0-dim, the fraction of clipped positions over the whole tensor (no mask applied here;
             `grpo_microbatch_train_step` reports it over response tokens only).
     """
+    return compute_grpo_clip_higher_loss(
+        advantages, policy_log_probs, old_log_probs, cliprange, cliprange
+    )
+
+
+@register_policy_loss(
+    "grpo_clip_higher", ("advantages", "old_log_probs", "cliprange_low", "cliprange_high")
+)
+def compute_grpo_clip_higher_loss(
+    advantages: torch.Tensor,
+    policy_log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    cliprange_low: float,
+    cliprange_high: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token GRPO-Clip with DAPO's clip-higher: ratio clipped to [1 - eps_low, 1 + eps_high].
+
+    -min(ratio * A, clip(ratio, 1 - cliprange_low, 1 + cliprange_high) * A); a cliprange_high
+    above cliprange_low lets low-probability tokens with a positive advantage grow further before
+    their gradient is cut (DAPO, Yu et al. 2025: 0.2 and 0.28). Equal ranges give GRPO-Clip.
+
+    Args:
+        advantages: (batch_size, 1) advantage of each response.
+        policy_log_probs: (batch_size, sequence_length) log-probs of the policy being trained.
+        old_log_probs: (batch_size, sequence_length) log-probs of the policy that sampled.
+        cliprange_low: eps_low, e.g. 0.2.
+        cliprange_high: eps_high, e.g. 0.28.
+
+    Returns:
+        loss and metadata as `compute_grpo_clip_loss`.
+    """
     adv = _per_sequence(advantages, policy_log_probs)
     ratio = torch.exp(policy_log_probs - old_log_probs.detach())
     unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange) * adv
+    clipped = torch.clamp(ratio, 1.0 - cliprange_low, 1.0 + cliprange_high) * adv
     is_clipped = (clipped < unclipped).detach()
     loss = -torch.minimum(unclipped, clipped)
     return loss, {"clipped": is_clipped, "clip_fraction": is_clipped.float().mean()}

@@ -15,6 +15,7 @@ from grpo import (
     compute_grpo_no_clip_loss,
     compute_naive_policy_gradient_loss,
     compute_policy_gradient_loss,
+    grpo_microbatch_train_step,
     masked_mean,
     masked_normalize,
 )
@@ -62,6 +63,26 @@ def test_grpo_clip_with_large_cliprange_equals_unclipped_loss():
     torch.testing.assert_close(unclipped, torch.tensor([[-1.5, -0.5, -1.1], [1.5, 0.5, 1.1]]))
     torch.testing.assert_close(clipped, unclipped)
     assert meta["clip_fraction"].item() == 0.0
+
+
+def test_grpo_clip_higher_hand_computed_and_equal_ranges_give_grpo_clip():
+    from grpo.losses import compute_grpo_clip_higher_loss
+
+    log_probs = policy_log_probs()
+    loss, meta = compute_grpo_clip_higher_loss(ADVANTAGES, log_probs, OLD, 0.2, 0.28)
+    # A=+1: min([1.5, 0.5, 1.1], [1.28, 0.8, 1.1]) = [1.28, 0.5, 1.1]
+    # A=-1: min([-1.5, -0.5, -1.1], [-1.28, -0.8, -1.1]) = [-1.5, -0.8, -1.1]
+    torch.testing.assert_close(loss, torch.tensor([[-1.28, -0.5, -1.1], [1.5, 0.8, 1.1]]))
+    assert meta["clipped"].tolist() == [[True, False, False], [False, True, False]]
+    same, _ = compute_grpo_clip_higher_loss(ADVANTAGES, log_probs, OLD, 0.2, 0.2)
+    torch.testing.assert_close(same, compute_grpo_clip_loss(ADVANTAGES, log_probs, OLD, 0.2)[0])
+    # the registry passes the loss's own hyperparameters through the train step
+    mask = torch.ones_like(OLD)
+    step_loss, step_meta = grpo_microbatch_train_step(
+        log_probs, mask, 1, "grpo_clip_higher", advantages=ADVANTAGES, old_log_probs=OLD,
+        cliprange_low=0.2, cliprange_high=0.28)
+    assert step_loss.item() == pytest.approx(loss.mean().item())
+    assert step_meta["clip_fraction"].item() == pytest.approx(2 / 6)
 
 
 def test_policy_gradient_loss_dispatch():
@@ -121,6 +142,7 @@ def test_registry_states_inputs_and_ratio_use():
     }
     assert POLICY_LOSSES["grpo_clip"].hyperparameters == ("cliprange",)
     assert POLICY_LOSSES["grpo_no_clip"].hyperparameters == ()
+    assert POLICY_LOSSES["grpo_clip_higher"].hyperparameters == ("cliprange_low", "cliprange_high")
 
 
 def test_one_yaml_per_registered_loss_holding_exactly_the_hyperparameters_it_reads():
