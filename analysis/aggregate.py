@@ -86,12 +86,10 @@ def rank_configs(collection: Collection, criterion: Criterion) -> pd.DataFrame:
 
 
 def on_policy_labels(collection: Collection) -> list[str]:
-    """Labels of the on-policy configs: one epoch and ``train_batch_size == rollout_batch_size``."""
+    """Labels of the on-policy configs: one optimizer step per rollout batch (one epoch and
+    ``train_batch_size == rollout_batch_size``; ``BatchPlan.off_policy`` is False)."""
     runs = collection.runs
-    epochs = pd.to_numeric(runs["off_policy.epochs"], errors="coerce")
-    train = pd.to_numeric(runs["train_batch_size"], errors="coerce")
-    rollout = pd.to_numeric(runs["rollout_batch_size"], errors="coerce")
-    labels = set(runs.loc[(epochs == 1) & (train == rollout), LABEL])
+    labels = set(runs.loc[runs["off_policy"].eq(False), LABEL])
     return [label for label in collection.labels if label in labels]
 
 

@@ -40,7 +40,9 @@ Output
 :func:`collect` returns a :class:`Collection`: ``steps`` (one row per run and GRPO step: run
 identity, hyperparameters, swept keys, ``config label``, ``seed``, ``status``, ``step``, every
 logged metric) and ``runs`` (one row per run, pending ones included, with its summary:
-steps done, wall-clock, GPU-hours, final and best ``eval/reward``). Runs that differ only in
+``off_policy`` (``grpo.batch_plan.BatchPlan.off_policy`` of its batch sizes: more than one
+optimizer step per rollout batch; None when they are missing or invalid), steps done,
+wall-clock, GPU-hours, final and best ``eval/reward``). Runs that differ only in
 ``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``.
 """
 
@@ -56,6 +58,8 @@ from typing import Any
 import pandas as pd
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from grpo.batch_plan import CONFIG_KEYS, BatchPlan
 
 LABEL = "config label"
 EVAL_REWARD = "eval/reward"
@@ -277,6 +281,11 @@ class _Run:
                 return value
         return self.overrides.get(key)
 
+    def off_policy(self) -> bool | None:
+        """``BatchPlan.off_policy`` of the run's batch sizes; None when they are missing or invalid."""
+        plan = BatchPlan.from_config({key: self.value(key) for key in CONFIG_KEYS.values()})
+        return None if plan.errors() else plan.off_policy
+
     def summary(self, label_keys: Sequence[str]) -> dict[str, Any]:
         """The run's row of the ``runs`` frame."""
         rows = self.log.rows
@@ -301,6 +310,7 @@ class _Run:
             LABEL: label or str(self.value("experiment_name") or "default"),
             **{key: self.value(key) for key in HYPERPARAMS},
             **config,
+            "off_policy": self.off_policy(),
             "steps_done": rows[-1]["step"] + 1 if rows else 0,
             "wall_clock_s": wall_clock_s,
             "gpu_hours": wall_clock_s / 3600 * gpus if elapsed else math.nan,
@@ -358,7 +368,7 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
 
 def _run_columns(label_keys: Sequence[str]) -> list[str]:
     base = [*RUN_ID_COLUMNS[:-1], "reason", "last_step", "restarts", "updated_at", LABEL]
-    summary = ["steps_done", "wall_clock_s", "gpu_hours", "final_eval_reward",
+    summary = ["off_policy", "steps_done", "wall_clock_s", "gpu_hours", "final_eval_reward",
                "best_eval_reward", "best_eval_step", "n_bad_lines", "n_duplicate_steps"]
     extra = [k for k in label_keys if k not in HYPERPARAMS]
     return [*base, *HYPERPARAMS, *extra, *summary]

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 
 from analysis.aggregate import Criterion, on_policy_baseline, rank_configs
 from analysis.collect import LABEL, Collection, format_value
+from grpo.batch_plan import BatchPlan
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 NOT_CARRIED_GROUPS = ("hydra", "experiment", "promoted", "cluster", "local")
@@ -122,8 +123,9 @@ def _baseline(collection: Collection, best: str) -> tuple[str, dict[str, Any]] |
     rollouts = runs["rollout_batch_size"].dropna()
     if rollouts.empty:
         return None
-    rollout = _python(rollouts.iloc[0])
-    config = {**collection.configs[best], "off_policy.epochs": 1, "train_batch_size": rollout}
+    plan = BatchPlan.from_config({**runs.iloc[0].to_dict(), "rollout_batch_size": rollouts.iloc[0]})
+    on_policy = {key: _python(value) for key, value in plan.on_policy_settings().items()}
+    config = {**collection.configs[best], **on_policy}
     label = ", ".join(f"{k}={format_value(v)}" for k, v in config.items())
     return f"{label} (not in the sweep; derived from the best config)", config
 

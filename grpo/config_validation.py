@@ -12,6 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from grpo.batch_plan import BatchPlan
 from grpo.losses import POLICY_LOSSES
 from grpo.train_step import LENGTH_NORMALIZATIONS
 
@@ -26,58 +27,14 @@ class ConfigReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def gradient_accumulation_steps(cfg: DictConfig) -> int:
-    """Micro-batches per optimizer step: train_batch_size / micro_batch_size."""
-    return int(cfg.train_batch_size) // int(cfg.micro_batch_size)
-
-
-def _check_batch_sizes(cfg: DictConfig, report: ConfigReport) -> None:
-    sizes = {
-        k: cfg[k] for k in ("rollout_batch_size", "group_size", "train_batch_size", "micro_batch_size")
-    }
-    for key, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            report.errors.append(f"{key}={value} must be a positive integer")
-    if report.errors:
-        return
-    rollout, group = sizes["rollout_batch_size"], sizes["group_size"]
-    train, micro = sizes["train_batch_size"], sizes["micro_batch_size"]
-    if rollout % group:
-        report.errors.append(
-            f"rollout_batch_size={rollout} must be divisible by group_size={group} "
-            f"(each question gets group_size responses); try rollout_batch_size={rollout - rollout % group or group}"
-        )
-    if rollout % train:
-        report.errors.append(
-            f"rollout_batch_size={rollout} must be divisible by train_batch_size={train} "
-            "(each epoch is a whole number of optimizer steps)"
-        )
-    if train % micro:
-        report.errors.append(
-            f"train_batch_size={train} must be divisible by micro_batch_size={micro} "
-            "(gradient_accumulation_steps = train_batch_size / micro_batch_size)"
-        )
-    if train < group:
-        report.errors.append(
-            f"train_batch_size={train} must be >= group_size={group} (an optimizer step sees whole groups)"
-        )
-    if train > rollout:
-        report.errors.append(
-            f"train_batch_size={train} must be <= rollout_batch_size={rollout}"
-        )
-    epochs = cfg.off_policy.epochs
-    if not isinstance(epochs, int) or epochs < 1:
-        report.errors.append(f"off_policy.epochs={epochs} must be a positive integer")
-
-
 def _count_jsonl_records(path: Path) -> int:
     with path.open("rb") as f:
         return sum(1 for line in f if line.strip())
 
 
-def _check_data(cfg: DictConfig, report: ConfigReport) -> None:
+def _check_data(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     data = cfg.data
-    questions_per_step = cfg.rollout_batch_size // max(int(cfg.group_size), 1)
+    questions_per_step = plan.questions_per_step
     if data.name == "toy":
         train_size = int(data.train_size)
     elif data.name == "math":
@@ -103,7 +60,7 @@ def _check_data(cfg: DictConfig, report: ConfigReport) -> None:
         )
 
 
-def _check_model(cfg: DictConfig, report: ConfigReport) -> None:
+def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     model = cfg.model
     max_new = int(cfg.sampling.max_new_tokens)
     if max_new >= int(model.max_seq_len):
@@ -135,7 +92,7 @@ def _check_model(cfg: DictConfig, report: ConfigReport) -> None:
         )
 
 
-def _check_loss(cfg: DictConfig, report: ConfigReport) -> None:
+def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     name = cfg.loss.name
     loss = POLICY_LOSSES.get(name)
     if loss is None:
@@ -152,11 +109,13 @@ def _check_loss(cfg: DictConfig, report: ConfigReport) -> None:
             report.errors.append(f"loss.{key}={value} must be a number > 0 (read by loss={name})")
     for key in sorted(set(cfg.loss) - {"name", *loss.hyperparameters}):
         report.errors.append(f"loss.{key} is not read by loss={name}; remove it")
-    if not loss.uses_ratio and isinstance(cfg.off_policy.epochs, int) and cfg.off_policy.epochs > 1:
+    if plan.off_policy and not loss.uses_ratio:
         report.warnings.append(
-            f"off_policy.epochs={cfg.off_policy.epochs} with loss={name}: this loss ignores the "
-            "probability ratio, so later epochs train on stale rollouts as if on-policy "
-            "(fine for a deliberate study; otherwise use loss=grpo_clip)"
+            f"{plan.optimizer_steps_per_grpo_step} optimizer steps per rollout batch "
+            f"(off_policy.epochs={plan.epochs}, train_batch_size={plan.train_batch_size} of "
+            f"rollout_batch_size={plan.rollout_batch_size}) with loss={name}: this loss ignores "
+            "the probability ratio, so every step after the first trains on stale rollouts as if "
+            "on-policy (fine for a deliberate study; otherwise use loss=grpo_clip)"
         )
     temperature = float(cfg.sampling.temperature)
     if temperature < LOW_TEMPERATURE:
@@ -166,7 +125,7 @@ def _check_loss(cfg: DictConfig, report: ConfigReport) -> None:
         )
 
 
-def _check_prompt(cfg: DictConfig, report: ConfigReport) -> None:
+def _check_prompt(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     from grpo.prompts import check_prompt_reward_pair
 
     try:
@@ -175,7 +134,7 @@ def _check_prompt(cfg: DictConfig, report: ConfigReport) -> None:
         report.errors.append(str(err))
 
 
-def _check_rollout(cfg: DictConfig, report: ConfigReport) -> None:
+def _check_rollout(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     rollout = cfg.rollout
     if rollout.engine not in ("hf", "vllm"):
         report.errors.append(f"rollout.engine={rollout.engine} is unknown; use rollout=hf or rollout=vllm")
@@ -194,9 +153,10 @@ def _check_rollout(cfg: DictConfig, report: ConfigReport) -> None:
 def check_config(cfg: DictConfig) -> ConfigReport:
     """Check one job's composed config; see the module docstring."""
     report = ConfigReport()
-    _check_batch_sizes(cfg, report)
+    plan = BatchPlan.from_config(cfg)
+    report.errors += plan.errors()
     if report.errors:
         return report
     for check in (_check_loss, _check_prompt, _check_model, _check_data, _check_rollout):
-        check(cfg, report)
+        check(cfg, plan, report)
     return report

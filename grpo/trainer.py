@@ -33,6 +33,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from grpo.advantages import compute_group_normalized_rewards
+from grpo.batch_plan import BatchPlan
 from grpo.checkpoint import CheckpointManager, TrainerState, rng_state, set_rng_state
 from grpo.data import Example, PromptSampler, load_examples
 from grpo.evaluation import evaluate, save_samples
@@ -146,18 +147,16 @@ class GRPOTrainer:
         self.reward_fn = REWARD_FNS[cfg.prompt.reward_fn]
         data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), "validation_size": cfg.eval.n_examples}
         self.validation: list[Example] = load_examples(data_cfg, "validation")
-        self.sampler = PromptSampler(
-            load_examples(data_cfg, "train"), cfg.rollout_batch_size // cfg.group_size, cfg.seed
-        )
+        self.plan = BatchPlan.from_config(cfg)
+        self.sampler = PromptSampler(load_examples(data_cfg, "train"), self.plan.questions_per_step, cfg.seed)
         self.engine = build_engine(
             cfg.rollout, policy=self.policy, tokenizer=self.tokenizer,
             model_path=str(cfg.model.path), seed=cfg.seed, max_model_len=cfg.model.max_seq_len,
         )
         self.loss = POLICY_LOSSES[cfg.loss.name]
         self.loss_hyperparameters = {key: cfg.loss[key] for key in self.loss.hyperparameters}
-        self.epochs = int(cfg.off_policy.epochs)
         self.needs_old_log_probs = (
-            self.loss.uses_ratio or self.epochs > 1 or cfg.rollout.engine == "vllm"
+            self.loss.uses_ratio or self.plan.epochs > 1 or cfg.rollout.engine == "vllm"
         )
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.metrics_log = MetricsLog(run_dir)
@@ -303,24 +302,17 @@ class GRPOTrainer:
                 diffs.append((trainer[:n] - engine[:n]).abs().mean().item())
         return {"rollout/engine_logprob_abs_diff": float(np.mean(diffs))} if diffs else {}
 
-    def _optimizer_step_rows(self, batch: RolloutBatch) -> Iterator[torch.Tensor]:
-        """The rows of each optimizer step of the training phase, epoch after epoch: epochs passes
-        over `batch.order` in slices of train_batch_size."""
-        size = self.cfg.train_batch_size
-        for _epoch in range(self.epochs):
-            for start in range(0, len(batch.order), size):
-                yield batch.order[start : start + size]
-
     def _train(self, batch: RolloutBatch, timer: PhaseTimer) -> dict[str, float]:
         cfg = self.cfg
-        gas = cfg.train_batch_size // cfg.micro_batch_size
+        gas = self.plan.gradient_accumulation_steps
         stats: dict[str, list[float]] = {}
         add = lambda k, v: stats.setdefault(k, []).append(float(v))  # noqa: E731
         first_microbatch = True
         optimizer_steps = 0
         self.policy.train()
         with timer.phase("train"):
-            for rows in self._optimizer_step_rows(batch):
+            for positions in self.plan.optimizer_step_slices():
+                rows = batch.order[positions]
                 batch_tokens = float(batch.response_mask[rows].sum())
                 step_loss = 0.0
                 for mb in self._micro_batches(batch, rows):

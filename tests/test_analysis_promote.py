@@ -30,7 +30,9 @@ experiment_name: base
 n_grpo_steps: 10
 seed: 0
 rollout_batch_size: 128
+group_size: 8
 train_batch_size: 128
+micro_batch_size: 2
 eval:
   eval_every: 10
 """,

@@ -101,7 +101,16 @@ def test_warnings_for_legal_but_unusual_settings() -> None:
                     "loss=reinforce_with_baseline", "sampling.temperature=0.1"])
     report = check_config(cfg)
     assert report.errors == []
-    assert any("off_policy.epochs=2 with loss=reinforce_with_baseline" in w for w in report.warnings)
+    assert any(w.startswith("2 optimizer steps per rollout batch (off_policy.epochs=2, "
+                            "train_batch_size=64 of rollout_batch_size=64) with "
+                            "loss=reinforce_with_baseline: this loss ignores the probability ratio")
+               for w in report.warnings)
+    cfg = _compose(["model=tiny", "data=toy", "rollout=hf", "train_batch_size=32",
+                    "micro_batch_size=32", "loss=no_baseline"])
+    assert any(w.startswith("2 optimizer steps per rollout batch") for w in check_config(cfg).warnings)
+    cfg = _compose(["model=tiny", "data=toy", "rollout=hf", "train_batch_size=32",
+                    "micro_batch_size=32", "loss=grpo_clip"])
+    assert check_config(cfg).warnings == []
     assert any("sampling.temperature=0.1 is low" in w for w in report.warnings)
 
 

@@ -10,7 +10,8 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from grpo.config_validation import check_config, gradient_accumulation_steps
+from grpo.batch_plan import BatchPlan
+from grpo.config_validation import check_config
 
 
 def free_port() -> int:
@@ -32,18 +33,12 @@ def assign_job_ports() -> dict[str, str]:
 
 
 def describe_job(cfg: DictConfig) -> str:
-    """One line: gradient accumulation, optimizer steps and the resources the job asks for."""
+    """One line: the batch plan (gradient accumulation, optimizer steps) and the resources."""
     cluster = cfg.cluster
-    gas = gradient_accumulation_steps(cfg)
-    opt_steps = cfg.off_policy.epochs * (cfg.rollout_batch_size // cfg.train_batch_size)
     resources = f"{cluster.name}: {cluster.gpus_per_job} GPU, {cluster.cpus_per_job} CPU"
     if cluster.name == "slurm":
         resources += f", {cluster.mem_gb} GB, {cluster.time_limit_min} min, partition={cluster.partition}"
-    return (
-        f"gradient_accumulation_steps={gas} "
-        f"({cfg.train_batch_size}/{cfg.micro_batch_size}), "
-        f"optimizer_steps_per_grpo_step={opt_steps}, n_grpo_steps={cfg.n_grpo_steps} | {resources}"
-    )
+    return f"{BatchPlan.from_config(cfg).describe()}, n_grpo_steps={cfg.n_grpo_steps} | {resources}"
 
 
 def run_job(cfg: DictConfig) -> dict[str, Any] | None:

@@ -1,0 +1,149 @@
+"""How one GRPO step's rollout batch is split into questions, optimizer steps and micro-batches.
+
+`BatchPlan.from_config(cfg)` is built once from a run's config; the config validator
+(`errors()`), the dry-run listing, the trainer and the analysis (on-policy runs) all read it, so
+the arithmetic and its rules live here only. Pure Python: importing it does not import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+CONFIG_KEYS: dict[str, str] = {
+    "rollout_batch_size": "rollout_batch_size",
+    "group_size": "group_size",
+    "train_batch_size": "train_batch_size",
+    "micro_batch_size": "micro_batch_size",
+    "epochs": "off_policy.epochs",
+}
+"""BatchPlan field -> the (dotted) config key it is read from."""
+
+
+def _select(cfg: Mapping[str, Any], dotted: str) -> Any:
+    """`cfg[dotted]` for a flat mapping with dotted keys, else the nested lookup; None if absent."""
+    if dotted in cfg:
+        return cfg[dotted]
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The batch sizes of one run (counts of rollouts) and what follows from them.
+
+    rollout_batch_size: rollouts sampled per GRPO step.
+    group_size: responses sampled per question.
+    train_batch_size: rollouts per optimizer step.
+    micro_batch_size: rollouts per forward/backward pass.
+    epochs: passes of the optimizer over each rollout batch (`off_policy.epochs`).
+
+    The derived properties assume `errors()` is empty.
+    """
+
+    rollout_batch_size: int
+    group_size: int
+    train_batch_size: int
+    micro_batch_size: int
+    epochs: int
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> BatchPlan:
+        """The plan of a run config (nested, or flat with dotted keys as in `CONFIG_KEYS`)."""
+        return cls(**{name: _select(cfg, key) for name, key in CONFIG_KEYS.items()})
+
+    def errors(self) -> list[str]:
+        """What makes the plan impossible, one message per broken rule naming the config keys."""
+        bad = [
+            f"{CONFIG_KEYS[f.name]}={getattr(self, f.name)} must be a positive integer"
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), bool)
+            or not isinstance(getattr(self, f.name), int)
+            or getattr(self, f.name) < 1
+        ]
+        if bad:
+            return bad
+        rollout, group = self.rollout_batch_size, self.group_size
+        train, micro = self.train_batch_size, self.micro_batch_size
+        errors = []
+        if rollout % group:
+            errors.append(
+                f"rollout_batch_size={rollout} must be divisible by group_size={group} "
+                f"(each question gets group_size responses); try rollout_batch_size="
+                f"{rollout - rollout % group or group}"
+            )
+        if rollout % train:
+            errors.append(
+                f"rollout_batch_size={rollout} must be divisible by train_batch_size={train} "
+                "(each epoch is a whole number of optimizer steps)"
+            )
+        if train % micro:
+            errors.append(
+                f"train_batch_size={train} must be divisible by micro_batch_size={micro} "
+                "(gradient_accumulation_steps = train_batch_size / micro_batch_size)"
+            )
+        if train < group:
+            errors.append(
+                f"train_batch_size={train} must be >= group_size={group} "
+                "(an optimizer step sees whole groups)"
+            )
+        if train > rollout:
+            errors.append(f"train_batch_size={train} must be <= rollout_batch_size={rollout}")
+        return errors
+
+    @property
+    def questions_per_step(self) -> int:
+        """Training questions sampled per GRPO step: rollout_batch_size / group_size."""
+        return self.rollout_batch_size // self.group_size
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step: train_batch_size / micro_batch_size."""
+        return self.train_batch_size // self.micro_batch_size
+
+    @property
+    def optimizer_steps_per_epoch(self) -> int:
+        """Optimizer steps per pass over the rollout batch: rollout / train_batch_size."""
+        return self.rollout_batch_size // self.train_batch_size
+
+    @property
+    def optimizer_steps_per_grpo_step(self) -> int:
+        """Optimizer steps per GRPO step: epochs * optimizer_steps_per_epoch."""
+        return self.epochs * self.optimizer_steps_per_epoch
+
+    @property
+    def off_policy(self) -> bool:
+        """True when the policy takes more than one optimizer step per rollout batch.
+
+        Only the first optimizer step then trains on rollouts of the weights being updated;
+        every later one trains on rollouts of older weights, which a loss that ignores the
+        probability ratio pi / pi_old (`grpo.losses.PolicyLoss.uses_ratio`) treats as on-policy.
+        False means exactly one optimizer step per GRPO step (one epoch, train_batch_size =
+        rollout_batch_size): the on-policy runs of the analysis.
+        """
+        return self.optimizer_steps_per_grpo_step > 1
+
+    def optimizer_step_slices(self) -> Iterator[slice]:
+        """Positions in the rollout batch's training order of each optimizer step, in order:
+        epochs passes, each in slices of train_batch_size."""
+        for _epoch in range(self.epochs):
+            for start in range(0, self.rollout_batch_size, self.train_batch_size):
+                yield slice(start, start + self.train_batch_size)
+
+    def on_policy_settings(self) -> dict[str, int]:
+        """The config values (dotted keys) that make this plan on-policy, rollouts unchanged."""
+        return {CONFIG_KEYS["epochs"]: 1, CONFIG_KEYS["train_batch_size"]: self.rollout_batch_size}
+
+    def describe(self) -> str:
+        """One line for the dry-run listing."""
+        return (
+            f"gradient_accumulation_steps={self.gradient_accumulation_steps} "
+            f"({self.train_batch_size}/{self.micro_batch_size}), "
+            f"optimizer_steps_per_grpo_step={self.optimizer_steps_per_grpo_step} "
+            f"({'off' if self.off_policy else 'on'}-policy)"
+        )
