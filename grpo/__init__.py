@@ -16,7 +16,6 @@ _EXPORTS: dict[str, str] = {
     "PROMPT_REWARD_PAIRS": "grpo.prompts",
     "REWARD_FNS": "grpo.rewards",
     "answer_tag_reward_fn": "grpo.rewards",
-    "check_prompt_reward_pair": "grpo.prompts",
     "compute_entropy": "grpo.log_probs",
     "compute_group_normalized_rewards": "grpo.advantages",
     "compute_grpo_clip_loss": "grpo.losses",
@@ -36,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "question_only_reward_fn": "grpo.rewards",
     "r1_zero_reward_fn": "grpo.rewards",
     "register_policy_loss": "grpo.losses",
+    "reward_fn_for": "grpo.prompts",
     "tokenize_prompt_and_output": "grpo.tokenization",
 }
 """Public name -> the module that defines it."""

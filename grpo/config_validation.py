@@ -14,6 +14,8 @@ from omegaconf import DictConfig
 
 from grpo.batch_plan import BatchPlan
 from grpo.losses import POLICY_LOSSES
+from grpo.prompts import PROMPT_REWARD_PAIRS
+from grpo.rollout import ENGINES
 from grpo.train_step import LENGTH_NORMALIZATIONS
 
 LOW_TEMPERATURE = 0.3
@@ -126,27 +128,29 @@ def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
 
 
 def _check_prompt(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
-    from grpo.prompts import check_prompt_reward_pair
-
-    try:
-        check_prompt_reward_pair(cfg.prompt.name, cfg.prompt.reward_fn)
-    except ValueError as err:
-        report.errors.append(str(err))
+    if cfg.prompt.name not in PROMPT_REWARD_PAIRS:
+        report.errors.append(
+            f"prompt.name={cfg.prompt.name} is not a known prompt; choose one of "
+            + ", ".join(f"prompt={known}" for known in PROMPT_REWARD_PAIRS)
+        )
 
 
 def _check_rollout(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
-    rollout = cfg.rollout
-    if rollout.engine not in ("hf", "vllm"):
-        report.errors.append(f"rollout.engine={rollout.engine} is unknown; use rollout=hf or rollout=vllm")
+    name = cfg.rollout.engine
+    engine = ENGINES.get(name)
+    if engine is None:
+        report.errors.append(
+            f"rollout.engine={name} is unknown; use one of "
+            + ", ".join(f"rollout={known}" for known in ENGINES)
+        )
         return
-    if rollout.engine != "vllm":
-        return
-    gpus = int(cfg.cluster.gpus_per_job)
-    needed = 1 if rollout.colocate else 2
+    gpus, needed = int(cfg.cluster.gpus_per_job), engine.gpus_needed(cfg.rollout)
     if gpus < needed:
         report.errors.append(
-            f"rollout=vllm needs {needed} GPU(s) per job but cluster.gpus_per_job={gpus}; "
-            "set cluster.gpus_per_job, use rollout.colocate=true on one GPU, or rollout=hf on CPU"
+            f"rollout={name} needs {needed} GPU(s) per job with these rollout settings but "
+            f"cluster.gpus_per_job={gpus}; set cluster.gpus_per_job={needed}, change the rollout "
+            f"settings (conf/rollout/{name}.yaml, e.g. rollout.colocate=true for one GPU), or use "
+            "rollout=hf, which runs on CPU"
         )
 
 

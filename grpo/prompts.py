@@ -1,5 +1,8 @@
 """Prompt templates (package data under grpo/prompts/) and the reward function each one expects.
 
+`PROMPT_REWARD_PAIRS` is the only statement of which reward function grades which prompt: a
+run's reward function follows from `prompt.name` (`reward_fn_for`), there is no config key for it.
+
 A template is the text of `grpo/prompts/<name>.prompt` with one `{question}` placeholder; the
 model's completion continues right after the template's last character (trailing newlines of the
 file are dropped).
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from grpo.rewards import REWARD_FNS
+from grpo.rewards import REWARD_FNS, RewardFn
 
 PROMPT_REWARD_PAIRS: dict[str, str] = {
     "r1_zero": "r1_zero_reward_fn",
@@ -53,29 +56,15 @@ def format_prompt(template: str, question: str) -> str:
     return template.replace(PLACEHOLDER, question)
 
 
-def check_prompt_reward_pair(prompt_name: str, reward_name: str) -> None:
-    """Check that the reward function `reward_name` grades completions of prompt `prompt_name`.
+def reward_fn_for(prompt_name: str) -> RewardFn:
+    """The reward function that grades completions of prompt `prompt_name`.
 
     Raises:
-        ValueError: unknown names, or a mismatched pair (e.g. the r1_zero prompt graded by the
-            boxed-answer reward, which would score every well-formed completion 0); the message
-            names the config keys `prompt.name` / `prompt.reward_fn` and the fix.
+        ValueError: unknown prompt name; the message names the config key and the choices.
     """
     if prompt_name not in PROMPT_REWARD_PAIRS:
         raise ValueError(
             f"prompt.name={prompt_name!r} is not a known prompt; "
             f"choose one of {sorted(PROMPT_REWARD_PAIRS)}"
         )
-    if reward_name not in REWARD_FNS:
-        raise ValueError(
-            f"prompt.reward_fn={reward_name!r} is not a known reward function; "
-            f"choose one of {sorted(REWARD_FNS)}"
-        )
-    expected = PROMPT_REWARD_PAIRS[prompt_name]
-    if reward_name != expected:
-        raise ValueError(
-            f"prompt.name={prompt_name!r} must be graded by prompt.reward_fn={expected!r}, "
-            f"got prompt.reward_fn={reward_name!r}. Set prompt.reward_fn={expected}, or pick the "
-            f"prompt that {reward_name!r} grades: prompt.name="
-            + " or ".join(p for p, r in PROMPT_REWARD_PAIRS.items() if r == reward_name)
-        )
+    return REWARD_FNS[PROMPT_REWARD_PAIRS[prompt_name]]

@@ -127,4 +127,4 @@ REWARD_FNS: dict[str, RewardFn] = {
     "question_only_reward_fn": question_only_reward_fn,
     "answer_tag_reward_fn": answer_tag_reward_fn,
 }
-"""Reward functions by the name used in configs (`prompt.reward_fn`)."""
+"""Reward functions by the name `grpo.prompts.PROMPT_REWARD_PAIRS` pairs with each prompt."""

@@ -43,8 +43,7 @@ from grpo.losses import POLICY_LOSSES
 from grpo.masking import masked_mean
 from grpo.models import load_policy
 from grpo.preemption import PreemptionWatcher
-from grpo.prompts import format_prompt, load_prompt_template
-from grpo.rewards import REWARD_FNS
+from grpo.prompts import format_prompt, load_prompt_template, reward_fn_for
 from grpo.rollout import build_engine
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
 from grpo.run_files import MetricsLog, read_status, write_status
@@ -144,7 +143,7 @@ class GRPOTrainer:
 
         template = load_prompt_template(cfg.prompt.name)
         self.prompt_of = lambda example: format_prompt(template, example.question)
-        self.reward_fn = REWARD_FNS[cfg.prompt.reward_fn]
+        self.reward_fn = reward_fn_for(cfg.prompt.name)
         data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), "validation_size": cfg.eval.n_examples}
         self.validation: list[Example] = load_examples(data_cfg, "validation")
         self.plan = BatchPlan.from_config(cfg)

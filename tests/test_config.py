@@ -122,6 +122,20 @@ def test_loss_hyperparameters_live_only_where_they_are_read() -> None:
         "loss.cliprange is not read by loss=no_baseline; remove it"]
 
 
+def test_engines_state_the_gpus_they_need() -> None:
+    base = ["model=tiny", "data=toy", "rollout=vllm"]
+    errors = check_config(_compose(base)).errors
+    assert errors == [
+        "rollout=vllm needs 2 GPU(s) per job with these rollout settings but "
+        "cluster.gpus_per_job=0; set cluster.gpus_per_job=2, change the rollout settings "
+        "(conf/rollout/vllm.yaml, e.g. rollout.colocate=true for one GPU), or use rollout=hf, "
+        "which runs on CPU"]
+    assert "needs 1 GPU(s)" in check_config(_compose([*base, "rollout.colocate=true"])).errors[0]
+    assert check_config(_compose([*base, "cluster.gpus_per_job=2"])).errors == []
+    assert check_config(_compose([*base, "rollout.engine=sglang"])).errors == [
+        "rollout.engine=sglang is unknown; use one of rollout=hf, rollout=vllm"]
+
+
 def launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "launch.py"), *args], cwd=cwd, capture_output=True, text=True,

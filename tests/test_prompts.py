@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from omegaconf import OmegaConf
 
 from grpo import (
     PROMPT_REWARD_PAIRS,
     REWARD_FNS,
-    check_prompt_reward_pair,
     format_prompt,
     load_prompt_template,
+    reward_fn_for,
 )
 
 
@@ -47,26 +50,22 @@ def test_every_prompt_is_paired_with_a_registered_reward_fn():
         "toy": "answer_tag_reward_fn",
     }
     for prompt_name, reward_name in PROMPT_REWARD_PAIRS.items():
-        assert reward_name in REWARD_FNS
-        check_prompt_reward_pair(prompt_name, reward_name)  # does not raise
+        assert reward_fn_for(prompt_name) is REWARD_FNS[reward_name]
+    # a well-formed correct completion of each prompt scores 1 with its paired reward only
+    assert reward_fn_for("r1_zero")("4 </think> <answer>4</answer>", "4")["reward"] == 1.0
+    assert reward_fn_for("question_only")("\\boxed{4}", "4")["reward"] == 1.0
+    assert reward_fn_for("toy")(" <answer>4</answer>", "4")["reward"] == 1.0
+    assert reward_fn_for("r1_zero")("\\boxed{4}", "4")["reward"] == 0.0
 
 
-def test_mismatched_pair_names_the_config_keys_and_the_fix():
-    with pytest.raises(ValueError) as info:
-        check_prompt_reward_pair("r1_zero", "question_only_reward_fn")
-    message = str(info.value)
-    assert "prompt.name='r1_zero'" in message
-    assert "Set prompt.reward_fn=r1_zero_reward_fn" in message
-    assert "prompt.name=question_only" in message
+def test_prompt_configs_are_the_paired_prompts_and_state_no_reward():
+    conf = Path(__file__).resolve().parents[1] / "conf" / "prompt"
+    yamls = {path.stem: OmegaConf.load(path) for path in conf.glob("*.yaml")}
+    assert set(yamls) == set(PROMPT_REWARD_PAIRS)
+    for name, cfg in yamls.items():
+        assert cfg.name == name and set(cfg) == {"name", "stop"}
 
 
-@pytest.mark.parametrize(
-    ("prompt_name", "reward_name", "message"),
-    [
-        ("cot", "r1_zero_reward_fn", "prompt.name='cot' is not a known prompt"),
-        ("r1_zero", "exact_match", "prompt.reward_fn='exact_match' is not a known reward"),
-    ],
-)
-def test_unknown_names_in_the_pair(prompt_name, reward_name, message):
-    with pytest.raises(ValueError, match=message):
-        check_prompt_reward_pair(prompt_name, reward_name)
+def test_unknown_prompt_names_the_config_key():
+    with pytest.raises(ValueError, match="prompt.name='cot' is not a known prompt"):
+        reward_fn_for("cot")

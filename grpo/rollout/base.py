@@ -7,10 +7,12 @@ its own GPU, or colocated with the trainer). The trainer only talks to this inte
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 class NonFiniteLogitsError(RuntimeError):
@@ -54,7 +56,35 @@ class Rollout:
 
 
 class RolloutEngine(ABC):
-    """Samples responses from the policy; holds its own copy of the weights where it needs one."""
+    """Samples responses from the policy; holds its own copy of the weights where it needs one.
+
+    Each engine class states what it provides, for the config validator, the factory and the
+    trainer (`grpo.rollout.ENGINES` names them): `provides_log_probs` and `gpus_needed`.
+    """
+
+    provides_log_probs: ClassVar[bool] = False
+    """Whether `Rollout.log_probs` holds the engine's log-prob of each sampled token (this is
+    what the trainer's stale-weight check compares with its own log-probs)."""
+
+    @classmethod
+    def gpus_needed(cls, rollout_cfg: Mapping[str, Any]) -> int:
+        """GPUs one job needs with these `rollout` settings, the trainer's included (0: the
+        engine also runs on CPU, on the policy's device)."""
+        return 0
+
+    @classmethod
+    @abstractmethod
+    def from_config(
+        cls,
+        rollout_cfg: Mapping[str, Any],
+        *,
+        policy: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        model_path: str,
+        seed: int,
+        max_model_len: int,
+    ) -> RolloutEngine:
+        """The engine for the `rollout` config group; see `grpo.rollout.build_engine`."""
 
     def generate(
         self, prompts: Sequence[str], n: int, sampling: SamplingSettings

@@ -24,8 +24,9 @@ into the rollouts.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
 import torch
 from transformers import (
@@ -70,6 +71,23 @@ class HFRolloutEngine(RolloutEngine):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_model_len = max_model_len
+
+    provides_log_probs = True
+
+    @classmethod
+    def from_config(
+        cls,
+        rollout_cfg: Mapping[str, Any],
+        *,
+        policy: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        model_path: str,
+        seed: int,
+        max_model_len: int,
+    ) -> HFRolloutEngine:
+        """The engine for `rollout=hf` (key: batch_size); samples from `policy` itself."""
+        return cls(policy, tokenizer, batch_size=int(rollout_cfg["batch_size"]),
+                   max_model_len=max_model_len)
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
         """Sample from `policy` from now on; the weights are shared, so nothing is copied."""

@@ -187,12 +187,19 @@ class VLLMRolloutEngine(RolloutEngine):
         self._sampling_params_cls = vllm.SamplingParams
         self._dtype: torch.dtype = self.llm.model_config.dtype
 
+    provides_log_probs = True
+
+    @classmethod
+    def gpus_needed(cls, rollout_cfg: Any) -> int:
+        """Its own GPU next to the trainer's, or one shared GPU with `colocate: true`."""
+        return 1 if rollout_cfg["colocate"] else 2
+
     @classmethod
     def from_config(
         cls,
         rollout_cfg: Any,
         *,
-        policy_device: torch.device,
+        policy: torch.nn.Module,
         tokenizer: PreTrainedTokenizerBase,
         model_path: str,
         seed: int,
@@ -204,7 +211,7 @@ class VLLMRolloutEngine(RolloutEngine):
         return cls(
             model_path=model_path,
             tokenizer=tokenizer,
-            device=resolve_device(rollout_cfg, policy_device),
+            device=resolve_device(rollout_cfg, next(policy.parameters()).device),
             gpu_memory_utilization=float(rollout_cfg["gpu_memory_utilization"]),
             sleep_level=sleep_level,
             dtype=str(rollout_cfg["dtype"]),
