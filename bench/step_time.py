@@ -56,10 +56,11 @@ def main() -> None:
     base = ["data=toy", "rollout=hf", "logging.wandb_mode=disabled", f"n_grpo_steps={args.steps}",
             "checkpoint.checkpoint_every=100000", "checkpoint.save_final_model=false"]
     if args.model == "tiny":
-        base.append("model=tiny")
+        base.append("model=tiny")  # with data=toy: the CPU recipe (conf/recipe/tiny_toy.yaml)
     else:
         path = build_qwen_shaped(ROOT / ".cache" / "bench-qwen2.5-1.5b-shaped")
-        base += [f"model.path={path}", "sampling.min_new_tokens=1", "eval.n_examples=25"]
+        base += ["recipe=tiny_toy", "prompt=toy", f"model.path={path}", "sampling.min_new_tokens=1",
+                 "eval.n_examples=25"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=base + args.overrides)
 

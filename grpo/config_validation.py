@@ -10,12 +10,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpo.batch_plan import BatchPlan
+from grpo.data import SPLITS, load_examples
 from grpo.losses import POLICY_LOSSES
-from grpo.prompts import PROMPT_REWARD_PAIRS
+from grpo.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, load_prompt_template
 from grpo.rollout import ENGINES
+from grpo.tiny import CHARACTERS
 from grpo.train_step import LENGTH_NORMALIZATIONS
 
 LOW_TEMPERATURE = 0.3
@@ -70,10 +72,6 @@ def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None
             f"sampling.max_new_tokens={max_new} must be < model.max_seq_len={model.max_seq_len} "
             "(the prompt needs room too)"
         )
-    if model.build == "tiny" and cfg.data.name != "toy":
-        report.errors.append(
-            f"model=tiny speaks only the toy task's characters but data={cfg.data.name}; add data=toy"
-        )
     if model.build is not None:
         if model.build != "tiny":
             report.errors.append(f"model.build={model.build} is unknown; use null or tiny")
@@ -84,7 +82,7 @@ def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None
         report.errors.append(
             f"model.path={path} holds no config.json; download the model there yourself and set "
             f"model.path=/path/to/{path.name} (or GRPO_MODEL_PATH, or model.path in "
-            "conf/local/default.yaml); with no weights at hand use model=tiny data=toy prompt=toy"
+            "conf/local/default.yaml); with no weights at hand use +experiment=toy (the tiny model)"
         )
         return
     positions = json.loads(config_file.read_text()).get("max_position_embeddings")
@@ -92,6 +90,34 @@ def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None
         report.errors.append(
             f"model.max_seq_len={model.max_seq_len} exceeds the model's {positions} positions"
         )
+
+
+def _check_tiny_tokenizer(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    """The tiny model's character tokenizer has no unknown token: the prompt template and every
+    question must use only `grpo.tiny.CHARACTERS`."""
+    if cfg.model.build != "tiny" or cfg.prompt.name not in PROMPT_REWARD_PAIRS:
+        return
+    template = load_prompt_template(cfg.prompt.name)
+    unknown = sorted(set(template.replace(PLACEHOLDER, "")) - set(CHARACTERS))
+    if unknown:
+        report.errors.append(
+            f"model=tiny cannot encode {''.join(unknown)!r} of prompt={cfg.prompt.name}: its "
+            f"character tokenizer knows only {CHARACTERS!r}; use prompt=toy"
+        )
+    data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), "validation_size": cfg.eval.n_examples}
+    try:
+        examples = [e for split in SPLITS for e in load_examples(data_cfg, split)]
+    except (OSError, ValueError):
+        return  # unreadable data is _check_data's report
+    for example in examples:
+        unknown = sorted(set(example.question) - set(CHARACTERS))
+        if unknown:
+            report.errors.append(
+                f"model=tiny cannot encode {''.join(unknown)!r} in the questions of "
+                f"data={cfg.data.name} (e.g. {example.question[:60]!r}): its character tokenizer "
+                f"knows only {CHARACTERS!r}; use data that fits it (data=toy) or a real model"
+            )
+            return
 
 
 def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
@@ -161,6 +187,8 @@ def check_config(cfg: DictConfig) -> ConfigReport:
     report.errors += plan.errors()
     if report.errors:
         return report
-    for check in (_check_loss, _check_prompt, _check_model, _check_data, _check_rollout):
+    checks = (_check_loss, _check_prompt, _check_model, _check_data, _check_tiny_tokenizer,
+              _check_rollout)
+    for check in checks:
         check(cfg, plan, report)
     return report

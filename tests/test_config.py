@@ -17,6 +17,8 @@ from grpo.config_validation import check_config
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+CPU_PRESETS = ("demo", "toy")  # the tiny model: no model or data paths needed
+SINGLE_RUN_PRESETS = ("toy",)  # no swept keys
 LEAF_KEY = re.compile(r"^\s*[\w.\-/+]+:\s*\S")  # a key with a value on its own line
 
 
@@ -61,12 +63,12 @@ def real_paths(tmp_path: Path) -> list[str]:
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_composes_and_validates(preset: str, real_paths: list[str]) -> None:
-    extra = [] if preset == "demo" else real_paths
+    extra = [] if preset in CPU_PRESETS else real_paths
     cfg = _compose([f"+experiment={preset}", *extra])
     assert cfg.experiment_name == preset
     report = check_config(cfg)
     assert report.errors == []
-    if preset != "demo":
+    if preset not in CPU_PRESETS:
         assert cfg.hydra.sweeper.params, f"{preset} sets no sweep"
 
 
@@ -79,6 +81,57 @@ def test_defaults_follow_the_cs336_starter() -> None:
         1.0, 4, 1024)
     assert cfg.rollout.gpu_memory_utilization == 0.85 and cfg.advantage_eps == 1e-6
     assert list(cfg.optimizer.betas) == [0.9, 0.95] and cfg.optimizer.weight_decay == 0.0
+
+
+TOY_RECIPE = {"n_grpo_steps": 600, "learning_rate": 3e-4, "rollout_batch_size": 64,
+              "train_batch_size": 64, "micro_batch_size": 64}
+
+
+def recipe_values(cfg) -> dict:
+    return {key: cfg[key] for key in TOY_RECIPE}
+
+
+def test_tiny_on_toy_brings_the_cpu_recipe_and_the_data_option_holds_data_only() -> None:
+    cfg = _compose(["model=tiny", "data=toy", "rollout=hf"])
+    assert recipe_values(cfg) == TOY_RECIPE and cfg.prompt.name == "toy"
+    assert (cfg.sampling.max_new_tokens, cfg.eval.eval_every, cfg.eval.temperature) == (8, 50, 0.0)
+    assert cfg.hydra.runtime.choices.recipe == "tiny_toy"
+    assert set(cfg.data) == {"name", "max_operand", "train_size"}
+    preset = _compose(["+experiment=toy"])
+    assert recipe_values(preset) == TOY_RECIPE
+    assert (preset.model.name, preset.data.name, preset.rollout.engine) == ("tiny", "toy", "hf")
+    # no recipe for other pairs: the toy data with the default model keeps the starter values
+    assert _compose(["data=toy"]).n_grpo_steps == 200
+
+
+def test_command_line_and_presets_win_over_the_recipe() -> None:
+    cfg = _compose(["model=tiny", "data=toy", "learning_rate=1e-3", "n_grpo_steps=20",
+                    "prompt=question_only"])
+    assert (cfg.learning_rate, cfg.n_grpo_steps, cfg.prompt.name) == (1e-3, 20, "question_only")
+    cfg = _compose(["+experiment=clip_ablation", "model=tiny", "data=toy"])
+    assert (cfg.n_grpo_steps, cfg.train_batch_size, cfg.learning_rate) == (200, 128, 3e-4)
+    cfg = _compose(["+experiment=demo", "eval.eval_every=7"])
+    assert (cfg.loss.name, cfg.experiment_name, cfg.eval.eval_every) == ("grpo_clip", "demo", 7)
+
+
+def test_tiny_model_takes_any_data_its_tokenizer_can_encode(tmp_path: Path) -> None:
+    for name, questions in (("sums", ["12+30", "7+0"]), ("words", ["What is 2+2?", "3+4"])):
+        for split in ("train", "validation"):
+            (tmp_path / f"{name}_{split}.jsonl").write_text("".join(
+                json.dumps({"problem": q, "answer": "0"}) + "\n" for q in questions * 8))
+    paths = lambda name: [f"data.{s}_path={tmp_path / f'{name}_{s}.jsonl'}"  # noqa: E731
+                          for s in ("train", "validation")]
+    base = ["model=tiny", "data=math", "rollout=hf", "rollout_batch_size=16", "train_batch_size=16",
+            "micro_batch_size=16", "sampling.max_new_tokens=8"]
+    assert check_config(_compose([*base, *paths("sums")])).errors == []
+    assert check_config(_compose([*base, *paths("words")])).errors == [
+        "model=tiny cannot encode '?Wahist' in the questions of data=math (e.g. 'What is 2+2?'): "
+        "its character tokenizer knows only '0123456789+ QA:'; use data that fits it (data=toy) "
+        "or a real model"]
+    errors = check_config(_compose([*base, *paths("sums"), "prompt=r1_zero"])).errors
+    assert len(errors) == 1 and errors[0].startswith("model=tiny cannot encode")
+    assert errors[0].endswith("of prompt=r1_zero: its character tokenizer knows only "
+                              "'0123456789+ QA:'; use prompt=toy")
 
 
 def test_command_line_wins_over_preset() -> None:
@@ -177,10 +230,10 @@ def test_one_bad_job_stops_the_whole_sweep(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_dry_runs(preset: str, real_paths: list[str], tmp_path: Path) -> None:
-    extra = [] if preset == "demo" else real_paths
+    extra = [] if preset in CPU_PRESETS else real_paths
     out = launch("-m", f"+experiment={preset}", *extra, f"paths.output_root={tmp_path / 'o'}",
                  "dry_run=true")
     assert out.returncode == 0, out.stderr
     n_jobs = int(re.search(r"dry run: (\d+) jobs", out.stdout).group(1))
-    assert n_jobs >= 2
+    assert n_jobs == 1 if preset in SINGLE_RUN_PRESETS else n_jobs >= 2
     assert len([ln for ln in out.stdout.splitlines() if ln.startswith("job #")]) == n_jobs
