@@ -3,12 +3,15 @@
     python bench/step_time.py                                  # tiny model, toy task, CPU
     python bench/step_time.py --steps 30 loss=grpo_clip off_policy.epochs=2
     python bench/step_time.py --model qwen2.5-1.5b-shaped sampling.max_new_tokens=512  # on a GPU
+    python bench/step_time.py rollout=vllm rollout.stale_check_every=10   # old_log_probs per step
 
 `--model qwen2.5-1.5b-shaped` builds a model with Qwen2.5-Math-1.5B's architecture (28 layers,
 hidden 1536, 12/2 heads, MLP 8960, vocabulary 151,936, tied embeddings) and random weights, with
 the tiny model's character tokenizer for the toy prompts: nothing is downloaded, and responses run
 to max_new_tokens as a random model rarely stops, which is the expensive case. The first step
-(warm-up, kernel compilation) is reported apart from the rest.
+(warm-up, kernel compilation) is reported apart from the rest. The old_log_probs phase is also
+listed step by step: it runs only where the loss reads the probability ratio or the stale-weight
+check is due (rollout.stale_check_every).
 """
 
 from __future__ import annotations
@@ -85,6 +88,13 @@ def main() -> None:
             continue
         print(f"{phase:<16}{records[0].get(key, 0.0):>14.4f}{statistics.median(values):>12.4f}"
               f"{statistics.mean(values):>10.4f}{sum(values) / total:>8.1%}  ({len(values)})")
+    old = [r.get("time/old_log_probs_s") for r in records]
+    print("old_log_probs s by step ('-': not computed; '*': stale-weight check ran): " + " ".join(
+        f"{r['step']}:{'-' if v is None else f'{v:.4f}'}"
+        f"{'*' if 'rollout/engine_logprob_abs_diff' in r else ''}" for r, v in zip(records, old, strict=True)))
+    computed = [v for v in old if v is not None]
+    print(f"old_log_probs computed on {len(computed)} of {len(records)} steps: "
+          f"{sum(computed) / len(records):.4f} s per GRPO step on average (0 where skipped)")
     tokens = statistics.median(r["throughput/rollout_tokens_per_s"] for r in rest)
     print(f"rollout throughput (median): {tokens:,.0f} tokens/s; "
           f"mean response length {statistics.mean(r['train/mean_response_length'] for r in rest):.1f}")

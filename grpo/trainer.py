@@ -5,8 +5,10 @@ Each GRPO step (CS336 assignment 5, GRPO algorithm):
      each from the rollout engine (which holds the current policy weights);
   2. scoring: rewards and group-normalized advantages;
   3. old_log_probs: log-probs of the sampled responses under the policy that sampled them,
-     computed under `torch.inference_mode()` when the loss needs them (GRPO-Clip / No-Clip) or
-     several epochs reuse the batch;
+     computed under `torch.inference_mode()` only when the loss reads the probability ratio
+     (`PolicyLoss.uses_ratio`) or the stale-weight check runs this step (every
+     rollout.stale_check_every steps and on the first step after a resume, for engines that
+     report log-probs): the check compares them with the engine's log-probs of the same tokens;
   4. training: off_policy.epochs epochs over the rollout batch in optimizer steps of
      train_batch_size rollouts, each accumulated over micro-batches of micro_batch_size;
   5. weight sync into the engine, evaluation every eval.eval_every steps, metrics, checkpoint.
@@ -44,7 +46,7 @@ from grpo.masking import masked_mean
 from grpo.models import load_policy
 from grpo.preemption import PreemptionWatcher
 from grpo.prompts import format_prompt, load_prompt_template, reward_fn_for
-from grpo.rollout import build_engine
+from grpo.rollout import ENGINES, build_engine
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
 from grpo.run_files import MetricsLog, read_status, write_status
 from grpo.tokenization import tokenize_prompt_and_output
@@ -154,8 +156,8 @@ class GRPOTrainer:
         )
         self.loss = POLICY_LOSSES[cfg.loss.name]
         self.loss_hyperparameters = {key: cfg.loss[key] for key in self.loss.hyperparameters}
-        self.needs_old_log_probs = (
-            self.loss.uses_ratio or self.plan.epochs > 1 or cfg.rollout.engine == "vllm"
+        self.stale_check_every = (
+            int(cfg.rollout.stale_check_every) if ENGINES[cfg.rollout.engine].provides_log_probs else 0
         )
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.metrics_log = MetricsLog(run_dir)
@@ -273,32 +275,54 @@ class GRPOTrainer:
         for start in range(0, len(rows), self.cfg.micro_batch_size):
             yield batch.rows(rows[start : start + self.cfg.micro_batch_size])
 
-    def _old_log_probs(self, batch: RolloutBatch, rollouts: list[Rollout], timer: PhaseTimer) -> dict[str, float]:
-        """Fill batch.old_log_probs micro-batch by micro-batch, in training order and shapes."""
-        if not self.needs_old_log_probs:
+    def _stale_check_due(self, step: int) -> bool:
+        """Whether this step compares the engine's log-probs with the trainer's: every
+        rollout.stale_check_every steps and on the first step of this (possibly resumed) run."""
+        every = self.stale_check_every
+        return every > 0 and (step % every == 0 or step == self.start_step)
+
+    def _old_log_probs(
+        self, batch: RolloutBatch, rollouts: list[Rollout], step: int, timer: PhaseTimer
+    ) -> dict[str, float]:
+        """The policy's log-probs of the sampled responses before training, micro-batch by
+        micro-batch in training order and shapes: stored as batch.old_log_probs when the loss
+        reads the ratio, compared with the engine's when the stale-weight check is due; not
+        computed at all (no time/old_log_probs_s) when neither needs them."""
+        check = self._stale_check_due(step)
+        if not (self.loss.uses_ratio or check):
             return {}
-        old = torch.zeros_like(batch.response_mask)
+        log_probs = torch.zeros_like(batch.response_mask)
         with timer.phase("old_log_probs"), torch.inference_mode():
             self.policy.eval()
             for start in range(0, len(batch.order), self.cfg.micro_batch_size):
                 index = batch.order[start : start + self.cfg.micro_batch_size]
                 mb = batch.rows(index)
                 lp = get_response_log_probs(self.policy, mb["input_ids"], mb["labels"])["log_probs"]
-                old[index, : lp.shape[1]] = lp.float()
-        batch.old_log_probs = old
-        return self._stale_weight_check(batch, rollouts)
+                log_probs[index, : lp.shape[1]] = lp.float()
+        if self.loss.uses_ratio:
+            batch.old_log_probs = log_probs
+        return self._stale_weight_check(log_probs, batch, rollouts) if check else {}
 
-    def _stale_weight_check(self, batch: RolloutBatch, rollouts: list[Rollout]) -> dict[str, float]:
-        """Mean |engine - trainer| log-prob per response token, where the engine reported them."""
+    @staticmethod
+    def _stale_weight_check(
+        log_probs: torch.Tensor, batch: RolloutBatch, rollouts: list[Rollout]
+    ) -> dict[str, float]:
+        """Mean over rollouts of the mean |engine - trainer| log-prob of their response tokens.
+
+        log_probs: (B, T) the trainer's log-probs of `batch.labels`, rows in rollout order. Only
+        rollouts whose engine reported log-probs and whose re-tokenized response is exactly the
+        sampled token sequence are compared (a sampled special token, e.g. a pad mid-response,
+        is absent from the text, so the trainer's tokens would not line up with the engine's).
+        """
         diffs = []
         for i, rollout in enumerate(rollouts):
-            if rollout.log_probs is None:
+            response = batch.response_mask[i] > 0
+            tokens = batch.labels[i][response].tolist()
+            engine_reported = rollout.log_probs is not None and len(rollout.log_probs) == len(tokens)
+            if not tokens or tokens != rollout.token_ids or not engine_reported:
                 continue
-            trainer = batch.old_log_probs[i][batch.response_mask[i] > 0]
-            engine = torch.tensor(rollout.log_probs, device=trainer.device)
-            n = min(len(trainer), len(engine))
-            if n:
-                diffs.append((trainer[:n] - engine[:n]).abs().mean().item())
+            engine = torch.tensor(rollout.log_probs, device=log_probs.device)
+            diffs.append((log_probs[i][response] - engine).abs().mean().item())
         return {"rollout/engine_logprob_abs_diff": float(np.mean(diffs))} if diffs else {}
 
     def _train(self, batch: RolloutBatch, timer: PhaseTimer) -> dict[str, float]:
@@ -356,9 +380,12 @@ class GRPOTrainer:
         metrics = {k: float(np.mean(v)) for k, v in stats.items()}
         metrics["train/optimizer_steps_this_grpo_step"] = float(optimizer_steps)
         metrics["train/optimizer_steps"] = float(self.optimizer_steps)
-        metrics.setdefault("train/mean_ratio", 1.0)
-        metrics.setdefault("train/clip_fraction", 0.0)
-        metrics.setdefault("train/approx_kl", 0.0)
+        if batch.old_log_probs is None and not self.plan.off_policy:
+            # one optimizer step on rollouts of these very weights: ratio 1, nothing clipped, KL 0
+            # (an off-policy plan without old log-probs has no measured value, so no key)
+            metrics.setdefault("train/mean_ratio", 1.0)
+            metrics.setdefault("train/clip_fraction", 0.0)
+            metrics.setdefault("train/approx_kl", 0.0)
         return metrics
 
     def _evaluate(self, step: int) -> dict[str, float]:
@@ -400,7 +427,7 @@ class GRPOTrainer:
                 log.warning(f"run stopped at step {step}: diverged ({err})")
                 break
             batch, metrics = self._score(prompts, rollouts, truths, step, timer)
-            metrics.update(self._old_log_probs(batch, rollouts, timer))
+            metrics.update(self._old_log_probs(batch, rollouts, step, timer))
             metrics.update(self._train(batch, timer))
             with timer.phase("weight_sync"):
                 self.engine.sync_weights(self.policy)

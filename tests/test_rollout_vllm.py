@@ -17,7 +17,7 @@ import torch
 from omegaconf import OmegaConf
 
 from grpo.models import load_policy
-from grpo.rollout import build_engine
+from grpo.rollout import ENGINE_KEYS, build_engine
 from grpo.rollout.base import Rollout, SamplingSettings
 from grpo.rollout.hf import HFRolloutEngine
 from grpo.rollout.vllm import (
@@ -59,9 +59,9 @@ def vllm_cfg(**overrides: object) -> dict[str, object]:
 def test_conf_files_hold_exactly_the_keys_the_engines_read() -> None:
     vllm_yaml = OmegaConf.load(CONF_DIR / "vllm.yaml")
     assert vllm_yaml.engine == "vllm"
-    assert set(vllm_yaml.keys()) - {"engine"} == set(VLLM_KEYS)
+    assert set(vllm_yaml.keys()) - set(ENGINE_KEYS) == set(VLLM_KEYS)
     hf_yaml = OmegaConf.load(CONF_DIR / "hf.yaml")
-    assert set(hf_yaml.keys()) == {"engine", "batch_size"} and hf_yaml.engine == "hf"
+    assert set(hf_yaml.keys()) == {*ENGINE_KEYS, "batch_size"} and hf_yaml.engine == "hf"
 
 
 def test_resolve_device() -> None:

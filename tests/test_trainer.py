@@ -47,6 +47,9 @@ def test_short_run_writes_every_metric_status_and_samples(tiny_model_dir: Path, 
         assert STEP_KEYS <= record.keys(), STEP_KEYS - record.keys()
         assert 0.0 <= record["train/reward_mean"] <= 1.0 and record["train/grad_norm"] > 0
     assert [bool(EVAL_KEYS <= r.keys()) for r in records] == [True, False, True, True]
+    # GRPO-Clip reads old log-probs every step; the hf engine's stale check is off by default
+    assert all("time/old_log_probs_s" in r for r in records)
+    assert not any("rollout/engine_logprob_abs_diff" in r for r in records)
     elapsed = [r["time/elapsed_s"] for r in records]
     assert elapsed == sorted(elapsed) and elapsed[0] > 0
     samples = (tmp_path / "rollouts" / "eval_step_000002.jsonl").read_text().splitlines()
@@ -144,7 +147,7 @@ def test_nonfinite_loss_stops_every_later_optimizer_step(tiny_model_dir: Path, t
     timer = PhaseTimer(trainer.device)
     prompts, rollouts, truths = trainer._rollout(0, timer)
     batch, _ = trainer._score(prompts, rollouts, truths, 0, timer)
-    trainer._old_log_probs(batch, rollouts, timer)
+    trainer._old_log_probs(batch, rollouts, 0, timer)
     batch.advantages[batch.order[40]] = float("nan")  # second optimizer step of each epoch
     after_each_step: list[dict[str, torch.Tensor]] = []
     trainer.optimizer.register_step_post_hook(lambda *_: after_each_step.append(
@@ -157,3 +160,54 @@ def test_nonfinite_loss_stops_every_later_optimizer_step(tiny_model_dir: Path, t
     assert trainer.scheduler.last_epoch == 1
     for name, p in trainer.policy.named_parameters():
         assert torch.equal(p, after_each_step[0][name]), name
+
+
+def test_stale_weight_check_every_n_steps_and_on_the_first_step_after_a_resume(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    common = ("rollout.stale_check_every=3", "checkpoint.checkpoint_every=2", "eval.eval_every=100")
+    train(toy_config(tiny_model_dir, *common, "n_grpo_steps=4"), tmp_path)
+    status = train(toy_config(tiny_model_dir, *common, "n_grpo_steps=7"), tmp_path)  # resumes at 4
+    assert status["status"] == "completed" and status["restarts"] == 1
+    records = read_metrics(tmp_path)
+    assert [r["step"] for r in records] == list(range(7))
+    checked = [r["step"] for r in records if "rollout/engine_logprob_abs_diff" in r]
+    assert checked == [0, 3, 4, 6]
+    # the loss (reinforce_with_baseline) ignores the ratio: old log-probs only for the check
+    assert [r["step"] for r in records if "time/old_log_probs_s" in r] == checked
+    # the engine samples from the trained weights themselves: same log-probs up to float32 noise
+    assert all(r["rollout/engine_logprob_abs_diff"] < 1e-4 for r in records if r["step"] in checked)
+
+
+def test_the_stale_check_leaves_training_untouched(tiny_model_dir: Path, tmp_path: Path) -> None:
+    common = ("n_grpo_steps=3", "off_policy.epochs=2", "eval.eval_every=100")
+    train(toy_config(tiny_model_dir, *common, "rollout.stale_check_every=1"), tmp_path / "checked")
+    train(toy_config(tiny_model_dir, *common, "rollout.stale_check_every=0"), tmp_path / "unchecked")
+    checked, unchecked = read_metrics(tmp_path / "checked"), read_metrics(tmp_path / "unchecked")
+    assert [r["train/loss"] for r in checked] == [r["train/loss"] for r in unchecked]
+    assert all("rollout/engine_logprob_abs_diff" in r for r in checked)
+    assert not any("time/old_log_probs_s" in r for r in unchecked)
+    # off-policy with a ratio-free loss: the ratio is neither needed nor measured, so not logged
+    assert not any("train/mean_ratio" in r or "train/approx_kl" in r for r in checked + unchecked)
+
+
+def test_stale_weight_check_compares_aligned_response_tokens_only() -> None:
+    import torch
+
+    from grpo.rollout.base import Rollout
+    from grpo.trainer import GRPOTrainer, RolloutBatch
+
+    labels = torch.tensor([[5, 7, 8, 0], [5, 9, 9, 9], [5, 6, 0, 0]])
+    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1], [0, 1, 0, 0]], dtype=torch.float32)
+    batch = RolloutBatch(input_ids=labels, labels=labels, response_mask=mask,
+                         advantages=torch.zeros(3), raw_rewards=torch.zeros(3), order=torch.arange(3))
+    trainer = torch.tensor([[0.0, -1.0, -2.0, 0.0], [0.0, -1.0, -1.0, -1.0], [0.0, -3.0, 0.0, 0.0]])
+    rollouts = [
+        Rollout("a", [7, 8], log_probs=[-1.5, -2.5]),      # |diff| 0.5 on both tokens
+        Rollout("b", [9, 9, 9], log_probs=[-1.0, -1.0, -2.0]),  # 0, 0, 1 -> mean 1/3
+        Rollout("c", [6, 1], log_probs=[-3.0, -9.0]),      # text re-tokenized to [6]: skipped
+    ]
+    diff = GRPOTrainer._stale_weight_check(trainer, batch, rollouts)
+    assert diff["rollout/engine_logprob_abs_diff"] == pytest.approx((0.5 + 1 / 3) / 2)
+    rollouts[0] = Rollout("a", [7, 8], log_probs=None)  # an engine without log-probs
+    assert GRPOTrainer._stale_weight_check(trainer, batch, rollouts[:1]) == {}

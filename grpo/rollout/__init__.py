@@ -17,10 +17,13 @@ from grpo.rollout.base import Rollout, RolloutEngine, SamplingSettings
 from grpo.rollout.hf import HFRolloutEngine
 from grpo.rollout.vllm import VLLMRolloutEngine
 
-__all__ = ["ENGINES", "Rollout", "RolloutEngine", "SamplingSettings", "build_engine"]
+__all__ = ["ENGINES", "ENGINE_KEYS", "Rollout", "RolloutEngine", "SamplingSettings", "build_engine"]
 
 ENGINES: dict[str, type[RolloutEngine]] = {"hf": HFRolloutEngine, "vllm": VLLMRolloutEngine}
 """Engine classes by `rollout.engine` name (the `conf/rollout/<name>.yaml` files)."""
+
+ENGINE_KEYS = ("engine", "stale_check_every")
+"""`rollout` config keys of every engine, read by the trainer; the others are the engine's own."""
 
 
 def build_engine(
