@@ -300,13 +300,21 @@ _ASSIGNMENT = re.compile(r"[A-Za-z]\s*=([^=]+)")
 _MEMBERSHIP = re.compile(r"[A-Za-z]\s*\\in(?![A-Za-z])")
 _NUMBER_TOKEN = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:/\d+)?")
 _WORD_TOKEN = re.compile(r"[A-Za-z][A-Za-z']*(?:/[A-Za-z]+)?(?:\^\{?\d\}?)?|\^\{?\d\}?")
-_MATH_WORDS = frozenset({"pi", "sqrt", "inf", "infinity", "ln", "log", "sin", "cos", "tan", "mod"})
+_NOT_UNIT_WORDS = frozenset(
+    {"pi", "sqrt", "inf", "infinity", "ln", "log", "sin", "cos", "tan", "mod", "squared", "cubed"}
+    | {"not", "no", "never", "except", "than", "least", "most", "over", "under", "minus"}
+    | {"negative", "about", "around", "approximately", "roughly", "nearly", "almost", "maybe"}
+    | {"perhaps", "possibly", "probably"}
+)
+"""Words that change the meaning of a number next to them (math words, bounds, negations,
+estimates): a phrase with one of them is not just its number."""
 _ONE_LETTER_WORDS = frozenset({"a", "A", "I"})
 
 
 def _number_among_words(part: str) -> str | None:
     """The number in a phrase of one number and plain words ("12 apples", "She has 7 left."),
-    or None (no number, several numbers, a variable, a math word or an operator in the way)."""
+    or None (no number, several numbers, a variable, an operator or a word of
+    `_NOT_UNIT_WORDS` in the way)."""
     tokens = [token.rstrip(".,;:!?") for token in part.split()]
     tokens = [token for token in tokens if token]
     numbers = [i for i, token in enumerate(tokens) if _NUMBER_TOKEN.fullmatch(token)]
@@ -314,7 +322,7 @@ def _number_among_words(part: str) -> str | None:
         return None
     number = tokens.pop(numbers[0])
     for word in tokens:
-        if not _WORD_TOKEN.fullmatch(word) or word.lower() in _MATH_WORDS:
+        if not _WORD_TOKEN.fullmatch(word) or word.lower() in _NOT_UNIT_WORDS:
             return None
         if len(word) == 1 and word not in _ONE_LETTER_WORDS:
             return None
@@ -371,7 +379,7 @@ def _normalize_part(part: str) -> tuple[str, bool]:
     interval = _inequality_interval(part)
     if interval is not None:
         return interval, True
-    part = "".join(part.split())
+    part = "".join(part.split())  # math-verify reads "\\pir" as pi*r, but "\\theta t" as theta
     membership = _MEMBERSHIP.match(part)
     return (part[membership.end() :] if membership else part), False
 

@@ -1,8 +1,8 @@
 """A hand-labelled table of R1-Zero rollouts over MATH- and GSM8K-style answers.
 
 Each row is (class, response, ground truth, label, note). The label is a careful human's verdict
-on the response's final answer (1 correct, 0 not), judged before running any grader, by these
-rules:
+on the response's final answer (1 correct, 0 not), judged by hand by these rules, never copied
+from a grader's output:
 
 - The final answer is what the response puts after its last `<answer>` (the boxed content when
   there is a box), read as a person would: a number followed by a unit word is that number, a
@@ -374,6 +374,14 @@ TABLE: list[Row] = [
     Row("symbolic", r1(r"\sqrt{12}"), r"2\sqrt{3}", 1),
     Row("symbolic", r1("e^{2}"), "e^2", 1),
     Row("symbolic", r1(r"\log_2 8"), "3", 1),
+    # ---- added with the words that stop "a number among words" from being just that number
+    Row("unit", r1("at least 12 apples"), "12", 0, "a bound, not the value"),
+    Row("unit", r1("about 12"), "12", 0, "an estimate is not a committed answer"),
+    Row("unit", r1("minus 3"), "3", 0, "the sign in words"),
+    Row("unit", r1("not 12"), "12", 0),
+    Row("symbolic", r1(r"\pi r^2"), r"r^2 \pi", 1, "a command followed by a letter"),
+    Row("unicode", r1("πr²"), r"\pi r^2", 1),
+    Row("symbolic", r1(r"\theta t"), r"t\theta", 1),
     # ---- ground-truth forms: a number, a list of acceptable answers, a full boxed solution
     Row("truth", r1("7"), 7, 1),
     Row("truth", r1("0.25"), [r"\frac14", r"25\%"], 1),
