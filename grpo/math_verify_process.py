@@ -91,8 +91,19 @@ def _serve() -> None:
         out.flush()
 
 
+IGNORED_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
+"""Signals the helper ignores, from its first line on: they are meant for its parent (SLURM's
+time-limit warning SIGUSR2 and a preemption's SIGTERM reach every process of a job, Ctrl-C's
+SIGINT the whole process group), which checkpoints or stops and then ends the helper by closing
+its stdin or killing it. Without this, a warning that arrives while the helper starts up kills
+it and with it the run."""
+
 _BOOTSTRAP = """
-import importlib.util, json, sys
+import signal, sys
+for name in sys.argv[3].split(","):
+    if hasattr(signal, name):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+import importlib.util, json
 sys.path[:] = json.loads(sys.argv[2])
 spec = importlib.util.spec_from_file_location("_grpo_math_verify_helper", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
@@ -123,7 +134,14 @@ class _MathVerifyHelper:
     @staticmethod
     def _start() -> subprocess.Popen:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP, os.path.abspath(__file__), json.dumps(sys.path)],
+            [
+                sys.executable,
+                "-c",
+                _BOOTSTRAP,
+                os.path.abspath(__file__),
+                json.dumps(sys.path),
+                ",".join(IGNORED_SIGNALS),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,  # unbuffered: a fork can never inherit (and later flush) half a request
@@ -131,14 +149,17 @@ class _MathVerifyHelper:
         try:
             reply = _read_line(proc, STARTUP_TIMEOUT_S)
         except _HelperTimeout:
-            reply = b""
+            reply = None
         if reply != b"ready":
-            proc.kill()
-            proc.wait()
-            raise RuntimeError(
-                f"the math-verify grading helper did not start (exit code {proc.returncode}); "
-                "is math-verify[antlr4_9_3] installed in this environment?"
-            )
+            proc.kill()  # no effect when it has already exited (reply b"")
+            exit_code = proc.wait()
+            if reply is None:
+                cause = f"no answer within {STARTUP_TIMEOUT_S} s"
+            elif exit_code < 0:
+                cause = f"killed by signal {-exit_code} while starting"
+            else:
+                cause = f"exit code {exit_code}; is math-verify[antlr4_9_3] installed here?"
+            raise RuntimeError(f"the math-verify grading helper did not start: {cause}")
         return proc
 
     def _stop(self) -> None:

@@ -4,7 +4,9 @@ threads, processes, and bounded time on pathological and adversarial inputs."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -17,7 +19,7 @@ import pytest
 from grading_adversarial import PATTERNS, cases
 from grading_table import KNOWN_DISAGREEMENTS, TABLE
 
-from grpo import grade_answer, normalize_answer, r1_zero_reward_fn
+from grpo import grade_answer, math_verify_process, normalize_answer, r1_zero_reward_fn
 from grpo.grading import MAX_ANSWER_CHARS
 
 ISSUE_CLASSES = ("unit", "unicode", "repeating", "mixed", "scientific", "words", "inequality")
@@ -218,3 +220,12 @@ def test_every_reward_call_on_adversarial_megabyte_inputs_returns():
         worker.kill()
         worker.wait()
     assert n_calls == len(list(cases())) + len(PATTERNS)
+
+
+def test_math_verify_helper_ignores_the_signals_meant_for_the_trainer():
+    assert grade_answer("(x+1)^2", "x^2+2x+1")  # through math-verify: the helper is running
+    helper = math_verify_process._HELPER._proc
+    for name in math_verify_process.IGNORED_SIGNALS:  # SLURM's time-limit warning is SIGUSR2
+        os.kill(helper.pid, getattr(signal, name))
+    assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")
+    assert math_verify_process._HELPER._proc is helper and helper.poll() is None
