@@ -514,6 +514,9 @@ def grade_answer(predicted: str, ground_truth: str, timeout_s: float = DEFAULT_T
     predicted, ground_truth = str(predicted).strip(), str(ground_truth).strip()
     if not (0 < len(predicted) <= MAX_ANSWER_CHARS and 0 < len(ground_truth) <= MAX_ANSWER_CHARS):
         return False
+    pred_value, gold_value = _as_rational(predicted), _as_rational(ground_truth)
+    if pred_value is not None and gold_value is not None:  # plain numbers, already canonical
+        return pred_value == gold_value
     pred, gold = _canonical(predicted), _canonical(ground_truth)
     if not pred or not gold:
         return False
