@@ -10,12 +10,44 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from grpo.grading import grade_answer
+from grpo.grading import MAX_ANSWER_CHARS, grade_answer
 
 GroundTruth = str | int | float | Sequence[str]
 RewardFn = Callable[[str, GroundTruth], dict[str, float]]
 
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+MAX_BOX_NESTING = 8
+"""Deepest brace nesting inside a `\\boxed{...}` that counts as a complete box (final answers
+nest a few levels: `\\frac{\\sqrt{\\frac{1}{2}}}{3}` is 3). The bound lets one linear regular
+expression match a box (nested braces cannot be matched by a regular expression in general,
+and a hand-written scan runs at Python speed: over a second on a megabyte of braces)."""
+
+MAX_FINAL_ANSWERS = 64
+"""Most boxes, and most R1-Zero answer sections, that a response may hold and still be graded:
+more is degenerate output (a hedge unless the ground truth lists that many answers) and is wrong
+without being read, which bounds the time spent looking for them."""
+
+_BOX_COMMANDS = ("\\boxed{", "\\fbox{")
+
+
+def _balanced_braces(depth: int) -> str:
+    """A regular expression for text whose braces balance, nested at most `depth` deep. It is
+    linear: a group can only start at "{", which the text between groups cannot contain."""
+    pattern = r"[^{}]*"
+    for _ in range(depth):
+        pattern = r"[^{}]*(?:\{" + pattern + r"\}[^{}]*)*"
+    return pattern
+
+
+_BOX_COMMAND = re.compile("|".join(map(re.escape, _BOX_COMMANDS)))
+_BOX = re.compile(f"(?:{_BOX_COMMAND.pattern})({_balanced_braces(MAX_BOX_NESTING)})\\}}")
+_BOX_SPAN = len("\\boxed{}") + MAX_ANSWER_CHARS
+"""A box is read only this far from its command: a longer content is no final answer."""
+
+
+def _box_at(text: str, start: int) -> re.Match | None:
+    """The complete box whose command starts at text[start], or None (unclosed, nested deeper
+    than MAX_BOX_NESTING, or holding more than MAX_ANSWER_CHARS characters)."""
+    return _BOX.match(text, start, start + _BOX_SPAN)
 
 
 def extract_boxed_answer(text: str) -> str | None:
@@ -25,29 +57,41 @@ def extract_boxed_answer(text: str) -> str | None:
         text: a solution or response, e.g. "so $x = \\boxed{\\frac{1}{2}}$."
 
     Returns:
-        The content between the braces ("\\frac{1}{2}"), or None when there is no complete
-        `\\boxed{...}`.
+        The content between the braces ("\\frac{1}{2}"), or None when there is no box or the last
+        one is not complete (`_box_at`).
     """
-    for command in ("\\boxed", "\\fbox"):
-        start = text.rfind(command + "{")
-        if start >= 0:
-            break
-    else:
+    start = max(text.rfind(command) for command in _BOX_COMMANDS)
+    box = _box_at(text, start) if start >= 0 else None
+    return None if box is None else box.group(1)
+
+
+def _count_boxes(text: str) -> int:
+    return sum(text.count(command) for command in _BOX_COMMANDS)
+
+
+def _boxed_answers(text: str) -> list[str] | None:
+    """Contents of the complete outermost boxes of `text`, in order: None if the last box is not
+    complete (no answer), [] if there are more than MAX_FINAL_ANSWERS boxes (a wrong answer)."""
+    if extract_boxed_answer(text) is None:
         return None
-    open_brace = start + len(command)
-    depth = 0
-    for i in range(open_brace, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_brace + 1 : i]
-    return None
+    if _count_boxes(text) > MAX_FINAL_ANSWERS:
+        return []
+    contents, end = [], 0
+    for command in _BOX_COMMAND.finditer(text):
+        box = _box_at(text, command.start()) if command.start() >= end else None
+        if box is not None:  # an outermost box: the boxes inside it are part of its answer
+            contents.append(box.group(1))
+            end = box.end()
+    return contents
 
 
-def _is_correct(answer: str, ground_truth: GroundTruth) -> bool:
-    """Whether `answer` matches the ground truth (or any of a list of them)."""
+def _is_correct(candidates: list[str], ground_truth: GroundTruth) -> bool:
+    """Whether the response's final answer matches the ground truth (or any of a list of them).
+
+    Several distinct candidates (boxes, answer sections) are graded as one list of answers, which
+    only a list ground truth can match: a hedge is wrong even when one candidate is right.
+    """
+    answer = ", ".join(dict.fromkeys(c.strip() for c in candidates if c.strip()))
     truths = [ground_truth] if isinstance(ground_truth, (str, int, float)) else ground_truth
     for truth in truths:
         truth = str(truth)
@@ -66,12 +110,20 @@ def _scores(formatted: bool, correct: bool) -> dict[str, float]:
     }
 
 
+def _section_answers(section: str) -> list[str] | None:
+    """The candidate answers of one R1-Zero answer section: its boxes if it has any (None if the
+    last is not complete), else its text."""
+    return _boxed_answers(section) if "\\boxed" in section else [section]
+
+
 def r1_zero_reward_fn(response: str, ground_truth: GroundTruth) -> dict[str, float]:
     """Reward for the R1-Zero prompt (the completion continues after "Assistant: <think>").
 
     Format: the response contains "</think> <answer>" and "</answer>". The answer is the text
     after the last "<answer>" with "</answer>" removed (as in the CS336 grader); if it contains a
-    `\\boxed{}`, the boxed content (an unclosed box is a wrong answer).
+    `\\boxed{}`, the boxed content (an unclosed last box is a wrong answer). Earlier answer
+    sections after the last "</think>" and several different boxes are further final answers:
+    the response hedges, and only a list ground truth can match them.
 
     Args:
         response: the completion text.
@@ -82,28 +134,38 @@ def r1_zero_reward_fn(response: str, ground_truth: GroundTruth) -> dict[str, flo
     """
     if "</think> <answer>" not in response or "</answer>" not in response:
         return _scores(formatted=False, correct=False)
-    answer = response.split("<answer>")[-1].replace("</answer>", "")
-    if "\\boxed" in answer:
-        answer = extract_boxed_answer(answer)
-        if answer is None:
-            return _scores(formatted=True, correct=False)
-    return _scores(formatted=True, correct=_is_correct(answer, ground_truth))
+    last_open = response.rfind("<answer>")
+    final_part = response[min(response.rfind("</think>"), last_open) :]
+    if max(final_part.count("<answer>"), _count_boxes(final_part)) > MAX_FINAL_ANSWERS:
+        return _scores(formatted=True, correct=False)
+    *earlier, last = final_part.split("<answer>")[1:]
+    candidates = _section_answers(last.replace("</answer>", ""))
+    if candidates is None:
+        return _scores(formatted=True, correct=False)
+    for section in earlier:
+        content = section.split("</answer>", 1)[0]
+        candidates += _section_answers(content) or [content]
+    return _scores(formatted=True, correct=_is_correct(candidates, ground_truth))
 
 
 def question_only_reward_fn(response: str, ground_truth: GroundTruth) -> dict[str, float]:
-    """Reward for the question-only prompt: the answer is the last `\\boxed{...}`.
+    """Reward for the question-only prompt: the answer is in `\\boxed{...}`.
+
+    Format: the last box of the response is complete (`extract_boxed_answer`). The answer is
+    that box; several different boxes are several final answers (a hedge), which only a list
+    ground truth can match.
 
     Args:
         response: the completion text.
         ground_truth: the reference answer(s).
 
     Returns:
-        Floats "format_reward" (1 if there is a complete box), "answer_reward", "reward".
+        Floats "format_reward" (1 if the last box is complete), "answer_reward", "reward".
     """
-    answer = extract_boxed_answer(response)
-    if answer is None:
+    boxes = _boxed_answers(response)
+    if boxes is None:
         return _scores(formatted=False, correct=False)
-    return _scores(formatted=True, correct=_is_correct(answer, ground_truth))
+    return _scores(formatted=True, correct=_is_correct(boxes, ground_truth))
 
 
 def answer_tag_reward_fn(response: str, ground_truth: GroundTruth) -> dict[str, float]:
@@ -116,10 +178,12 @@ def answer_tag_reward_fn(response: str, ground_truth: GroundTruth) -> dict[str, 
     Returns:
         Floats "format_reward" (1 if an answer tag pair is present), "answer_reward", "reward".
     """
-    answers = _ANSWER_TAG.findall(response)
-    if not answers:
+    close = response.rfind("</answer>")
+    open_ = response.rfind("<answer>", 0, max(close, 0))
+    if close < 0 or open_ < 0:
         return _scores(formatted=False, correct=False)
-    return _scores(formatted=True, correct=_is_correct(answers[-1].strip(), ground_truth))
+    answer = response[open_ + len("<answer>") : close]
+    return _scores(formatted=True, correct=_is_correct([answer], ground_truth))
 
 
 REWARD_FNS: dict[str, RewardFn] = {

@@ -1,132 +1,95 @@
-"""Answer grading: a table of MATH-style answers, normalization, threads, processes, time bound."""
+"""Answer grading: agreement with a hand-labelled table of R1-Zero rollouts, normalization,
+threads, processes, and bounded time on pathological and adversarial inputs."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
 import time
+from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
+from grading_adversarial import PATTERNS, cases
+from grading_table import KNOWN_DISAGREEMENTS, TABLE
 
-from grpo import grade_answer, normalize_answer, r1_zero_reward_fn
+from grpo import grade_answer, math_verify_process, normalize_answer, r1_zero_reward_fn
+from grpo.grading import MAX_ANSWER_CHARS
 
-
-def r1(answer: str) -> str:
-    """A well-formed R1-Zero completion with the given answer."""
-    return f"Let me compute. </think> <answer>{answer}</answer>"
-
-
-# (response, ground truth, expected reward of r1_zero_reward_fn)
-GRADING_TABLE = [
-    # fractions and decimals
-    (r1("0.5"), "\\frac{1}{2}", 1),
-    (r1("\\frac12"), "\\frac{1}{2}", 1),
-    (r1("1/2"), "\\frac{1}{2}", 1),
-    (r1("\\dfrac{3}{4}"), "\\frac34", 1),
-    (r1("0.75"), "\\frac{3}{4}", 1),
-    # judgment call: an unreduced fraction equals the value (the CS336 grader rejects it)
-    (r1("\\frac{2}{4}"), "\\frac{1}{2}", 1),
-    (r1("0.33"), "\\frac{1}{3}", 0),
-    (r1("\\frac{1}{3}"), "\\frac{1}{2}", 0),
-    (r1("3.0"), "3", 1),
-    (r1("\\frac{-1}{2}"), "-\\frac{1}{2}", 1),
-    # intervals, sets, tuples
-    (r1("[1, 2)"), "[1,2)", 1),
-    (r1("(1,2]"), "[1,2)", 0),
-    (r1("(-\\infty, 3]"), "(-\\infty,3]", 1),
-    (r1("\\{2, 1\\}"), "\\{1,2\\}", 1),
-    (r1("(2, 1)"), "(1, 2)", 0),
-    (r1("(1, 2)"), "(1,2)", 1),
-    (r1("x \\in [2, 5)"), "[2,5)", 1),
-    (r1("1, 2, 3"), "1,2,3", 1),
-    # math-verify compares bare comma lists as sets, so the order of listed solutions is free
-    (r1("3, 2, 1"), "1,2,3", 1),
-    # equations and assignments
-    (r1("x = 5"), "5", 1),
-    (r1("x=5"), "5", 1),
-    (r1("5"), "x = 5", 1),
-    (r1("y = 2x + 3"), "y=2x+3", 1),
-    (r1("x = 6"), "5", 0),
-    # percentages, units, text
-    (r1("50\\%"), "50", 1),
-    (r1("50"), "50\\%", 1),
-    # judgment call: a percentage is compared by its number, so 0.5 is not 50%
-    (r1("0.5"), "50\\%", 0),
-    (r1("10\\text{ cm}"), "10", 1),
-    (r1("10 cm"), "10", 1),
-    (r1("\\$5.00"), "5", 1),
-    (r1("\\text{Monday}"), "\\text{Monday}", 1),
-    (r1("Monday"), "\\text{Monday}", 1),
-    (r1("Tuesday"), "\\text{Monday}", 0),
-    (r1("\\text{(B)}"), "\\text{(B)}", 1),
-    (r1("(C)"), "\\text{(B)}", 0),
-    # degrees
-    (r1("30^\\circ"), "30", 1),
-    (r1("30"), "30^\\circ", 1),
-    (r1("45^{\\circ}"), "30^\\circ", 0),
-    # square roots
-    (r1("2\\sqrt{2}"), "\\sqrt{8}", 1),
-    (r1("\\sqrt2"), "\\sqrt{2}", 1),
-    (r1("\\frac{\\sqrt{3}}{2}"), "\\frac{\\sqrt3}{2}", 1),
-    (r1("\\sqrt{3}"), "\\sqrt{2}", 0),
-    # judgment call: math-verify accepts a decimal that matches an irrational to 6 places
-    (r1("1.41421356"), "\\sqrt{2}", 1),
-    # negatives
-    (r1("-7"), "-7", 1),
-    (r1("- 7"), "-7", 1),
-    (r1("7"), "-7", 0),
-    # matrices and vectors
-    (r1("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"), "\\begin{pmatrix}1\\\\2\\end{pmatrix}", 1),
-    (
-        r1("\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}"),
-        "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}",
-        1,
-    ),
-    (
-        r1("\\begin{pmatrix} 1 & 2 \\\\ 3 & 5 \\end{pmatrix}"),
-        "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}",
-        0,
-    ),
-    # symbolic expressions and constants
-    (r1("(x+1)^2"), "x^2+2x+1", 1),
-    (r1("x^2-1"), "(x-1)(x+1)", 1),
-    (r1("2\\pi"), "2\\pi", 1),
-    (r1("6.28"), "2\\pi", 0),
-    # large numbers
-    (r1("1,000"), "1000", 1),
-    (r1("1000"), "1{,}000", 1),
-    (r1("10^{3}"), "1000", 1),
-    # boxed answers inside the answer tags
-    (r1("\\boxed{12}"), "12", 1),
-    (r1("The answer is $\\boxed{\\frac{1}{2}}$."), "0.5", 1),
-    (r1("\\boxed{12"), "12", 0),
-    # wrong or empty answers
-    (r1("8"), "7", 0),
-    (r1(""), "7", 0),
-    (r1("I don't know"), "7", 0),
-    # malformed format: the right answer earns nothing
-    ("Let me compute. </think><answer>7</answer>", "7", 0),
-    ("The answer is 7", "7", 0),
-    ("</think> <answer>7", "7", 0),
-    ("<answer>7</answer>", "7", 0),
-    ("The answer is \\boxed{7}", "7", 0),
-    # ground-truth forms: a number, a list of acceptable answers, a full boxed solution
-    (r1("7"), 7, 1),
-    (r1("0.25"), ["\\frac14", "25\\%"], 1),
-    (r1("4"), "The solution gives \\boxed{4}", 1),
-]
+ISSUE_CLASSES = ("unit", "unicode", "repeating", "mixed", "scientific", "words", "inequality")
+"""Classes of answers the grader used to miss, each with a block of rows in the table."""
 
 
-def test_grading_table():
-    mismatches = []
-    for response, truth, expected in GRADING_TABLE:
-        got = r1_zero_reward_fn(response, truth)["reward"]
-        if got != expected:
-            mismatches.append(f"{response!r} vs {truth!r}: expected {expected}, got {got}")
-    n_ok = len(GRADING_TABLE) - len(mismatches)
-    print(f"grading table: {n_ok}/{len(GRADING_TABLE)} graded as expected")
-    assert len(GRADING_TABLE) >= 40
-    assert not mismatches, "\n".join(mismatches)
+ROWS = {(row.response, str(row.ground_truth)): row for row in TABLE}
+
+
+def test_grading_table_covers_every_class_with_right_and_wrong_answers():
+    by_class = defaultdict(list)
+    for row in TABLE:
+        by_class[row.cls].append(row.label)
+    assert len(ROWS) == len(TABLE) >= 100  # no duplicate rows
+    for cls in (*ISSUE_CLASSES, "hedge", "multipart"):
+        assert len(by_class[cls]) >= 8, f"class {cls!r} has {len(by_class[cls])} rows"
+        assert set(by_class[cls]) == {0, 1}, f"class {cls!r} needs right and wrong answers"
+    assert by_class["hedge"].count(0) >= 20  # a grader that accepts hedges fails these
+    assert set(KNOWN_DISAGREEMENTS) <= set(ROWS)
+
+
+def test_grading_table_agreement_with_human_labels():
+    disagreements = {
+        key
+        for key, row in ROWS.items()
+        if r1_zero_reward_fn(row.response, row.ground_truth)["reward"] != row.label
+    }
+    classes = sorted({row.cls for row in TABLE})
+    for cls in classes:
+        n_rows = sum(row.cls == cls for row in TABLE)
+        n_agree = n_rows - sum(ROWS[key].cls == cls for key in disagreements)
+        print(f"{cls:<12} {n_agree}/{n_rows}")
+    agreement = 1 - len(disagreements) / len(TABLE)
+    print(
+        f"grading table agreement: {len(TABLE) - len(disagreements)}/{len(TABLE)} = {agreement:.3f}"
+    )
+    assert agreement >= 0.95
+    for cls in classes:  # per class, exactly the documented disagreements: a regression fails
+        got = {key for key in disagreements if ROWS[key].cls == cls}
+        known = {key for key in KNOWN_DISAGREEMENTS if ROWS[key].cls == cls}
+        assert got == known, (
+            f"class {cls!r}: new {sorted(got - known)}, fixed {sorted(known - got)}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("predicted", "ground_truth", "correct"),
+    [
+        ("2 or 3", "3", False),
+        ("2 or 3", "2, 3", True),
+        ("2, 3", "\\{2, 3\\}", True),
+        ("3, 2", "(2, 3)", False),
+        ("x < -1 or x > 2", "(-\\infty,-1)\\cup(2,\\infty)", True),
+        ("0.\\overline{3}", "0.333", False),
+        ("6.02e23", "6.02\\times10^{23}", True),
+        ("1.41421356", "\\sqrt{2}", False),
+        ("1." + "0" * 9, "1", True),
+        ("2 1/2", "2.5", True),
+        ("three quarters", "0.75", True),
+    ],
+)
+def test_grade_answer_hedges_lists_and_exact_values(predicted, ground_truth, correct):
+    assert grade_answer(predicted, ground_truth) is correct
+
+
+def test_answers_longer_than_the_cap_are_wrong_unread():
+    at_cap = "1" + " " * (MAX_ANSWER_CHARS - 3) + "/2"  # spaces inside are dropped when read
+    assert len(at_cap) == MAX_ANSWER_CHARS and grade_answer(at_cap, "0.5")
+    assert not grade_answer(at_cap.replace(" ", "  ", 1), "0.5")
+    assert not grade_answer("0.5", at_cap.replace(" ", "  ", 1))
 
 
 @pytest.mark.parametrize(
@@ -141,6 +104,23 @@ def test_grading_table():
         ("12{,}345.", "12345"),
         ("\\left( 1, 2 \\right)", "(1,2)"),
         ("3\\sqrt2", "3\\sqrt{2}"),
+        ("1\\,000\\text{ apples}", "1000"),
+        ("The answer is 42 cookies.", "42"),
+        ("½", "1/2"),
+        ("2√3 − x²", "2\\sqrt{3}-x^{2}"),
+        ("[2, ∞)", "[2,\\infty)"),
+        ("2 1/2", "5/2"),
+        ("2\\frac{1}{2}", "5/2"),
+        ("one hundred and twenty-one", "121"),
+        ("two thirds", "2/3"),
+        ("x \\geq -3", "[-3,\\infty)"),
+        ("3 > x", "(-\\infty,3)"),
+        ("-1 < x \\le 2", "(-1,2]"),
+        ("x \\le 1 \\text{ or } x > 2", "(-\\infty,1]\\cup(2,\\infty)"),
+        ("x = 2 \\text{ or } x = 3", "2,3"),
+        ("either 2 or 3", "2,3"),
+        ("5 \\text{ and } 5.0", "5"),
+        ("\\boxed{7}", "7"),
     ],
 )
 def test_normalize_answer(raw, normalized):
@@ -187,3 +167,65 @@ def test_pathological_input_returns_within_the_bound_off_the_main_thread():
     assert verdict is False
     assert elapsed < 5.0, f"took {elapsed:.1f} s with a 1 s bound"
     assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")  # a fresh helper takes over
+
+
+CALL_BOUND_S = 20.0
+"""Seconds each adversarial call may take in the child process. Not a speed claim (those are in
+bench/grading_time.py, where every call takes well under a second): a super-linear pattern takes
+minutes to hours on these megabyte inputs, so this bound fails on one and never on a busy
+machine."""
+
+_ADVERSARIAL_WORKER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from grading_adversarial import NORMALIZATION_SIZE, PATTERNS, cases, run_case
+from grpo.grading import answer_parts, grade_answer
+
+grade_answer("x+1", "1+x")  # start the math-verify helper before the bounded calls
+for case in cases():
+    print("start", case.name, "with", case.reward_fn, flush=True)
+    print("reward", run_case(case), case.expected_reward, flush=True)
+for name, make_pattern in PATTERNS.items():
+    print("start", name, "in answer_parts", flush=True)
+    answer_parts(make_pattern(NORMALIZATION_SIZE))
+    print("done", flush=True)
+print("end", flush=True)
+"""
+
+
+def test_every_reward_call_on_adversarial_megabyte_inputs_returns():
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _ADVERSARIAL_WORKER, str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(line) for line in worker.stdout], daemon=True
+    ).start()
+    started, n_calls = "the start-up", 0
+    try:
+        while True:
+            try:  # the start-up imports torch and math-verify: allow it more time
+                line = lines.get(timeout=CALL_BOUND_S if n_calls else 10 * CALL_BOUND_S).split()
+            except queue.Empty:
+                pytest.fail(f"{started} did not return within {CALL_BOUND_S} s")
+            if line[0] == "start":
+                started, n_calls = " ".join(line[1:]), n_calls + 1
+            elif line[0] == "reward":
+                assert float(line[1]) == float(line[2]), f"{started}: reward {line[1]}"
+            elif line[0] == "end":
+                break
+    finally:
+        worker.kill()
+        worker.wait()
+    assert n_calls == len(list(cases())) + len(PATTERNS)
+
+
+def test_math_verify_helper_ignores_the_signals_meant_for_the_trainer():
+    assert grade_answer("(x+1)^2", "x^2+2x+1")  # through math-verify: the helper is running
+    helper = math_verify_process._HELPER._proc
+    for name in math_verify_process.IGNORED_SIGNALS:  # SLURM's time-limit warning is SIGUSR2
+        os.kill(helper.pid, getattr(signal, name))
+    assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")
+    assert math_verify_process._HELPER._proc is helper and helper.poll() is None

@@ -11,6 +11,8 @@ from grpo import (
     question_only_reward_fn,
     r1_zero_reward_fn,
 )
+from grpo.grading import MAX_ANSWER_CHARS
+from grpo.rewards import MAX_FINAL_ANSWERS
 
 CORRECT = {"format_reward": 1.0, "answer_reward": 1.0, "reward": 1.0}
 WRONG = {"format_reward": 1.0, "answer_reward": 0.0, "reward": 0.0}
@@ -29,7 +31,13 @@ MALFORMED = {"format_reward": 0.0, "answer_reward": 0.0, "reward": 0.0}
         ("\\fbox{7}", "7"),
         ("\\boxed{}", ""),
         ("\\boxed{\\frac{1}{2}", None),
+        ("\\boxed{1} then \\boxed{2", None),  # the last box is not closed
         ("no box here", None),
+        ("\\boxed{a \\boxed{b}}", "b"),  # the last box, nested or not
+        ("\\boxed{" + "{" * 8 + "}" * 8 + "}", "{" * 8 + "}" * 8),
+        ("\\boxed{" + "{" * 9 + "}" * 9 + "}", None),  # nested deeper than MAX_BOX_NESTING
+        ("\\boxed{" + "x" * MAX_ANSWER_CHARS + "}", "x" * MAX_ANSWER_CHARS),
+        ("\\boxed{" + "x" * (MAX_ANSWER_CHARS + 1) + "}", None),  # longer than an answer can be
     ],
 )
 def test_extract_boxed_answer(text, expected):
@@ -44,13 +52,38 @@ def test_r1_zero_reward_fn():
     assert r1_zero_reward_fn("</think><answer>4</answer>", "4") == MALFORMED  # no space
     assert r1_zero_reward_fn("</think> <answer>4", "4") == MALFORMED
     assert r1_zero_reward_fn("the answer is \\boxed{4}", "4") == MALFORMED
-    # the answer is everything after the last <answer> (as in the CS336 grader)
-    assert r1_zero_reward_fn("</think> <answer>3</answer> <answer>4</answer>", "4") == CORRECT
+    # the answer is everything after the last <answer> (as in the CS336 grader) ...
+    assert r1_zero_reward_fn("</think> <answer>4</answer> then", "4") == CORRECT
+    assert r1_zero_reward_fn("</think> <answer>4 ok</answer> ok", "4") == CORRECT  # "4 ok ok"
+    # ... but a second, different final answer after the reasoning is a hedge
+    assert r1_zero_reward_fn("</think> <answer>3</answer> <answer>4</answer>", "4") == WRONG
+    assert r1_zero_reward_fn("</think> <answer>4</answer> <answer>4</answer>", "4") == CORRECT
+    assert r1_zero_reward_fn("</think> <answer>3</answer> <answer>4</answer>", "3, 4") == CORRECT
+    assert r1_zero_reward_fn("say <answer>3</answer> </think> <answer>4</answer>", "4") == CORRECT
+    assert r1_zero_reward_fn("</think> <answer>\\boxed{3} or \\boxed{4}</answer>", "4") == WRONG
+    assert r1_zero_reward_fn("</think> <answer>\\boxed{3} or \\boxed{4}</answer>", "3") == WRONG
+    assert r1_zero_reward_fn("</think> <answer>\\boxed{4} so \\boxed{4}</answer>", "4") == CORRECT
+
+
+def test_more_final_answers_than_the_bound_are_wrong_unread():
+    boxes = "".join(f"\\boxed{{{k}}}" for k in range(MAX_FINAL_ANSWERS))
+    truth = ", ".join(str(k) for k in range(MAX_FINAL_ANSWERS))
+    assert r1_zero_reward_fn(f"</think> <answer>{boxes}</answer>", truth) == CORRECT
+    assert r1_zero_reward_fn(f"</think> <answer>{boxes}\\boxed{{1}}</answer>", truth) == WRONG
+    assert question_only_reward_fn(boxes, truth) == CORRECT
+    assert question_only_reward_fn(boxes + "\\boxed{1}", truth) == WRONG
+    sections = "<answer>1</answer>" * MAX_FINAL_ANSWERS
+    assert r1_zero_reward_fn(f"</think> {sections[:-18]}<answer>1</answer>", "1") == CORRECT
+    assert r1_zero_reward_fn(f"</think> {sections}<answer>1</answer>", "1") == WRONG
 
 
 def test_question_only_reward_fn():
     assert question_only_reward_fn("so the answer is $\\boxed{\\frac{1}{2}}$", "0.5") == CORRECT
-    assert question_only_reward_fn("\\boxed{3} no wait \\boxed{4}", "4") == CORRECT
+    # several different boxes are several final answers: a hedge, even as a self-correction
+    assert question_only_reward_fn("\\boxed{3} no wait \\boxed{4}", "4") == WRONG
+    assert question_only_reward_fn("\\boxed{4}, so the answer is \\boxed{4.0}", "4") == CORRECT
+    assert question_only_reward_fn("\\boxed{2} and \\boxed{3}", "2, 3") == CORRECT
+    assert question_only_reward_fn("\\boxed{3} then \\boxed{4", "4") == MALFORMED
     assert question_only_reward_fn("\\boxed{3}", "4") == WRONG
     assert question_only_reward_fn("the answer is 4", "4") == MALFORMED
 
