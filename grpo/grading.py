@@ -11,8 +11,10 @@ Three stages, cheapest first:
 3. Everything else goes to `math-verify` (gold parsed first, then `verify(gold, pred)`), run in a
    helper process. math-verify's own timeout uses SIGALRM, which only works in the main thread and
    cannot interrupt a long C-level computation holding the GIL (sympy evaluating
-   `2^{10^{10}}` takes minutes), so math-verify runs with its timeouts off and the helper process
-   is killed and replaced when a call exceeds `timeout_s`. The call then grades as incorrect.
+   `2^{10^{10}}` takes minutes), so math-verify runs with its timeouts off, and a call may use
+   `timeout_s` seconds of the helper's CPU time (RLIMIT_CPU: the kernel ends the helper past it;
+   the call grades as incorrect and a new helper takes over). CPU time, not wall-clock time, so
+   that a verdict does not depend on how loaded the machine is: same answers, same rewards.
 
 The helper is a plain `subprocess` (no `multiprocessing`), so grading also works inside daemonic
 pool workers; each process that grades starts its own helper (a forked child never reuses its
@@ -36,10 +38,15 @@ import time
 from fractions import Fraction
 
 DEFAULT_TIMEOUT_S = 5.0
-"""Default bound, in seconds, on one math-verify comparison (both parses and the verify)."""
+"""Default bound, in CPU seconds of the helper, on one math-verify comparison (both parses and
+the verify); whole seconds are enforced, so a call gets between this and one second more."""
 
 STARTUP_TIMEOUT_S = 120.0
 """How long, in seconds, the helper process may take to import math-verify and report ready."""
+
+HELPER_WALL_LIMIT_S = 900.0
+"""Wall-clock seconds after which a call gives up on a helper that has not answered. Only a safety
+net for a helper that hangs without computing: the CPU-time bound is what ends long calls."""
 
 MAX_ANSWER_CHARS = 1000
 """Answers longer than this (in characters) skip math-verify and are graded by string only."""
@@ -154,24 +161,35 @@ def _math_verify_equal(ground_truth: str, predicted: str) -> bool:
 
 
 def _serve() -> None:
-    """Helper-process loop: read JSON [ground_truth, predicted] lines, answer b"1\\n"/b"0\\n"."""
+    """Helper-process loop: read JSON [ground_truth, predicted, timeout_s] lines, answer b"1\\n"
+    or b"0\\n"; the kernel ends the process when a call uses more than timeout_s CPU seconds."""
     import logging
+    import math
+    import resource
+    import signal
 
     logging.disable(logging.CRITICAL)  # math-verify warns about its disabled timeouts
     try:
-        import resource
-
         resource.setrlimit(resource.RLIMIT_AS, (HELPER_MEMORY_LIMIT_BYTES,) * 2)
-    except (ImportError, ValueError, OSError):  # not POSIX, or the hard limit is already lower
+    except (ValueError, OSError):  # the hard limit is already lower
         pass
-    import math_verify  # noqa: F401  (imported before reporting ready; the first call is fast)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # ended by SIGXCPU: no core file
+    signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+    hard_cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    # math-verify and sympy load parts of themselves on first use: do it before any call is timed
+    _math_verify_equal("x+1", "1+x")
 
     out = sys.stdout.buffer
     out.write(b"ready\n")
     out.flush()
     for line in sys.stdin.buffer:
+        ground_truth, predicted, timeout_s = json.loads(line)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_limit = math.ceil(usage.ru_utime + usage.ru_stime + timeout_s)
+        if hard_cpu_limit != resource.RLIM_INFINITY:
+            cpu_limit = min(cpu_limit, hard_cpu_limit)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit, hard_cpu_limit))
         try:
-            ground_truth, predicted = json.loads(line)
             verdict = _math_verify_equal(ground_truth, predicted)
         except Exception:  # a parser crash is a wrong answer, not a dead helper
             verdict = False
@@ -238,18 +256,18 @@ class _MathVerifyHelper:
         self._proc = None
 
     def equal(self, ground_truth: str, predicted: str, timeout_s: float) -> bool:
-        """math-verify's verdict, or False if it takes longer than timeout_s seconds."""
+        """math-verify's verdict, or False if it needs more than timeout_s CPU seconds."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._stop()
                 self._proc = self._start()
-            request = (json.dumps([ground_truth, predicted]) + "\n").encode()
+            request = (json.dumps([ground_truth, predicted, timeout_s]) + "\n").encode()
             try:
                 _write_all(self._proc.stdin.fileno(), request)
-                reply = _read_line(self._proc, timeout_s)
+                reply = _read_line(self._proc, HELPER_WALL_LIMIT_S)
             except (_HelperTimeout, BrokenPipeError):
                 reply = b""
-            if reply not in (b"0", b"1"):  # timed out, or crashed mid-call (e.g. out of memory)
+            if reply not in (b"0", b"1"):  # out of CPU time, or crashed (e.g. out of memory)
                 self._stop()
                 return False
             return reply == b"1"
@@ -292,14 +310,15 @@ if hasattr(os, "register_at_fork"):
 def grade_answer(predicted: str, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """Whether `predicted` is a correct final answer for `ground_truth`.
 
-    Safe to call from any thread and from worker processes. A call takes at most about
-    `timeout_s`, plus the helper's start-up (about a second) on a process's first math-verify call
+    Safe to call from any thread and from worker processes. A call uses at most about `timeout_s`
+    CPU seconds, plus the helper's start-up (about a second) on a process's first math-verify call
     and on the call after a timeout, plus any wait for other threads' calls (they share one helper).
+    The verdict does not depend on the machine's load (the bound is CPU time, not wall-clock time).
 
     Args:
         predicted: the model's final answer (already extracted from the response).
         ground_truth: the reference answer (math-verify parses it as the gold).
-        timeout_s: bound in seconds on the math-verify stage; exceeding it grades as incorrect.
+        timeout_s: bound in CPU seconds on the math-verify stage; exceeding it grades as incorrect.
 
     Returns:
         True if the answers match by normalized string, by exact rational value, or by
