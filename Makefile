@@ -1,33 +1,57 @@
 # grpo-sweeps: `make help` lists the targets.
 SHELL := /bin/bash
+PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 SWEEP ?=
 ARGS ?=
+LATEST_DEMO = $$(ls -d outputs/demo/*/ | sort | tail -n 1)
+# Which lock `make install` installs: gpu where nvidia-smi lists a GPU, else cpu (CI: KIND=cpu)
+KIND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+LOCK := requirements/$(KIND).lock.txt
+# The Python version and platform the locks are resolved for (Linux x86_64)
+LOCK_PYTHON := 3.11
+# uv, the tool that resolves the locks (`make lock`), pinned so that a lock regenerates the same
+UV_VERSION := 0.13.8
+# Where the CPU build of torch (torch==X+cpu) comes from, besides pip's configured find-links
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# CPU torch version for `make lock` (empty: keep the CPU lock's)
+TORCH_VERSION ?=
+# 1: `make lock` takes the newest releases pyproject's ranges allow (else it keeps the lock's pins)
+UPGRADE ?= 0
+export LOCK_PYTHON UV_VERSION TORCH_CPU_INDEX TORCH_VERSION UPGRADE
 
 .DEFAULT_GOAL := help
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-		$(PY) -m pip install -q torch; \
-	else \
-		$(PY) -m pip install -q "torch==$(TORCH_VERSION)"; \
-	fi
-	$(PY) -m pip install -q -e ".[dev]"
+$(STAMP): pyproject.toml $(LOCK)
+	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(None if v == "$(LOCK_PYTHON)" else \
+		f"error: $(PYTHON) is Python {v}, the locks are for Python $(LOCK_PYTHON): make install PYTHON=python$(LOCK_PYTHON)")'
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	@echo "install: exactly $(LOCK), no dependency resolution (pip --no-deps)"
+	$(PY) -m pip install --no-deps --progress-bar off \
+		$(if $(filter cpu,$(KIND)),--retries 1 --extra-index-url $(TORCH_CPU_INDEX)) "$$(grep -E '^torch==' $(LOCK))"
+	$(PY) -m pip install --no-deps --progress-bar off -r $(LOCK)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(PY) scripts/lockfile.py check $(LOCK) --extra dev $(if $(filter gpu,$(KIND)),--extra vllm)
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv in the checkout and install the project (CPU torch where there is no GPU)
+install: $(STAMP) ## (re)create .venv with exactly the lock: requirements/cpu.lock.txt, or gpu.lock.txt where there is a GPU
+
+lock: ## regenerate requirements/*.lock.txt from pyproject.toml (UPGRADE=1: newest releases; TORCH_VERSION=X: CPU torch)
+	bash scripts/lock.sh
 
 demo: $(STAMP) ## run the CPU demo sweep (tiny model, toy task) and plot it
 	$(PY) launch.py -m +experiment=demo
-	$(PY) -m analysis plots --sweep "$$(ls -d outputs/demo/*/ | sort | tail -n 1)"
+	$(PY) -m analysis plots --sweep "$(LATEST_DEMO)"
+
+demo-figure: demo ## make demo, copy its eval-reward figure to docs/ and print its runs (for the README)
+	cp "$(LATEST_DEMO)figures/eval_reward.png" docs/demo_eval_reward.png
+	sed -n '/^## Runs/,/^## Failures/p' "$(LATEST_DEMO)report.md"
 
 sweep: $(STAMP) ## run a sweep: make sweep ARGS="off_policy.epochs=1,2 model=tiny data=toy rollout=hf"
 	$(PY) launch.py -m $(ARGS)
@@ -38,10 +62,13 @@ plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...
 test: $(STAMP) ## run the whole test suite (slow and SLURM tests included)
 	$(PY) -m pytest -q
 
+test-latest: ## drift canary: fast tests in a throw-away venv with the newest releases pyproject allows
+	bash scripts/test_latest.sh
+
 lint: $(STAMP) ## ruff over the project
 	$(VENV)/bin/ruff check grpo analysis hydra_plugins tests bench launch.py
 
 clean: ## remove outputs, caches and the virtual environment
 	rm -rf outputs .cache .pytest_cache .ruff_cache $(VENV)
 
-.PHONY: help install demo sweep plots test lint clean
+.PHONY: help install lock demo demo-figure sweep plots test test-latest lint clean

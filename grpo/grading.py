@@ -24,7 +24,7 @@ Then, cheapest first:
   `0.(3)`, `0.333...`, e notation `1.5e3`) are compared exactly as rationals, and that decides:
   0.5 = \\frac{1}{2}, but 0.333 != \\frac{1}{3}.
 - Anything else goes to math-verify (`grpo.math_verify_process`: a helper process, bounded by
-  `timeout_s`), where a plain-number prediction never equals an irrational ground truth
+  `timeout_s` CPU seconds), where a plain-number prediction never equals an irrational ground truth
   (1.41421356 is not \\sqrt{2}).
 
 Time: an answer longer than `MAX_ANSWER_CHARS` is wrong without being read, and every regular
@@ -497,15 +497,15 @@ def normalize_answer(answer: str) -> str:
 def grade_answer(predicted: str, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """Whether `predicted` is a correct final answer for `ground_truth` (see the module docstring).
 
-    Safe to call from any thread and from worker processes. A call takes at most about
-    `timeout_s` when it reaches math-verify (plus the helper's start-up, about a second, on a
+    Safe to call from any thread and from worker processes. A call uses at most about
+    `timeout_s` CPU seconds when it reaches math-verify (plus the helper's start-up, about a second, on a
     process's first such call and after a timeout), and milliseconds otherwise.
 
     Args:
         predicted: the model's final answer, already extracted from the response (several boxed
             answers joined by commas count as several parts).
         ground_truth: the reference answer.
-        timeout_s: bound in seconds on the math-verify stage; exceeding it grades as incorrect.
+        timeout_s: bound in CPU seconds of the math-verify stage; exceeding it grades as incorrect.
 
     Returns:
         True if the answers match; False otherwise (including hedges, empty answers, answers

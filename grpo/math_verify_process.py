@@ -3,8 +3,10 @@
 math-verify parses the ground truth first (as the gold), then the prediction, and `verify`
 compares them. Its own timeout uses SIGALRM, which only works in the main thread and cannot
 interrupt a long C-level computation holding the GIL (sympy evaluating `2^{10^{10}}` takes
-minutes), so math-verify runs here with its timeouts off, in a helper process that is killed and
-replaced when a call exceeds its bound; the call then counts as unequal.
+minutes), so math-verify runs here with its timeouts off, in a helper process, and a call may
+use `timeout_s` seconds of the helper's CPU time (RLIMIT_CPU: the kernel ends the helper past it;
+the call counts as unequal and a new helper takes over). CPU time, not wall-clock time, so that a
+verdict does not depend on how loaded the machine is: same answers, same rewards.
 
 The helper is a plain `subprocess` (no `multiprocessing`), so this also works inside daemonic
 pool workers; each process that asks starts its own helper (a forked child never reuses its
@@ -26,10 +28,15 @@ import threading
 import time
 
 DEFAULT_TIMEOUT_S = 5.0
-"""Default bound, in seconds, on one math-verify comparison (both parses and the verify)."""
+"""Default bound, in CPU seconds of the helper, on one math-verify comparison (both parses and
+the verify); whole seconds are enforced, so a call gets between this and one second more."""
 
 STARTUP_TIMEOUT_S = 120.0
 """How long, in seconds, the helper process may take to import math-verify and report ready."""
+
+HELPER_WALL_LIMIT_S = 900.0
+"""Wall-clock seconds after which a call gives up on a helper that has not answered. Only a safety
+net for a helper that hangs without computing: the CPU-time bound is what ends long calls."""
 
 HELPER_MEMORY_LIMIT_BYTES = 4 * 1024**3
 """Address-space cap of the helper process, so a runaway big-number computation cannot exhaust
@@ -65,25 +72,36 @@ def _math_verify_equal(ground_truth: str, predicted: str, exact_prediction: bool
 
 
 def _serve() -> None:
-    """Helper-process loop: read JSON [ground_truth, predicted, exact_prediction] lines, answer
-    b"1\\n" or b"0\\n"."""
+    """Helper-process loop: read JSON [ground_truth, predicted, exact_prediction, timeout_s]
+    lines, answer b"1\\n" or b"0\\n"; the kernel ends the process when a call uses more than
+    timeout_s CPU seconds."""
     import logging
+    import math
+    import resource
+    import signal
 
     logging.disable(logging.CRITICAL)  # math-verify warns about its disabled timeouts
     try:
-        import resource
-
         resource.setrlimit(resource.RLIMIT_AS, (HELPER_MEMORY_LIMIT_BYTES,) * 2)
-    except (ImportError, ValueError, OSError):  # not POSIX, or the hard limit is already lower
+    except (ValueError, OSError):  # the hard limit is already lower
         pass
-    import math_verify  # noqa: F401  (imported before reporting ready; the first call is fast)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # ended by SIGXCPU: no core file
+    signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+    hard_cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    # math-verify and sympy load parts of themselves on first use: do it before any call is timed
+    _math_verify_equal("x+1", "1+x", False)
 
     out = sys.stdout.buffer
     out.write(b"ready\n")
     out.flush()
     for line in sys.stdin.buffer:
+        ground_truth, predicted, exact_prediction, timeout_s = json.loads(line)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_limit = math.ceil(usage.ru_utime + usage.ru_stime + timeout_s)
+        if hard_cpu_limit != resource.RLIM_INFINITY:
+            cpu_limit = min(cpu_limit, hard_cpu_limit)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit, hard_cpu_limit))
         try:
-            ground_truth, predicted, exact_prediction = json.loads(line)
             verdict = _math_verify_equal(ground_truth, predicted, exact_prediction)
         except Exception:  # a parser crash is a wrong answer, not a dead helper
             verdict = False
@@ -173,18 +191,18 @@ class _MathVerifyHelper:
     def equal(
         self, ground_truth: str, predicted: str, exact_prediction: bool, timeout_s: float
     ) -> bool:
-        """math-verify's verdict, or False if it takes longer than timeout_s seconds."""
+        """math-verify's verdict, or False if it needs more than timeout_s CPU seconds."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._stop()
                 self._proc = self._start()
-            request = (json.dumps([ground_truth, predicted, exact_prediction]) + "\n").encode()
+            request = json.dumps([ground_truth, predicted, exact_prediction, timeout_s]) + "\n"
             try:
-                _write_all(self._proc.stdin.fileno(), request)
-                reply = _read_line(self._proc, timeout_s)
+                _write_all(self._proc.stdin.fileno(), request.encode())
+                reply = _read_line(self._proc, HELPER_WALL_LIMIT_S)
             except (_HelperTimeout, BrokenPipeError):
                 reply = b""
-            if reply not in (b"0", b"1"):  # timed out, or crashed mid-call (e.g. out of memory)
+            if reply not in (b"0", b"1"):  # out of CPU time, or crashed (e.g. out of memory)
                 self._stop()
                 return False
             return reply == b"1"
@@ -232,16 +250,17 @@ def math_verify_equal(
 ) -> bool:
     """Whether math-verify finds `predicted` equal to `ground_truth`.
 
-    Safe to call from any thread and from worker processes. A call takes at most about
-    `timeout_s`, plus the helper's start-up (about a second) on a process's first call and on the
-    call after a timeout, plus any wait for other threads' calls (they share one helper).
+    Safe to call from any thread and from worker processes. A call uses at most about `timeout_s`
+    CPU seconds, plus the helper's start-up (about a second) on a process's first call and on the
+    call after a timeout, plus any wait for other threads' calls (they share one helper). The
+    verdict does not depend on the machine's load (the bound is CPU time, not wall-clock time).
 
     Args:
         ground_truth: the reference answer (parsed as math-verify's gold), LaTeX without `$`.
         predicted: the answer to check, LaTeX without `$`.
         exact_prediction: the prediction is a plain rational number, so it cannot equal an
             irrational ground truth (math-verify alone accepts 6 matching decimals).
-        timeout_s: bound in seconds on the comparison; exceeding it counts as unequal.
+        timeout_s: bound in CPU seconds on the comparison; exceeding it counts as unequal.
 
     Returns:
         math-verify's verdict; False also when a side does not parse or the call times out.

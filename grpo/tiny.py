@@ -15,8 +15,8 @@ first reaches 0.25 (at least 10 steps): the model then answers in the right form
 to condition on the operands, but is mostly wrong (greedy accuracy 0.28-0.32 over 16 seeds),
 which leaves RL room to raise it.
 
-The build is deterministic given its settings (same machine and torch version), idempotent, and
-safe when several processes build the same directory at once.
+The build is deterministic given its settings, which include the torch and transformers versions
+(same machine kind), idempotent, and safe when several processes build the same directory at once.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
@@ -259,6 +260,9 @@ def build_tiny_model(
         "warmup_lr": warmup_lr,
         "warmup_batch_size": warmup_batch_size,
         "max_operand": max_operand,
+        # the build's numbers depend on these: a cache built under other versions is rebuilt
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
     }
     if _read_build_info(out_dir) == settings:
         return out_dir

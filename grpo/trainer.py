@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,6 +45,7 @@ from grpo.masking import masked_mean
 from grpo.models import load_policy
 from grpo.preemption import PreemptionWatcher
 from grpo.prompts import format_prompt, load_prompt_template, reward_fn_for
+from grpo.reproducibility import make_reproducible
 from grpo.rollout import ENGINES, build_engine
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
 from grpo.run_files import MetricsLog, read_status, write_status
@@ -61,13 +61,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (CPU and CUDA)."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 class PhaseTimer:
@@ -131,10 +124,7 @@ class GRPOTrainer:
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         self.device = resolve_device(cfg.model.device)
-        torch.set_num_threads(int(cfg.cluster.cpus_per_job))
-        seed_everything(cfg.seed)
-        if self.device.type == "cpu":
-            torch.use_deterministic_algorithms(True)
+        make_reproducible(int(cfg.seed), int(cfg.cluster.cpus_per_job), self.device)
 
         self.policy, self.tokenizer = load_policy(cfg.model, self.device)
         self.optimizer = self._build_optimizer()

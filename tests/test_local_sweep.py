@@ -43,7 +43,7 @@ def test_nine_job_sweep_runs_to_completion_on_cpu(tmp_path: Path, tiny_model_dir
         [sys.executable, str(ROOT / "launch.py"), "-m", "off_policy.epochs=1,2,4",
          "train_batch_size=64,128,256", "model=tiny", "data=toy", "rollout=hf",
          f"model.path={tiny_model_dir}", "rollout_batch_size=256", "n_grpo_steps=2",
-         "loss=grpo_clip", "logging.wandb_mode=disabled", f"paths.output_root={tmp_path}"],
+         "loss=grpo_clip", f"paths.output_root={tmp_path}"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]

@@ -165,7 +165,8 @@ def test_load_policy_builds_the_tiny_model_when_asked(tmp_path: Path) -> None:
     info = json.loads((tmp_path / "built" / tiny.BUILD_INFO_FILE).read_text())
     assert (info["settings"]["seed"], info["warmup_steps_taken"]) == (1, 1)
     assert next(model.parameters()).dtype == torch.bfloat16
-    assert model.is_activation_checkpointing
+    # transformers >= 5.21 renamed it activation checkpointing; the locks hold 5.20 (vllm 0.33 pins < 5.21)
+    assert getattr(model, "is_activation_checkpointing", None) or model.is_gradient_checkpointing
     assert not model.training
 
 

@@ -21,7 +21,7 @@ N_STEPS = 24
 def launch(run_dir: Path, tiny_model_dir: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(ROOT / "launch.py"), "model=tiny", "data=toy", "rollout=hf",
-         f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled", f"n_grpo_steps={N_STEPS}",
+         f"model.path={tiny_model_dir}", f"n_grpo_steps={N_STEPS}",
          "checkpoint.checkpoint_every=5", "eval.eval_every=10", f"hydra.run.dir={run_dir}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

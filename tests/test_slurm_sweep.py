@@ -23,7 +23,7 @@ def slurm_sweep(tmp_path: Path, tiny_model_dir: Path, *overrides: str, timeout: 
     """Run `launch.py -m` with cluster=slurm sized for this 2-core node; returns the process."""
     return subprocess.run(
         [sys.executable, str(ROOT / "launch.py"), "-m", "cluster=slurm", "model=tiny", "data=toy",
-         "rollout=hf", f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
+         "rollout=hf", f"model.path={tiny_model_dir}",
          "cluster.cpus_per_job=1", "cluster.mem_gb=2", f"paths.output_root={tmp_path}",
          "hydra.launcher.array_parallelism=2", *overrides],
         cwd=tmp_path, capture_output=True, text=True, timeout=timeout,

@@ -9,6 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
+from wandb_offline import assert_wandb_holds_the_metrics
 
 from grpo.trainer import train
 
@@ -29,7 +30,7 @@ def toy_config(tiny_model_dir: Path, *overrides: str) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=[
             "model=tiny", "data=toy", "rollout=hf", f"model.path={tiny_model_dir}",
-            "logging.wandb_mode=disabled", *overrides,
+            *overrides,
         ])
 
 
@@ -56,6 +57,15 @@ def test_short_run_writes_every_metric_status_and_samples(tiny_model_dir: Path, 
     assert len(samples) == 25 and {"prompt", "response", "reward"} <= json.loads(samples[0]).keys()
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_000003"
     assert (tmp_path / "final_model" / "config.json").exists()
+    # wandb's default mode, offline: its run file in the run directory holds every logged metric
+    assert cfg.logging.wandb_mode == "offline"
+    assert_wandb_holds_the_metrics(tmp_path)
+
+
+def test_wandb_disabled_writes_no_wandb_files(tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg = toy_config(tiny_model_dir, "n_grpo_steps=1", "logging.wandb_mode=disabled")
+    assert train(cfg, tmp_path)["status"] == "completed"
+    assert (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "wandb").exists()
 
 
 def test_off_policy_epochs_double_optimizer_steps_and_move_the_ratio(

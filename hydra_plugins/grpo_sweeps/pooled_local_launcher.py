@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+
+from hydra_plugins.grpo_sweeps.submitit_compat import BaseSubmititLauncher, submit_sweep_job
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -86,15 +86,9 @@ class PooledLocalLauncher(BaseSubmititLauncher):
                 idx, overrides = pending.pop(0)
                 used = {g for _, held in running.values() for g in held}
                 gpus = next(s for s in gpu_sets if not used & set(s))
-                executor.update_parameters(
-                    timeout_min=self.params.get("timeout_min", 10080),
-                    gpus_per_node=self.gpus_per_job,
-                    visible_gpus=gpus,
-                )
                 log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-                job = executor.submit(
-                    self, list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}",
-                    Singleton.get_state(),
+                job = submit_sweep_job(
+                    executor, self, overrides, idx, gpus, self.params.get("timeout_min", 10080)
                 )
                 running[idx] = (job, gpus)
             time.sleep(POLL_S)

@@ -12,12 +12,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import filter_overrides
 
 from grpo.config_validation import check_config
 from grpo.sweep.job import describe_job
+from hydra_plugins.grpo_sweeps.hydra_compat import BasicSweeper, preset_overrides, split_into_jobs
 
 
 class ValidatingSweeper(BasicSweeper):
@@ -26,9 +26,9 @@ class ValidatingSweeper(BasicSweeper):
     def _all_jobs(self, arguments: list[str]) -> tuple[list[Sequence[str]], set[str]]:
         """Every job's override list, and the keys that take several values."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        overrides = parser.parse_overrides(self._parse_config() + list(arguments))
+        overrides = parser.parse_overrides(preset_overrides(self) + list(arguments))
         swept = {o.get_key_element() for o in overrides if o.is_sweep_override()}
-        return [job for batch in self.split_arguments(overrides, None) for job in batch], swept
+        return split_into_jobs(overrides), swept
 
     def sweep(self, arguments: list[str]) -> Any:
         jobs, swept = self._all_jobs(arguments)

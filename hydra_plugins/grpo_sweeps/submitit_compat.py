@@ -1,0 +1,75 @@
+"""What the pooled local launcher relies on in submitit and hydra-submitit-launcher beyond their
+documented use, in one place:
+
+- hydra-submitit-launcher's `BaseSubmititLauncher` (hydra-submitit-launcher 1.2) is itself the
+  function a job runs, called as `launcher(sweep_overrides, job_dir_key, job_num, job_id,
+  singleton_state)`;
+- submitit's `LocalExecutor.update_parameters` takes `visible_gpus`, the GPU indices a job sees
+  (submitit >= 1.5). It ignores keys it does not know, so a rename would silently hand every job
+  the same GPUs: tests/test_dependency_adapters.py runs a real local job and checks what it sees.
+
+A change in either raises `SubmititInternalsMoved`, naming the package and its version.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from hydra.core.singleton import Singleton
+
+# the parameters of BaseSubmititLauncher.__call__, which `submit_sweep_job` passes in this order
+LAUNCHER_CALL = ("self", "sweep_overrides", "job_dir_key", "job_num", "job_id", "singleton_state")
+
+
+class SubmititInternalsMoved(RuntimeError):
+    """A submitit or hydra-submitit-launcher internal this module adapts is gone or changed."""
+
+    def __init__(self, package: str, what: str, error: Exception | str) -> None:
+        super().__init__(
+            f"{package} {importlib.metadata.version(package)}: {what} moved or changed ({error}); "
+            "hydra_plugins/grpo_sweeps/submitit_compat.py is written for submitit 1.5 and "
+            "hydra-submitit-launcher 1.2 and needs updating"
+        )
+
+
+try:
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+except ImportError as err:
+    raise SubmititInternalsMoved(
+        "hydra-submitit-launcher", "hydra_plugins.hydra_submitit_launcher.submitit_launcher", err
+    ) from err
+
+__all__ = ["BaseSubmititLauncher", "SubmititInternalsMoved", "check_launcher_call", "submit_sweep_job"]
+
+
+def check_launcher_call() -> None:
+    """Raise SubmititInternalsMoved unless `BaseSubmititLauncher.__call__` takes the parameters
+    `submit_sweep_job` passes (LAUNCHER_CALL)."""
+    names = tuple(inspect.signature(BaseSubmititLauncher.__call__).parameters)
+    if names != LAUNCHER_CALL:
+        raise SubmititInternalsMoved(
+            "hydra-submitit-launcher", "BaseSubmititLauncher.__call__",
+            f"parameters {names}, expected {LAUNCHER_CALL}",
+        )
+
+
+def submit_sweep_job(
+    executor: Any,
+    launcher: BaseSubmititLauncher,
+    overrides: Sequence[str],
+    job_num: int,
+    gpus: tuple[int, ...],
+    timeout_min: float,
+) -> Any:
+    """Submit Hydra job `job_num` of a sweep (its `overrides`) to a `submitit.LocalExecutor`; it
+    sees exactly the GPUs `gpus` (CUDA_VISIBLE_DEVICES) and is killed after `timeout_min` minutes.
+    Returns the submitit job."""
+    check_launcher_call()
+    executor.update_parameters(timeout_min=timeout_min, gpus_per_node=len(gpus), visible_gpus=gpus)
+    return executor.submit(
+        launcher, list(overrides), "hydra.sweep.dir", job_num, f"job_id_for_{job_num}",
+        Singleton.get_state(),
+    )

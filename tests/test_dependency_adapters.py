@@ -1,0 +1,82 @@
+"""The adapters around dependency internals (hydra_plugins/grpo_sweeps/*_compat.py) against the
+installed releases: each internal is exercised for real, and a moved one fails naming the
+package and its version."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import submitit
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+# Hydra's plugin discovery re-executes every module under hydra_plugins and its core plugins, so a
+# class imported before it ran (by an earlier test) is a stale copy: these tests reach the
+# adapters' names through their modules, at call time.
+from hydra_plugins.grpo_sweeps import hydra_compat, submitit_compat
+
+HYDRA = f"hydra-core {importlib.metadata.version('hydra-core')}"
+SUBMITIT = f"submitit {importlib.metadata.version('submitit')}"
+LAUNCHER = f"hydra-submitit-launcher {importlib.metadata.version('hydra-submitit-launcher')}"
+
+
+def basic_sweeper_class() -> type:
+    """Hydra's BasicSweeper as its module holds it now."""
+    return sys.modules[hydra_compat.BasicSweeper.__module__].BasicSweeper
+
+
+def test_hydra_basic_sweeper_gives_preset_params_and_the_cartesian_product() -> None:
+    sweeper = basic_sweeper_class()(max_batch_size=None, params={"learning_rate": "1e-4,3e-4", "seed": "0,1"})
+    params = hydra_compat.preset_overrides(sweeper)
+    assert params == ["learning_rate=1e-4,3e-4", "seed=0,1"]
+    overrides = OverridesParser.create().parse_overrides([*params, "n_grpo_steps=5"])
+    assert [list(job) for job in hydra_compat.split_into_jobs(overrides)] == [
+        [f"learning_rate={lr}", f"seed={seed}", "n_grpo_steps=5"]
+        for lr in ("0.0001", "0.0003") for seed in ("0", "1")
+    ]
+
+
+def test_a_moved_hydra_internal_names_hydra_and_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    sweeper_class = basic_sweeper_class()
+    sweeper = sweeper_class(max_batch_size=None, params={"seed": "0,1"})
+    monkeypatch.delattr(sweeper_class, "_parse_config")
+    with pytest.raises(hydra_compat.HydraInternalsMoved, match=f"^{HYDRA}: BasicSweeper._parse_config"):
+        hydra_compat.preset_overrides(sweeper)
+    monkeypatch.setattr(hydra_compat.BasicSweeper, "split_arguments",
+                        staticmethod(lambda overrides: [overrides]))
+    with pytest.raises(hydra_compat.HydraInternalsMoved, match=f"^{HYDRA}: BasicSweeper.split_arguments"):
+        hydra_compat.split_into_jobs([])
+
+
+def test_a_local_submitit_job_gets_the_launcher_call_and_only_its_gpus(tmp_path: Path) -> None:
+    submitit_compat.check_launcher_call()  # the upstream BaseSubmititLauncher.__call__ takes what we pass
+
+    class EchoLauncher(submitit_compat.BaseSubmititLauncher):
+        """Runs in the job process (pickled by value) and reports its call and the GPUs it sees."""
+
+        def __call__(self, sweep_overrides, job_dir_key, job_num, job_id, singleton_state):  # noqa: ANN001
+            return {"overrides": sweep_overrides, "job_dir_key": job_dir_key, "job_num": job_num,
+                    "job_id": job_id, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+    executor = submitit.LocalExecutor(folder=tmp_path / "%j")
+    job = submitit_compat.submit_sweep_job(executor, EchoLauncher(), ["seed=1"], 3, (1, 2), timeout_min=5)
+    result = job.result()
+    assert result["gpus"] == "1,2", (
+        f"{SUBMITIT}: LocalExecutor no longer honours visible_gpus (the job saw "
+        f"CUDA_VISIBLE_DEVICES={result['gpus']}); update hydra_plugins/grpo_sweeps/submitit_compat.py"
+    )
+    assert result == {"overrides": ["seed=1"], "job_dir_key": "hydra.sweep.dir", "job_num": 3,
+                      "job_id": "job_id_for_3", "gpus": "1,2"}
+
+
+def test_a_changed_launcher_call_names_the_package_and_its_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(submitit_compat.BaseSubmititLauncher, "__call__",
+                        lambda self, overrides, job_num: None)
+    with pytest.raises(submitit_compat.SubmititInternalsMoved,
+                       match=f"^{LAUNCHER}: BaseSubmititLauncher.__call__"):
+        submitit_compat.check_launcher_call()

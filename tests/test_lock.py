@@ -1,0 +1,64 @@
+"""The committed locks (requirements/*.lock.txt, from `make lock`): exact pins only, admitting
+pyproject.toml's ranges, no CUDA package in the CPU lock, and one version per package across both
+(torch aside); scripts/lockfile.py, which `make install` and `make test-latest` use, read them."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU_LOCK = ROOT / "requirements" / "cpu.lock.txt"
+GPU_LOCK = ROOT / "requirements" / "gpu.lock.txt"
+
+spec = importlib.util.spec_from_file_location("lockfile", ROOT / "scripts" / "lockfile.py")
+lockfile = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lockfile)
+
+
+def test_the_cpu_lock_admits_pyproject_and_holds_no_cuda_package() -> None:
+    pins = lockfile.read_lock(CPU_LOCK)
+    assert lockfile.unmet(lockfile.pyproject_requirements(["dev"]), pins) == []
+    assert pins["torch"].local == "cpu", f"torch=={pins['torch']} is not the CPU build"
+    cuda = [name for name in pins if name.startswith("nvidia-") or name == "triton"]
+    assert cuda == []
+
+
+def test_the_gpu_lock_admits_pyproject_with_vllm() -> None:
+    pins = lockfile.read_lock(GPU_LOCK)
+    assert lockfile.unmet(lockfile.pyproject_requirements(["dev", "vllm"]), pins) == []
+    assert pins["vllm"] == Version("0.33.0") and pins["torch"].local is None
+
+
+def test_both_locks_agree_on_every_package_they_share_but_torch() -> None:
+    cpu, gpu = lockfile.read_lock(CPU_LOCK), lockfile.read_lock(GPU_LOCK)
+    assert cpu.keys() - gpu.keys() == set(), "the CPU lock should be a subset of the GPU lock"
+    assert {name: (v, gpu[name]) for name, v in cpu.items() if v != gpu[name]}.keys() == {"torch"}
+
+
+def test_read_lock_takes_exact_pins_only(tmp_path: Path) -> None:
+    lock = tmp_path / "lock.txt"
+    lock.write_text("# header\nNumPy==2.3.5\n    # via pandas\ntorch==2.13.0+cpu ; python_version >= '3'\n")
+    assert lockfile.read_lock(lock) == {"numpy": Version("2.3.5"), "torch": Version("2.13.0+cpu")}
+    for loose in ("numpy>=2.3.5", "numpy", "numpy==2.*", "numpy==2.3.5,<3"):
+        lock.write_text(f"{loose}\n")
+        with pytest.raises(ValueError, match=r"lock.txt:1: .* is not an exact pin"):
+            lockfile.read_lock(lock)
+
+
+def test_unmet_and_differences_name_each_package() -> None:
+    from packaging.requirements import Requirement
+
+    pins = {"wandb": Version("0.31.0"), "rich": Version("15.0.0")}
+    requirements = [Requirement("wandb>=0.18,<0.31"), Requirement("rich>=13"), Requirement("uv")]
+    assert lockfile.unmet(requirements, pins) == [
+        "wandb<0.31,>=0.18 is not met by the locked wandb==0.31.0", "uv is not in the lock",
+    ]
+    installed = {"wandb": Version("0.30.0"), "pip": Version("25.0")}
+    assert lockfile.differences(pins, installed) == [
+        "  pip: lock -, installed 25.0", "  rich: lock 15.0.0, installed -",
+        "  wandb: lock 0.31.0, installed 0.30.0",
+    ]

@@ -1,0 +1,80 @@
+"""Same config and seed, same curve. The demo preset, shortened, is run as a user runs it
+(`launch.py -m +experiment=demo`, wandb offline, the local pool) twice: once one job at a time,
+once two jobs at a time beside processes that keep every core busy. Each sweep builds the tiny
+model afresh (the second one from two jobs at once). Every reward, loss and eval value of every
+step must be bit-equal (timings aside), and every run's offline wandb file must hold its metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from wandb_offline import assert_wandb_holds_the_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+N_STEPS = 60
+# wall-clock and memory columns: the only ones allowed to differ between two runs
+TIMING_PREFIXES = ("time/", "throughput/", "memory/")
+
+
+def run_demo(root: Path, parallel_jobs: int) -> Path:
+    """The demo sweep at learning rate 3e-4 (on- and off-policy), N_STEPS steps, into `root`;
+    returns the sweep directory."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "launch.py"), "-m", "+experiment=demo", "learning_rate=3e-4",
+         f"n_grpo_steps={N_STEPS}", "eval.eval_every=20", f"paths.output_root={root}",
+         f"paths.cache_dir={root / 'cache'}", f"hydra.launcher.max_parallel_jobs={parallel_jobs}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (sweep,) = (p.parent for p in root.rglob("multirun.yaml"))
+    return sweep
+
+
+@contextmanager
+def every_core_busy() -> Iterator[None]:
+    """One spinning process per core for the duration of the block."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(os.cpu_count() or 1)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+def curves(sweep: Path) -> dict[str, list[dict]]:
+    """Job number -> its metrics.jsonl rows without the timing columns."""
+    return {
+        run.name: [
+            {k: v for k, v in json.loads(line).items() if not k.startswith(TIMING_PREFIXES)}
+            for line in (run / "metrics.jsonl").read_text().splitlines()
+        ]
+        for run in sorted(p for p in sweep.iterdir() if p.name.isdigit())
+    }
+
+
+@pytest.mark.slow
+def test_same_config_same_curve_alone_and_beside_concurrent_jobs(tmp_path: Path) -> None:
+    alone = run_demo(tmp_path / "alone", parallel_jobs=1)
+    with every_core_busy():
+        crowded = run_demo(tmp_path / "crowded", parallel_jobs=2)
+    first, second = curves(alone), curves(crowded)
+    assert sorted(first) == sorted(second) == ["0", "1"]
+    for job, rows in first.items():
+        assert [r["step"] for r in rows] == list(range(N_STEPS))
+        assert [r["step"] for r in rows if "eval/reward" in r] == [0, 20, 40, N_STEPS - 1]
+        assert {"train/reward_mean", "train/loss", "train/grad_norm", "train/entropy"} <= rows[0].keys()
+        for step, (a, b) in enumerate(zip(rows, second[job], strict=True)):
+            assert a == b, f"job {job} step {step}: " + str(
+                {k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)})
+    for sweep in (alone, crowded):
+        for job in first:
+            assert_wandb_holds_the_metrics(sweep / job)
