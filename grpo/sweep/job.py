@@ -58,6 +58,11 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
         print(f"dry run: 1 job, nothing started\njob {describe_job(cfg)}")
         return None
     assign_job_ports()
+    from grpo.run_files import RunDirError
     from grpo.trainer import train
 
-    return train(cfg, HydraConfig.get().runtime.output_dir)
+    try:
+        return train(cfg, HydraConfig.get().runtime.output_dir)
+    except RunDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
