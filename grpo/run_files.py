@@ -136,9 +136,10 @@ def read_status(run_dir: Path) -> dict[str, Any] | None:
         return None
     try:
         status = json.loads(path.read_bytes())
+        problem = None if isinstance(status, dict) else "not a JSON object"
     except (OSError, ValueError) as err:
-        status = err
-    if not isinstance(status, dict):
-        log.warning(f"{path} is unreadable ({status}); it is rewritten, restart count from 0")
+        problem = str(err)
+    if problem is not None:
+        log.warning(f"{path} is unreadable ({problem}); it is rewritten, the restart count starts at 0")
         return None
     return status

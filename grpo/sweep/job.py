@@ -11,6 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from grpo.config_validation import check_config, gradient_accumulation_steps
+from grpo.run_files import RunDirError
 
 
 def free_port() -> int:
@@ -58,7 +59,6 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
         print(f"dry run: 1 job, nothing started\njob {describe_job(cfg)}")
         return None
     assign_job_ports()
-    from grpo.run_files import RunDirError
     from grpo.trainer import train
 
     try:
