@@ -242,9 +242,10 @@ class CheckpointManager:
             return f"{STATE_JSON} holds step {state.step!r}, not {checkpoint_step(path)}"
         return state
 
-    def resume(self, model: torch.nn.Module) -> tuple[Path, TrainerState] | None:
-        """Load the checkpoint to resume from into `model` and return it with its trainer state;
-        None when the run starts from step 0. See the module docstring for the rules."""
+    def find(self) -> tuple[Path, TrainerState] | None:
+        """The checkpoint to resume from (verified) and its trainer state; None when the run
+        starts from step 0. Needs no model, so a refusal comes before the model loads. See the
+        module docstring for the rules."""
         pointed, refused = self._pointed()
         skipped = [refused] if refused else []
         candidates = ([pointed] if pointed else []) + [p for p in self._checkpoint_dirs() if p != pointed]
@@ -256,17 +257,21 @@ class CheckpointManager:
             if skipped:
                 log.warning(f"resuming from {path} (the newest intact checkpoint); skipped:\n"
                             + "\n".join(f"  - {s}" for s in skipped))
-            try:
-                load_model(model, str(path / MODEL_FILE), device=str(next(model.parameters()).device))
-            except (RuntimeError, SafetensorError) as err:
-                raise CheckpointError(
-                    f"checkpoint {path} is intact but does not fit the configured model ({err}); "
-                    "resume it with the model config it was trained with"
-                ) from err
             return path, state
         if skipped:
             self._fresh_start(skipped)
         return None
+
+    @staticmethod
+    def load_weights(path: Path, model: torch.nn.Module) -> None:
+        """Load the weights of checkpoint `path` (found by `find`) into `model`."""
+        try:
+            load_model(model, str(path / MODEL_FILE), device=str(next(model.parameters()).device))
+        except (RuntimeError, SafetensorError) as err:
+            raise CheckpointError(
+                f"checkpoint {path} is intact but does not fit the configured model ({err}); "
+                "resume it with the model config it was trained with"
+            ) from err
 
     def _fresh_start(self, skipped: list[str]) -> None:
         """No checkpoint is usable: refuse, or with allow_fresh_start move them aside."""

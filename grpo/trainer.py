@@ -136,6 +136,10 @@ class GRPOTrainer:
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         check_writable(run_dir)
+        self.checkpoints = CheckpointManager(
+            run_dir, cfg.checkpoint.keep_last, cfg.checkpoint.allow_fresh_start
+        )
+        resume_point = self.checkpoints.find()  # before the model loads: a refusal comes first
         self.device = resolve_device(cfg.model.device)
         torch.set_num_threads(int(cfg.cluster.cpus_per_job))
         seed_everything(cfg.seed)
@@ -168,9 +172,6 @@ class GRPOTrainer:
         )
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.metrics_log = MetricsLog(run_dir)
-        self.checkpoints = CheckpointManager(
-            run_dir, cfg.checkpoint.keep_last, cfg.checkpoint.allow_fresh_start
-        )
 
         self.start_step = 0
         self.optimizer_steps = 0
@@ -178,7 +179,7 @@ class GRPOTrainer:
         self.elapsed_no_eval_offset = 0.0
         self.restarts = 0
         self.wandb_run_id: str | None = None
-        self._resume()
+        self._resume(resume_point)
         self.tracker = Tracker(cfg, run_dir, self.wandb_run_id)
 
     # ----------------------------------------------------------------------------- set-up
@@ -194,17 +195,17 @@ class GRPOTrainer:
             return bnb.optim.AdamW8bit(self.policy.parameters(), **kwargs)
         return torch.optim.AdamW(self.policy.parameters(), **kwargs)
 
-    def _resume(self) -> None:
+    def _resume(self, resume_point: tuple[Path, TrainerState] | None) -> None:
         previous = read_status(self.run_dir)
         if previous is not None:
             self.restarts = int(previous.get("restarts", 0)) + 1
-        resumed = self.checkpoints.resume(self.policy)
-        if resumed is None:
+        if resume_point is None:
             moved = self.metrics_log.truncate_after(-1)
             if moved:
                 log.warning(f"no checkpoint in {self.run_dir}: {moved} logged steps set aside, starting over")
             return
-        latest, state = resumed
+        latest, state = resume_point
+        self.checkpoints.load_weights(latest, self.policy)
         self.optimizer.load_state_dict(state.optimizer)
         self.scheduler.load_state_dict(state.scheduler)
         self.sampler.load_state_dict(state.sampler)

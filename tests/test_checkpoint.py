@@ -54,11 +54,12 @@ def save(run_dir: Path, *steps: int, keep_last: int = 5) -> CheckpointManager:
 def resumed_weight(manager: CheckpointManager) -> float | None:
     """The weight value of the checkpoint `manager` resumes from (None: a fresh start)."""
     model = model_with(-1.0)
-    resumed = manager.resume(model)
-    if resumed is None:
+    found = manager.find()
+    if found is None:
         return None
-    path, state = resumed
+    path, state = found
     assert checkpoint_step(path) == state.step
+    manager.load_weights(path, model)
     return float(model.weight.detach()[0, 0])
 
 
@@ -80,7 +81,8 @@ def test_checkpoint_round_trips_bit_equal_without_pickle(tmp_path: Path) -> None
     assert json.loads((path / "trainer_state.json").read_text())["format"] == "grpo-trainer-state/1"
 
     copy = torch.nn.Linear(4, 3)
-    _, back = CheckpointManager(tmp_path, 2).resume(copy)
+    found, back = CheckpointManager(tmp_path, 2).find()
+    CheckpointManager.load_weights(found, copy)
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), copy.parameters(), strict=True))
     assert back.optimizer["param_groups"] == state.optimizer["param_groups"]  # betas stay a tuple
     for key, values in state.optimizer["state"][0].items():

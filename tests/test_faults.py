@@ -155,6 +155,7 @@ def test_no_usable_checkpoint_refuses_until_a_fresh_start_is_allowed(
     before = snapshot(run_dir)
     returncode, output = finish(launch(run_dir, tiny_model_dir))
     assert returncode == 1 and "Traceback" not in output, output
+    assert "Loading weights" not in output  # refused before the model loads
     assert f"error: refusing to start {run_dir} from scratch" in output
     assert "step_000014: model.safetensors" in output and "step_000009: model.safetensors" in output
     assert "checkpoint.allow_fresh_start=true" in output
