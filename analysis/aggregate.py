@@ -60,11 +60,13 @@ def value_at(curve: Curve, x: float) -> float:
 
 
 def config_summary(collection: Collection) -> pd.DataFrame:
-    """One row per config label (in sorted order): seeds, statuses and mean outcomes."""
+    """One row per config label (in sorted order): runs, runs with metrics (``n_with_data``),
+    seeds, statuses and mean outcomes (over the runs that have them)."""
     runs = collection.runs
     grouped = runs.groupby(LABEL, sort=False)
     summary = pd.DataFrame({
         "n_runs": grouped.size(),
+        "n_with_data": grouped["steps_done"].agg(lambda s: int((s > 0).sum())),
         "seeds": grouped["seed"].agg(lambda s: ", ".join(str(v) for v in sorted(s.dropna()))),
         "statuses": grouped["status"].agg(lambda s: ", ".join(sorted(set(s)))),
         "unstable": grouped["status"].agg(lambda s: bool(s.isin(UNSTABLE_STATUSES).any())),

@@ -30,8 +30,10 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
   - ``status.json``: ``{"status": "running"|"completed"|"diverged"|"collapsed"|"failed",
     "reason", "last_step", "n_grpo_steps", "restarts", "updated_at"}``.
 
-  Any of these may be missing. A run without ``status.json`` gets status ``pending`` when it
-  has no metrics and ``unknown`` when it has some; a run without metrics has no step rows.
+  Any of these may be missing or damaged. A run without a readable ``status.json`` gets status
+  ``pending`` when it has no metrics and ``unknown`` when it has some; a run without metrics
+  has no step rows. What a run lacks (no metrics, a missing or unreadable ``status.json`` or
+  ``.hydra/`` file) is listed in its ``problems``.
   GPU-hours are ``time/elapsed_s`` of the last step / 3600 x ``cluster.gpus_per_job``
   (2 when absent; 0 for CPU runs).
 
@@ -42,7 +44,8 @@ identity, hyperparameters, swept keys, ``config label``, ``seed``, ``status``, `
 logged metric) and ``runs`` (one row per run, pending ones included, with its summary:
 ``off_policy`` (``grpo.batch_plan.BatchPlan.off_policy`` of its batch sizes: more than one
 optimizer step per rollout batch; None when they are missing or invalid), steps done,
-wall-clock, GPU-hours, final and best ``eval/reward``). Runs that differ only in
+wall-clock, GPU-hours, final and best ``eval/reward``, ``problems``). A sweep directory
+without any run directory is an error. Runs that differ only in
 ``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``.
 """
 
@@ -166,15 +169,19 @@ def _with_floats(row: dict[str, Any]) -> dict[str, Any]:
             for k, v in row.items()}
 
 
-def read_status(run_dir: Path, has_metrics: bool) -> dict[str, Any]:
-    """Read ``status.json``; without one the status is ``unknown`` or (no metrics) ``pending``."""
+def read_status(run_dir: Path, has_metrics: bool) -> tuple[dict[str, Any], str | None]:
+    """``status.json`` and what is wrong with it (None: nothing). Without a readable one the
+    status is ``unknown``, or ``pending`` for a run with neither metrics nor the file."""
+    path = run_dir / "status.json"
+    if not path.exists():
+        return {"status": "unknown" if has_metrics else "pending"}, ("no status.json" if has_metrics else None)
     try:
-        status = json.loads((run_dir / "status.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        status = None
-    if not isinstance(status, dict) or "status" not in status:
-        status = {"status": "unknown" if has_metrics else "pending"}
-    return status
+        status = json.loads(path.read_bytes())
+    except (OSError, ValueError) as error:
+        return {"status": "unknown"}, f"status.json is unreadable ({error})"
+    if not (isinstance(status, dict) and isinstance(status.get("status"), str)):
+        return {"status": "unknown"}, "status.json holds no status"
+    return status, None
 
 
 def _parse_overrides(lines: Iterable[str]) -> list[Any]:
@@ -183,6 +190,19 @@ def _parse_overrides(lines: Iterable[str]) -> list[Any]:
 
 def _load_yaml(path: Path) -> DictConfig | ListConfig | None:
     return OmegaConf.load(path) if path.is_file() else None
+
+
+def _read_hydra(run_dir: Path, name: str, problems: list[str]) -> DictConfig | ListConfig | None:
+    """``run_dir/.hydra/<name>``, or None with the reason appended to ``problems``."""
+    path = run_dir / ".hydra" / name
+    if not path.is_file():
+        problems.append(f".hydra/{name} is missing")
+        return None
+    try:
+        return OmegaConf.load(path)
+    except Exception as error:  # noqa: BLE001 -- any YAML or OmegaConf error: report, go on
+        problems.append(f".hydra/{name} is unreadable ({type(error).__name__})")
+        return None
 
 
 def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
@@ -247,26 +267,39 @@ class _Run:
     choices: dict[str, str]
     status: dict[str, Any]
     log: MetricsLog
+    problems: tuple[str, ...]
 
     @staticmethod
     def read(sweep: Path, path: Path) -> _Run:
-        config = _load_yaml(path / ".hydra" / "config.yaml")
-        override_list = _load_yaml(path / ".hydra" / "overrides.yaml")
-        hydra_cfg = _load_yaml(path / ".hydra" / "hydra.yaml")
+        problems: list[str] = []
+        if (path / ".hydra").is_dir():
+            config = _read_hydra(path, "config.yaml", problems)
+            override_list = _read_hydra(path, "overrides.yaml", problems)
+            hydra_cfg = _read_hydra(path, "hydra.yaml", problems)
+        else:
+            problems.append(".hydra/ is missing (config unknown)")
+            config = override_list = hydra_cfg = None
         choices = OmegaConf.select(hydra_cfg, "hydra.runtime.choices") if hydra_cfg else None
-        overrides = {
-            o.key_or_group: o.get_value_element_as_str()
-            for o in _parse_overrides(override_list or [])
-        }
+        try:
+            parsed = _parse_overrides(override_list if isinstance(override_list, ListConfig) else [])
+        except Exception:  # noqa: BLE001 -- Hydra's parser errors: report, go on
+            problems.append(".hydra/overrides.yaml holds unparsable overrides")
+            parsed = []
+        overrides = {o.key_or_group: o.get_value_element_as_str() for o in parsed}
         log = read_metrics(path / "metrics.jsonl")
+        if not log.rows:
+            metrics = path / "metrics.jsonl"
+            problems.append("metrics.jsonl holds no step" if metrics.exists() else "no metrics.jsonl")
+        status, status_problem = read_status(path, bool(log.rows))
         return _Run(
             sweep=sweep,
             path=path,
             config=config if isinstance(config, DictConfig) else None,
             overrides=overrides,
             choices={k: str(v) for k, v in (choices or {}).items()},
-            status=read_status(path, bool(log.rows)),
+            status=status,
             log=log,
+            problems=(*problems, *([status_problem] if status_problem else [])),
         )
 
     def value(self, key: str) -> Any:
@@ -319,6 +352,7 @@ class _Run:
             "best_eval_step": best[0],
             "n_bad_lines": self.log.n_bad_lines,
             "n_duplicate_steps": self.log.n_duplicate_steps,
+            "problems": "; ".join(self.problems),
         }
 
 
@@ -339,6 +373,9 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
         if not sweep_dir.is_dir():
             raise FileNotFoundError(f"sweep directory {sweep_dir} does not exist")
         sweep_runs = [_Run.read(sweep_dir, p) for p in _run_dirs(sweep_dir)]
+        if not sweep_runs:
+            raise ValueError(f"sweep directory {sweep_dir} holds no run (no job directory 0/, "
+                             "1/, ...): nothing to collect; pass the directory of a sweep")
         swept = read_swept(sweep_dir)
         if swept is None:
             swept = {k: sorted({r.overrides[k] for r in sweep_runs if k in r.overrides})
@@ -369,7 +406,8 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
 def _run_columns(label_keys: Sequence[str]) -> list[str]:
     base = [*RUN_ID_COLUMNS[:-1], "reason", "last_step", "restarts", "updated_at", LABEL]
     summary = ["off_policy", "steps_done", "wall_clock_s", "gpu_hours", "final_eval_reward",
-               "best_eval_reward", "best_eval_step", "n_bad_lines", "n_duplicate_steps"]
+               "best_eval_reward", "best_eval_step", "n_bad_lines", "n_duplicate_steps",
+               "problems"]
     extra = [k for k in label_keys if k not in HYPERPARAMS]
     return [*base, *HYPERPARAMS, *extra, *summary]
 

@@ -1,5 +1,6 @@
-"""``report.md`` of a collected sweep: ranges swept, runs, failures, best config, the comparison
-with the on-policy run at equal steps and at equal wall-clock, and links to the figures."""
+"""``report.md`` of a collected sweep: ranges swept, runs, failures, runs with missing or
+unreadable data, best config, the comparison with the on-policy run at equal steps and at equal
+wall-clock, and links to the figures."""
 
 from __future__ import annotations
 
@@ -102,6 +103,16 @@ def _failures(collection: Collection) -> list[str]:
     return lines
 
 
+def _unusable(collection: Collection) -> list[str]:
+    runs = collection.runs
+    entries = [
+        f"- `{run['run_id']}` (status {run['status']}): {run['problems']}"
+        for run in runs[runs["problems"] != ""].to_dict("records")
+    ]
+    return ["## Runs with missing or unreadable data", "",
+            *(entries or ["None: every run has its config, status and metrics."])]
+
+
 def _best(collection: Collection, criterion: Criterion) -> list[str]:
     ranked = rank_configs(collection, criterion)
     lines = ["## Best config", ""]
@@ -114,14 +125,16 @@ def _best(collection: Collection, criterion: Criterion) -> list[str]:
     lines += [
         rule, "",
         f"**Best: {best}**: best eval reward {fmt_number(row['best_eval_reward'])}, "
-        f"final eval reward {fmt_number(row['final_eval_reward'])} over {row['n_runs']} run(s).",
+        f"final eval reward {fmt_number(row['final_eval_reward'])} over {row['n_with_data']} "
+        "run(s) with metrics.",
         "",
     ]
     summary = config_summary(collection)
-    header = ["config", "runs", "seeds", "statuses", "mean final eval reward",
+    header = ["config", "runs", "with metrics", "seeds", "statuses", "mean final eval reward",
               "mean best eval reward", "mean wall-clock", "GPU-hours"]
     rows = [
-        [label, s["n_runs"], s["seeds"], s["statuses"], fmt_number(s["final_eval_reward"]),
+        [label, s["n_runs"], s["n_with_data"], s["seeds"], s["statuses"],
+         fmt_number(s["final_eval_reward"]),
          fmt_number(s["best_eval_reward"]), fmt_duration(s["wall_clock_s"]),
          fmt_number(s["gpu_hours"], 2)]
         for label, s in summary.iterrows()
@@ -197,12 +210,15 @@ def build_report(collection: Collection, report_dir: Path,
     names = ", ".join(f"`{s.path.name}`" for s in collection.sweeps)
     counts = collection.runs["status"].value_counts()
     status_line = ", ".join(f"{n} {status}" for status, n in counts.items())
+    with_data = int((collection.runs["steps_done"] > 0).sum())
     sections = [
         [f"# Sweep report: {names}", "",
-         f"{len(collection.runs)} run(s), {len(collection.labels)} config(s): {status_line}."],
+         f"{len(collection.runs)} run(s) ({with_data} with metrics), {len(collection.labels)} "
+         f"config(s): {status_line}."],
         _ranges(collection),
         _runs(collection),
         _failures(collection),
+        _unusable(collection),
         _best(collection, criterion),
         _comparison(collection),
         _figures(figures or {}, report_dir),

@@ -8,6 +8,7 @@ the crash) are moved to `metrics.discarded.jsonl` so that `metrics.jsonl` holds 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from datetime import datetime, timezone
@@ -15,6 +16,35 @@ from pathlib import Path
 from typing import Any
 
 STATUSES = ("running", "completed", "diverged", "collapsed", "failed")
+log = logging.getLogger(__name__)
+
+
+class RunDirError(RuntimeError):
+    """A run directory the run cannot use as it is; the message says what to fix. Printed
+    without a traceback by the job (grpo.sweep.job)."""
+
+
+def check_writable(run_dir: Path) -> None:
+    """Raise RunDirError unless the run can write where it writes: `run_dir` and its
+    `checkpoints/` and `rollouts/` (new files), `metrics.jsonl` (appended). Changes nothing."""
+    for directory in (run_dir, run_dir / "checkpoints", run_dir / "rollouts"):
+        if not directory.is_dir():
+            continue
+        probe = directory / f".write_probe_{os.getpid()}"
+        try:
+            probe.touch()
+            probe.unlink()
+        except OSError as err:
+            raise RunDirError(_not_writable(run_dir, directory, err)) from err
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists() and not os.access(metrics, os.W_OK):
+        raise RunDirError(_not_writable(run_dir, metrics, PermissionError(13, "Permission denied")))
+
+
+def _not_writable(run_dir: Path, path: Path, err: OSError) -> str:
+    return (f"the run directory {run_dir} is not writable: {path}: {err.strerror}. Nothing was "
+            f"changed; make it writable (e.g. `chmod -R u+w {run_dir}`, or remount the file "
+            "system read-write) and start the run again to resume it")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -100,6 +130,16 @@ def write_status(
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:
-    """The run's `status.json`, or None if it has none."""
+    """The run's `status.json`, or None if it has none or it is not a JSON object (a warning)."""
     path = run_dir / "status.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        status = json.loads(path.read_bytes())
+        problem = None if isinstance(status, dict) else "not a JSON object"
+    except (OSError, ValueError) as err:
+        problem = str(err)
+    if problem is not None:
+        log.warning(f"{path} is unreadable ({problem}); it is rewritten, the restart count starts at 0")
+        return None
+    return status

@@ -13,8 +13,8 @@ Each GRPO step (CS336 assignment 5, GRPO algorithm):
      train_batch_size rollouts, each accumulated over micro-batches of micro_batch_size;
   5. weight sync into the engine, evaluation every eval.eval_every steps, metrics, checkpoint.
 
-The run directory holds metrics.jsonl, status.json, checkpoints/ and rollouts/; a run started in a
-directory with a checkpoint resumes from it (see grpo.checkpoint).
+The run directory holds metrics.jsonl, status.json, checkpoints/, rollouts/ and final_model/; a run
+started in a directory with a checkpoint resumes from the newest intact one (see grpo.checkpoint).
 """
 
 from __future__ import annotations
@@ -35,7 +35,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo.advantages import compute_group_normalized_rewards
 from grpo.batch_plan import BatchPlan
-from grpo.checkpoint import CheckpointManager, TrainerState, rng_state, set_rng_state
+from grpo.checkpoint import (
+    CheckpointManager,
+    TrainerState,
+    final_model_problem,
+    rng_state,
+    set_rng_state,
+    write_final_model,
+)
 from grpo.data import Example, PromptSampler, load_examples
 from grpo.evaluation import evaluate, save_samples
 from grpo.health import HealthMonitor
@@ -48,7 +55,7 @@ from grpo.prompts import format_prompt, load_prompt_template, reward_fn_for
 from grpo.reproducibility import make_reproducible
 from grpo.rollout import ENGINES, build_engine
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
-from grpo.run_files import MetricsLog, read_status, write_status
+from grpo.run_files import MetricsLog, check_writable, read_status, write_status
 from grpo.tokenization import tokenize_prompt_and_output
 from grpo.tracking import Tracker
 from grpo.train_step import grpo_microbatch_train_step
@@ -123,6 +130,11 @@ class GRPOTrainer:
         self.cfg = cfg
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
+        check_writable(run_dir)
+        self.checkpoints = CheckpointManager(
+            run_dir, cfg.checkpoint.keep_last, cfg.checkpoint.allow_fresh_start
+        )
+        resume_point = self.checkpoints.find()  # before the model loads: a refusal comes first
         self.device = resolve_device(cfg.model.device)
         make_reproducible(int(cfg.seed), int(cfg.cluster.cpus_per_job), self.device)
 
@@ -151,7 +163,6 @@ class GRPOTrainer:
         )
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.metrics_log = MetricsLog(run_dir)
-        self.checkpoints = CheckpointManager(run_dir, cfg.checkpoint.keep_last)
 
         self.start_step = 0
         self.optimizer_steps = 0
@@ -159,7 +170,7 @@ class GRPOTrainer:
         self.elapsed_no_eval_offset = 0.0
         self.restarts = 0
         self.wandb_run_id: str | None = None
-        self._resume()
+        self._resume(resume_point)
         self.tracker = Tracker(cfg, run_dir, self.wandb_run_id)
 
     # ----------------------------------------------------------------------------- set-up
@@ -175,17 +186,17 @@ class GRPOTrainer:
             return bnb.optim.AdamW8bit(self.policy.parameters(), **kwargs)
         return torch.optim.AdamW(self.policy.parameters(), **kwargs)
 
-    def _resume(self) -> None:
+    def _resume(self, resume_point: tuple[Path, TrainerState] | None) -> None:
         previous = read_status(self.run_dir)
         if previous is not None:
             self.restarts = int(previous.get("restarts", 0)) + 1
-        latest = self.checkpoints.latest()
-        if latest is None:
+        if resume_point is None:
             moved = self.metrics_log.truncate_after(-1)
             if moved:
                 log.warning(f"no checkpoint in {self.run_dir}: {moved} logged steps set aside, starting over")
             return
-        state = self.checkpoints.load(latest, self.policy)
+        latest, state = resume_point
+        self.checkpoints.load_weights(latest, self.policy)
         self.optimizer.load_state_dict(state.optimizer)
         self.scheduler.load_state_dict(state.scheduler)
         self.sampler.load_state_dict(state.sampler)
@@ -399,7 +410,7 @@ class GRPOTrainer:
         n_steps = int(cfg.n_grpo_steps)
         last_step = self.start_step - 1
         if self.start_step >= n_steps:
-            self._status("completed", last_step)
+            self._complete(last_step, trained_now=False)
             return read_status(self.run_dir)
         self._status("running", last_step if last_step >= 0 else None)
         started = time.perf_counter()
@@ -461,13 +472,21 @@ class GRPOTrainer:
                 raise SystemExit(f"stopped by signal {watcher.received}")
             self._status("running", step)
         else:
-            self._status("completed", last_step)
-            if cfg.checkpoint.save_final_model:
-                self.policy.save_pretrained(self.run_dir / "final_model")
-                self.tokenizer.save_pretrained(self.run_dir / "final_model")
+            self._complete(last_step, trained_now=True)
         self.tracker.finish()
         self.engine.close()
         return read_status(self.run_dir)
+
+    def _complete(self, last_step: int, trained_now: bool) -> None:
+        """Write final_model/ (atomically), then record `completed`. A restart that finds the
+        run already trained rewrites final_model/ only when it is missing or partial."""
+        if self.cfg.checkpoint.save_final_model:
+            problem = None if trained_now else final_model_problem(self.run_dir)
+            if problem is not None:
+                log.warning(f"{problem}; writing it again from the last checkpoint (step {last_step})")
+            if trained_now or problem is not None:
+                write_final_model(self.policy, self.tokenizer, self.run_dir)
+        self._status("completed", last_step)
 
     def _progress(self, step: int, n_steps: int, metrics: dict[str, float], elapsed: float) -> None:
         if (step + 1) % self.cfg.logging.progress_every and step != n_steps - 1:
@@ -506,8 +525,11 @@ def train(cfg: DictConfig, run_dir: str | os.PathLike[str]) -> dict[str, Any]:
             return GRPOTrainer(cfg, run_dir).run(watcher)
     except Exception as err:
         status = read_status(run_dir) or {}
-        write_status(
-            run_dir, "failed", last_step=status.get("last_step"), n_grpo_steps=int(cfg.n_grpo_steps),
-            restarts=int(status.get("restarts", 0)), reason=f"{type(err).__name__}: {err}",
-        )
+        try:
+            write_status(
+                run_dir, "failed", last_step=status.get("last_step"), n_grpo_steps=int(cfg.n_grpo_steps),
+                restarts=int(status.get("restarts", 0)), reason=f"{type(err).__name__}: {err}",
+            )
+        except OSError as write_err:
+            log.warning(f"the failure could not be recorded in status.json: {write_err}")
         raise

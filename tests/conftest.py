@@ -1,4 +1,5 @@
-"""Shared fixtures: the warmed-up tiny model (built once per test session) and sample data."""
+"""Shared fixtures: the warmed-up tiny model (built once per test session), an uninterrupted
+training run to compare resumed runs with, and sample data."""
 
 from __future__ import annotations
 
@@ -26,6 +27,17 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     whole session; treat it as read-only. A `model=tiny model.path=<this dir>` config finds its
     own build there and reuses it."""
     return resolve_model_path(tiny_conf(tmp_path_factory.mktemp("tiny") / "tiny-qwen2"))
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Run directory of an uninterrupted `training_runs.launch` run; treat it as read-only."""
+    from training_runs import finish, launch
+
+    run_dir = tmp_path_factory.mktemp("reference")
+    returncode, output = finish(launch(run_dir, tiny_model_dir))
+    assert returncode == 0, output
+    return run_dir
 
 
 @pytest.fixture

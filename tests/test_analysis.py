@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -332,3 +335,58 @@ def test_cli_plots_latest_sweep_with_external(sweep: Path, tmp_path: Path,
         main(["plots", "--outputs", str(tmp_path / "empty")])
     with pytest.raises(SystemExit, match="--external-metric"):
         main(["plots", "--sweep", str(sweep), "--external", str(csv)])
+
+
+# ------------------------------------------------------------------ what could not be used
+
+
+def test_report_lists_runs_it_could_not_use_and_counts_only_runs_with_data(tmp_path: Path) -> None:
+    sweep = tmp_path / "s"
+    write_multirun(sweep, ["seed=0,1,2,3,4"])
+    done = {"status": "completed", "last_step": 1}
+    for job in range(5):
+        write_run(sweep / str(job), {"seed": job},
+                  None if job == 1 else rows(0, range(2)), None if job == 1 else done)
+    (sweep / "2" / "status.json").write_text('{"status": "compl')
+    shutil.rmtree(sweep / "3" / ".hydra")
+    (sweep / "4" / "metrics.jsonl").write_text('{"step": "zero"}\n{"st')
+    (sweep / "4" / ".hydra" / "overrides.yaml").write_text("- seed=4\n- [unclosed\n")
+
+    coll = collect([sweep])
+    problems = dict(zip(coll.runs["job"], coll.runs["problems"], strict=True))
+    assert problems[0] == ""
+    assert problems[1] == "no metrics.jsonl"
+    assert problems[2].startswith("status.json is unreadable (")
+    assert problems[3] == ".hydra/ is missing (config unknown)"
+    assert problems[4] == ".hydra/overrides.yaml is unreadable (ParserError); metrics.jsonl holds no step"
+    assert list(coll.runs["status"]) == ["completed", "pending", "unknown", "completed", "completed"]
+
+    text = build_report(coll, sweep)
+    assert "5 run(s) (3 with metrics)" in text
+    section = text.split("## Runs with missing or unreadable data")[1].split("##")[0]
+    assert f"- `{sweep.parent.name}/s/1` (status pending): no metrics.jsonl" in section
+    assert f"- `{sweep.parent.name}/s/2` (status unknown): status.json is unreadable" in section
+    assert f"- `{sweep.parent.name}/s/3` (status completed): .hydra/ is missing" in section
+    assert section.count("\n- ") == 4
+    # jobs 0, 1, 2 and 4 share the config label; only 0 and 2 have metrics
+    configs = {row["config"]: row for row in table(text, "mean best eval reward")}
+    assert (configs["synthetic"]["runs"], configs["synthetic"]["with metrics"]) == ("4", "2")
+    assert "over 2 run(s) with metrics." in text
+    clean = build_report(collect([second_sweep(tmp_path / "b")]), tmp_path)
+    assert "None: every run has its config, status and metrics." in clean
+
+
+@pytest.mark.parametrize("content", ["empty", "multirun.yaml only"])
+def test_cli_refuses_a_sweep_without_runs(content: str, tmp_path: Path) -> None:
+    sweep = tmp_path / "exp" / "ts"
+    sweep.mkdir(parents=True)
+    if content != "empty":
+        write_multirun(sweep, ["seed=0,1"])
+    for command in ("plots", "collect"):
+        done = subprocess.run([sys.executable, "-m", "analysis", command, "--sweep", str(sweep)],
+                              capture_output=True, text=True, cwd=Path(__file__).parents[1])
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip() == (f"error: sweep directory {sweep} holds no run (no job "
+                                       "directory 0/, 1/, ...): nothing to collect; pass the "
+                                       "directory of a sweep")
+    assert sorted(p.name for p in sweep.iterdir()) == ([] if content == "empty" else ["multirun.yaml"])

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from grpo.batch_plan import BatchPlan
 from grpo.config_validation import check_config
+from grpo.run_files import RunDirError
 
 
 def free_port() -> int:
@@ -55,4 +56,8 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     assign_job_ports()
     from grpo.trainer import train
 
-    return train(cfg, HydraConfig.get().runtime.output_dir)
+    try:
+        return train(cfg, HydraConfig.get().runtime.output_dir)
+    except RunDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
