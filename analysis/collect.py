@@ -132,7 +132,7 @@ def read_metrics(path: Path) -> MetricsLog:
         for line in path.read_text(errors="replace").splitlines():
             if not line.strip():
                 continue
-            row, damaged = _parse_line(line)
+            row, damaged = parse_line(line)
             n_bad += damaged
             if row is not None:
                 n_dup += row["step"] in by_step
@@ -140,7 +140,7 @@ def read_metrics(path: Path) -> MetricsLog:
     return MetricsLog([by_step[s] for s in sorted(by_step)], n_bad, n_dup)
 
 
-def _parse_line(line: str) -> tuple[dict[str, Any] | None, bool]:
+def parse_line(line: str) -> tuple[dict[str, Any] | None, bool]:
     """The step row on ``line`` (None if none) and whether the line is damaged.
 
     A damaged line is a truncated write, possibly with the row written after a resume glued
