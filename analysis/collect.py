@@ -15,7 +15,8 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
     ``learning_rate``, ``n_grpo_steps``, ``rollout_batch_size``, ``train_batch_size``,
     ``micro_batch_size``, ``group_size``, ``loss.name``, ``normalization.name``,
     ``std_norm.enabled``, ``off_policy.epochs``, ``prompt.name``, ``model.name``,
-    ``data.name``, ``cluster.gpus_per_job``; interpolations are resolved on read);
+    ``data.name``, ``cluster.gpus_per_job``, ``eval.temperature``; interpolations are resolved
+    on read);
   - ``.hydra/overrides.yaml``: the job's overrides, a YAML list of ``key=value`` strings;
   - ``.hydra/hydra.yaml``: ``hydra.runtime.choices`` says which swept keys are config groups;
   - ``metrics.jsonl``: append-only, one JSON object per GRPO step with ``step`` (0..N-1),
@@ -46,6 +47,7 @@ steps done, wall-clock, GPU-hours, final and best ``eval/reward``). Runs that di
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -53,9 +55,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf._utils import get_yaml_loader
 
 LABEL = "config label"
 EVAL_REWARD = "eval/reward"
@@ -80,6 +85,7 @@ HYPERPARAMS = (
     "model.name",
     "data.name",
     "cluster.gpus_per_job",
+    "eval.temperature",
 )
 RUN_ID_COLUMNS = ("run_id", "run_dir", "sweep", "job", "status", LABEL)
 NON_FINITE = frozenset({"nan", "inf", "-inf", "+inf", "infinity", "-infinity"})
@@ -128,16 +134,34 @@ def read_metrics(path: Path) -> MetricsLog:
     """Read a ``metrics.jsonl``; keep the last occurrence of a step, skip damaged lines."""
     by_step: dict[int, dict[str, Any]] = {}
     n_bad = n_dup = 0
-    if path.is_file():
-        for line in path.read_text(errors="replace").splitlines():
-            if not line.strip():
-                continue
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    lines = [line for line in text.splitlines() if line.strip()]
+    rows = _whole_log(lines, text)
+    if rows is not None:  # the common case: every line a row, read in one go
+        n_dup = len(rows) - len({row["step"] for row in rows})
+        by_step = {row["step"]: row for row in rows}
+    else:
+        for line in lines:
             row, damaged = parse_line(line)
             n_bad += damaged
             if row is not None:
                 n_dup += row["step"] in by_step
                 by_step[row["step"]] = row
     return MetricsLog([by_step[s] for s in sorted(by_step)], n_bad, n_dup)
+
+
+def _whole_log(lines: list[str], text: str) -> list[dict[str, Any]] | None:
+    """Every line as a row (non-finite spellings converted), or None if any line is not one."""
+    try:
+        rows = json.loads("[" + ",".join(lines) + "]")
+    except json.JSONDecodeError:
+        return None
+    if not all(isinstance(row, dict) and isinstance(row.get("step"), int) for row in rows):
+        return None
+    lowered = text.lower()
+    if any(f'"{word}' in lowered for word in ("nan", "inf", "-inf", "+inf")):
+        rows = [_with_floats(row) for row in rows]
+    return rows
 
 
 def parse_line(line: str) -> tuple[dict[str, Any] | None, bool]:
@@ -177,8 +201,36 @@ def _parse_overrides(lines: Iterable[str]) -> list[Any]:
     return OverridesParser.create().parse_overrides([str(line) for line in lines])
 
 
+@functools.lru_cache(maxsize=65536)
+def _override_value(line: str) -> tuple[str, str]:
+    """``(key or group, value as written)`` of one override (runs of a sweep share most)."""
+    (override,) = _parse_overrides([line])
+    return override.key_or_group, override.get_value_element_as_str()
+
+
 def _load_yaml(path: Path) -> DictConfig | ListConfig | None:
     return OmegaConf.load(path) if path.is_file() else None
+
+
+class _YamlLoader(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader):
+    """libyaml's parser with OmegaConf's scalars (``1e-5`` is a float, dates stay text)."""
+
+
+_YamlLoader.yaml_implicit_resolvers = get_yaml_loader().yaml_implicit_resolvers
+
+
+def _yaml_data(path: Path) -> Any:
+    """The plain data of a YAML file (None when missing); much faster than OmegaConf.load."""
+    return yaml.load(path.read_text(), Loader=_YamlLoader) if path.is_file() else None
+
+
+def _select(data: Any, key: str) -> Any:
+    """The value at dotted ``key`` in nested dicts, or None."""
+    for part in key.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
 
 
 def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
@@ -238,7 +290,7 @@ class _Run:
 
     sweep: Path
     path: Path
-    config: DictConfig | None
+    config: dict[str, Any] | None
     overrides: dict[str, str]
     choices: dict[str, str]
     status: dict[str, Any]
@@ -246,21 +298,17 @@ class _Run:
 
     @staticmethod
     def read(sweep: Path, path: Path) -> _Run:
-        config = _load_yaml(path / ".hydra" / "config.yaml")
-        override_list = _load_yaml(path / ".hydra" / "overrides.yaml")
-        hydra_cfg = _load_yaml(path / ".hydra" / "hydra.yaml")
-        choices = OmegaConf.select(hydra_cfg, "hydra.runtime.choices") if hydra_cfg else None
-        overrides = {
-            o.key_or_group: o.get_value_element_as_str()
-            for o in _parse_overrides(override_list or [])
-        }
+        config = _yaml_data(path / ".hydra" / "config.yaml")
+        override_list = _yaml_data(path / ".hydra" / "overrides.yaml")
+        choices = _select(_yaml_data(path / ".hydra" / "hydra.yaml"), "hydra.runtime.choices")
+        overrides = dict(_override_value(str(line)) for line in override_list or [])
         log = read_metrics(path / "metrics.jsonl")
         return _Run(
             sweep=sweep,
             path=path,
-            config=config if isinstance(config, DictConfig) else None,
+            config=config if isinstance(config, dict) else None,
             overrides=overrides,
-            choices={k: str(v) for k, v in (choices or {}).items()},
+            choices={k: str(v) for k, v in (choices if isinstance(choices, dict) else {}).items()},
             status=read_status(path, bool(log.rows)),
             log=log,
         )
@@ -269,12 +317,12 @@ class _Run:
         """The run's value for ``key``: group choice, else config value, else override text."""
         if key in self.choices:
             return self.choices[key]
-        if self.config is not None:
-            value = OmegaConf.select(
-                self.config, key, default=None, throw_on_resolution_failure=False
-            )
-            if value is not None and not isinstance(value, DictConfig | ListConfig):
-                return value
+        value = _select(self.config, key)
+        if isinstance(value, str) and "${" in value:  # an interpolation: let OmegaConf resolve it
+            value = OmegaConf.select(OmegaConf.create(self.config), key, default=None,
+                                     throw_on_resolution_failure=False)
+        if value is not None and not isinstance(value, dict | list | DictConfig | ListConfig):
+            return value
         return self.overrides.get(key)
 
     def summary(self, label_keys: Sequence[str]) -> dict[str, Any]:
@@ -345,14 +393,11 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
         configs.setdefault(summary[LABEL], {k: summary[k] for k in label_keys})
 
     identity = [*RUN_ID_COLUMNS, *HYPERPARAMS, *(k for k in label_keys if k not in HYPERPARAMS)]
-    frames = [
-        pd.DataFrame(run.log.rows).assign(**{c: summary[c] for c in identity})
-        for run, summary in zip(runs, summaries, strict=True)
-        if run.log.rows
-    ]
-    steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=identity)
-    metric_columns = [c for c in steps.columns if c not in identity]
-    steps = steps[identity + metric_columns]
+    metrics = pd.DataFrame([row for run in runs for row in run.log.rows])
+    owner = np.repeat(np.arange(len(runs)), [len(run.log.rows) for run in runs])
+    ids = pd.DataFrame(summaries, columns=identity).iloc[owner].reset_index(drop=True)
+    metric_columns = [c for c in metrics.columns if c not in identity]
+    steps = pd.concat([ids, metrics[metric_columns]], axis=1)
     return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps)
 
 

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from analysis.__main__ import main
-from analysis.monitor import SweepMonitor, plain_line, table
+from analysis.monitor import SweepMonitor, table
 from analysis.progress import (
     Job,
     MetricsTail,

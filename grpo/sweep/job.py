@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
