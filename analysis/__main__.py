@@ -60,7 +60,7 @@ def cmd_plots(args: argparse.Namespace) -> None:
     sweep = collection.sweeps[0].path
     external = (External.read(args.external, args.external_metric, args.external_label)
                 if args.external is not None else None)
-    figures = plot_all(collection, sweep / "figures", external)
+    figures = plot_all(collection, sweep / "figures", external, args.facet, args.color)
     for figure in figures.values():
         print("wrote " + ", ".join(map(str, figure.paths)))
     print(f"wrote {save_steps(collection, sweep / 'collected')}")
@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--external-metric", help="metric column of --external (e.g. eval/reward)")
     sub.add_argument("--external-label", default="external", help="legend name of --external")
     sub.add_argument("--no-report", action="store_true", help="do not write report.md")
+    sub.add_argument("--facet", help="swept key with one panel per value (large sweeps; "
+                                     "default: the key with the second most values)")
+    sub.add_argument("--color", help="swept key that colours the lines "
+                                     "(default: the key with the most values)")
     sub.set_defaults(func=cmd_plots)
 
     sub = commands.add_parser("promote", parents=[common, criterion],

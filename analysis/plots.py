@@ -270,9 +270,13 @@ def wall_clock_unit(collection: Collection) -> tuple[str, float]:
 
 
 def smooth(y: np.ndarray) -> np.ndarray:
-    """Centred rolling mean over :data:`SMOOTH_FRACTION` of the points (odd window, >= 1)."""
-    window = max(1, int(len(y) * SMOOTH_FRACTION) // 2 * 2 + 1)
-    return pd.Series(y).rolling(window, center=True, min_periods=1).mean().to_numpy(float)
+    """Centred rolling mean over :data:`SMOOTH_FRACTION` of the points (odd window, >= 1);
+    near the ends the window holds the points there are."""
+    half = max(1, int(len(y) * SMOOTH_FRACTION) // 2 * 2 + 1) // 2
+    padded = np.concatenate([np.zeros(1), np.cumsum(y)])
+    index = np.arange(len(y))
+    lo, hi = np.maximum(index - half, 0), np.minimum(index + half + 1, len(y))
+    return (padded[hi] - padded[lo]) / (hi - lo)
 
 
 def _stop_markers(collection: Collection, metric: str, x: str, scale: float) -> list[Marker]:
@@ -330,10 +334,11 @@ def draw_panel(ax: Axes, collection: Collection, layout: Layout, spec: _PanelSpe
                                          zorder=1, rasterized=True))
         ax.autoscale_view()
     shown = [m for m in markers if m.label in drawn]
-    for marker in shown:
-        muted = layout.styles[marker.label].muted
-        ax.plot(marker.x, marker.y, STOP_MARK, color=layout.styles[marker.label].color,
-                ms=6 if muted else 9, mec="black", mew=0.6, zorder=4)
+    if shown:  # one artist for all marks: a sweep may have hundreds
+        ax.scatter([m.x for m in shown], [m.y for m in shown], marker=STOP_MARK,
+                   c=[layout.styles[m.label].color for m in shown],
+                   s=[36 if layout.styles[m.label].muted else 81 for m in shown],
+                   edgecolors="black", linewidths=0.6, zorder=4)
     if not layout.large:
         _say_where_runs_stopped(ax, shown)
     reference = external if external and external.metric == spec.metric and spec.x == "step" \
@@ -474,6 +479,17 @@ def _legend_box(fig: Figure) -> tuple[float, float, float, float] | None:
     return (float(box.x0), float(box.y0), float(box.x1), float(box.y1))
 
 
+def _finish(fig: Figure, slot: Axes | None, collection: Collection, layout: Layout,
+            panels: dict[str, Panel], stem: Path, title: str) -> CurveFigure:
+    """Add the legend (stop marks and the external curve only when some panel shows them),
+    save the figure as ``stem.<format>`` and say what was drawn."""
+    has_marks = any(p.markers for p in panels.values())
+    shown_external = next((p.external for p in panels.values() if p.external), None)
+    legend = _legend(fig, slot, collection, layout, has_marks, shown_external)
+    paths = _save(fig, stem.parent, stem.name, layout)
+    return CurveFigure(paths, panels, title, legend, _legend_box(fig))
+
+
 def plot_eval_reward(collection: Collection, out_dir: Path, external: External | None = None,
                      layout: Layout | None = None) -> CurveFigure:
     """Validation reward against the step and wall-clock (``eval_reward.*``); a large sweep
@@ -503,11 +519,7 @@ def plot_eval_reward(collection: Collection, out_dir: Path, external: External |
         curves, marks = (step_curves, step_marks) if spec.x == "step" else \
             (clock_curves, clock_marks)
         panels[name] = draw_panel(ax, collection, layout, spec, curves, marks, external)
-    has_marks = any(p.markers for p in panels.values())
-    shown_external = next((p.external for p in panels.values() if p.external), None)
-    legend = _legend(fig, slot, collection, layout, has_marks, shown_external)
-    paths = _save(fig, out_dir, "eval_reward", layout)
-    return CurveFigure(paths, panels, title, legend, _legend_box(fig))
+    return _finish(fig, slot, collection, layout, panels, out_dir / "eval_reward", title)
 
 
 def plot_training(collection: Collection, out_dir: Path, external: External | None = None,
@@ -523,11 +535,7 @@ def plot_training(collection: Collection, out_dir: Path, external: External | No
         marks = _stop_markers(collection, metric, "step", 1.0)
         spec = _PanelSpec(metric, "step", collection.labels)
         panels[metric] = draw_panel(ax, collection, layout, spec, curves, marks, external)
-    has_marks = any(p.markers for p in panels.values())
-    shown_external = next((p.external for p in panels.values() if p.external), None)
-    legend = _legend(fig, slot, collection, layout, has_marks, shown_external)
-    paths = _save(fig, out_dir, "training", layout)
-    return CurveFigure(paths, panels, title, legend, _legend_box(fig))
+    return _finish(fig, slot, collection, layout, panels, out_dir / "training", title)
 
 
 def heatmap_cells(collection: Collection, rows_key: str, cols_key: str,

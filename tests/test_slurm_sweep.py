@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -19,15 +20,18 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
+def slurm_command(tmp_path: Path, tiny_model_dir: Path, *overrides: str) -> list[str]:
+    """`launch.py -m` with cluster=slurm sized for this 2-core node."""
+    return [sys.executable, str(ROOT / "launch.py"), "-m", "cluster=slurm", "model=tiny",
+            "data=toy", "rollout=hf", f"model.path={tiny_model_dir}",
+            "logging.wandb_mode=disabled", "cluster.cpus_per_job=1", "cluster.mem_gb=2",
+            f"paths.output_root={tmp_path}", "hydra.launcher.array_parallelism=2", *overrides]
+
+
 def slurm_sweep(tmp_path: Path, tiny_model_dir: Path, *overrides: str, timeout: int = 900):
-    """Run `launch.py -m` with cluster=slurm sized for this 2-core node; returns the process."""
-    return subprocess.run(
-        [sys.executable, str(ROOT / "launch.py"), "-m", "cluster=slurm", "model=tiny", "data=toy",
-         "rollout=hf", f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
-         "cluster.cpus_per_job=1", "cluster.mem_gb=2", f"paths.output_root={tmp_path}",
-         "hydra.launcher.array_parallelism=2", *overrides],
-        cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
-    )
+    """Run the sweep of `slurm_command` to its end; returns the finished process."""
+    return subprocess.run(slurm_command(tmp_path, tiny_model_dir, *overrides), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def jobs_named(name: str) -> list[str]:
@@ -56,6 +60,13 @@ def test_two_by_two_sweep_completes(tmp_path: Path, tiny_model_dir: Path) -> Non
         assert json.loads((run / "status.json").read_text())["status"] == "completed"
         assert logged_steps(run) == list(range(6))
         assert (run / ".hydra" / "overrides.yaml").exists()
+    sweep = runs[0].parent
+    shown = sweep.relative_to(tmp_path)  # paths below the working directory are shown relative
+    assert f"Sweep {shown}: 4 runs: 4 completed" in out.stdout
+    assert "#3 learning_rate=0.0001 off_policy.epochs=2: completed, step 6/6" in out.stdout
+    jobs = json.loads((sweep / "jobs.json").read_text())["jobs"]
+    assert [j["job_id"].split("_")[1] for j in jobs] == ["0", "1", "2", "3"]
+    assert not list(sweep.rglob("%j")), "no folder named after an unexpanded %j"
 
 
 def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -86,3 +97,37 @@ def test_invalid_job_is_refused_before_sbatch(tmp_path: Path, tiny_model_dir: Pa
     assert "rollout_batch_size=64 must be divisible by train_batch_size=100" in out.stderr
     assert jobs_named(name) == []
     assert not list(tmp_path.rglob(".submitit"))
+
+
+def test_cancelled_job_is_reported_as_cancelled(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """scancel one job of two mid-run: the sweep ends with a one-line report per job that names
+    the cancelled one as cancelled, no traceback, exit status 1."""
+    require_cluster()
+    name = f"grpo-cancel-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(
+        slurm_command(tmp_path, tiny_model_dir, "learning_rate=3e-4,1e-4", "n_grpo_steps=40",
+                      "eval.eval_every=10", f"hydra.launcher.name={name}"),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 600
+        while not (runs := [r for r in run_dirs(tmp_path) if r.name == "1"]) or \
+                not (runs[0] / "metrics.jsonl").exists() or not logged_steps(runs[0]):
+            assert proc.poll() is None and time.time() < deadline, "job 1 never logged a step"
+            time.sleep(0.5)
+        (job,) = [j for j in json.loads((runs[0].parent / "jobs.json").read_text())["jobs"]
+                  if j["num"] == 1]
+        subprocess.run(["scancel", job["job_id"]], check=True)
+        out, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            subprocess.run(["scancel", "-n", name], check=False)
+    assert proc.returncode == 1, out[-3000:] + err[-3000:]
+    sweep = runs[0].parent.relative_to(tmp_path)
+    assert f"Sweep {sweep}: 2 runs: 1 completed, 1 cancelled" in out
+    assert "#0 learning_rate=0.0003: completed, step 40/40" in out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("  #1 learning_rate=0.0001: ")]
+    assert line.startswith("  #1 learning_rate=0.0001: cancelled, step ")
+    assert "Traceback" not in err and "UncompletedJobError" not in err
+    assert err.strip().splitlines()[-1] == (
+        "error: 1 of 2 runs did not finish (1 cancelled); see the summary above")
