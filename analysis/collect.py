@@ -29,7 +29,7 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
     when a resume appended a row to such a line without a newline in between, that row is
     still read;
   - ``status.json``: ``{"status": "running"|"completed"|"diverged"|"collapsed"|"failed",
-    "reason", "last_step", "n_grpo_steps", "restarts", "updated_at"}``.
+    "reason", "last_step", "n_grpo_steps", "restarts", "resumed_from", "updated_at"}``.
 
   Any of these may be missing. A run without ``status.json`` gets status ``pending`` when it
   has no metrics and ``unknown`` when it has some; a run without metrics has no step rows.

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -83,14 +83,14 @@ def plain_line(run: RunProgress) -> str:
     return ", ".join(parts)
 
 
-def table(rows: Sequence[RunProgress], title: str, max_rows: int | None = None) -> Table:
+def table(rows: Sequence[RunProgress], max_rows: int | None = None) -> Table:
     """The monitor's table; with ``max_rows``, the most telling rows (:data:`SHOW_FIRST`)."""
     shown = list(rows)
     if max_rows is not None and len(rows) > max_rows:
         rank = {s: i for i, s in enumerate(SHOW_FIRST)}
         keep = sorted(rows, key=lambda r: (rank.get(r.status, len(rank)), r.num))[:max_rows]
         shown = sorted(keep, key=lambda r: r.num)
-    grid = Table(title=title, title_justify="left", caption_justify="left", expand=False)
+    grid = Table(caption_justify="left", expand=False)
     for name, justify in (("#", "right"), ("overrides", "left"), ("status", "left"),
                           ("step", "right"), ("train", "right"), ("eval", "right"),
                           ("s/step", "right"), ("ETA", "right")):
@@ -158,7 +158,8 @@ class SweepMonitor:
         if self._live is not None:
             title = (f"{shown_path(self.progress.sweep_dir)}: {counts_text(rows)} | "
                      f"{fmt_duration(self.clock() - self.started)} elapsed")
-            self._live.update(table(rows, title, max(self.console.height - 6, 5)), refresh=True)
+            view = Group(Text(title, style="italic"), table(rows, max(self.console.height - 6, 5)))
+            self._live.update(view, refresh=True)
             return
         for run in rows:
             tenth = int(run.steps_done / run.n_steps / PLAIN_STEP_FRACTION) if run.n_steps else 0

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -360,13 +359,15 @@ def draw_panel(ax: Axes, collection: Collection, layout: Layout, spec: _PanelSpe
 
 
 def _say_where_runs_stopped(ax: Axes, markers: Sequence[Marker]) -> None:
-    """Next to each stop mark: ``collapsed at step 15`` (``2 runs ...`` when marks coincide)."""
-    groups: dict[tuple[float, float], Counter[str]] = {}
+    """Next to the stop marks: ``collapsed at step 15`` (``2 runs ...`` for marks of the same
+    value and stop, which sit on or next to each other)."""
+    groups: dict[tuple[float, str], list[Marker]] = {}
     for m in markers:
-        groups.setdefault((m.x, m.y), Counter())[f"{m.status} at step {m.stop_step}"] += 1
-    for (x, y), counts in groups.items():
-        text = "; ".join(f"{n} runs {what}" if n > 1 else what for what, n in counts.items())
-        ax.annotate(text, (x, y), xytext=(7, 5), textcoords="offset points", fontsize="x-small")
+        groups.setdefault((round(m.y, 3), f"{m.status} at step {m.stop_step}"), []).append(m)
+    for (_, what), group in groups.items():
+        text = f"{len(group)} runs {what}" if len(group) > 1 else what
+        ax.annotate(text, (group[0].x, group[0].y), xytext=(7, 5), textcoords="offset points",
+                    fontsize="x-small")
 
 
 def _draw_curve(ax: Axes, curve: Curve, y: np.ndarray, style: Style, smoothed: bool) -> None:

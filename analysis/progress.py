@@ -43,6 +43,9 @@ ACTIVE_STATUSES = ("pending", "starting", "running", "preempted")
 SUMMARY_ORDER = ("completed", *UNSTABLE_STATUSES, "cancelled", "failed")
 # rows over which seconds per step are averaged
 RATE_WINDOW = 20
+# states of a job that no scheduler will run: what happened to it
+GONE = {"LAUNCHER_GONE": "its launcher is gone",
+        "GONE": "SLURM no longer knows its job"}
 # SLURM states of a job that is waiting or running
 SCHEDULER_ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING",
                     "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT")
@@ -200,7 +203,9 @@ class RunProgress:
     ``steps_done``: GRPO steps logged; ``n_steps``: ``n_grpo_steps``; ``train_reward``: the
     last ``train/reward_mean``; ``eval_reward`` at ``eval_step``: the last validation reward;
     ``seconds_per_step``: recent wall-clock per step; ``eta_s``: seconds left at that pace;
-    ``resumed_from``: the step each restart continued from; ``log``: the job's stderr file.
+    ``resumed_from``: the step each restart continued from; ``log``: the job's stderr file;
+    ``job_ended``: the scheduler says the job is over (a ``preempted`` run whose job ended
+    will not be requeued).
     """
 
     num: int
@@ -218,11 +223,12 @@ class RunProgress:
     restarts: int = 0
     resumed_from: tuple[int, ...] = ()
     log: str | None = None
+    job_ended: bool = False
 
     @property
     def active(self) -> bool:
         """Whether the run may still write (pending, running, preempted and requeued)."""
-        return self.status in ACTIVE_STATUSES
+        return self.status in ACTIVE_STATUSES and not self.job_ended
 
 
 class SweepProgress:
@@ -315,7 +321,8 @@ def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -
     ``cancelled``, whatever its status said (a cancelled run may have written ``failed`` or
     nothing at all). Another final status the trainer wrote stands. A job that ended while its
     status was still active is ``failed``, with the job's error or the scheduler's state as the
-    reason. A status outside ``grpo.run_files.STATUSES`` is kept and explained.
+    reason, except a ``preempted`` one, which stays so (checkpointed, not requeued). A status
+    outside ``grpo.run_files.STATUSES`` is kept and explained.
     """
     state = (scheduler or "").split(" ")[0].upper()  # "CANCELLED by 0" -> "CANCELLED"
     if run.status in ("completed", *UNSTABLE_STATUSES):
@@ -329,32 +336,47 @@ def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -
         return replace(run, reason=f"status.json holds an unknown status {run.status!r}")
     if run.status == "pending" and state == "RUNNING":
         return replace(run, status="starting")
-    if state == "LAUNCHER_GONE":
-        status, reason = ("cancelled", "never started: its launcher is gone") if run.status == \
-            "pending" else ("failed", "its launcher is gone")
+    if state in GONE:
+        status, reason = ("cancelled", f"never started: {GONE[state]}") if run.status == \
+            "pending" else ("failed", GONE[state])
         return replace(run, status=status, reason=run.reason or reason, eta_s=None)
     if not run.active or state in SCHEDULER_ACTIVE or (not state and error is None):
         return run
-    if run.status == "preempted" and state in ("PREEMPTED", "TIMEOUT"):
-        return run
+    if run.status == "preempted":  # checkpointed, but its job will not be requeued
+        return replace(run, job_ended=True, eta_s=None)
     reason = error or f"the job ended ({state}) without a final status"
     return replace(run, status="failed", reason=run.reason or reason, eta_s=None)
 
 
 def slurm_states(job_ids: Mapping[int, str]) -> dict[int, str]:
-    """The SLURM state of each job number's job id (sacct), or {} when SLURM cannot be asked."""
-    if not job_ids or shutil.which("sacct") is None:
+    """The SLURM state of each job number's job id, or {} when SLURM cannot be asked.
+
+    ``sacct`` answers first; ``squeue -r -t all`` for the jobs it does not know (without
+    accounting, or array tasks still pending). A job neither knows is ``GONE``: a pending array
+    task that was cancelled leaves no trace (and submitit would wait for it for ever).
+    """
+    wanted = set(job_ids.values())
+    if not wanted or shutil.which("squeue") is None:
         return {}
+    found = _ask(["sacct", "-j", ",".join(sorted(wanted)), "-o", "JobID,State", "--parsable2",
+                  "--noheader"]) or {}
+    arrays = sorted({job_id.split("_")[0] for job_id in wanted - set(found)})
+    if arrays:
+        queued = _ask(["squeue", "-r", "-h", "-t", "all", "-j", ",".join(arrays), "-o", "%i|%T"])
+        if queued is None:
+            return {num: found[i] for num, i in job_ids.items() if i in found}
+        found |= queued
+    return {num: found.get(job_id, "GONE") for num, job_id in job_ids.items()}
+
+
+def _ask(command: list[str]) -> dict[str, str] | None:
+    """``{job id: state}`` from a ``id|state`` listing, or None when the command failed."""
     try:
-        out = subprocess.run(
-            ["sacct", "-j", ",".join(sorted(set(job_ids.values()))), "-o", "JobID,State",
-             "--parsable2", "--noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout
+        out = subprocess.run(command, capture_output=True, text=True, timeout=30,
+                             check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        return {}
-    by_id = dict(line.split("|", 1) for line in out.splitlines() if line.count("|") == 1)
-    return {num: by_id[job_id] for num, job_id in job_ids.items() if job_id in by_id}
+        return None
+    return dict(line.strip().split("|", 1) for line in out.splitlines() if line.count("|") == 1)
 
 
 def local_states(info: JobsFile) -> dict[int, str]:

@@ -55,7 +55,7 @@ def test_nine_job_sweep_runs_to_completion_on_cpu(tmp_path: Path, tiny_model_dir
     assert [r.name for r in runs] == [str(i) for i in range(9)]
     # not a terminal: plain progress lines, then the summary, one line per job
     lines = out.stdout.splitlines()
-    assert lines[0] == f"Sweep directory: {sweep}"
+    assert lines[1] == f"Sweep directory: {sweep}"  # after Hydra's "Local sweep of 9 jobs"
     assert f"Sweep {sweep}: 9 runs: 9 completed" in lines
     summary = lines[lines.index(f"Sweep {sweep}: 9 runs: 9 completed") + 1:]
     assert summary[0].startswith("  #0 off_policy.epochs=1 train_batch_size=64: completed, step 2/2")

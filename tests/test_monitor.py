@@ -177,7 +177,11 @@ def progress(status: str, steps_done: int = 0, reason: str | None = None) -> Run
     (progress("running", 4), "FINISHED", None,
      ("failed", "the job ended (FINISHED) without a final status")),
     (progress("pending"), None, "ImportError: no module x", ("failed", "ImportError: no module x")),
+    # a queued SLURM array task that was cancelled leaves no trace in squeue or the sacct shim
+    (progress("pending"), "GONE", None, ("cancelled", "never started: SLURM no longer knows its job")),
+    (progress("running", 4), "GONE", None, ("failed", "SLURM no longer knows its job")),
     (progress("failed", 2, "OOM"), "FAILED", "RuntimeError: y", ("failed", "OOM")),
+    (progress("preempted", 4, "signal 12"), "REQUEUED", None, ("preempted", "signal 12")),
     (progress("preempted", 4, "signal 12"), "TIMEOUT", None, ("preempted", "signal 12")),
     (progress("exploded", 4), "COMPLETED", None,
      ("exploded", "status.json holds an unknown status 'exploded'")),
@@ -186,7 +190,9 @@ def test_outcome_folds_in_the_scheduler(run: RunProgress, state: str | None, err
                                         want: tuple) -> None:
     got = outcome(run, state, error)
     assert (got.status, got.reason) == want
-    assert got.active == (want[0] in ("pending", "starting", "running", "preempted"))
+    still_going = state in (None, "RUNNING", "PENDING", "REQUEUED") and error is None
+    assert got.active == (want[0] in ("pending", "starting", "running", "preempted")
+                          and still_going)
 
 
 def test_job_error_keeps_the_exception_line() -> None:
@@ -228,7 +234,7 @@ def test_plain_lines_only_when_a_run_moves_on(sweep: Path) -> None:
 def test_live_table_keeps_the_telling_rows(sweep: Path) -> None:
     rows = SweepProgress(sweep).read()
     con = console(terminal=True)
-    con.print(table(rows, "the sweep", max_rows=3))
+    con.print(table(rows, max_rows=3))
     text = output(con)
     shown = [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")]
     assert shown == ["0", "2", "3"], "running first, then collapsed; completed and pending wait"

@@ -83,6 +83,8 @@ def test_sigkill_mid_run_then_restart(tiny_model_dir: Path, tmp_path: Path, refe
     discarded = (tmp_path / "metrics.discarded.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in discarded] == list(range(checkpointed + 1, len(logged)))
     assert_same_run(tmp_path, reference)
+    resumed = json.loads((tmp_path / "status.json").read_text())["resumed_from"]
+    assert resumed == [checkpointed + 1], "status.json says where the restart continued"
 
 
 @pytest.mark.slow
@@ -99,3 +101,4 @@ def test_sigterm_checkpoints_then_restart(tiny_model_dir: Path, tmp_path: Path, 
     assert proc.wait(timeout=600) == 0, proc.stdout.read()
     assert not (tmp_path / "metrics.discarded.jsonl").exists()
     assert_same_run(tmp_path, reference)
+    assert json.loads((tmp_path / "status.json").read_text())["resumed_from"] == [last + 1]

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from test_slurm_cluster import require_cluster
 
+from analysis.progress import slurm_states
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -131,3 +133,31 @@ def test_cancelled_job_is_reported_as_cancelled(tmp_path: Path, tiny_model_dir: 
     assert "Traceback" not in err and "UncompletedJobError" not in err
     assert err.strip().splitlines()[-1] == (
         "error: 1 of 2 runs did not finish (1 cancelled); see the summary above")
+    # from another shell: the same view, SLURM's word (sacct) included
+    watch = subprocess.run([sys.executable, "-m", "analysis", "watch", str(tmp_path / sweep)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert watch.returncode == 0, watch.stderr
+    assert f"Sweep {tmp_path / sweep}: 2 runs: 1 completed, 1 cancelled" in watch.stdout
+
+
+def test_scheduler_states_know_a_cancelled_queued_array_task(tmp_path: Path) -> None:
+    """A queued array task that is cancelled vanishes from squeue (and the sacct shim): it is
+    GONE, not pending for ever; the running task is RUNNING (or still PENDING)."""
+    require_cluster()
+    name = f"grpo-gone-{uuid.uuid4().hex[:8]}"
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", f"--job-name={name}", "--array=0-1%1", "--cpus-per-task=1",
+         "--mem=100M", "--time=2", f"--output={tmp_path}/%A_%a.out", "--wrap=sleep 60"],
+        capture_output=True, text=True, check=True)
+    array = submitted.stdout.strip().split(";")[0]
+    try:
+        ids = {0: f"{array}_0", 1: f"{array}_1"}
+        assert slurm_states(ids)[1] == "PENDING"
+        subprocess.run(["scancel", ids[1]], check=True)
+        deadline = time.time() + 60
+        while (states := slurm_states(ids))[1] != "GONE":
+            assert time.time() < deadline, states
+            time.sleep(1)
+        assert states[0] in ("PENDING", "RUNNING")
+    finally:
+        subprocess.run(["scancel", "-n", name], check=False)

@@ -20,7 +20,7 @@ from typing import Any
 from hydra.core.utils import JobReturn
 
 from analysis.monitor import SweepMonitor, counts_text, shown_path
-from analysis.progress import Job, SweepProgress, write_jobs
+from analysis.progress import GONE, Job, SweepProgress, slurm_states, write_jobs
 
 POLL_S = 1.0
 # final statuses of a run whose job did what it was asked
@@ -79,25 +79,33 @@ class SweepFollower:
                    [Job(num, self.overrides[num], str(job.job_id), str(job.paths.stderr))])
 
     def states(self) -> dict[int, str]:
-        """submitit's state of each submitted job (SLURM's state; RUNNING/FINISHED locally)."""
+        """Each submitted job's state: SLURM's (:func:`analysis.progress.slurm_states`, which
+        also knows jobs submitit would wait for for ever) or submitit's local one."""
+        if self.launcher == "slurm":
+            return slurm_states({num: str(job.job_id) for num, job in self.jobs.items()})
         return {num: str(job.state) for num, job in self.jobs.items()}
 
     def update(self) -> None:
         """Refresh the monitor (rate-limited by the monitor itself)."""
         self.monitor.update(self.states())
 
+    def over(self, states: Mapping[int, str]) -> set[int]:
+        """The jobs that are done, or that no scheduler will ever run."""
+        return {num for num, job in self.jobs.items() if states.get(num) in GONE or job.done()}
+
     def wait(self) -> None:
-        """Follow the submitted jobs until every one is done."""
-        while not all(job.done() for job in self.jobs.values()):
+        """Follow the submitted jobs until every one is over."""
+        while len(self.over(self.states())) < len(self.jobs):
             self.update()
             time.sleep(POLL_S)
 
     def finish(self) -> list[JobReturn]:
         """Print the summary; return the jobs' results, or raise :class:`SweepIncomplete`."""
+        states = self.states()
+        gone = {num for num in self.jobs if states.get(num) in GONE}
         errors = {num: job_error(error) for num, job in self.jobs.items()
-                  if (error := job.exception()) is not None}
-        rows = [run for run in self.progress.read(self.states(), errors)
-                if run.num in self.overrides]
+                  if num not in gone and (error := job.exception()) is not None}
+        rows = [run for run in self.progress.read(states, errors) if run.num in self.overrides]
         self.monitor.summary(rows)
         bad = [run for run in rows if run.status not in DONE_STATUSES]
         if bad:
