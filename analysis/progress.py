@@ -30,12 +30,12 @@ from typing import Any
 
 import yaml
 
-from analysis.collect import EVAL_REWARD, UNSTABLE_STATUSES, parse_line, read_status
+from analysis.collect import ELAPSED, EVAL_REWARD, UNSTABLE_STATUSES, parse_line, read_status
 from grpo.run_files import STATUSES, atomic_write_text
+from grpo.tracking import run_overrides
 
 JOBS_FILE = "jobs.json"
 TRAIN_REWARD = "train/reward_mean"
-ELAPSED = "time/elapsed_s"
 # statuses of a run that is still expected to write: `pending` (not started), `starting` (its
 # job runs but has not written a status yet), and `preempted` runs, which are requeued
 ACTIVE_STATUSES = ("pending", "starting", "running", "preempted")
@@ -108,15 +108,6 @@ def read_jobs(sweep_dir: Path) -> JobsFile | None:
 
 def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
-
-
-def run_overrides(run_dir: Path) -> tuple[str, ...] | None:
-    """The job's ``.hydra/overrides.yaml`` (None when missing or not a list of overrides)."""
-    try:
-        overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    return tuple(map(str, overrides)) if isinstance(overrides, list) else None
 
 
 def override_key(override: str) -> str:
@@ -267,9 +258,12 @@ class SweepProgress:
         if job.overrides:
             return job.overrides
         if job.num not in self._overrides:
-            found = run_overrides(self.sweep_dir / str(job.num))
-            if found is None:
-                return ()
+            try:
+                found = tuple(map(str, run_overrides(self.sweep_dir / str(job.num))))
+            except (OSError, yaml.YAMLError, TypeError):  # garbage: no overrides to show
+                found = ()
+            if not found:
+                return ()  # not written yet: look again next time
             self._overrides[job.num] = found
         return self._overrides[job.num]
 

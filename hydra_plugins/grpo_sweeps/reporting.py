@@ -22,7 +22,8 @@ from hydra.core.utils import JobReturn
 from analysis.monitor import SweepMonitor, counts_text, shown_path
 from analysis.progress import GONE, Job, SweepProgress, slurm_states, write_jobs
 
-POLL_S = 1.0
+# seconds between two looks at the jobs while waiting for them
+POLL_S = 2.0
 # final statuses of a run whose job did what it was asked
 DONE_STATUSES = ("completed", "collapsed", "diverged")
 
@@ -94,9 +95,13 @@ class SweepFollower:
         return {num for num, job in self.jobs.items() if states.get(num) in GONE or job.done()}
 
     def wait(self) -> None:
-        """Follow the submitted jobs until every one is over."""
-        while len(self.over(self.states())) < len(self.jobs):
-            self.update()
+        """Follow the submitted jobs until every one is over (the scheduler is asked once per
+        :data:`POLL_S`)."""
+        while True:
+            states = self.states()
+            self.monitor.update(states)
+            if len(self.over(states)) == len(self.jobs):
+                return
             time.sleep(POLL_S)
 
     def finish(self) -> list[JobReturn]:
