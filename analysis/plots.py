@@ -330,14 +330,14 @@ def draw_panel(ax: Axes, collection: Collection, layout: Layout, spec: _PanelSpe
         _draw_curve(ax, curve, y, style, label in smoothed)
     if muted_lines:
         ax.add_collection(LineCollection(muted_lines, colors=muted_colors, linewidths=0.7,
-                                         zorder=1, rasterized=True))
+                                         zorder=1, rasterized=True, in_layout=False))
         ax.autoscale_view()
     shown = [m for m in markers if m.label in drawn]
     if shown:  # one artist for all marks: a sweep may have hundreds
         ax.scatter([m.x for m in shown], [m.y for m in shown], marker=STOP_MARK,
                    c=[layout.styles[m.label].color for m in shown],
                    s=[36 if layout.styles[m.label].muted else 81 for m in shown],
-                   edgecolors="black", linewidths=0.6, zorder=4)
+                   edgecolors="black", linewidths=0.6, zorder=4, in_layout=False)
     if not layout.large:
         _say_where_runs_stopped(ax, shown)
     reference = external if external and external.metric == spec.metric and spec.x == "step" \
@@ -371,16 +371,19 @@ def _say_where_runs_stopped(ax: Axes, markers: Sequence[Marker]) -> None:
 
 
 def _draw_curve(ax: Axes, curve: Curve, y: np.ndarray, style: Style, smoothed: bool) -> None:
-    """One highlighted (or small-sweep) config: band, faint raw curve under a smoothed one."""
+    """One highlighted (or small-sweep) config: band, faint raw curve under a smoothed one.
+
+    Data artists stay inside the axes: they are left out of the layout computation
+    (``in_layout=False``), which otherwise measures every path of a large sweep."""
     width = 2.2 if style.rank is not None else 1.5
     if curve.n_runs > 1:
         ax.fill_between(curve.x, curve.lo, curve.hi, color=style.color, alpha=0.15, lw=0,
-                        zorder=2)
+                        zorder=2, in_layout=False)
     if smoothed:
-        ax.plot(curve.x, curve.y, color=style.color, lw=0.7, alpha=0.3, zorder=2)
+        ax.plot(curve.x, curve.y, color=style.color, lw=0.7, alpha=0.3, zorder=2, in_layout=False)
     every = None if len(curve.x) <= SPARSE_POINTS else max(1, len(curve.x) // 8)
     ax.plot(curve.x, y, color=style.color, ls=style.linestyle, lw=width, marker=style.marker,
-            ms=5, markevery=every, mec="white", mew=0.5, zorder=3)
+            ms=5, markevery=every, mec="white", mew=0.5, zorder=3, in_layout=False)
     if style.rank is not None:
         ax.annotate(str(style.rank), (curve.x[-1], y[-1]), xytext=(4, 0),
                     textcoords="offset points", va="center", fontsize="small",
