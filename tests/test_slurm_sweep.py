@@ -87,6 +87,10 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
     assert status["status"] == "completed" and status["restarts"] >= 1
     assert logged_steps(run) == list(range(300))
     assert not (run / "metrics.discarded.jsonl").exists(), "every stop was a clean checkpoint"
+    # the summary says the run resumed, and from which steps
+    assert len(status["resumed_from"]) == status["restarts"]
+    resumed = ", then ".join(map(str, status["resumed_from"]))
+    assert f"Resumed: #0 from step {resumed}" in out.stdout
 
 
 def test_invalid_job_is_refused_before_sbatch(tmp_path: Path, tiny_model_dir: Path) -> None:
