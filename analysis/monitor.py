@@ -218,18 +218,27 @@ def report_line(sweep_dir: Path) -> str:
 
 def watch(sweep_dir: Path, once: bool = False, interval_s: float = 2.0,
           scheduler_every_s: float = 15.0, console: Console | None = None) -> list[RunProgress]:
-    """Follow ``sweep_dir`` until no run is active (or once), then print the summary."""
+    """Follow ``sweep_dir`` until no run is active (or once), then print the summary; a sweep
+    that is already over gets its summary alone."""
     monitor = SweepMonitor(SweepProgress(sweep_dir), console, refresh_s=0.0)
-    states: dict[int, str] = {}
-    asked = -float("inf")
+    states = scheduler_states(sweep_dir)
+    asked = time.monotonic()
+    rows = monitor.progress.read(states)
+    if not any(r.active for r in rows):
+        monitor.say(f"Sweep directory: {shown_path(sweep_dir)}")
+        monitor.summary(rows)
+        return rows
     with monitor:
         while True:
-            if time.monotonic() - asked >= scheduler_every_s:
-                states, asked = scheduler_states(sweep_dir), time.monotonic()
-            rows = monitor.update(states, force=True)
-            if once or not any(r.active for r in rows):
+            monitor.show(rows)
+            if once:
                 break
             time.sleep(interval_s)
+            if time.monotonic() - asked >= scheduler_every_s:
+                states, asked = scheduler_states(sweep_dir), time.monotonic()
+            rows = monitor.progress.read(states)
+            if not any(r.active for r in rows):
+                monitor.show(rows)
+                break
     monitor.summary(rows)
     return rows
-

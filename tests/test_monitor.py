@@ -302,3 +302,12 @@ def test_watch_ends_when_the_local_launcher_is_gone(sweep: Path,
     assert "the job ended (FINISHED) without a final status" in out
     assert ("#4 learning_rate=1e-4 seed=0: cancelled, step 0, never started: "
             "its launcher is gone") in out
+
+
+def test_watch_once_shows_a_running_sweep_then_its_summary(sweep: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    main(["watch", str(sweep), "--once"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Sweep directory: {sweep}"
+    assert lines[1].startswith("#0 learning_rate=1e-5 seed=0: running (resumed @8), step 12/20")
+    assert f"Sweep {sweep}: 5 runs: 1 completed, 1 collapsed, 1 pending, 2 running" in lines
