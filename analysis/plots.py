@@ -214,6 +214,11 @@ def _key_values(collection: Collection, key: str) -> list[object]:
     return sorted({config[key] for config in collection.configs.values()}, key=sort_key)
 
 
+def _keys_by_size(collection: Collection) -> list[str]:
+    """Swept keys, the one with the most values first (ties in sweep order)."""
+    return sorted(collection.label_keys, key=lambda k: -len(_key_values(collection, k)))
+
+
 def choose_layout(collection: Collection, facet_key: str | None = None,
                   color_key: str | None = None, top_k: int = TOP_K) -> Layout:
     """Colour, facet and highlight choices (see the module docstring).
@@ -221,7 +226,7 @@ def choose_layout(collection: Collection, facet_key: str | None = None,
     By default the swept key with the most values colours the lines and, in a large sweep,
     the key with the next most values picks the panel.
     """
-    keys = sorted(collection.label_keys, key=lambda k: -len(_key_values(collection, k)))
+    keys = _keys_by_size(collection)
     for given in (facet_key, color_key):
         if given is not None and given not in collection.label_keys:
             raise ValueError(f"{given!r} is not a swept key; choose one of "
@@ -579,8 +584,8 @@ def plot_heatmaps(collection: Collection, out_dir: Path,
         rows_key, cols_key = collection.label_keys
         over = ""
     else:
-        rows_key = layout.facet_key
         cols_key = layout.color_key
+        rows_key = layout.facet_key or next(k for k in _keys_by_size(collection) if k != cols_key)
         others = [k for k in collection.label_keys if k not in (rows_key, cols_key)]
         over = f", best config over {', '.join(others)}"
     fig = Figure(figsize=(12, 5), layout="constrained")

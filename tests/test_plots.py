@@ -197,3 +197,21 @@ def test_large_sweep_heatmap_shows_the_best_config_per_cell(large: tuple) -> Non
     # every config of the cell collapsed: the cell is marked, never shown as a result
     assert marks.at[4, 1e-3] == "collapsed"
     assert (marks != "").to_numpy().sum() == 1
+
+
+def test_small_sweep_of_three_keys_gets_a_heatmap_of_two(tmp_path: Path) -> None:
+    grid = {"learning_rate": [1e-5, 1e-4], "loss": ["a", "b"], "off_policy.epochs": [1, 2]}
+    sweep = tmp_path / "three" / "2025-06-03_09-00-00"
+    write_grid_sweep(sweep, grid, n_steps=20, eval_every=5)
+    collection = collect([sweep])
+    assert len(collection.labels) == 8 <= SMALL_SWEEP
+    heatmaps = plot_all(collection, sweep / "figures")["heatmaps"]
+    grid_ = heatmaps.grids["best_eval_reward"]
+    # colour key learning_rate (first of the keys with most values) as columns, loss as rows,
+    # each cell the best config over off_policy.epochs
+    assert list(grid_.columns) == [1e-5, 1e-4] and list(grid_.index) == ["a", "b"]
+    summary = config_summary(collection)
+    for (loss, lr), value in grid_.stack().items():
+        labels = [lb for lb, c in collection.configs.items()
+                  if c["loss"] == loss and c["learning_rate"] == lr]
+        assert value == pytest.approx(summary.loc[labels, "best_eval_reward"].max())
