@@ -39,8 +39,10 @@ TRAIN_REWARD = "train/reward_mean"
 # statuses of a run that is still expected to write: `pending` (not started), `starting` (its
 # job runs but has not written a status yet), and `preempted` runs, which are requeued
 ACTIVE_STATUSES = ("pending", "starting", "running", "preempted")
+# statuses of a run that ran to its end: its results, good or bad
+FINISHED_STATUSES = ("completed", *UNSTABLE_STATUSES)
 # the order of the end-of-sweep counts; statuses outside it are counted after them
-SUMMARY_ORDER = ("completed", *UNSTABLE_STATUSES, "cancelled", "failed")
+SUMMARY_ORDER = (*FINISHED_STATUSES, "cancelled", "failed")
 # rows over which seconds per step are averaged
 RATE_WINDOW = 20
 # states of a job that no scheduler will run: what happened to it
@@ -319,7 +321,7 @@ def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -
     outside ``grpo.run_files.STATUSES`` is kept and explained.
     """
     state = (scheduler or "").split(" ")[0].upper()  # "CANCELLED by 0" -> "CANCELLED"
-    if run.status in ("completed", *UNSTABLE_STATUSES):
+    if run.status in FINISHED_STATUSES:
         return run
     if state == "CANCELLED" or run.status == "cancelled":
         where = f"after step {run.steps_done - 1}" if run.steps_done else "before its first step"

@@ -20,12 +20,17 @@ from typing import Any
 from hydra.core.utils import JobReturn
 
 from analysis.monitor import SweepMonitor, counts_text, shown_path
-from analysis.progress import GONE, Job, SweepProgress, slurm_states, write_jobs
+from analysis.progress import (
+    FINISHED_STATUSES,
+    GONE,
+    Job,
+    SweepProgress,
+    slurm_states,
+    write_jobs,
+)
 
 # seconds between two looks at the jobs while waiting for them
 POLL_S = 2.0
-# final statuses of a run whose job did what it was asked
-DONE_STATUSES = ("completed", "collapsed", "diverged")
 
 
 class SweepIncomplete(SystemExit):
@@ -112,7 +117,7 @@ class SweepFollower:
                   if num not in gone and (error := job.exception()) is not None}
         rows = [run for run in self.progress.read(states, errors) if run.num in self.overrides]
         self.monitor.summary(rows)
-        bad = [run for run in rows if run.status not in DONE_STATUSES]
+        bad = [run for run in rows if run.status not in FINISHED_STATUSES]
         if bad:
             raise SweepIncomplete(
                 f"error: {len(bad)} of {len(rows)} runs did not finish ({counts_text(bad)}); "
