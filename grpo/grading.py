@@ -29,6 +29,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -215,6 +216,9 @@ class _MathVerifyHelper:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,  # unbuffered: a fork can never inherit (and later flush) half a request
+            # SLURM sends the time-limit warning (SIGUSR2) to every process of the job; the
+            # helper ignores it (from before exec on), the trainer checkpoints on it
+            preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
         )
         try:
             reply = _read_line(proc, STARTUP_TIMEOUT_S)

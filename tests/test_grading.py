@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
@@ -187,3 +189,15 @@ def test_pathological_input_returns_within_the_bound_off_the_main_thread():
     assert verdict is False
     assert elapsed < 5.0, f"took {elapsed:.1f} s with a 1 s bound"
     assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")  # a fresh helper takes over
+
+
+def test_helper_outlives_the_slurm_time_limit_warning():
+    """SLURM sends SIGUSR2 to every process of the job; the helper must not die of it."""
+    from grpo.grading import _HELPER
+
+    assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")  # the helper is running
+    helper = _HELPER._proc
+    os.kill(helper.pid, signal.SIGUSR2)
+    time.sleep(0.5)
+    assert helper.poll() is None, f"the helper died (exit code {helper.returncode})"
+    assert grade_answer("(x+1)^2", "x^2+2x+1") and _HELPER._proc is helper
