@@ -50,6 +50,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,8 @@ HYPERPARAMS = (
 )
 RUN_ID_COLUMNS = ("run_id", "run_dir", "sweep", "job", "status", LABEL)
 NON_FINITE = frozenset({"nan", "inf", "-inf", "+inf", "infinity", "-infinity"})
+# a JSON string that may spell a non-finite float (a cheap test before converting a whole log)
+NON_FINITE_TEXT = re.compile(r'"[-+]?(?:nan|inf)', re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -156,10 +159,9 @@ def _whole_log(lines: list[str], text: str) -> list[dict[str, Any]] | None:
         rows = json.loads("[" + ",".join(lines) + "]")
     except json.JSONDecodeError:
         return None
-    if not all(isinstance(row, dict) and isinstance(row.get("step"), int) for row in rows):
+    if not all(type(row) is dict and type(row.get("step")) is int for row in rows):
         return None
-    lowered = text.lower()
-    if any(f'"{word}' in lowered for word in ("nan", "inf", "-inf", "+inf")):
+    if NON_FINITE_TEXT.search(text):
         rows = [_with_floats(row) for row in rows]
     return rows
 
@@ -328,9 +330,11 @@ class _Run:
     def summary(self, label_keys: Sequence[str]) -> dict[str, Any]:
         """The run's row of the ``runs`` frame."""
         rows = self.log.rows
-        evals = [(r["step"], r[EVAL_REWARD]) for r in rows if _is_number(r.get(EVAL_REWARD))]
+        evals = [(r["step"], v) for r in rows
+                 if (v := r.get(EVAL_REWARD)) is not None and _is_number(v)]
         best = max(evals, key=lambda e: e[1], default=(None, math.nan))
-        elapsed = [r[ELAPSED] for r in rows if _is_number(r.get(ELAPSED))]
+        elapsed = [v for r in rows if type(v := r.get(ELAPSED)) is float and math.isfinite(v)
+                   or type(v) is int]
         wall_clock_s = max(elapsed, default=math.nan)
         gpus = self.value("cluster.gpus_per_job")
         gpus = DEFAULT_GPUS_PER_JOB if gpus is None else gpus
