@@ -59,6 +59,9 @@ sweep: $(STAMP) ## run a sweep: make sweep ARGS="off_policy.epochs=1,2 model=tin
 plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...]" to choose and overlay)
 	$(PY) -m analysis plots $(foreach s,$(SWEEP),--sweep $(s))
 
+watch: $(STAMP) ## live view of the latest sweep, running or finished (SWEEP=dir to choose), then its summary
+	$(PY) -m analysis watch $(SWEEP)
+
 test: $(STAMP) ## run the whole test suite (slow and SLURM tests included)
 	$(PY) -m pytest -q
 
@@ -71,4 +74,4 @@ lint: $(STAMP) ## ruff over the project
 clean: ## remove outputs, caches and the virtual environment
 	rm -rf outputs .cache .pytest_cache .ruff_cache $(VENV)
 
-.PHONY: help install lock demo demo-figure sweep plots test test-latest lint clean
+.PHONY: help install lock demo demo-figure sweep plots watch test test-latest lint clean

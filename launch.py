@@ -4,18 +4,29 @@
     python launch.py -m off_policy.epochs=1,2,4 train_batch_size=64,128,256
     python launch.py -m +experiment=off_policy_broad cluster=slurm  # a study on SLURM
     python launch.py -m ... dry_run=true                            # list the jobs, submit nothing
+
+An override whose key no config or config group knows (``+learning_rat=1e-5``) is refused before
+Hydra starts (grpo.sweep.overrides).
 """
+
+import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
 from grpo.sweep.job import run_job
+from grpo.sweep.overrides import refuse_unknown_overrides
+
+CONFIG_DIR = Path(__file__).resolve().parent / "conf"
+CONFIG_NAME = "config"
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=CONFIG_NAME)
 def main(cfg: DictConfig) -> dict | None:
     return run_job(cfg)
 
 
 if __name__ == "__main__":
+    refuse_unknown_overrides(sys.argv[1:], CONFIG_DIR, CONFIG_NAME)
     main()

@@ -1,10 +1,12 @@
-"""Command line: ``python -m analysis {collect,plots,promote} ...``.
+"""Command line: ``python -m analysis {collect,plots,promote,watch} ...``.
 
 * ``collect``: save the tidy per-step frame of the sweep(s) (parquet with pyarrow, else CSV);
 * ``plots``: figures into ``<first sweep>/figures/``, ``report.md`` into the first sweep and
   the collected frame next to it (``--no-report`` skips the report);
 * ``promote``: write ``<conf>/experiment/<NAME>.yaml`` (and ``<conf>/promoted/<NAME>/*.yaml``)
-  sweeping the top-K configs plus the on-policy baseline; run it with ``-m +experiment=<NAME>``.
+  sweeping the top-K configs plus the on-policy baseline; run it with ``-m +experiment=<NAME>``;
+* ``watch``: the live monitor of a running or finished sweep (one row per run, refreshed in
+  place; plain lines when stdout is not a terminal), then its summary.
 
 Without ``--sweep`` the latest sweep under ``--outputs`` is used (default: ``$GRPO_OUTPUT_ROOT``,
 else ``outputs``, as in ``conf/config.yaml``'s ``paths.output_root``).
@@ -24,9 +26,18 @@ from analysis.collect import LABEL, Collection, collect, find_latest_sweep, save
 DEFAULT_OUTPUTS = os.environ.get("GRPO_OUTPUT_ROOT", "outputs")
 
 
+def latest_sweep(outputs: Path) -> Path:
+    """The latest sweep under ``outputs``; before any sweep, an error that says how to make one."""
+    try:
+        return find_latest_sweep(outputs)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"{error}; run one first, e.g. `make demo` (a 4-run CPU sweep) "
+                                "or `python launch.py -m ...`") from error
+
+
 def _collect(args: argparse.Namespace) -> Collection:
     """The sweeps of ``--sweep``, else the latest under ``--outputs``, collected."""
-    return collect(args.sweep or [find_latest_sweep(args.outputs)])
+    return collect(args.sweep or [latest_sweep(args.outputs)])
 
 
 def cmd_collect(args: argparse.Namespace) -> None:
@@ -49,7 +60,7 @@ def cmd_plots(args: argparse.Namespace) -> None:
     sweep = collection.sweeps[0].path
     external = (External.read(args.external, args.external_metric, args.external_label)
                 if args.external is not None else None)
-    figures = plot_all(collection, sweep / "figures", external)
+    figures = plot_all(collection, sweep / "figures", external, args.facet, args.color)
     for figure in figures.values():
         print("wrote " + ", ".join(map(str, figure.paths)))
     print(f"wrote {save_steps(collection, sweep / 'collected')}")
@@ -70,17 +81,28 @@ def cmd_promote(args: argparse.Namespace) -> None:
         print(f"  {path}: {text}")
 
 
+def cmd_watch(args: argparse.Namespace) -> None:
+    """Follow a sweep until no run is active (or once), then print its summary."""
+    from analysis.monitor import watch
+
+    sweep = args.sweep_dir or latest_sweep(args.outputs)
+    if not sweep.is_dir():
+        raise FileNotFoundError(f"sweep directory {sweep} does not exist")
+    watch(sweep, once=args.once, interval_s=args.interval)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m analysis``."""
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    outputs = argparse.ArgumentParser(add_help=False)
+    outputs.add_argument("--outputs", type=Path, default=Path(DEFAULT_OUTPUTS),
+                         help="where to look for the latest sweep "
+                              "(default: $GRPO_OUTPUT_ROOT or outputs)")
+    common = argparse.ArgumentParser(add_help=False, parents=[outputs])
     common.add_argument("--sweep", action="append", type=Path, default=[],
                         help="sweep directory (repeatable); default: latest under --outputs")
-    common.add_argument("--outputs", type=Path, default=Path(DEFAULT_OUTPUTS),
-                        help="where to look for the latest sweep "
-                             "(default: $GRPO_OUTPUT_ROOT or outputs)")
     criterion = argparse.ArgumentParser(add_help=False)
     criterion.add_argument("--criterion", choices=CRITERIA, default="best_eval_reward",
                            help="how configs are ranked (default: best_eval_reward)")
@@ -95,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--external-metric", help="metric column of --external (e.g. eval/reward)")
     sub.add_argument("--external-label", default="external", help="legend name of --external")
     sub.add_argument("--no-report", action="store_true", help="do not write report.md")
+    sub.add_argument("--facet", help="swept key with one panel per value (large sweeps; "
+                                     "default: the key with the second most values)")
+    sub.add_argument("--color", help="swept key that colours the lines "
+                                     "(default: the key with the most values)")
     sub.set_defaults(func=cmd_plots)
 
     sub = commands.add_parser("promote", parents=[common, criterion],
@@ -105,6 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--conf-dir", type=Path, default=Path("conf"),
                      help="Hydra config directory (default: conf)")
     sub.set_defaults(func=cmd_promote)
+
+    sub = commands.add_parser("watch", parents=[outputs],
+                              help="live view of a running or finished sweep")
+    sub.add_argument("sweep_dir", nargs="?", type=Path,
+                     help="sweep directory; default: latest under --outputs")
+    sub.add_argument("--once", action="store_true", help="show the runs once and stop")
+    sub.add_argument("--interval", type=float, default=2.0,
+                     help="seconds between refreshes (default: 2)")
+    sub.set_defaults(func=cmd_watch)
     return parser
 
 

@@ -31,22 +31,28 @@ class Curve:
     n_runs: int
 
 
-def label_curve(steps: pd.DataFrame, label: str, metric: str, x: str = "step") -> Curve:
-    """The seed-aggregated curve of ``metric`` for ``label`` against ``step`` or ``ELAPSED``."""
+EMPTY = Curve(np.empty(0), np.empty(0), np.empty(0), np.empty(0), 0)
+
+
+def label_curves(steps: pd.DataFrame, metric: str, x: str = "step") -> dict[str, Curve]:
+    """The seed-aggregated curve of ``metric`` for every label, against ``step`` or ``ELAPSED``
+    (the mean wall-clock of the seeds at each step), in one pass over the frame."""
     if metric not in steps or x not in steps:
-        empty = np.empty(0)
-        return Curve(empty, empty, empty, empty, 0)
-    rows = steps.loc[(steps[LABEL] == label) & steps[metric].notna()]
-    by_step = rows.groupby("step", sort=True)
-    stats = by_step[metric].agg(["mean", "min", "max"])
-    xs = stats.index.to_numpy(dtype=float) if x == "step" else by_step[x].mean().to_numpy(float)
-    return Curve(
-        x=xs,
-        y=stats["mean"].to_numpy(float),
-        lo=stats["min"].to_numpy(float),
-        hi=stats["max"].to_numpy(float),
-        n_runs=rows["run_id"].nunique(),
-    )
+        return {}
+    rows = steps.loc[steps[metric].notna(), list(dict.fromkeys([LABEL, "step", "run_id", metric, x]))]
+    stats = rows.groupby([LABEL, "step"], sort=True)[metric].agg(["mean", "min", "max"])
+    if x != "step":
+        stats["x"] = rows.groupby([LABEL, "step"], sort=True)[x].mean()
+    n_runs = rows.groupby(LABEL)["run_id"].nunique()
+    curves = {}
+    for label, part in stats.groupby(level=0, sort=False):
+        steps_of = part.index.get_level_values(1).to_numpy(float)
+        curves[label] = Curve(
+            x=steps_of if x == "step" else part["x"].to_numpy(float),
+            y=part["mean"].to_numpy(float), lo=part["min"].to_numpy(float),
+            hi=part["max"].to_numpy(float), n_runs=int(n_runs[label]),
+        )
+    return curves
 
 
 def value_at(curve: Curve, x: float) -> float:
@@ -105,27 +111,40 @@ def on_policy_baseline(collection: Collection, label: str) -> str | None:
     return max(on_policy_labels(collection), key=shared, default=None)
 
 
-def label_end(steps: pd.DataFrame, label: str) -> dict[str, float]:
+class SweepCurves:
+    """:func:`label_curves` of one steps frame, each (metric, x) computed once when first asked."""
+
+    def __init__(self, steps: pd.DataFrame) -> None:
+        self.steps = steps
+        self._cache: dict[tuple[str, str], dict[str, Curve]] = {}
+
+    def curve(self, label: str, metric: str, x: str = "step") -> Curve:
+        """The curve of ``label`` (empty when it has none)."""
+        if (metric, x) not in self._cache:
+            self._cache[metric, x] = label_curves(self.steps, metric, x)
+        return self._cache[metric, x].get(label, EMPTY)
+
+
+def label_end(curves: SweepCurves, label: str) -> dict[str, float]:
     """Where ``label`` stopped: ``{"step": last step, ELAPSED: mean wall-clock at it}``."""
-    curve = label_curve(steps, label, ELAPSED, "step")
+    curve = curves.curve(label, ELAPSED, "step")
     if not len(curve.x):
         return {"step": math.nan, ELAPSED: math.nan}
     return {"step": float(curve.x[-1]), ELAPSED: float(curve.y[-1])}
 
 
-def compare_with(collection: Collection, label: str, baseline: str) -> dict[str, float]:
+def compare_with(curves: SweepCurves, label: str, baseline: str) -> dict[str, float]:
     """Mean eval reward of ``label`` and ``baseline`` at equal steps and at equal wall-clock.
 
     For each axis (``"step"``, ``ELAPSED``) the compared point is where the first of the two
     stopped (:func:`label_end`), and each side's reward is its last evaluation at or before
     it: keys ``axis``, ``"config@" + axis`` and ``"baseline@" + axis``.
     """
-    steps = collection.steps
-    ends = [label_end(steps, label), label_end(steps, baseline)]
+    ends = [label_end(curves, label), label_end(curves, baseline)]
     out: dict[str, float] = {}
     for axis in ("step", ELAPSED):
         point = math.nan if any(math.isnan(e[axis]) for e in ends) else min(e[axis] for e in ends)
         out[axis] = point
         for side, name in (("config", label), ("baseline", baseline)):
-            out[f"{side}@{axis}"] = value_at(label_curve(steps, name, EVAL_REWARD, axis), point)
+            out[f"{side}@{axis}"] = value_at(curves.curve(name, EVAL_REWARD, axis), point)
     return out

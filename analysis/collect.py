@@ -15,7 +15,8 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
     ``learning_rate``, ``n_grpo_steps``, ``rollout_batch_size``, ``train_batch_size``,
     ``micro_batch_size``, ``group_size``, ``loss.name``, ``normalization.name``,
     ``std_norm.enabled``, ``off_policy.epochs``, ``prompt.name``, ``model.name``,
-    ``data.name``, ``cluster.gpus_per_job``; interpolations are resolved on read);
+    ``data.name``, ``cluster.gpus_per_job``, ``eval.temperature``; interpolations are resolved
+    on read);
   - ``.hydra/overrides.yaml``: the job's overrides, a YAML list of ``key=value`` strings;
   - ``.hydra/hydra.yaml``: ``hydra.runtime.choices`` says which swept keys are config groups;
   - ``metrics.jsonl``: append-only, one JSON object per GRPO step with ``step`` (0..N-1),
@@ -28,7 +29,7 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
     when a resume appended a row to such a line without a newline in between, that row is
     still read;
   - ``status.json``: ``{"status": "running"|"completed"|"diverged"|"collapsed"|"failed",
-    "reason", "last_step", "n_grpo_steps", "restarts", "updated_at"}``.
+    "reason", "last_step", "n_grpo_steps", "restarts", "resumed_from", "updated_at"}``.
 
   Any of these may be missing or damaged. A run without a readable ``status.json`` gets status
   ``pending`` when it has no metrics and ``unknown`` when it has some; a run without metrics
@@ -51,16 +52,21 @@ without any run directory is an error. Runs that differ only in
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf._utils import get_yaml_loader
 
 from grpo.batch_plan import CONFIG_KEYS, BatchPlan
 
@@ -87,9 +93,12 @@ HYPERPARAMS = (
     "model.name",
     "data.name",
     "cluster.gpus_per_job",
+    "eval.temperature",
 )
 RUN_ID_COLUMNS = ("run_id", "run_dir", "sweep", "job", "status", LABEL)
 NON_FINITE = frozenset({"nan", "inf", "-inf", "+inf", "infinity", "-infinity"})
+# a JSON string that may spell a non-finite float (a cheap test before converting a whole log)
+NON_FINITE_TEXT = re.compile(r'"[-+]?(?:nan|inf)', re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -135,11 +144,15 @@ def read_metrics(path: Path) -> MetricsLog:
     """Read a ``metrics.jsonl``; keep the last occurrence of a step, skip damaged lines."""
     by_step: dict[int, dict[str, Any]] = {}
     n_bad = n_dup = 0
-    if path.is_file():
-        for line in path.read_text(errors="replace").splitlines():
-            if not line.strip():
-                continue
-            row, damaged = _parse_line(line)
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    lines = [line for line in text.splitlines() if line.strip()]
+    rows = _whole_log(lines, text)
+    if rows is not None:  # the common case: every line a row, read in one go
+        n_dup = len(rows) - len({row["step"] for row in rows})
+        by_step = {row["step"]: row for row in rows}
+    else:
+        for line in lines:
+            row, damaged = parse_line(line)
             n_bad += damaged
             if row is not None:
                 n_dup += row["step"] in by_step
@@ -147,7 +160,20 @@ def read_metrics(path: Path) -> MetricsLog:
     return MetricsLog([by_step[s] for s in sorted(by_step)], n_bad, n_dup)
 
 
-def _parse_line(line: str) -> tuple[dict[str, Any] | None, bool]:
+def _whole_log(lines: list[str], text: str) -> list[dict[str, Any]] | None:
+    """Every line as a row (non-finite spellings converted), or None if any line is not one."""
+    try:
+        rows = json.loads("[" + ",".join(lines) + "]")
+    except json.JSONDecodeError:
+        return None
+    if not all(type(row) is dict and type(row.get("step")) is int for row in rows):
+        return None
+    if NON_FINITE_TEXT.search(text):
+        rows = [_with_floats(row) for row in rows]
+    return rows
+
+
+def parse_line(line: str) -> tuple[dict[str, Any] | None, bool]:
     """The step row on ``line`` (None if none) and whether the line is damaged.
 
     A damaged line is a truncated write, possibly with the row written after a resume glued
@@ -188,21 +214,50 @@ def _parse_overrides(lines: Iterable[str]) -> list[Any]:
     return OverridesParser.create().parse_overrides([str(line) for line in lines])
 
 
+@functools.lru_cache(maxsize=65536)
+def _override_value(line: str) -> tuple[str, str]:
+    """``(key or group, value as written)`` of one override (runs of a sweep share most)."""
+    (override,) = _parse_overrides([line])
+    return override.key_or_group, override.get_value_element_as_str()
+
+
 def _load_yaml(path: Path) -> DictConfig | ListConfig | None:
     return OmegaConf.load(path) if path.is_file() else None
 
 
-def _read_hydra(run_dir: Path, name: str, problems: list[str]) -> DictConfig | ListConfig | None:
-    """``run_dir/.hydra/<name>``, or None with the reason appended to ``problems``."""
+class _YamlLoader(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader):
+    """libyaml's parser with OmegaConf's scalars (``1e-5`` is a float, dates stay text)."""
+
+
+_YamlLoader.yaml_implicit_resolvers = get_yaml_loader().yaml_implicit_resolvers
+
+
+def _yaml_data(path: Path) -> Any:
+    """The plain data of a YAML file (None when missing); much faster than OmegaConf.load."""
+    return yaml.load(path.read_text(), Loader=_YamlLoader) if path.is_file() else None
+
+
+def _read_hydra(run_dir: Path, name: str, problems: list[str]) -> Any:
+    """The plain data of ``run_dir/.hydra/<name>``, or None with the reason appended to
+    ``problems``."""
     path = run_dir / ".hydra" / name
     if not path.is_file():
         problems.append(f".hydra/{name} is missing")
         return None
     try:
-        return OmegaConf.load(path)
-    except Exception as error:  # noqa: BLE001 -- any YAML or OmegaConf error: report, go on
+        return _yaml_data(path)
+    except (OSError, ValueError, yaml.YAMLError) as error:
         problems.append(f".hydra/{name} is unreadable ({type(error).__name__})")
         return None
+
+
+def _select(data: Any, key: str) -> Any:
+    """The value at dotted ``key`` in nested dicts, or None."""
+    for part in key.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
 
 
 def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
@@ -262,7 +317,7 @@ class _Run:
 
     sweep: Path
     path: Path
-    config: DictConfig | None
+    config: dict[str, Any] | None
     overrides: dict[str, str]
     choices: dict[str, str]
     status: dict[str, Any]
@@ -275,17 +330,16 @@ class _Run:
         if (path / ".hydra").is_dir():
             config = _read_hydra(path, "config.yaml", problems)
             override_list = _read_hydra(path, "overrides.yaml", problems)
-            hydra_cfg = _read_hydra(path, "hydra.yaml", problems)
+            choices = _select(_read_hydra(path, "hydra.yaml", problems), "hydra.runtime.choices")
         else:
             problems.append(".hydra/ is missing (config unknown)")
-            config = override_list = hydra_cfg = None
-        choices = OmegaConf.select(hydra_cfg, "hydra.runtime.choices") if hydra_cfg else None
+            config = override_list = choices = None
         try:
-            parsed = _parse_overrides(override_list if isinstance(override_list, ListConfig) else [])
+            overrides = dict(_override_value(str(line))
+                             for line in (override_list if isinstance(override_list, list) else []))
         except Exception:  # noqa: BLE001 -- Hydra's parser errors: report, go on
             problems.append(".hydra/overrides.yaml holds unparsable overrides")
-            parsed = []
-        overrides = {o.key_or_group: o.get_value_element_as_str() for o in parsed}
+            overrides = {}
         log = read_metrics(path / "metrics.jsonl")
         if not log.rows:
             metrics = path / "metrics.jsonl"
@@ -294,9 +348,9 @@ class _Run:
         return _Run(
             sweep=sweep,
             path=path,
-            config=config if isinstance(config, DictConfig) else None,
+            config=config if isinstance(config, dict) else None,
             overrides=overrides,
-            choices={k: str(v) for k, v in (choices or {}).items()},
+            choices={k: str(v) for k, v in (choices if isinstance(choices, dict) else {}).items()},
             status=status,
             log=log,
             problems=(*problems, *([status_problem] if status_problem else [])),
@@ -306,12 +360,12 @@ class _Run:
         """The run's value for ``key``: group choice, else config value, else override text."""
         if key in self.choices:
             return self.choices[key]
-        if self.config is not None:
-            value = OmegaConf.select(
-                self.config, key, default=None, throw_on_resolution_failure=False
-            )
-            if value is not None and not isinstance(value, DictConfig | ListConfig):
-                return value
+        value = _select(self.config, key)
+        if isinstance(value, str) and "${" in value:  # an interpolation: let OmegaConf resolve it
+            value = OmegaConf.select(OmegaConf.create(self.config), key, default=None,
+                                     throw_on_resolution_failure=False)
+        if value is not None and not isinstance(value, dict | list | DictConfig | ListConfig):
+            return value
         return self.overrides.get(key)
 
     def off_policy(self) -> bool | None:
@@ -322,9 +376,11 @@ class _Run:
     def summary(self, label_keys: Sequence[str]) -> dict[str, Any]:
         """The run's row of the ``runs`` frame."""
         rows = self.log.rows
-        evals = [(r["step"], r[EVAL_REWARD]) for r in rows if _is_number(r.get(EVAL_REWARD))]
+        evals = [(r["step"], v) for r in rows
+                 if (v := r.get(EVAL_REWARD)) is not None and _is_number(v)]
         best = max(evals, key=lambda e: e[1], default=(None, math.nan))
-        elapsed = [r[ELAPSED] for r in rows if _is_number(r.get(ELAPSED))]
+        elapsed = [v for r in rows if type(v := r.get(ELAPSED)) is float and math.isfinite(v)
+                   or type(v) is int]
         wall_clock_s = max(elapsed, default=math.nan)
         gpus = self.value("cluster.gpus_per_job")
         gpus = DEFAULT_GPUS_PER_JOB if gpus is None else gpus
@@ -392,14 +448,11 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
         configs.setdefault(summary[LABEL], {k: summary[k] for k in label_keys})
 
     identity = [*RUN_ID_COLUMNS, *HYPERPARAMS, *(k for k in label_keys if k not in HYPERPARAMS)]
-    frames = [
-        pd.DataFrame(run.log.rows).assign(**{c: summary[c] for c in identity})
-        for run, summary in zip(runs, summaries, strict=True)
-        if run.log.rows
-    ]
-    steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=identity)
-    metric_columns = [c for c in steps.columns if c not in identity]
-    steps = steps[identity + metric_columns]
+    metrics = pd.DataFrame([row for run in runs for row in run.log.rows])
+    owner = np.repeat(np.arange(len(runs)), [len(run.log.rows) for run in runs])
+    ids = pd.DataFrame(summaries, columns=identity).iloc[owner].reset_index(drop=True)
+    metric_columns = [c for c in metrics.columns if c not in identity]
+    steps = pd.concat([ids, metrics[metric_columns]], axis=1)
     return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps)
 
 

@@ -4,35 +4,54 @@ Every plotting function returns the data it drew (:class:`CurveFigure` or
 :class:`HeatmapFigure`) so that tests can check it against the collected frame.
 
 * ``eval_reward``: validation reward against the GRPO step and against wall-clock;
-* ``training``: entropy, mean response length, gradient norm, clip fraction and training
-  reward against the step;
-* ``heatmaps`` (2-D sweeps only): final and best validation reward over the two swept keys.
+* ``training``: entropy, response length, gradient norm, clip fraction and training reward
+  against the step, each a smoothed curve (centred rolling mean) over its faint raw one;
+* ``heatmaps`` (two or more swept keys): best and final validation reward over two swept keys;
+  a cell whose config had a collapsed or diverged run is hatched grey and named, not coloured
+  as if its number were a genuine result.
 
-Runs sharing a config label are drawn as their mean with a min-max band over seeds; diverged
-and collapsed runs get an X where they stopped; an optional external curve (a CSV with a
-``step`` column and the metric) is drawn on the panel of that metric against the step.
+Titles and axes name the metric and its unit (:mod:`analysis.metric_names`); each figure
+names the sweep(s) and their date. Runs sharing a config label are drawn as their mean with a
+min-max band over seeds; the colour says the value of the colour key, and every config has its
+own line style and marker, so equal curves stay apart and no line is told by colour alone. A point is drawn at the step it was
+measured; a diverged or collapsed run gets an X at its last measured point.
+
+A sweep of more than :data:`SMALL_SWEEP` configs is drawn as small multiples: one panel per
+value of the facet key, colour by the colour key, the top configs of the report's ranking
+highlighted (thick, marked, with their seed band and rank) and the others thin and faint.
+The legend then lists the colours, the top configs and the markers: it stays short and is
+placed outside the axes in space reserved for it, so it is never cut.
 """
 
 from __future__ import annotations
 
+import math
+import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 
-from analysis.aggregate import Curve, config_summary, label_curve
+from analysis.aggregate import Curve, config_summary, label_curves, rank_configs
 from analysis.collect import (
     ELAPSED,
     EVAL_REWARD,
     LABEL,
     UNSTABLE_STATUSES,
     Collection,
+    format_value,
     sort_key,
 )
+from analysis.metric_names import metric_name
 
 TRAINING_METRICS = (
     "train/entropy",
@@ -42,8 +61,23 @@ TRAINING_METRICS = (
     "train/reward_mean",
 )
 FORMATS = ("png", "svg")
+# a large sweep's figures are PNG only (an SVG of hundreds of curves is slow to write and view)
+LARGE_FORMATS = ("png",)
+# up to this many configs every config is drawn in full with its own legend entry
+SMALL_SWEEP = 10
+# configs highlighted in a large sweep
+TOP_K = 5
+# a curve with at most this many points shows them all (evaluations)
 SPARSE_POINTS = 40
-STOPPED = "run diverged / collapsed here"
+# the smoothing window is this fraction of a curve's points
+SMOOTH_FRACTION = 0.05
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "*", "h")
+STOP_MARK = "X"
+# legend labels in a grid cell are wrapped at this many characters
+WRAP = 52
+STOPPED = "run stopped: collapsed / diverged (at its last measured point)"
+SWEEP_TIME = "%Y-%m-%d_%H-%M-%S"
 
 
 @dataclass(frozen=True)
@@ -68,18 +102,51 @@ class External:
 
 @dataclass(frozen=True)
 class Marker:
-    """Where a diverged or collapsed run stopped, in a panel's coordinates."""
+    """A diverged or collapsed run's last measured point of a panel's metric (panel units)."""
 
     run_id: str
     label: str
     status: str
     x: float
     y: float
+    stop_step: int
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one config is drawn: ``muted`` ones thin and faint; ``rank`` of a highlighted one."""
+
+    color: tuple[float, ...]
+    linestyle: str
+    marker: str
+    muted: bool = False
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a sweep is drawn: ``color_key`` picks colours, ``facet_key`` (large sweeps) the panel;
+    ``top`` are the highlighted labels, best first; ``styles`` every label's :class:`Style`."""
+
+    color_key: str | None
+    facet_key: str | None
+    top: list[str]
+    styles: dict[str, Style]
+
+    @property
+    def large(self) -> bool:
+        """Whether configs are muted and panels faceted (more than SMALL_SWEEP configs)."""
+        return any(style.muted for style in self.styles.values())
 
 
 @dataclass(frozen=True)
 class Panel:
-    """What one axes shows: ``metric`` against ``x`` (``step``, or wall-clock in ``unit``)."""
+    """What one axes shows: ``metric`` against ``x`` (``step``, or wall-clock in ``unit``).
+
+    ``curves`` are the seed means with min-max bands as drawn; ``smoothed`` the smoothed means
+    drawn over faint raw ones (training metrics); ``facet`` the ``(key, value)`` the panel is
+    restricted to in a large sweep.
+    """
 
     metric: str
     x: str
@@ -87,171 +154,497 @@ class Panel:
     curves: dict[str, Curve]
     markers: list[Marker]
     external: External | None = None
+    smoothed: dict[str, np.ndarray] = field(default_factory=dict)
+    facet: tuple[str, object] | None = None
+    title: str = ""
+    xlabel: str = ""
+    ylabel: str = ""
 
 
 @dataclass(frozen=True)
 class CurveFigure:
-    """A saved figure of line panels, keyed by panel name."""
+    """A saved figure of line panels, keyed by panel name; ``title`` names the sweep;
+    ``legend`` its texts and ``legend_box`` where it ended up, ``(x0, y0, x1, y1)`` as fractions
+    of the figure (all within [0, 1] when nothing is cut)."""
 
     paths: list[Path]
     panels: dict[str, Panel] = field(default_factory=dict)
+    title: str = ""
+    legend: list[str] = field(default_factory=list)
+    legend_box: tuple[float, float, float, float] | None = None
 
 
 @dataclass(frozen=True)
 class HeatmapFigure:
-    """A saved figure of heatmaps: ``grids[name]`` has the first swept key as index."""
+    """A saved figure of heatmaps: ``grids[name]`` has the row key as index; ``marks[name]``
+    holds, per cell, the unstable statuses (``collapsed``, ``diverged``) of the config shown."""
 
     paths: list[Path]
     grids: dict[str, pd.DataFrame]
+    marks: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
-def _colors(labels: list[str]) -> dict[str, tuple]:
-    many = len(labels) > 10
-    cmap = colormaps["viridis"].resampled(len(labels)) if many else colormaps["tab10"]
-    return {label: cmap(i) for i, label in enumerate(labels)}
+# ------------------------------------------------------------------------------ layout
+
+
+def sweep_title(collection: Collection) -> str:
+    """``demo sweep of 2025-06-01 12:00 · 4 runs, 4 configs`` (several sweeps joined by +)."""
+    names = []
+    for sweep in collection.sweeps:
+        try:
+            when = datetime.strptime(sweep.path.name, SWEEP_TIME).strftime("%Y-%m-%d %H:%M")
+            names.append(f"{sweep.path.parent.name} sweep of {when}")
+        except ValueError:
+            names.append(f"sweep {sweep.path.name}")
+    return (f"{' + '.join(names)} · {len(collection.runs)} runs, "
+            f"{len(collection.labels)} configs")
+
+
+def eval_detail(collection: Collection) -> str:
+    """How validation responses were sampled: ``greedy``, ``sampled at T=1``, or mixed."""
+    temperatures = set(pd.to_numeric(collection.runs["eval.temperature"], errors="coerce")
+                       .dropna())
+    if len(temperatures) != 1:
+        return "" if not temperatures else "sampling differs between runs"
+    (temperature,) = temperatures
+    return "greedy" if temperature == 0 else f"sampled at T={temperature:g}"
+
+
+def _key_values(collection: Collection, key: str) -> list[object]:
+    return sorted({config[key] for config in collection.configs.values()}, key=sort_key)
+
+
+def _keys_by_size(collection: Collection) -> list[str]:
+    """Swept keys, the one with the most values first (ties in sweep order)."""
+    return sorted(collection.label_keys, key=lambda k: -len(_key_values(collection, k)))
+
+
+def choose_layout(collection: Collection, facet_key: str | None = None,
+                  color_key: str | None = None, top_k: int = TOP_K) -> Layout:
+    """Colour, facet and highlight choices (see the module docstring).
+
+    By default the swept key with the most values colours the lines and, in a large sweep,
+    the key with the next most values picks the panel.
+    """
+    keys = _keys_by_size(collection)
+    for given in (facet_key, color_key):
+        if given is not None and given not in collection.label_keys:
+            raise ValueError(f"{given!r} is not a swept key; choose one of "
+                             f"{collection.label_keys}")
+    color_key = color_key or next((k for k in keys if k != facet_key), None)
+    large = len(collection.labels) > SMALL_SWEEP
+    if large:
+        facet_key = facet_key or next((k for k in keys if k != color_key), None)
+    else:
+        facet_key = None
+    ranked = list(rank_configs(collection, "best_eval_reward").index) if large else []
+    top = ranked[:top_k]
+    colors = _palette(_key_values(collection, color_key) if color_key else collection.labels)
+    styles = {}
+    for index, label in enumerate(collection.labels):
+        config = collection.configs[label]
+        color = colors[config[color_key] if color_key else label]
+        if large:
+            rank = top.index(label) + 1 if label in top else None
+            styles[label] = (Style(color, "-", "", muted=True) if rank is None else
+                             Style(color, *line_shape(rank - 1), rank=rank))
+        else:
+            styles[label] = Style(color, *line_shape(index))
+    return Layout(color_key, facet_key, top, styles)
+
+
+def line_shape(index: int) -> tuple[str, str]:
+    """Line style and marker of the ``index``-th config: no two of the first 32 share both."""
+    return (LINESTYLES[index % len(LINESTYLES)],
+            MARKERS[(index + index // len(MARKERS)) % len(MARKERS)])
+
+
+def _palette(values: Sequence[object]) -> dict[object, tuple[float, ...]]:
+    cmap = colormaps["tab10"] if len(values) <= 10 else colormaps["viridis"].resampled(len(values))
+    return {value: tuple(cmap(i)) for i, value in enumerate(values)}
+
+
+# ------------------------------------------------------------------------------- curves
 
 
 def wall_clock_unit(collection: Collection) -> tuple[str, float]:
     """Minutes when the longest run is under two hours, else hours: (unit, seconds per unit)."""
     longest = collection.runs["wall_clock_s"].max()
-    return ("h", 3600.0) if longest >= 7200 else ("min", 60.0)
+    return ("hours", 3600.0) if longest >= 7200 else ("minutes", 60.0)
+
+
+def smooth(y: np.ndarray) -> np.ndarray:
+    """Centred rolling mean over :data:`SMOOTH_FRACTION` of the points (odd window, >= 1);
+    near the ends the window holds the points there are."""
+    half = max(1, int(len(y) * SMOOTH_FRACTION) // 2 * 2 + 1) // 2
+    padded = np.concatenate([np.zeros(1), np.cumsum(y)])
+    index = np.arange(len(y))
+    lo, hi = np.maximum(index - half, 0), np.minimum(index + half + 1, len(y))
+    return (padded[hi] - padded[lo]) / (hi - lo)
 
 
 def _stop_markers(collection: Collection, metric: str, x: str, scale: float) -> list[Marker]:
+    """The last measured point of ``metric`` of each diverged or collapsed run."""
+    runs = collection.runs[collection.runs["status"].isin(UNSTABLE_STATUSES)]
+    if metric not in collection.steps or runs.empty:
+        return []
     steps = collection.steps
-    unstable = collection.runs[collection.runs["status"].isin(UNSTABLE_STATUSES)]
-    markers = []
-    for run in unstable.to_dict("records"):
-        rows = steps[steps["run_id"] == run["run_id"]]
-        known = rows[rows[metric].notna()]
-        if len(known):
-            # at the step the run stopped, at the last value the metric had
-            markers.append(Marker(run["run_id"], run[LABEL], run["status"],
-                                  float(rows.iloc[-1][x]) / scale, float(known.iloc[-1][metric])))
-    return markers
+    rows = steps[steps["run_id"].isin(runs["run_id"]) & steps[metric].notna()]
+    last = rows.groupby("run_id", sort=False).tail(1).set_index("run_id")
+    stopped = steps[steps["run_id"].isin(runs["run_id"])].groupby("run_id")["step"].max()
+    return [Marker(run["run_id"], run[LABEL], run["status"],
+                   float(last.at[run["run_id"], x]) / scale,
+                   float(last.at[run["run_id"], metric]), int(stopped[run["run_id"]]))
+            for run in runs.to_dict("records") if run["run_id"] in last.index]
 
 
-def draw_panel(ax: Axes, collection: Collection, metric: str, x: str = "step",
+@dataclass(frozen=True)
+class _PanelSpec:
+    """A panel to draw: ``metric`` against ``x``, restricted to ``labels``."""
+
+    metric: str
+    x: str
+    labels: list[str]
+    facet: tuple[str, object] | None = None
+
+
+def draw_panel(ax: Axes, collection: Collection, layout: Layout, spec: _PanelSpec,
+               curves: dict[str, Curve], markers: list[Marker],
                external: External | None = None) -> Panel:
-    """Draw ``metric`` against ``x`` (``step`` or ``ELAPSED``) for every config on ``ax``."""
-    unit, scale = wall_clock_unit(collection) if x == ELAPSED else ("step", 1.0)
-    colors = _colors(collection.labels)
-    curves: dict[str, Curve] = {}
-    if metric in collection.steps:
-        for label in collection.labels:
-            curve = label_curve(collection.steps, label, metric, x)
-            if not len(curve.x):
-                continue
-            curve = Curve(curve.x / scale, curve.y, curve.lo, curve.hi, curve.n_runs)
-            curves[label] = curve
-            sparse = len(curve.x) <= SPARSE_POINTS  # e.g. evaluations: show the points
-            ax.plot(curve.x, curve.y, color=colors[label], label=label, lw=1.4,
-                    marker="o" if sparse else None, ms=3)
-            if curve.n_runs > 1:
-                ax.fill_between(curve.x, curve.lo, curve.hi, color=colors[label], alpha=0.2, lw=0)
-    markers = _stop_markers(collection, metric, x, scale) if metric in collection.steps else []
-    for marker in markers:
-        ax.plot(marker.x, marker.y, "X", color=colors[marker.label], ms=9, mec="black", mew=0.6)
-    if markers:
-        ax.plot([], [], "X", color="gray", ms=9, mec="black", mew=0.6, label=STOPPED)
-    shown = external if external and external.metric == metric and x == "step" else None
-    if shown is not None:
-        ax.plot(shown.step, shown.value, "k--", lw=1.4, label=shown.label)
-    ax.set_xlabel("GRPO step" if x == "step" else f"wall-clock ({unit})")
-    ax.set_ylabel(metric)
-    ax.set_title(metric if x == "step" else f"{metric} vs wall-clock")
+    """Draw ``spec`` on ``ax`` from the precomputed ``curves`` and ``markers``; see the module
+    docstring for what is drawn how."""
+    unit, scale = wall_clock_unit(collection) if spec.x == ELAPSED else ("step", 1.0)
+    dense = spec.metric in TRAINING_METRICS
+    drawn: dict[str, Curve] = {}
+    smoothed: dict[str, np.ndarray] = {}
+    muted_lines, muted_colors = [], []
+    for label in spec.labels:
+        curve = curves.get(label)
+        if curve is None or not len(curve.x):
+            continue
+        curve = Curve(curve.x / scale, curve.y, curve.lo, curve.hi, curve.n_runs)
+        drawn[label] = curve
+        style = layout.styles[label]
+        y = curve.y
+        if dense and len(y) > SPARSE_POINTS:
+            y = smoothed[label] = smooth(curve.y)
+        if style.muted:
+            muted_lines.append(np.column_stack([curve.x, y]))
+            muted_colors.append((*style.color[:3], 0.35))
+            continue
+        _draw_curve(ax, curve, y, style, label in smoothed)
+    if muted_lines:
+        ax.add_collection(LineCollection(muted_lines, colors=muted_colors, linewidths=0.7,
+                                         zorder=1, rasterized=True, in_layout=False))
+        ax.autoscale_view()
+    shown = [m for m in markers if m.label in drawn]
+    if shown:  # one artist for all marks: a sweep may have hundreds
+        ax.scatter([m.x for m in shown], [m.y for m in shown], marker=STOP_MARK,
+                   c=[layout.styles[m.label].color for m in shown],
+                   s=[36 if layout.styles[m.label].muted else 81 for m in shown],
+                   edgecolors="black", linewidths=0.6, zorder=4, in_layout=False)
+    if not layout.large:
+        _say_where_runs_stopped(ax, shown)
+    reference = external if external and external.metric == spec.metric and spec.x == "step" \
+        else None
+    if reference is not None:
+        ax.plot(reference.step, reference.value, "k--", lw=1.4, label=reference.label, zorder=3)
+    name = metric_name(spec.metric)
+    ylabel = name.axis_label(eval_detail(collection) if spec.metric.startswith("eval/") else "")
+    xlabel = "GRPO step" if spec.x == "step" else f"Wall-clock ({unit})"
+    title = f"{name.name} vs {'GRPO step' if spec.x == 'step' else 'wall-clock'}"
+    if spec.facet is not None:
+        title = f"{spec.facet[0]}={format_value(spec.facet[1])}"
+    if name.bounds is not None:
+        ax.set_ylim(name.bounds[0] - 0.03, name.bounds[1] + 0.03)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
-    return Panel(metric, x, unit, curves, markers, shown)
+    return Panel(spec.metric, spec.x, unit, drawn, shown, reference, smoothed, spec.facet,
+                 title, xlabel, ylabel)
 
 
-def _save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
+def _say_where_runs_stopped(ax: Axes, markers: Sequence[Marker]) -> None:
+    """Next to the stop marks: ``collapsed at step 15`` (``2 runs ...`` for marks of the same
+    value and stop, which sit on or next to each other)."""
+    groups: dict[tuple[float, str], list[Marker]] = {}
+    for m in markers:
+        groups.setdefault((round(m.y, 3), f"{m.status} at step {m.stop_step}"), []).append(m)
+    for (_, what), group in groups.items():
+        text = f"{len(group)} runs {what}" if len(group) > 1 else what
+        ax.annotate(text, (group[0].x, group[0].y), xytext=(7, 5), textcoords="offset points",
+                    fontsize="x-small")
+
+
+def _draw_curve(ax: Axes, curve: Curve, y: np.ndarray, style: Style, smoothed: bool) -> None:
+    """One highlighted (or small-sweep) config: band, faint raw curve under a smoothed one.
+
+    Data artists stay inside the axes: they are left out of the layout computation
+    (``in_layout=False``), which otherwise measures every path of a large sweep."""
+    width = 2.2 if style.rank is not None else 1.5
+    if curve.n_runs > 1:
+        ax.fill_between(curve.x, curve.lo, curve.hi, color=style.color, alpha=0.15, lw=0,
+                        zorder=2, in_layout=False)
+    if smoothed:
+        ax.plot(curve.x, curve.y, color=style.color, lw=0.7, alpha=0.3, zorder=2, in_layout=False)
+    every = None if len(curve.x) <= SPARSE_POINTS else max(1, len(curve.x) // 8)
+    ax.plot(curve.x, y, color=style.color, ls=style.linestyle, lw=width, marker=style.marker,
+            ms=5, markevery=every, mec="white", mew=0.5, zorder=3, in_layout=False)
+    if style.rank is not None:
+        ax.annotate(str(style.rank), (curve.x[-1], y[-1]), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize="small",
+                    fontweight="bold", color=style.color)
+
+
+# ------------------------------------------------------------------------------ figures
+
+
+def _legend(fig: Figure, slot: Axes | None, collection: Collection, layout: Layout,
+            markers: bool, external: External | None) -> list[str]:
+    """The legend: in the grid's free ``slot`` when there is one (labels wrapped to fit), else
+    below the axes, where :func:`_figure` reserved room for it. Returns its texts."""
+    handles: list[object] = []
+    texts: list[str] = []
+
+    def add(handle: object, text: str) -> None:
+        handles.append(handle)
+        texts.append(text)
+
+    if layout.large:
+        values = _key_values(collection, layout.color_key)
+        colors = _palette(values)
+        for value in values:
+            add(Patch(color=colors[value]), f"{layout.color_key}={format_value(value)}")
+        for label in layout.top:
+            style = layout.styles[label]
+            add(Line2D([], [], color=style.color, ls=style.linestyle, marker=style.marker,
+                       lw=2.2), f"#{style.rank} {label}")
+        add(Line2D([], [], color="gray", lw=0.7, alpha=0.5), "other configs (faint)")
+    else:
+        for label in collection.labels:
+            style = layout.styles[label]
+            add(Line2D([], [], color=style.color, ls=style.linestyle, marker=style.marker,
+                       lw=1.5), label)
+    if markers:
+        add(Line2D([], [], ls="", marker=STOP_MARK, color="gray", ms=9, mec="black", mew=0.6),
+            STOPPED)
+    if external is not None:
+        add(Line2D([], [], color="black", ls="--"), external.label)
+    if slot is not None:
+        wrapped = [textwrap.fill(t, WRAP, subsequent_indent="    ") for t in texts]
+        slot.legend(handles, wrapped, loc="upper left", fontsize="small", frameon=False)
+    elif handles:
+        fig.legend(handles, texts, loc="outside lower center", ncols=_legend_columns(texts),
+                   fontsize="small", frameon=False)
+    return texts
+
+
+def _legend_columns(texts: Sequence[str]) -> int:
+    longest = max((len(t) for t in texts), default=1)
+    return max(1, min(4, 130 // max(longest, 1), len(texts)))
+
+
+def _figure(n_panels: int, n_cols: int, panel_w: float, panel_h: float, legend_texts: int,
+            title: str) -> tuple[Figure, list[Axes], Axes | None]:
+    """A constrained-layout grid for ``n_panels``; the legend goes into a free cell (returned
+    as the slot) or, when there is none, below, with the figure made taller by its rows."""
+    n_rows = math.ceil(n_panels / n_cols)
+    free = n_rows * n_cols > n_panels
+    legend_h = 0 if free else 0.25 * math.ceil(legend_texts / 2) + 0.3
+    fig = Figure(figsize=(panel_w * n_cols, panel_h * n_rows + legend_h + 0.4),
+                 layout="constrained")
+    fig.suptitle(title, fontsize="large")
+    axes = list(fig.subplots(n_rows, n_cols, squeeze=False).flat)
+    for ax in axes[n_panels:]:
+        ax.set_axis_off()
+    return fig, axes[:n_panels], axes[n_panels] if free else None
+
+
+def _legend_size(collection: Collection, layout: Layout) -> int:
+    """How many entries the legend will have (an upper bound)."""
+    if layout.large:
+        return len(_key_values(collection, layout.color_key)) + len(layout.top) + 3
+    return len(collection.labels) + 2
+
+
+def _save(fig: Figure, out_dir: Path, name: str, layout: Layout) -> list[Path]:
+    """Write ``fig`` in every format (:data:`LARGE_FORMATS` for a large sweep); the layout is
+    computed once, for the first."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{name}.{fmt}" for fmt in FORMATS]
+    formats = LARGE_FORMATS if layout.large else FORMATS
+    paths = [out_dir / f"{name}.{fmt}" for fmt in formats]
     for path in paths:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, **({"pil_kwargs": {"compress_level": 1}}
+                                      if path.suffix == ".png" else {}))
+        fig.set_layout_engine("none")
     return paths
 
 
-def _legend(fig: Figure, axes: list[Axes]) -> None:
-    handles: dict[str, object] = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(label, handle)
-    if handles:
-        fig.legend(list(handles.values()), list(handles), loc="outside lower center",
-                   ncols=min(3, len(handles)), fontsize="small")
-
-
-def plot_eval_reward(collection: Collection, out_dir: Path,
-                     external: External | None = None) -> CurveFigure:
-    """Validation reward against the step and against wall-clock (``eval_reward.*``)."""
-    fig = Figure(figsize=(12, 5 + 0.2 * len(collection.labels)), layout="constrained")
-    ax_step, ax_time = fig.subplots(1, 2)
-    panels = {
-        "step": draw_panel(ax_step, collection, EVAL_REWARD, "step", external),
-        "wall_clock": draw_panel(ax_time, collection, EVAL_REWARD, ELAPSED),
-    }
-    _legend(fig, [ax_step, ax_time])
-    return CurveFigure(_save(fig, out_dir, "eval_reward"), panels)
-
-
-def plot_training(collection: Collection, out_dir: Path,
-                  external: External | None = None) -> CurveFigure:
-    """Entropy, response length, gradient norm, clip fraction, train reward (``training.*``)."""
-    fig = Figure(figsize=(15, 8 + 0.2 * len(collection.labels)), layout="constrained")
-    axes = list(fig.subplots(2, 3).flat)
-    panels = {
-        metric: draw_panel(ax, collection, metric, "step", external)
-        for ax, metric in zip(axes, TRAINING_METRICS, strict=False)
-    }
-    axes[-1].set_axis_off()
-    _legend(fig, axes)
-    return CurveFigure(_save(fig, out_dir, "training"), panels)
-
-
-def plot_heatmaps(collection: Collection, out_dir: Path) -> HeatmapFigure | None:
-    """Final and best validation reward over a 2-D sweep (``heatmaps.*``); None otherwise."""
-    if len(collection.label_keys) != 2:
+def _legend_box(fig: Figure) -> tuple[float, float, float, float] | None:
+    """Where the figure's legend was drawn, in figure fractions (None without a legend)."""
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    if not legends:
         return None
-    rows_key, cols_key = collection.label_keys
+    box = legends[0].get_window_extent().transformed(fig.transFigure.inverted())
+    return (float(box.x0), float(box.y0), float(box.x1), float(box.y1))
+
+
+def _finish(fig: Figure, slot: Axes | None, collection: Collection, layout: Layout,
+            panels: dict[str, Panel], stem: Path, title: str) -> CurveFigure:
+    """Add the legend (stop marks and the external curve only when some panel shows them),
+    save the figure as ``stem.<format>`` and say what was drawn."""
+    has_marks = any(p.markers for p in panels.values())
+    shown_external = next((p.external for p in panels.values() if p.external), None)
+    legend = _legend(fig, slot, collection, layout, has_marks, shown_external)
+    paths = _save(fig, stem.parent, stem.name, layout)
+    return CurveFigure(paths, panels, title, legend, _legend_box(fig))
+
+
+def plot_eval_reward(collection: Collection, out_dir: Path, external: External | None = None,
+                     layout: Layout | None = None) -> CurveFigure:
+    """Validation reward against the step and wall-clock (``eval_reward.*``); a large sweep
+    gets one panel per facet value against the step, then the whole sweep against wall-clock."""
+    layout = layout or choose_layout(collection)
+    title = f"Validation reward · {sweep_title(collection)}"
+    step_curves = label_curves(collection.steps, EVAL_REWARD, "step")
+    clock_curves = label_curves(collection.steps, EVAL_REWARD, ELAPSED)
+    unit_scale = wall_clock_unit(collection)[1]
+    step_marks = _stop_markers(collection, EVAL_REWARD, "step", 1.0)
+    clock_marks = _stop_markers(collection, EVAL_REWARD, ELAPSED, unit_scale)
+    labels = collection.labels
+    specs = [("step", _PanelSpec(EVAL_REWARD, "step", labels))]
+    if layout.large and layout.facet_key is not None:
+        specs = [(f"step/{format_value(value)}",
+                  _PanelSpec(EVAL_REWARD, "step",
+                             [lb for lb in labels
+                              if collection.configs[lb][layout.facet_key] == value],
+                             (layout.facet_key, value)))
+                 for value in _key_values(collection, layout.facet_key)]
+    specs.append(("wall_clock", _PanelSpec(EVAL_REWARD, ELAPSED, labels)))
+    n_cols = min(len(specs), 3 if layout.large else 2)
+    fig, axes, slot = _figure(len(specs), n_cols, 5.2 if layout.large else 6.0, 4.0,
+                              _legend_size(collection, layout), title)
+    panels = {}
+    for ax, (name, spec) in zip(axes, specs, strict=True):
+        curves, marks = (step_curves, step_marks) if spec.x == "step" else \
+            (clock_curves, clock_marks)
+        panels[name] = draw_panel(ax, collection, layout, spec, curves, marks, external)
+    return _finish(fig, slot, collection, layout, panels, out_dir / "eval_reward", title)
+
+
+def plot_training(collection: Collection, out_dir: Path, external: External | None = None,
+                  layout: Layout | None = None) -> CurveFigure:
+    """Entropy, response length, gradient norm, clip fraction, train reward (``training.*``)."""
+    layout = layout or choose_layout(collection)
+    title = f"Training · {sweep_title(collection)}"
+    fig, axes, slot = _figure(len(TRAINING_METRICS), 3, 5.0, 3.8,
+                              _legend_size(collection, layout), title)
+    panels = {}
+    for ax, metric in zip(axes, TRAINING_METRICS, strict=True):
+        curves = label_curves(collection.steps, metric, "step")
+        marks = _stop_markers(collection, metric, "step", 1.0)
+        spec = _PanelSpec(metric, "step", collection.labels)
+        panels[metric] = draw_panel(ax, collection, layout, spec, curves, marks, external)
+    return _finish(fig, slot, collection, layout, panels, out_dir / "training", title)
+
+
+def heatmap_cells(collection: Collection, rows_key: str, cols_key: str,
+                  name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (rows_key, cols_key) cell: ``name`` (mean over seeds) of the cell's best config,
+    preferring configs without a collapsed or diverged run, and that config's unstable
+    statuses (``""`` when it had none). With two swept keys a cell is one config."""
     summary = config_summary(collection)
-    cells = pd.DataFrame([
-        {rows_key: config[rows_key], cols_key: config[cols_key],
-         **summary.loc[label, ["final_eval_reward", "best_eval_reward"]].to_dict()}
-        for label, config in collection.configs.items()
-    ])
-    fig = Figure(figsize=(11, 4.5), layout="constrained")
-    grids = {}
-    for ax, name in zip(fig.subplots(1, 2), ("final_eval_reward", "best_eval_reward"), strict=True):
-        grid = cells.pivot(index=rows_key, columns=cols_key, values=name)
-        grid = grid.reindex(index=sorted(grid.index, key=sort_key),
-                            columns=sorted(grid.columns, key=sort_key))
-        grids[name] = grid
-        image = ax.imshow(grid.to_numpy(float), cmap="viridis", aspect="auto")
-        ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
-        ax.set_yticks(range(grid.shape[0]), [str(i) for i in grid.index])
+    unstable = (collection.runs[collection.runs["status"].isin(UNSTABLE_STATUSES)]
+                .groupby(LABEL)["status"].agg(lambda s: ", ".join(sorted(set(s)))))
+    cells: dict[tuple[object, object], tuple[bool, float, str]] = {}
+    for label, config in collection.configs.items():
+        value = float(summary.at[label, name])
+        status = unstable.get(label, "")
+        candidate = (not status, -math.inf if math.isnan(value) else value, status)
+        key = (config[rows_key], config[cols_key])
+        if key not in cells or candidate[:2] > cells[key][:2]:
+            cells[key] = candidate
+    frame = pd.DataFrame([{rows_key: r, cols_key: c, "value": v if v > -math.inf else math.nan,
+                           "mark": mark} for (r, c), (_, v, mark) in cells.items()])
+    order = {"index": sorted(frame[rows_key].unique().tolist(), key=sort_key),
+             "columns": sorted(frame[cols_key].unique().tolist(), key=sort_key)}
+    grid = frame.pivot(index=rows_key, columns=cols_key, values="value").reindex(**order)
+    marks = frame.pivot(index=rows_key, columns=cols_key, values="mark").reindex(**order)
+    return grid, marks.fillna("")
+
+
+def plot_heatmaps(collection: Collection, out_dir: Path,
+                  layout: Layout | None = None) -> HeatmapFigure | None:
+    """Final and best validation reward over two swept keys (``heatmaps.*``): the two keys of a
+    2-D sweep, else the facet and colour keys with the best config over the other keys;
+    None for a 1-D sweep."""
+    if len(collection.label_keys) < 2:
+        return None
+    layout = layout or choose_layout(collection)
+    if len(collection.label_keys) == 2:
+        rows_key, cols_key = collection.label_keys
+        over = ""
+    else:
+        cols_key = layout.color_key
+        rows_key = layout.facet_key or next(k for k in _keys_by_size(collection) if k != cols_key)
+        others = [k for k in collection.label_keys if k not in (rows_key, cols_key)]
+        over = f", best config over {', '.join(others)}"
+    fig = Figure(figsize=(12, 5), layout="constrained")
+    fig.suptitle(f"Validation reward by config · {sweep_title(collection)}", fontsize="large")
+    detail = eval_detail(collection)
+    grids, all_marks = {}, {}
+    for ax, name in zip(fig.subplots(1, 2), ("final_eval_reward", "best_eval_reward"),
+                        strict=True):
+        grid, marks = heatmap_cells(collection, rows_key, cols_key, name)
+        grids[name], all_marks[name] = grid, marks
+        _draw_heatmap(fig, ax, grid, marks)
         ax.set_xlabel(cols_key)
         ax.set_ylabel(rows_key)
-        ax.set_title(f"{name.replace('_', ' ')} (mean over seeds)")
-        for (i, j), value in np.ndenumerate(grid.to_numpy(float)):
+        which = "Final" if name.startswith("final") else "Best"
+        ax.set_title(f"{which} validation reward ({', '.join(p for p in (detail, '0-1') if p)})"
+                     f"\nmean over seeds{over}", fontsize="medium")
+    return HeatmapFigure(_save(fig, out_dir, "heatmaps", layout), grids, all_marks)
+
+
+def _draw_heatmap(fig: Figure, ax: Axes, grid: pd.DataFrame, marks: pd.DataFrame) -> None:
+    values = grid.to_numpy(float)
+    marked = marks.to_numpy(str) != ""
+    image = ax.imshow(np.ma.masked_array(values, marked | np.isnan(values)), cmap="viridis",
+                      aspect="auto")
+    ax.set_xticks(range(grid.shape[1]), [format_value(c) for c in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [format_value(i) for i in grid.index])
+    for (i, j), value in np.ndenumerate(values):
+        number = "n/a" if np.isnan(value) else f"{value:.3f}"
+        if marked[i, j]:
+            ax.add_patch(_hatched_cell(i, j))
+            ax.text(j, i, f"{marks.iat[i, j]}\n({number})", ha="center", va="center",
+                    fontsize="small", color="black",
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5})
+        else:
             dark = np.isnan(value) or image.norm(value) < 0.5
-            ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.3f}", ha="center",
-                    va="center", color="white" if dark else "black", fontsize="small")
-        fig.colorbar(image, ax=ax)
-    return HeatmapFigure(_save(fig, out_dir, "heatmaps"), grids)
+            ax.text(j, i, number, ha="center", va="center", fontsize="small",
+                    color="white" if dark else "black")
+    fig.colorbar(image, ax=ax)
 
 
-def plot_all(collection: Collection, out_dir: Path, external: External | None = None
+def _hatched_cell(i: int, j: int) -> Rectangle:
+    """A grey hatched square over cell (i, j): the number there is no genuine result."""
+    return Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85", edgecolor="0.4",
+                     hatch="///", lw=0)
+
+
+def plot_all(collection: Collection, out_dir: Path, external: External | None = None,
+             facet_key: str | None = None, color_key: str | None = None
              ) -> dict[str, CurveFigure | HeatmapFigure]:
     """Every figure that applies to ``collection``, keyed by figure name."""
     if external is not None and external.metric not in (EVAL_REWARD, *TRAINING_METRICS):
         raise ValueError(f"no panel plots {external.metric!r} against the step; "
                          f"choose one of {[EVAL_REWARD, *TRAINING_METRICS]}")
+    layout = choose_layout(collection, facet_key, color_key)
     figures: dict[str, CurveFigure | HeatmapFigure] = {
-        "eval_reward": plot_eval_reward(collection, out_dir, external),
-        "training": plot_training(collection, out_dir, external),
+        "eval_reward": plot_eval_reward(collection, out_dir, external, layout),
+        "training": plot_training(collection, out_dir, external, layout),
     }
-    heatmaps = plot_heatmaps(collection, out_dir)
+    heatmaps = plot_heatmaps(collection, out_dir, layout)
     if heatmaps is not None:
         figures["heatmaps"] = heatmaps
     return figures

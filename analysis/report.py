@@ -12,6 +12,7 @@ from typing import Any
 
 from analysis.aggregate import (
     Criterion,
+    SweepCurves,
     compare_with,
     config_summary,
     on_policy_baseline,
@@ -161,11 +162,12 @@ def _comparison(collection: Collection) -> list[str]:
               "on-policy at step", "Δ at step", "at wall-clock", "reward at wall-clock",
               "on-policy at wall-clock", "Δ at wall-clock"]
     rows = []
+    curves = SweepCurves(collection.steps)
     for label in collection.labels:
         baseline = on_policy_baseline(collection, label)
         if label in baselines or baseline is None:
             continue
-        c = compare_with(collection, label, baseline)
+        c = compare_with(curves, label, baseline)
         cells = [label, *([baseline] if several else [])]
         for axis, fmt in (("step", _fmt_step), (ELAPSED, fmt_duration)):
             mine, theirs = c[f"config@{axis}"], c[f"baseline@{axis}"]

@@ -1,13 +1,15 @@
 """Write sweep directories that follow the data contract of :mod:`analysis.collect`.
 
 Used by the tests (hand-built runs with known metrics) and by ``bench/plots_time.py``
-(:func:`write_grid_sweep`, a cartesian sweep of plausible GRPO curves).
+(:func:`write_grid_sweep`, a cartesian sweep of plausible GRPO curves, seeds and unstable
+configs included).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,14 +85,24 @@ def write_run(
         (run_dir / "status.json").write_text(json.dumps(dict(status)))
 
 
+# status of a synthetic run that stops early, and the fraction of its steps it gets through
+STOPS = {"collapsed": 0.2, "diverged": 0.3}
+
+
 def synthetic_rows(n_steps: int, eval_every: int, quality: float, seed: int,
-                   seconds_per_step: float = 60.0) -> list[dict[str, float]]:
-    """Plausible GRPO metrics: rewards rising towards ``quality`` with seeded noise."""
+                   seconds_per_step: float = 60.0, stop: str | None = None
+                   ) -> list[dict[str, float]]:
+    """Plausible GRPO metrics: rewards rising towards ``quality`` (in [0, 1]) with seeded noise,
+    every reward clipped to [0, 1]. ``stop`` (a key of :data:`STOPS`) ends the rows early: a
+    ``collapsed`` run's reward falls to 0, a ``diverged`` run's last loss is NaN."""
     rng = np.random.default_rng(seed)
     rows = []
     elapsed = 0.0
-    for step in range(n_steps):
+    last = n_steps if stop is None else max(2, int(STOPS[stop] * n_steps))
+    for step in range(last):
         progress = quality * (1 - np.exp(-step / (n_steps / 4)))
+        if stop == "collapsed":
+            progress *= max(0.0, 1 - step / (0.6 * last))
         is_eval = step % eval_every == 0 or step == n_steps - 1
         eval_s = 30.0 if is_eval else 0.0
         elapsed += seconds_per_step * (1 + 0.05 * rng.standard_normal()) + eval_s
@@ -102,10 +114,10 @@ def synthetic_rows(n_steps: int, eval_every: int, quality: float, seed: int,
             "train/grad_norm": float(abs(1 + 0.2 * rng.standard_normal())),
             "train/entropy": float(1.5 * np.exp(-step / n_steps) + 0.05 * rng.random()),
             "train/mean_response_length": float(300 + 200 * progress + 10 * rng.random()),
-            "train/reward_mean": float(progress + 0.03 * rng.standard_normal()),
+            "train/reward_mean": _reward(progress + 0.08 * rng.standard_normal()),
             "train/reward_std": 0.3,
-            "train/format_reward": float(min(1.0, 2 * progress)),
-            "train/answer_reward": float(progress),
+            "train/format_reward": _reward(2 * progress),
+            "train/answer_reward": _reward(progress),
             "train/frac_zero_std_groups": 0.2,
             "train/mean_ratio": 1.0,
             "train/clip_fraction": float(0.05 * rng.random()),
@@ -121,25 +133,44 @@ def synthetic_rows(n_steps: int, eval_every: int, quality: float, seed: int,
         }
         if is_eval:
             row |= {
-                "eval/reward": float(progress + 0.02 * rng.standard_normal()),
-                "eval/format_reward": float(min(1.0, 2 * progress)),
-                "eval/answer_reward": float(progress),
+                "eval/reward": _reward(progress + 0.02 * rng.standard_normal()),
+                "eval/format_reward": _reward(2 * progress),
+                "eval/answer_reward": _reward(progress),
                 "eval/mean_response_length": float(300 + 200 * progress),
             }
         rows.append(row)
+    if stop == "diverged":
+        rows[-1]["train/loss"] = math.nan
     return rows
 
 
+def _reward(value: float) -> float:
+    return float(min(1.0, max(0.0, value)))
+
+
 def write_grid_sweep(sweep_dir: Path, grid: Mapping[str, Sequence[Any]], n_steps: int = 200,
-                     eval_every: int = 10) -> list[dict[str, Any]]:
-    """Write a completed cartesian sweep over ``grid``; return each job's overrides."""
-    task = [f"{key}={','.join(map(str, values))}" for key, values in grid.items()]
+                     eval_every: int = 10, n_seeds: int = 1,
+                     unstable: Mapping[int, str] | None = None) -> list[dict[str, Any]]:
+    """Write a cartesian sweep over ``grid`` (x ``n_seeds`` seeds when above 1) and return each
+    job's overrides. Config ``i`` (in grid order) reaches a reward in [0.25, 0.9]; its runs
+    complete, or stop as ``unstable[i]`` (``collapsed`` / ``diverged``)."""
+    seeds = {"seed": list(range(n_seeds))} if n_seeds > 1 else {}
+    task = [f"{key}={','.join(map(str, values))}" for key, values in {**grid, **seeds}.items()]
     write_multirun(sweep_dir, task)
-    jobs = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
-    for job, overrides in enumerate(jobs):
-        rows = synthetic_rows(n_steps, eval_every, quality=0.3 + 0.05 * job, seed=job,
-                              seconds_per_step=60.0 * (1 + 0.25 * (job % 3)))
-        status = {"status": "completed", "reason": None, "last_step": n_steps - 1,
-                  "n_grpo_steps": n_steps, "restarts": 0, "updated_at": "2025-01-01T00:00:00"}
-        write_run(sweep_dir / str(job), overrides, rows, status)
+    configs = list(itertools.product(*grid.values()))
+    jobs = []
+    for index, values in enumerate(configs):
+        quality = 0.25 + 0.65 * ((index * 37) % len(configs)) / max(len(configs) - 1, 1)
+        stop = (unstable or {}).get(index)
+        for seed in range(n_seeds):
+            job = len(jobs)
+            overrides = dict(zip(grid, values, strict=True)) | ({"seed": seed} if seeds else {})
+            rows = synthetic_rows(n_steps, eval_every, quality, seed=job,
+                                  seconds_per_step=60.0 * (1 + 0.25 * (index % 3)), stop=stop)
+            last = rows[-1]["step"]
+            status = {"status": stop or "completed", "reason": stop and f"synthetic {stop} run",
+                      "last_step": last, "n_grpo_steps": n_steps, "restarts": 0,
+                      "updated_at": "2025-01-01T00:00:00"}
+            write_run(sweep_dir / str(job), overrides, rows, status)
+            jobs.append(overrides)
     return jobs

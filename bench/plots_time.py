@@ -1,19 +1,42 @@
-"""Time ``collect`` + ``plots`` + ``report`` on a synthetic 3x3 sweep (200 steps, eval every 10).
+"""Time ``make plots`` (``python -m analysis plots``) on a synthetic sweep, end to end and by phase.
 
-Usage: ``python bench/plots_time.py [--keep DIR]``. Prints the wall-clock seconds of each
-phase and their total (module imports counted in their first phase); the target is < 15 s.
+Usage: ``python bench/plots_time.py [--sweep large|small] [--keep DIR]``.
+
+* ``large`` (default): 480 runs, 4 swept keys, 80 configs x 6 seeds, 200 GRPO steps, evaluation
+  every 10, a few configs collapsed or diverged; the target is < 15 s end to end.
+* ``small``: a 3x3 sweep of 9 runs.
+
+Prints the wall-clock and CPU seconds of the command as a user runs it (a fresh interpreter,
+imports included), then of each phase in one process. ``--keep DIR`` writes the sweep (and its
+figures) there and keeps it.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-GRID = {"off_policy.epochs": [1, 2, 4], "train_batch_size": [64, 128, 256]}
+SWEEPS: dict[str, dict[str, Any]] = {
+    "large": {
+        "grid": {"learning_rate": [1e-6, 3e-6, 1e-5, 3e-5, 1e-4], "off_policy.epochs": [1, 2, 4, 8],
+                 "loss": ["grpo_clip", "reinforce_with_baseline"],
+                 "train_batch_size": [128, 256]},
+        "n_seeds": 6,
+        # configs (grid order) whose runs collapse or diverge
+        "unstable": {4: "collapsed", 24: "collapsed", 44: "collapsed", 64: "collapsed",
+                     7: "diverged", 32: "diverged", 57: "diverged"},
+    },
+    "small": {"grid": {"off_policy.epochs": [1, 2, 4], "train_batch_size": [64, 128, 256]},
+              "n_seeds": 1, "unstable": {}},
+}
+TARGET_S = 15.0
 
 
 def timed(timings: dict[str, float], phase: str, fn: Callable[[], Any]) -> Any:
@@ -24,46 +47,56 @@ def timed(timings: dict[str, float], phase: str, fn: Callable[[], Any]) -> Any:
     return result
 
 
-def bench(sweep: Path) -> dict[str, float]:
-    """Write the sweep into ``sweep``, then time collect, plots and report on it."""
-    from analysis.synthetic import write_grid_sweep
+def command(sweep: Path) -> tuple[float, float]:
+    """Wall-clock and CPU seconds of ``python -m analysis plots --sweep SWEEP`` (what
+    ``make plots SWEEP=...`` runs)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "analysis", "plots", "--sweep", str(sweep)],
+                   check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def phases(sweep: Path) -> dict[str, float]:
+    """Wall-clock seconds of collect, figures, collected frame and report in this process."""
+    from analysis.collect import collect, save_steps
+    from analysis.plots import plot_all
+    from analysis.report import write_report
 
     timings: dict[str, float] = {}
-    timed(timings, "write synthetic sweep", lambda: write_grid_sweep(sweep, GRID))
-
-    def load() -> Any:
-        from analysis.collect import collect
-
-        return collect([sweep])
-
-    def plots() -> Any:
-        from analysis.plots import plot_all
-
-        return plot_all(collection, sweep / "figures")
-
-    def report() -> Any:
-        from analysis.report import write_report
-
-        return write_report(collection, sweep, {n: f.paths for n, f in figures.items()})
-
-    collection = timed(timings, "collect", load)
-    figures = timed(timings, "plots", plots)
-    timed(timings, "report", report)
-    assert len(collection.runs) == 9 and len(collection.steps) == 9 * 200
+    collection = timed(timings, "collect", lambda: collect([sweep]))
+    figures = timed(timings, "figures", lambda: plot_all(collection, sweep / "figures"))
+    timed(timings, "collected frame", lambda: save_steps(collection, sweep / "collected"))
+    timed(timings, "report", lambda: write_report(
+        collection, sweep, {n: f.paths for n, f in figures.items()}))
     return timings
 
 
 def main() -> None:
-    """Run the benchmark and print its timings."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    """Write the sweep, time the command and its phases, print the figures."""
+    from analysis.synthetic import write_grid_sweep
+
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweep", choices=SWEEPS, default="large", help="which synthetic sweep")
     parser.add_argument("--keep", type=Path, help="write the sweep here and keep it")
     args = parser.parse_args()
+    spec = SWEEPS[args.sweep]
     with tempfile.TemporaryDirectory() as tmp:
-        timings = bench(args.keep or Path(tmp) / "sweep")
-    for phase, seconds in timings.items():
-        print(f"{phase:24s} {seconds:6.2f} s")
-    total = sum(v for k, v in timings.items() if k != "write synthetic sweep")
-    print(f"{'total':24s} {total:6.2f} s  (collect + plots + report; target < 15 s)")
+        sweep = args.keep or Path(tmp) / "synthetic" / "2025-06-01_12-00-00"
+        start = time.perf_counter()
+        jobs = write_grid_sweep(sweep, spec["grid"], n_steps=200, eval_every=10,
+                                n_seeds=spec["n_seeds"], unstable=spec["unstable"])
+        print(f"wrote {len(jobs)} runs x 200 steps ({len(spec['grid'])} swept keys, "
+              f"{spec['n_seeds']} seed(s)) in {time.perf_counter() - start:.1f} s: {sweep}")
+        wall, cpu = command(sweep)
+        print(f"make plots (python -m analysis plots): {wall:6.2f} s wall-clock, {cpu:6.2f} s CPU"
+              f"  (target < {TARGET_S:.0f} s)")
+        for phase, seconds in phases(sweep).items():
+            print(f"  {phase:18s} {seconds:6.2f} s")
+        print(f"figures: {sweep / 'figures'}")
 
 
 if __name__ == "__main__":

@@ -115,18 +115,38 @@ def write_status(
     restarts: int,
     reason: str | None = None,
 ) -> None:
-    """Replace `status.json` with the run's current state."""
+    """Replace `status.json` with the run's current state.
+
+    `resumed_from` keeps the step each restart continued from: the first write with a higher
+    `restarts` than the file on disk starts a new attempt after `last_step` (0: from scratch).
+    """
     if status not in STATUSES:
         raise ValueError(f"unknown run status {status!r}")
+    previous = _readable_status(run_dir)
+    known = previous.get("resumed_from")
+    resumed_from = [s for s in known if isinstance(s, int)] if isinstance(known, list) else []
+    previous_restarts = previous.get("restarts")
+    if restarts > (previous_restarts if isinstance(previous_restarts, int) else 0):
+        resumed_from.append(0 if last_step is None else last_step + 1)
     payload = {
         "status": status,
         "reason": reason,
         "last_step": last_step,
         "n_grpo_steps": n_grpo_steps,
         "restarts": restarts,
+        "resumed_from": resumed_from,
         "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     atomic_write_text(run_dir / "status.json", json.dumps(payload, indent=2) + "\n")
+
+
+def _readable_status(run_dir: Path) -> dict[str, Any]:
+    """The status on disk as a dict; empty when missing, torn or not a JSON object."""
+    try:
+        status = json.loads((run_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return status if isinstance(status, dict) else {}
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:

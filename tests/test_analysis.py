@@ -170,7 +170,7 @@ def test_eval_reward_curves_are_seed_means_with_bands(figures: dict) -> None:
     np.testing.assert_allclose(panel.curves[OFF_128].y, [0.50, 0.56, 0.62, 0.63])
 
     clock = figures["eval_reward"].panels["wall_clock"]
-    assert clock.unit == "min"
+    assert clock.unit == "minutes"
     np.testing.assert_allclose(clock.curves[ON_POLICY].x, 70 * (steps + 1) / 60)
     np.testing.assert_allclose(clock.curves[ON_POLICY].y, on_policy.y)
 
@@ -182,7 +182,7 @@ def test_every_panel_plots_the_collected_series(figures: dict, coll: Collection)
                 rows_ = coll.steps[(coll.steps[LABEL] == label) & coll.steps[panel.metric].notna()]
                 stats = rows_.groupby("step")[panel.metric].agg(["mean", "min", "max"])
                 x_col = "step" if panel.x == "step" else "time/elapsed_s"
-                x = rows_.groupby("step")[x_col].mean() / (60 if panel.unit == "min" else 1)
+                x = rows_.groupby("step")[x_col].mean() / (60 if panel.unit == "minutes" else 1)
                 np.testing.assert_allclose(curve.x, x.to_numpy(float))
                 np.testing.assert_allclose(curve.y, stats["mean"].to_numpy(float))
                 np.testing.assert_allclose(curve.lo, stats["min"].to_numpy(float))
@@ -192,25 +192,29 @@ def test_every_panel_plots_the_collected_series(figures: dict, coll: Collection)
         "train/clip_fraction", "train/reward_mean"}
 
 
-def test_unstable_runs_are_marked_where_they_stopped(figures: dict) -> None:
-    marks = {(m.run_id[-1], m.status, m.x): m.y
+def test_unstable_runs_are_marked_at_their_last_measured_point(figures: dict) -> None:
+    marks = {(m.run_id[-1], m.status, m.x, m.stop_step): m.y
              for m in figures["eval_reward"].panels["step"].markers}
-    # x: the last logged step (run 2 logged step 4 after its last eval at 3); y: the last eval
-    assert marks == pytest.approx({("2", "diverged", 4): 0.56, ("7", "collapsed", 3): 0.16})
+    # run 2 was evaluated at step 3 and stopped after step 4: its last eval point stays at 3
+    assert marks == pytest.approx({("2", "diverged", 3, 4): 0.56, ("7", "collapsed", 3, 3): 0.16})
     clock = {m.run_id[-1]: m.x for m in figures["eval_reward"].panels["wall_clock"].markers}
-    assert clock == pytest.approx({"2": 150 / 60, "7": 120 / 60})  # 30 s per step, 5 and 4 steps
+    assert clock == pytest.approx({"2": 120 / 60, "7": 120 / 60})  # 30 s per step, 4 steps each
     panel = figures["training"].panels["train/entropy"]
     entropy = {(m.run_id[-1], m.x): m.y for m in panel.markers}
     assert entropy == pytest.approx({("2", 4): 0.8, ("7", 3): 0.85})
 
 
-def test_heatmaps_hold_seed_means(figures: dict, coll: Collection) -> None:
+def test_heatmaps_hold_seed_means_and_mark_unstable_configs(figures: dict,
+                                                             coll: Collection) -> None:
     grids = figures["heatmaps"].grids
     want = {"best_eval_reward": [[0.20, 0.53], [0.36, 0.65]],
             "final_eval_reward": [[0.20, 0.53], [0.36, 0.65]]}
     for name, values in want.items():
         assert list(grids[name].index) == [1, 2] and list(grids[name].columns) == [64, 128]
         np.testing.assert_allclose(grids[name].to_numpy(float), values)
+        # epochs 2, tbs 64: runs 2 (diverged) and 7 (collapsed); its 0.36 is no genuine result
+        assert figures["heatmaps"].marks[name].to_numpy().tolist() == [
+            ["", ""], ["collapsed, diverged", ""]]
     one_d = collect([second_sweep(Path(coll.sweeps[0].path).parent / "one_d")])
     assert plot_heatmaps(one_d, Path("unused")) is None
 

@@ -13,6 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from grpo.config_validation import check_config
+from grpo.sweep.overrides import check_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -237,3 +238,58 @@ def test_preset_dry_runs(preset: str, real_paths: list[str], tmp_path: Path) -> 
     n_jobs = int(re.search(r"dry run: (\d+) jobs", out.stdout).group(1))
     assert n_jobs == 1 if preset in SINGLE_RUN_PRESETS else n_jobs >= 2
     assert len([ln for ln in out.stdout.splitlines() if ln.startswith("job #")]) == n_jobs
+
+
+def test_unknown_override_is_refused_with_the_nearest_key(tmp_path: Path) -> None:
+    out = launch("+learning_rat=1e-5", f"paths.output_root={tmp_path}")
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        "error: +learning_rat=1e-5: no config or config group defines 'learning_rat' (Hydra "
+        "would add it and nothing would read it); did you mean learning_rate=1e-5?",
+        "nothing was run"]
+    out = launch("-m", "off_policy.epoch=2", "model=tiny", "data=toy", "rollout=hf",
+                 f"paths.output_root={tmp_path}")
+    assert out.returncode == 2
+    assert "error: off_policy.epoch=2: no config or config group defines 'off_policy.epoch'; " \
+           "did you mean off_policy.epochs=2?" in out.stderr
+    assert not list(tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(("overrides", "errors"), [
+    (["+experiment=demo", "learning_rate=1e-4,3e-4", "hydra.launcher.max_parallel_jobs=1",
+      "hydra.sweep.dir=/tmp/x", "cluster=slurm", "hydra.launcher.additional_parameters={a: 1}",
+      "+hydra.launcher.additional_parameters.mail-user=me"], []),
+    # a key of one option of a swept group is known
+    (["loss=grpo_clip,no_baseline", "loss.cliprange=0.1", "data=toy", "data.max_operand=3"], []),
+    (["+experimen=demo"], ["did you mean +experiment=demo?"]),
+    (["model.pth=/models/x", "sampling.temprature=0.5"],
+     ["did you mean model.path=/models/x?", "did you mean sampling.temperature=0.5?"]),
+    # data.max_operand exists only with data=toy
+    (["data.max_operand=3"], ["`python launch.py --cfg job` prints every key"]),
+    (["~optimizer.betass"], ["did you mean optimizer.betas?"]),
+])
+def test_check_overrides(overrides: list[str], errors: list[str]) -> None:
+    GlobalHydra.instance().clear()
+    got = check_overrides(overrides, CONF, "config")
+    assert len(got) == len(errors), got
+    for message, want in zip(got, errors, strict=True):
+        assert message.endswith(want), message
+
+
+def test_single_run_is_job_0_of_its_own_directory(tmp_path: Path) -> None:
+    out = launch("model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}",
+                 "dry_run=true")
+    assert out.returncode == 0, out.stderr
+    (run,) = (p.parent for p in (tmp_path / "default").glob("*/0/.hydra"))
+    assert run.parent.parent == tmp_path / "default" and run.name == "0"
+
+
+def test_hydra_sweep_dir_wins_over_output_root_and_says_so(tmp_path: Path) -> None:
+    out = launch("-m", "model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}/a",
+                 f"hydra.sweep.dir={tmp_path}/b", "dry_run=true")
+    assert out.returncode == 0, out.stderr
+    assert (f"warning: paths.output_root={tmp_path}/a is not used for run directories: "
+            f"hydra.sweep.dir={tmp_path}/b is given and wins") in out.stderr
+    out = launch("-m", "model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}/a",
+                 "dry_run=true")
+    assert "warning: paths.output_root" not in out.stderr

@@ -4,8 +4,11 @@ own directory with its own ports."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +53,19 @@ def test_nine_job_sweep_runs_to_completion_on_cpu(tmp_path: Path, tiny_model_dir
     (sweep,) = (p.parent for p in tmp_path.rglob("multirun.yaml"))
     runs = sorted((p for p in sweep.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     assert [r.name for r in runs] == [str(i) for i in range(9)]
+    # not a terminal: plain progress lines, then the summary, one line per job
+    lines = out.stdout.splitlines()
+    assert lines[1] == f"Sweep directory: {sweep}"  # after Hydra's "Local sweep of 9 jobs"
+    assert f"Sweep {sweep}: 9 runs: 9 completed" in lines
+    summary = lines[lines.index(f"Sweep {sweep}: 9 runs: 9 completed") + 1:]
+    assert summary[0].startswith("  #0 off_policy.epochs=1 train_batch_size=64: completed, step 2/2")
+    assert summary[9] == "Resumed: none"
+    assert summary[10].startswith("Best config: ")
+    assert summary[11] == f"Report: `make plots SWEEP={sweep}` writes {sweep / 'report.md'} " \
+                          f"and {sweep / 'figures'}/"
+    assert {p.name for p in sweep.iterdir()} == {*map(str, range(9)), ".submitit",
+                                                   "multirun.yaml", "jobs.json"}
+    assert not [p for p in (sweep / ".submitit").iterdir() if p.is_dir()], "no %j folder"
     for run in runs:
         status = json.loads((run / "status.json").read_text())
         assert status["status"] == "completed" and status["last_step"] == 1
@@ -59,3 +75,42 @@ def test_nine_job_sweep_runs_to_completion_on_cpu(tmp_path: Path, tiny_model_dir
         records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in records] == [0, 1]
         assert records[0]["train/optimizer_steps_this_grpo_step"] == epochs * 256 // tbs
+
+
+@pytest.mark.slow
+def test_killed_job_is_one_line_of_the_summary(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A job killed mid-run (no final status) is reported as failed in its summary line; the
+    other job completes; the sweep exits with status 1 and one error line, no traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy", "rollout=hf",
+         f"model.path={tiny_model_dir}", "n_grpo_steps=30", "learning_rate=3e-4,1e-4",
+         f"paths.output_root={tmp_path}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.time() + 600
+        while not (logs := list(tmp_path.rglob("1/metrics.jsonl"))) or not logs[0].read_text():
+            assert proc.poll() is None and time.time() < deadline, "job 1 never logged a step"
+            time.sleep(0.2)
+        sweep = logs[0].parents[1]
+        (job,) = [j for j in json.loads((sweep / "jobs.json").read_text())["jobs"] if j["num"] == 1]
+        child = only_child(int(job["job_id"]))
+        os.kill(child, signal.SIGKILL)  # the job's python process, mid-run
+        out, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out[-3000:] + err[-3000:]
+    assert f"Sweep {sweep}: 2 runs: 1 completed, 1 failed" in out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("  #1 learning_rate=0.0001: ")]
+    assert line.startswith("  #1 learning_rate=0.0001: failed, step ")
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        "error: 1 of 2 runs did not finish (1 failed); see the summary above")
+
+
+def only_child(pid: int) -> int:
+    """The one child process of ``pid`` (submitit's local controller runs the job in a child)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    assert len(children) == 1, children
+    return int(children[0])

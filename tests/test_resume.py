@@ -22,6 +22,8 @@ def test_sigkill_mid_run_then_restart(tiny_model_dir: Path, tmp_path: Path, refe
     assert returncode == 0, output
     assert steps(tmp_path, "metrics.discarded.jsonl") == list(range(checkpointed + 1, len(logged)))
     assert_same_run(tmp_path, reference)
+    resumed = json.loads((tmp_path / "status.json").read_text())["resumed_from"]
+    assert resumed == [checkpointed + 1], "status.json says where the restart continued"
 
 
 @pytest.mark.slow
@@ -38,3 +40,4 @@ def test_sigterm_checkpoints_then_restart(tiny_model_dir: Path, tmp_path: Path, 
     assert returncode == 0, output
     assert not (tmp_path / "metrics.discarded.jsonl").exists()
     assert_same_run(tmp_path, reference)
+    assert json.loads((tmp_path / "status.json").read_text())["resumed_from"] == [last + 1]

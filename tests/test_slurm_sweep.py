@@ -9,25 +9,31 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from test_slurm_cluster import require_cluster
 
+from analysis.progress import slurm_states
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
+def slurm_command(tmp_path: Path, tiny_model_dir: Path, *overrides: str) -> list[str]:
+    """`launch.py -m` with cluster=slurm sized for this 2-core node."""
+    return [sys.executable, str(ROOT / "launch.py"), "-m", "cluster=slurm", "model=tiny",
+            "data=toy", "rollout=hf", f"model.path={tiny_model_dir}",
+            "cluster.cpus_per_job=1", "cluster.mem_gb=2",
+            f"paths.output_root={tmp_path}", "hydra.launcher.array_parallelism=2", *overrides]
+
+
 def slurm_sweep(tmp_path: Path, tiny_model_dir: Path, *overrides: str, timeout: int = 900):
-    """Run `launch.py -m` with cluster=slurm sized for this 2-core node; returns the process."""
-    return subprocess.run(
-        [sys.executable, str(ROOT / "launch.py"), "-m", "cluster=slurm", "model=tiny", "data=toy",
-         "rollout=hf", f"model.path={tiny_model_dir}",
-         "cluster.cpus_per_job=1", "cluster.mem_gb=2", f"paths.output_root={tmp_path}",
-         "hydra.launcher.array_parallelism=2", *overrides],
-        cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
-    )
+    """Run the sweep of `slurm_command` to its end; returns the finished process."""
+    return subprocess.run(slurm_command(tmp_path, tiny_model_dir, *overrides), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def jobs_named(name: str) -> list[str]:
@@ -56,6 +62,13 @@ def test_two_by_two_sweep_completes(tmp_path: Path, tiny_model_dir: Path) -> Non
         assert json.loads((run / "status.json").read_text())["status"] == "completed"
         assert logged_steps(run) == list(range(6))
         assert (run / ".hydra" / "overrides.yaml").exists()
+    sweep = runs[0].parent
+    shown = sweep.relative_to(tmp_path)  # paths below the working directory are shown relative
+    assert f"Sweep {shown}: 4 runs: 4 completed" in out.stdout
+    assert "#3 learning_rate=0.0001 off_policy.epochs=2: completed, step 6/6" in out.stdout
+    jobs = json.loads((sweep / "jobs.json").read_text())["jobs"]
+    assert [j["job_id"].split("_")[1] for j in jobs] == ["0", "1", "2", "3"]
+    assert not list(sweep.rglob("%j")), "no folder named after an unexpanded %j"
 
 
 def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -74,6 +87,10 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
     assert status["status"] == "completed" and status["restarts"] >= 1
     assert logged_steps(run) == list(range(300))
     assert not (run / "metrics.discarded.jsonl").exists(), "every stop was a clean checkpoint"
+    # the summary says the run resumed, and from which steps
+    assert len(status["resumed_from"]) == status["restarts"]
+    resumed = ", then ".join(map(str, status["resumed_from"]))
+    assert f"Resumed: #0 from step {resumed}" in out.stdout
 
 
 def test_invalid_job_is_refused_before_sbatch(tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -86,3 +103,65 @@ def test_invalid_job_is_refused_before_sbatch(tmp_path: Path, tiny_model_dir: Pa
     assert "rollout_batch_size=64 must be divisible by train_batch_size=100" in out.stderr
     assert jobs_named(name) == []
     assert not list(tmp_path.rglob(".submitit"))
+
+
+def test_cancelled_job_is_reported_as_cancelled(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """scancel one job of two mid-run: the sweep ends with a one-line report per job that names
+    the cancelled one as cancelled, no traceback, exit status 1."""
+    require_cluster()
+    name = f"grpo-cancel-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(
+        slurm_command(tmp_path, tiny_model_dir, "learning_rate=3e-4,1e-4", "n_grpo_steps=40",
+                      "eval.eval_every=10", f"hydra.launcher.name={name}"),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 600
+        while not (runs := [r for r in run_dirs(tmp_path) if r.name == "1"]) or \
+                not (runs[0] / "metrics.jsonl").exists() or not logged_steps(runs[0]):
+            assert proc.poll() is None and time.time() < deadline, "job 1 never logged a step"
+            time.sleep(0.5)
+        (job,) = [j for j in json.loads((runs[0].parent / "jobs.json").read_text())["jobs"]
+                  if j["num"] == 1]
+        subprocess.run(["scancel", job["job_id"]], check=True)
+        out, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            subprocess.run(["scancel", "-n", name], check=False)
+    assert proc.returncode == 1, out[-3000:] + err[-3000:]
+    sweep = runs[0].parent.relative_to(tmp_path)
+    assert f"Sweep {sweep}: 2 runs: 1 completed, 1 cancelled" in out
+    assert "#0 learning_rate=0.0003: completed, step 40/40" in out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("  #1 learning_rate=0.0001: ")]
+    assert line.startswith("  #1 learning_rate=0.0001: cancelled, step ")
+    assert "Traceback" not in err and "UncompletedJobError" not in err
+    assert err.strip().splitlines()[-1] == (
+        "error: 1 of 2 runs did not finish (1 cancelled); see the summary above")
+    # from another shell: the same view, SLURM's word (sacct) included
+    watch = subprocess.run([sys.executable, "-m", "analysis", "watch", str(tmp_path / sweep)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert watch.returncode == 0, watch.stderr
+    assert f"Sweep {tmp_path / sweep}: 2 runs: 1 completed, 1 cancelled" in watch.stdout
+
+
+def test_scheduler_states_know_a_cancelled_queued_array_task(tmp_path: Path) -> None:
+    """A queued array task that is cancelled vanishes from squeue (and the sacct shim): it is
+    GONE, not pending for ever; the running task is RUNNING (or still PENDING)."""
+    require_cluster()
+    name = f"grpo-gone-{uuid.uuid4().hex[:8]}"
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", f"--job-name={name}", "--array=0-1%1", "--cpus-per-task=1",
+         "--mem=100M", "--time=2", f"--output={tmp_path}/%A_%a.out", "--wrap=sleep 60"],
+        capture_output=True, text=True, check=True)
+    array = submitted.stdout.strip().split(";")[0]
+    try:
+        ids = {0: f"{array}_0", 1: f"{array}_1"}
+        assert slurm_states(ids)[1] == "PENDING"
+        subprocess.run(["scancel", ids[1]], check=True)
+        deadline = time.time() + 60
+        while (states := slurm_states(ids))[1] != "GONE":
+            assert time.time() < deadline, states
+            time.sleep(1)
+        assert states[0] in ("PENDING", "RUNNING")
+    finally:
+        subprocess.run(["scancel", "-n", name], check=False)

@@ -1,18 +1,21 @@
-"""What one Hydra job does: check its config, take its own ports, run GRPO in its directory."""
+"""What one Hydra job does: check its config, take its own ports, run GRPO in its directory, and
+say where that directory is when it starts and when it ends."""
 
 from __future__ import annotations
 
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from grpo.batch_plan import BatchPlan
 from grpo.config_validation import check_config
-from grpo.run_files import RunDirError
+from grpo.run_files import RunDirError, read_status
 
 
 def free_port() -> int:
@@ -42,6 +45,18 @@ def describe_job(cfg: DictConfig) -> str:
     return f"{BatchPlan.from_config(cfg).describe()}, n_grpo_steps={cfg.n_grpo_steps} | {resources}"
 
 
+def output_root_note(hydra_cfg: DictConfig) -> str | None:
+    """A warning when ``paths.output_root`` is overridden but Hydra's output directory is given
+    too: ``hydra.sweep.dir`` (``-m``) or ``hydra.run.dir`` (one run) wins."""
+    key = "hydra.sweep.dir" if hydra_cfg.mode == RunMode.MULTIRUN else "hydra.run.dir"
+    given = {o.split("=", 1)[0].lstrip("+"): o for o in hydra_cfg.overrides.hydra}
+    root = [o for o in hydra_cfg.overrides.task if o.lstrip("+").startswith("paths.output_root=")]
+    if key not in given or not root:
+        return None
+    return (f"{root[0]} is not used for run directories: {given[key]} is given and wins "
+            f"(drop {key} to write under paths.output_root)")
+
+
 def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     """The task function of launch.py: one GRPO run in the job's Hydra output directory."""
     report = check_config(cfg)
@@ -53,11 +68,21 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     if cfg.dry_run:
         print(f"dry run: 1 job, nothing started\njob {describe_job(cfg)}")
         return None
+    hydra_cfg = HydraConfig.get()
+    note = output_root_note(hydra_cfg) if hydra_cfg.mode == RunMode.RUN else None
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     assign_job_ports()
     from grpo.trainer import train
 
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    print(f"Run directory: {run_dir}", flush=True)
     try:
-        return train(cfg, HydraConfig.get().runtime.output_dir)
+        return train(cfg, run_dir)
     except RunDirError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        status = read_status(run_dir) or {}
+        print(f"Run {status.get('status', 'ended')} (last step {status.get('last_step')}): "
+              f"{run_dir}", flush=True)

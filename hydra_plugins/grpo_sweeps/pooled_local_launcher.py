@@ -3,7 +3,9 @@
 submitit's LocalExecutor alone starts every job at once and hands each the same GPUs. This
 launcher runs at most `max_parallel_jobs` at a time (by default as many as the machine's CPU
 cores and GPUs hold), gives each running job its own GPUs through CUDA_VISIBLE_DEVICES, and starts
-the next job when one ends (each run sets its torch threads from cluster.cpus_per_job).
+the next job when one ends (each run sets its torch threads from cluster.cpus_per_job). While the
+jobs run it shows the live sweep monitor, and it ends with the sweep's summary
+(:mod:`hydra_plugins.grpo_sweeps.reporting`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import JobReturn, filter_overrides
+from hydra.core.utils import JobReturn
 
+from hydra_plugins.grpo_sweeps.reporting import SweepFollower
 from hydra_plugins.grpo_sweeps.submitit_compat import BaseSubmititLauncher, submit_sweep_job
 
 log = logging.getLogger(__name__)
@@ -74,24 +77,24 @@ class PooledLocalLauncher(BaseSubmititLauncher):
         gpu_sets = [
             tuple(range(i * self.gpus_per_job, (i + 1) * self.gpus_per_job)) for i in range(slots)
         ]
-        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         executor = submitit.LocalExecutor(folder=self.params["submitit_folder"])
         log.info(f"Local sweep of {len(job_overrides)} jobs, {slots} at a time")
-
         pending = list(enumerate(job_overrides, start=initial_job_idx))
+        follower = SweepFollower(Path(str(self.config.hydra.sweep.dir)), "local", dict(pending))
         running: dict[int, tuple[Any, tuple[int, ...]]] = {}
-        finished: dict[int, Any] = {}
-        while pending or running:
-            while pending and len(running) < slots:
-                idx, overrides = pending.pop(0)
-                used = {g for _, held in running.values() for g in held}
-                gpus = next(s for s in gpu_sets if not used & set(s))
-                log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-                job = submit_sweep_job(
-                    executor, self, overrides, idx, gpus, self.params.get("timeout_min", 10080)
-                )
-                running[idx] = (job, gpus)
-            time.sleep(POLL_S)
-            for idx in [i for i, (job, _) in running.items() if job.done()]:
-                finished[idx] = running.pop(idx)[0]
-        return [finished[i].results()[0] for i in sorted(finished)]
+        with follower:
+            while pending or running:
+                while pending and len(running) < slots:
+                    idx, overrides = pending.pop(0)
+                    used = {g for _, held in running.values() for g in held}
+                    gpus = next(s for s in gpu_sets if not used & set(s))
+                    job = submit_sweep_job(
+                        executor, self, overrides, idx, gpus, self.params.get("timeout_min", 10080)
+                    )
+                    running[idx] = (job, gpus)
+                    follower.submitted(idx, job)
+                time.sleep(POLL_S)
+                follower.update()
+                for idx in [i for i, (job, _) in running.items() if job.done()]:
+                    running.pop(idx)
+        return follower.finish()

@@ -42,7 +42,10 @@ except ImportError as err:
         "hydra-submitit-launcher", "hydra_plugins.hydra_submitit_launcher.submitit_launcher", err
     ) from err
 
-__all__ = ["BaseSubmititLauncher", "SubmititInternalsMoved", "check_launcher_call", "submit_sweep_job"]
+__all__ = [
+    "BaseSubmititLauncher", "SubmititInternalsMoved", "check_launcher_call", "launcher_call_args",
+    "submit_sweep_job",
+]
 
 
 def check_launcher_call() -> None:
@@ -67,9 +70,13 @@ def submit_sweep_job(
     """Submit Hydra job `job_num` of a sweep (its `overrides`) to a `submitit.LocalExecutor`; it
     sees exactly the GPUs `gpus` (CUDA_VISIBLE_DEVICES) and is killed after `timeout_min` minutes.
     Returns the submitit job."""
-    check_launcher_call()
     executor.update_parameters(timeout_min=timeout_min, gpus_per_node=len(gpus), visible_gpus=gpus)
-    return executor.submit(
-        launcher, list(overrides), "hydra.sweep.dir", job_num, f"job_id_for_{job_num}",
-        Singleton.get_state(),
-    )
+    return executor.submit(launcher, *launcher_call_args(overrides, job_num))
+
+
+def launcher_call_args(overrides: Sequence[str], job_num: int) -> tuple[Any, ...]:
+    """The arguments after `self` of `BaseSubmititLauncher.__call__` for Hydra job `job_num` of a
+    sweep (its `overrides`), as hydra-submitit-launcher passes them; checks the signature first."""
+    check_launcher_call()
+    return (list(overrides), "hydra.sweep.dir", job_num, f"job_id_for_{job_num}",
+            Singleton.get_state())

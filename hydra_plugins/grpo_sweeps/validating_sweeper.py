@@ -16,7 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import filter_overrides
 
 from grpo.config_validation import check_config
-from grpo.sweep.job import describe_job
+from grpo.sweep.job import describe_job, output_root_note
 from hydra_plugins.grpo_sweeps.hydra_compat import BasicSweeper, preset_overrides, split_into_jobs
 
 
@@ -31,6 +31,9 @@ class ValidatingSweeper(BasicSweeper):
         return split_into_jobs(overrides), swept
 
     def sweep(self, arguments: list[str]) -> Any:
+        note = output_root_note(self.config.hydra)
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
         jobs, swept = self._all_jobs(arguments)
         bad, lines = [], []
         for num, overrides in enumerate(jobs):

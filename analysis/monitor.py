@@ -1,0 +1,244 @@
+"""The live sweep monitor and the end-of-sweep summary (``rich``; plain lines when not a terminal).
+
+While a sweep runs, the launchers (``hydra_plugins/grpo_sweeps``) show one row per job,
+refreshed in place: overrides, status, step/total, last train and validation reward, seconds
+per step and ETA. ``python -m analysis watch [SWEEP]`` (``make watch``) shows the same view of a
+running or finished sweep from any shell. When stdout is not a terminal (CI, a log file) a
+plain line is printed per run whenever its status changes or it gets another tenth of the way. At the end, :meth:`SweepMonitor.summary` prints one line per job
+with its final status, the runs that resumed and from which step, the best config (the
+report's ranking) and where the report is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from analysis.progress import SUMMARY_ORDER, RunProgress, SweepProgress, scheduler_states
+from analysis.report import MISSING, fmt_duration, fmt_number
+
+STYLES = {"running": "cyan", "starting": "cyan", "preempted": "cyan", "pending": "dim",
+          "completed": "green",
+          "collapsed": "yellow", "diverged": "magenta", "cancelled": "red", "failed": "bold red"}
+# which rows a terminal too small for the whole sweep keeps first
+SHOW_FIRST = ("running", "starting", "preempted", "failed", "cancelled", "diverged", "collapsed")
+# a plain line per run each time it gets this fraction of its steps further
+PLAIN_STEP_FRACTION = 0.1
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it, else absolute."""
+    path = Path(path).absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def steps_text(run: RunProgress) -> str:
+    """``120/600``, or ``120`` when the total is not known yet."""
+    return f"{run.steps_done}/{run.n_steps}" if run.n_steps is not None else str(run.steps_done)
+
+
+def eval_text(run: RunProgress) -> str:
+    """``0.560 @50``: the last validation reward and the step it was measured at."""
+    return MISSING if run.eval_reward is None else f"{run.eval_reward:.3f} @{run.eval_step}"
+
+
+def status_text(run: RunProgress) -> str:
+    """The status, with ``resumed @N`` when the run restarted."""
+    if run.resumed_from:
+        return f"{run.status} (resumed @{run.resumed_from[-1]})"
+    return run.status
+
+
+def counts_text(rows: Sequence[RunProgress]) -> str:
+    """``2 completed, 1 running, 1 pending`` in the summary's order."""
+    counts = Counter(r.status for r in rows)
+    order = [*SUMMARY_ORDER, *sorted(set(counts) - set(SUMMARY_ORDER))]
+    return ", ".join(f"{counts[s]} {s}" for s in order if counts[s])
+
+
+def plain_line(run: RunProgress) -> str:
+    """One run as a line of text (logs, CI, the summary)."""
+    parts = [f"#{run.num} {run.label}: {status_text(run)}", f"step {steps_text(run)}"]
+    if run.train_reward is not None:
+        parts.append(f"train {run.train_reward:.3f}")
+    if run.eval_reward is not None:
+        parts.append(f"eval {eval_text(run)}")
+    if run.active and run.seconds_per_step is not None:
+        parts.append(f"{run.seconds_per_step:.2f} s/step")
+    if run.eta_s is not None:
+        parts.append(f"ETA {fmt_duration(run.eta_s)}")
+    if run.reason and not run.active:
+        parts.append(" ".join(run.reason.split()))
+    return ", ".join(parts)
+
+
+def table(rows: Sequence[RunProgress], max_rows: int | None = None) -> Table:
+    """The monitor's table; with ``max_rows``, the most telling rows (:data:`SHOW_FIRST`)."""
+    shown = list(rows)
+    if max_rows is not None and len(rows) > max_rows:
+        rank = {s: i for i, s in enumerate(SHOW_FIRST)}
+        keep = sorted(rows, key=lambda r: (rank.get(r.status, len(rank)), r.num))[:max_rows]
+        shown = sorted(keep, key=lambda r: r.num)
+    grid = Table(caption_justify="left", expand=False)
+    for name, justify in (("#", "right"), ("overrides", "left"), ("status", "left"),
+                          ("step", "right"), ("train", "right"), ("eval", "right"),
+                          ("s/step", "right"), ("ETA", "right")):
+        grid.add_column(name, justify=justify, no_wrap=name != "overrides")
+    for run in shown:
+        grid.add_row(
+            str(run.num), run.label, Text(status_text(run), style=STYLES.get(run.status, "")),
+            steps_text(run), fmt_number(run.train_reward), eval_text(run),
+            MISSING if run.seconds_per_step is None or not run.active
+            else f"{run.seconds_per_step:.2f}",
+            fmt_duration(run.eta_s),
+        )
+    if len(shown) < len(rows):
+        grid.caption = f"{len(rows) - len(shown)} more runs not shown ({counts_text(rows)})"
+    return grid
+
+
+class SweepMonitor:
+    """Shows a sweep's progress while it runs; see the module docstring.
+
+    Use as a context manager; call :meth:`update` in the launcher's polling loop (it re-reads
+    the run directories at most every ``refresh_s`` seconds) and :meth:`summary` at the end.
+    """
+
+    def __init__(self, progress: SweepProgress, console: Console | None = None,
+                 refresh_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.progress = progress
+        self.console = console or Console()
+        self.live_view = self.console.is_terminal and not self.console.is_dumb_terminal
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self.started = clock()
+        self.rows: list[RunProgress] = []
+        self._last_read = -float("inf")
+        self._live: Live | None = None
+        self._printed: dict[int, tuple[str, int]] = {}
+
+    def __enter__(self) -> SweepMonitor:
+        self.say(f"Sweep directory: {shown_path(self.progress.sweep_dir)}")
+        if self.live_view:
+            self._live = Live(console=self.console, auto_refresh=False,
+                              vertical_overflow="visible")
+            self._live.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def update(self, scheduler: Mapping[int, str] | None = None,
+               force: bool = False) -> list[RunProgress]:
+        """Re-read the runs (at most every ``refresh_s`` unless ``force``) and show them."""
+        now = self.clock()
+        if not force and now - self._last_read < self.refresh_s:
+            return self.rows
+        self._last_read = now
+        self.rows = self.progress.read(scheduler)
+        self.show(self.rows)
+        return self.rows
+
+    def show(self, rows: Sequence[RunProgress]) -> None:
+        """Draw ``rows``: the live table, or plain lines for the runs that moved on."""
+        if self._live is not None:
+            title = (f"{shown_path(self.progress.sweep_dir)}: {counts_text(rows)} | "
+                     f"{fmt_duration(self.clock() - self.started)} elapsed")
+            view = Group(Text(title, style="italic"), table(rows, max(self.console.height - 6, 5)))
+            self._live.update(view, refresh=True)
+            return
+        for run in rows:
+            tenth = int(run.steps_done / run.n_steps / PLAIN_STEP_FRACTION) if run.n_steps else 0
+            key = (run.status, tenth)
+            if self._printed.get(run.num) != key:
+                self._printed[run.num] = key
+                self.say(plain_line(run))
+
+    def summary(self, rows: Sequence[RunProgress] | None = None) -> list[str]:
+        """Print (and return) the end-of-sweep report; see the module docstring."""
+        rows = self.rows if rows is None else rows
+        sweep = self.progress.sweep_dir
+        lines = [f"Sweep {shown_path(sweep)}: {len(rows)} runs: {counts_text(rows)}"]
+        lines += [f"  {plain_line(run)}" for run in rows]
+        resumed = [f"#{r.num} from step {', then '.join(map(str, r.resumed_from))}"
+                   for r in rows if r.resumed_from]
+        lines.append(f"Resumed: {'; '.join(resumed) if resumed else 'none'}")
+        logs = [f"#{r.num} {r.log}" for r in rows if r.status == "failed" and r.log]
+        if logs:
+            lines.append(f"Logs of failed jobs: {'; '.join(logs)}")
+        lines.append(f"Best config: {best_config(sweep)}")
+        lines.append(report_line(sweep))
+        for line in lines:
+            self.say(line)
+        return lines
+
+    def say(self, line: str) -> None:
+        """Print ``line`` as it is: never wrapped, highlighted or read as markup."""
+        self.console.print(line, soft_wrap=True, highlight=False, markup=False)
+
+
+def best_config(sweep_dir: Path) -> str:
+    """The best config by the report's ranking (mean best validation reward over seeds)."""
+    from analysis.aggregate import rank_configs
+    from analysis.collect import collect
+
+    try:
+        ranked = rank_configs(collect([sweep_dir]), "best_eval_reward")
+    except (OSError, ValueError) as error:
+        return f"not ranked ({error})"
+    if ranked.empty:
+        return "none (no run without collapse or divergence has a validation reward)"
+    best = ranked.iloc[0]
+    return (f"{ranked.index[0]}: best eval reward {best['best_eval_reward']:.3f} "
+            f"(mean over {best['n_runs']} run{'s' if best['n_runs'] > 1 else ''})")
+
+
+def report_line(sweep_dir: Path) -> str:
+    """Where the report is, or the command that writes it."""
+    report = sweep_dir / "report.md"
+    if report.is_file():
+        return f"Report: {shown_path(report)}"
+    return (f"Report: `make plots SWEEP={shown_path(sweep_dir)}` writes {shown_path(report)} "
+            f"and {shown_path(sweep_dir / 'figures')}/")
+
+
+def watch(sweep_dir: Path, once: bool = False, interval_s: float = 2.0,
+          scheduler_every_s: float = 15.0, console: Console | None = None) -> list[RunProgress]:
+    """Follow ``sweep_dir`` until no run is active (or once), then print the summary; a sweep
+    that is already over gets its summary alone."""
+    monitor = SweepMonitor(SweepProgress(sweep_dir), console, refresh_s=0.0)
+    states = scheduler_states(sweep_dir)
+    asked = time.monotonic()
+    rows = monitor.progress.read(states)
+    if not any(r.active for r in rows):
+        monitor.say(f"Sweep directory: {shown_path(sweep_dir)}")
+        monitor.summary(rows)
+        return rows
+    with monitor:
+        while True:
+            monitor.show(rows)
+            if once:
+                break
+            time.sleep(interval_s)
+            if time.monotonic() - asked >= scheduler_every_s:
+                states, asked = scheduler_states(sweep_dir), time.monotonic()
+            rows = monitor.progress.read(states)
+            if not any(r.active for r in rows):
+                monitor.show(rows)
+                break
+    monitor.summary(rows)
+    return rows

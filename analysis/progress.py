@@ -1,0 +1,410 @@
+"""Progress of a sweep's runs, read from their directories while they run.
+
+The live monitor (:mod:`analysis.monitor`) and the launchers' end-of-sweep report read the same
+:class:`RunProgress` rows. Per run directory ``<sweep>/<job>/`` only ``status.json``,
+``metrics.jsonl`` (read incrementally: each poll parses the lines appended since the last one)
+and ``.hydra/overrides.yaml`` are read; any of them may be missing, torn or garbage. The
+launcher also writes ``<sweep>/jobs.json`` (:func:`write_jobs`): every job's overrides and
+scheduler job id, so that jobs that never started (queued, cancelled before they wrote a status)
+are listed too, and ``python -m analysis watch`` can ask the scheduler about them from any shell.
+
+A run's status is its ``status.json`` status (``grpo.run_files.STATUSES``), else ``pending``;
+:func:`outcome` folds in what the scheduler says (a running job without a status is
+``starting``, a job cancelled before writing a status is ``cancelled``, one that died while its
+status still says ``running`` is ``failed``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analysis.collect import ELAPSED, EVAL_REWARD, UNSTABLE_STATUSES, parse_line, read_status
+from grpo.run_files import STATUSES, atomic_write_text
+from grpo.tracking import run_overrides
+
+JOBS_FILE = "jobs.json"
+TRAIN_REWARD = "train/reward_mean"
+# statuses of a run that is still expected to write: `pending` (not started), `starting` (its
+# job runs but has not written a status yet), and `preempted` runs, which are requeued
+ACTIVE_STATUSES = ("pending", "starting", "running", "preempted")
+# statuses of a run that ran to its end: its results, good or bad
+FINISHED_STATUSES = ("completed", *UNSTABLE_STATUSES)
+# the order of the end-of-sweep counts; statuses outside it are counted after them
+SUMMARY_ORDER = (*FINISHED_STATUSES, "cancelled", "failed")
+# rows over which seconds per step are averaged
+RATE_WINDOW = 20
+# states of a job that no scheduler will run: what happened to it
+GONE = {"LAUNCHER_GONE": "its launcher is gone",
+        "GONE": "SLURM no longer knows its job"}
+# SLURM states of a job that is waiting or running
+SCHEDULER_ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING",
+                    "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a sweep as the launcher submitted it.
+
+    ``job_id`` is the scheduler's id (SLURM ``<array>_<task>``, a local job's process id);
+    ``log`` the job's stderr file, where a traceback of a failed job ends up.
+    """
+
+    num: int
+    overrides: tuple[str, ...]
+    job_id: str | None = None
+    log: str | None = None
+
+
+@dataclass(frozen=True)
+class JobsFile:
+    """``<sweep>/jobs.json``: the launcher kind, where it runs, and its jobs by number."""
+
+    launcher: str
+    host: str
+    pid: int
+    jobs: dict[int, Job] = field(default_factory=dict)
+
+
+def write_jobs(sweep_dir: Path, launcher: str, jobs: Iterable[Job]) -> None:
+    """Record ``jobs`` in ``<sweep>/jobs.json`` (merged by job number with what is there)."""
+    known = read_jobs(sweep_dir)
+    merged = dict(known.jobs) if known is not None else {}
+    merged.update({job.num: job for job in jobs})
+    payload = {
+        "launcher": launcher, "host": socket.gethostname(), "pid": os.getpid(),
+        "jobs": [{"num": j.num, "overrides": list(j.overrides), "job_id": j.job_id, "log": j.log}
+                 for j in sorted(merged.values(), key=lambda j: j.num)],
+    }
+    atomic_write_text(sweep_dir / JOBS_FILE, json.dumps(payload, indent=1) + "\n")
+
+
+def read_jobs(sweep_dir: Path) -> JobsFile | None:
+    """``<sweep>/jobs.json``, or None when it is missing or unreadable; bad entries are skipped."""
+    try:
+        payload = json.loads((sweep_dir / JOBS_FILE).read_text())
+        entries = payload["jobs"]
+        info = JobsFile(str(payload["launcher"]), str(payload["host"]), int(payload["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            job = Job(int(entry["num"]), tuple(str(o) for o in entry["overrides"]),
+                      _str_or_none(entry.get("job_id")), _str_or_none(entry.get("log")))
+        except (KeyError, TypeError, ValueError):
+            continue
+        info.jobs[job.num] = job
+    return info
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def override_key(override: str) -> str:
+    """``learning_rate`` of ``learning_rate=3e-4``, ``+experiment=demo`` or ``~x``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def varying_keys(overrides: Sequence[Sequence[str]]) -> list[str]:
+    """Keys whose value differs between the jobs (every key when there is one job)."""
+    values: dict[str, set[str]] = {}
+    for job in overrides:
+        for override in job:
+            values.setdefault(override_key(override), set()).add(override)
+    if len(overrides) == 1:
+        return [k for k in values if not k.startswith("hydra")]
+    return [k for k, seen in values.items()
+            if len(seen) > 1 or sum(k in map(override_key, job) for job in overrides) < len(overrides)]
+
+
+class MetricsTail:
+    """The last rows of a ``metrics.jsonl``, read incrementally (see the module docstring).
+
+    A file that shrank (a resume moved uncheckpointed steps aside) is read again from the start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._reset()
+
+    def _reset(self) -> None:
+        self.offset = 0
+        self.last: dict[str, Any] | None = None
+        self.last_eval: tuple[int, float] | None = None
+        self.recent: deque[tuple[int, float]] = deque(maxlen=RATE_WINDOW)
+
+    def update(self) -> None:
+        """Parse the complete lines appended since the last call."""
+        try:
+            size = self.path.stat().st_size
+            if size < self.offset:
+                self._reset()
+            if size == self.offset:
+                return
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                chunk = f.read(size - self.offset)
+        except OSError:
+            return
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a torn last line waits for its end
+        self.offset += len(complete)
+        for line in complete.decode(errors="replace").splitlines():
+            row = parse_line(line)[0] if line.strip() else None
+            if row is not None:
+                self._add(row)
+
+    def _add(self, row: dict[str, Any]) -> None:
+        if self.recent and row["step"] <= self.recent[-1][0]:
+            self.recent.clear()  # a step logged again: timing restarts
+        self.last = row
+        if _finite(row.get(EVAL_REWARD)):
+            self.last_eval = (row["step"], float(row[EVAL_REWARD]))
+        if _finite(row.get(ELAPSED)):
+            self.recent.append((row["step"], float(row[ELAPSED])))
+
+    def seconds_per_step(self) -> float | None:
+        """Mean wall-clock seconds per step over the last rows (evaluation included)."""
+        if len(self.recent) >= 2:
+            (first, start), (last, end) = self.recent[0], self.recent[-1]
+            return (end - start) / (last - first) if last > first else None
+        if len(self.recent) == 1:
+            step, elapsed = self.recent[0]
+            return elapsed / (step + 1)
+        return None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """One row of the monitor: a job and what its run directory says.
+
+    ``steps_done``: GRPO steps logged; ``n_steps``: ``n_grpo_steps``; ``train_reward``: the
+    last ``train/reward_mean``; ``eval_reward`` at ``eval_step``: the last validation reward;
+    ``seconds_per_step``: recent wall-clock per step; ``eta_s``: seconds left at that pace;
+    ``resumed_from``: the step each restart continued from; ``log``: the job's stderr file;
+    ``job_ended``: the scheduler says the job is over (a ``preempted`` run whose job ended
+    will not be requeued).
+    """
+
+    num: int
+    label: str
+    run_dir: Path
+    status: str
+    reason: str | None = None
+    steps_done: int = 0
+    n_steps: int | None = None
+    train_reward: float | None = None
+    eval_reward: float | None = None
+    eval_step: int | None = None
+    seconds_per_step: float | None = None
+    eta_s: float | None = None
+    restarts: int = 0
+    resumed_from: tuple[int, ...] = ()
+    log: str | None = None
+    job_ended: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Whether the run may still write (pending, running, preempted and requeued)."""
+        return self.status in ACTIVE_STATUSES and not self.job_ended
+
+
+class SweepProgress:
+    """Reads the progress of every job of a sweep; call :meth:`read` as often as you like."""
+
+    def __init__(self, sweep_dir: Path, jobs: Sequence[Job] | None = None) -> None:
+        self.sweep_dir = Path(sweep_dir)
+        self._jobs = list(jobs) if jobs is not None else None
+        self._tails: dict[int, MetricsTail] = {}
+        self._overrides: dict[int, tuple[str, ...]] = {}
+
+    def jobs(self) -> list[Job]:
+        """The jobs given, else those of ``jobs.json``, else one per numbered run directory."""
+        if self._jobs is not None:
+            return self._jobs
+        recorded = read_jobs(self.sweep_dir)
+        found = {int(p.name): Job(int(p.name), ()) for p in _numbered_dirs(self.sweep_dir)}
+        return sorted({**found, **(recorded.jobs if recorded else {})}.values(),
+                      key=lambda j: j.num)
+
+    def read(self, scheduler: Mapping[int, str] | None = None,
+             errors: Mapping[int, str] | None = None) -> list[RunProgress]:
+        """Every job's :class:`RunProgress`, through :func:`outcome` with the scheduler state
+        (``scheduler``) and error (``errors``, of finished jobs) of each job number."""
+        jobs = self.jobs()
+        overrides = [self._job_overrides(job) for job in jobs]
+        keys = varying_keys(overrides)
+        rows = []
+        for job, job_overrides in zip(jobs, overrides, strict=True):
+            label = " ".join(o for o in job_overrides if override_key(o) in keys)
+            run = self._read_run(job, label or "(no overrides)")
+            rows.append(outcome(run, (scheduler or {}).get(job.num), (errors or {}).get(job.num)))
+        return rows
+
+    def _job_overrides(self, job: Job) -> tuple[str, ...]:
+        if job.overrides:
+            return job.overrides
+        if job.num not in self._overrides:
+            try:
+                found = tuple(map(str, run_overrides(self.sweep_dir / str(job.num))))
+            except (OSError, yaml.YAMLError, TypeError):  # garbage: no overrides to show
+                found = ()
+            if not found:
+                return ()  # not written yet: look again next time
+            self._overrides[job.num] = found
+        return self._overrides[job.num]
+
+    def _read_run(self, job: Job, label: str) -> RunProgress:
+        run_dir = self.sweep_dir / str(job.num)
+        tail = self._tails.setdefault(job.num, MetricsTail(run_dir / "metrics.jsonl"))
+        tail.update()
+        status, _ = read_status(run_dir, has_metrics=tail.last is not None)
+        name = status["status"] if isinstance(status["status"], str) else repr(status["status"])
+        name = "running" if name == "unknown" else name  # metrics but no status.json yet
+        n_steps = _int_or_none(status.get("n_grpo_steps"))
+        steps_done = tail.last["step"] + 1 if tail.last else 0
+        per_step = tail.seconds_per_step()
+        left = n_steps - steps_done if n_steps is not None else None
+        active = name in ACTIVE_STATUSES
+        return RunProgress(
+            num=job.num, label=label, run_dir=run_dir, status=name,
+            reason=_str_or_none(status.get("reason")), steps_done=steps_done, n_steps=n_steps,
+            train_reward=_float_or_none(tail.last.get(TRAIN_REWARD)) if tail.last else None,
+            eval_reward=tail.last_eval[1] if tail.last_eval else None,
+            eval_step=tail.last_eval[0] if tail.last_eval else None,
+            seconds_per_step=per_step,
+            eta_s=per_step * left if active and per_step is not None and left else None,
+            restarts=_int_or_none(status.get("restarts")) or 0,
+            resumed_from=tuple(s for s in status.get("resumed_from") or () if isinstance(s, int)),
+            log=job.log,
+        )
+
+
+def _numbered_dirs(sweep_dir: Path) -> list[Path]:
+    try:
+        return [p for p in sweep_dir.iterdir() if p.name.isdigit() and p.is_dir()]
+    except OSError:
+        return []
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float_or_none(value: Any) -> float | None:
+    return float(value) if _finite(value) else None
+
+
+def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -> RunProgress:
+    """``run`` with what the scheduler (and, for a finished job, its ``error``) says folded in.
+
+    A run that completed, collapsed or diverged stays so. A job the scheduler cancelled is
+    ``cancelled``, whatever its status said (a cancelled run may have written ``failed`` or
+    nothing at all). Another final status the trainer wrote stands. A job that ended while its
+    status was still active is ``failed``, with the job's error or the scheduler's state as the
+    reason, except a ``preempted`` one, which stays so (checkpointed, not requeued). A status
+    outside ``grpo.run_files.STATUSES`` is kept and explained.
+    """
+    state = (scheduler or "").split(" ")[0].upper()  # "CANCELLED by 0" -> "CANCELLED"
+    if run.status in FINISHED_STATUSES:
+        return run
+    if state == "CANCELLED" or run.status == "cancelled":
+        where = f"after step {run.steps_done - 1}" if run.steps_done else "before its first step"
+        said = f" (the run reported {run.status}: {run.reason})" if run.status == "failed" else ""
+        reason = run.reason if run.status == "cancelled" and run.reason else f"cancelled {where}"
+        return replace(run, status="cancelled", reason=reason + said, eta_s=None)
+    if run.status not in STATUSES and run.status not in ACTIVE_STATUSES:
+        return replace(run, reason=f"status.json holds an unknown status {run.status!r}")
+    if run.status == "pending" and state == "RUNNING":
+        return replace(run, status="starting")
+    if state in GONE:
+        status, reason = ("cancelled", f"never started: {GONE[state]}") if run.status == \
+            "pending" else ("failed", GONE[state])
+        return replace(run, status=status, reason=run.reason or reason, eta_s=None)
+    if not run.active or state in SCHEDULER_ACTIVE or (not state and error is None):
+        return run
+    if run.status == "preempted":  # checkpointed, but its job will not be requeued
+        return replace(run, job_ended=True, eta_s=None)
+    reason = error or f"the job ended ({state}) without a final status"
+    return replace(run, status="failed", reason=run.reason or reason, eta_s=None)
+
+
+def slurm_states(job_ids: Mapping[int, str]) -> dict[int, str]:
+    """The SLURM state of each job number's job id, or {} when SLURM cannot be asked.
+
+    ``sacct`` answers first; ``squeue -r -t all`` for the jobs it does not know (without
+    accounting, or array tasks still pending). A job neither knows is ``GONE``: a pending array
+    task that was cancelled leaves no trace (and submitit would wait for it for ever).
+    """
+    wanted = set(job_ids.values())
+    if not wanted or shutil.which("squeue") is None:
+        return {}
+    found = _ask(["sacct", "-j", ",".join(sorted(wanted)), "-o", "JobID,State", "--parsable2",
+                  "--noheader"]) or {}
+    arrays = sorted({job_id.split("_")[0] for job_id in wanted - set(found)})
+    if arrays:
+        queued = _ask(["squeue", "-r", "-h", "-t", "all", "-j", ",".join(arrays), "-o", "%i|%T"])
+        if queued is None:
+            return {num: found[i] for num, i in job_ids.items() if i in found}
+        found |= queued
+    return {num: found.get(job_id, "GONE") for num, job_id in job_ids.items()}
+
+
+def _ask(command: list[str]) -> dict[str, str] | None:
+    """``{job id: state}`` from a ``id|state`` listing, or None when the command failed."""
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=30,
+                             check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return dict(line.strip().split("|", 1) for line in out.splitlines() if line.count("|") == 1)
+
+
+def local_states(info: JobsFile) -> dict[int, str]:
+    """For local jobs when on their host: RUNNING or FINISHED for a started job (its process),
+    LAUNCHER_GONE for one that was never started and never will be; else {}."""
+    if info.host != socket.gethostname():
+        return {}
+    launcher_alive = _alive(str(info.pid))
+    states = {}
+    for num, job in info.jobs.items():
+        if job.job_id and job.job_id.isdigit():
+            states[num] = "RUNNING" if _alive(job.job_id) else "FINISHED"
+        elif not launcher_alive:
+            states[num] = "LAUNCHER_GONE"
+    return states
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def scheduler_states(sweep_dir: Path) -> dict[int, str]:
+    """What the scheduler says about the jobs recorded in ``<sweep>/jobs.json`` (see above)."""
+    info = read_jobs(sweep_dir)
+    if info is None:
+        return {}
+    if info.launcher == "slurm":
+        return slurm_states({n: j.job_id for n, j in info.jobs.items() if j.job_id})
+    return local_states(info)

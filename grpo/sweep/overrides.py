@@ -1,0 +1,130 @@
+"""Strict command-line overrides: a key that no config or config group knows is refused.
+
+Hydra answers a typo such as ``learning_rat=1e-5`` by suggesting ``+learning_rat=1e-5``, which it
+then accepts: the key is added, nothing reads it, and the run goes ahead without the setting.
+Before Hydra starts, :func:`check_overrides` composes the config the overrides select (every
+option of a swept config group) and refuses each override whose key is neither a key of that
+config nor a config group, naming the nearest known key (``difflib``). Hydra's own keys
+(``hydra.*``, ``hydra/...`` groups, e.g. ``hydra.launcher.additional_parameters``, the documented
+place for extra sbatch options) are left to Hydra, which checks them against its schemas.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, OverrideType
+from hydra.errors import HydraException
+from omegaconf import DictConfig, ListConfig
+
+ADDED = " (Hydra would add it and nothing would read it)"
+PREFIX = {OverrideType.ADD: "+", OverrideType.FORCE_ADD: "++", OverrideType.DEL: "~",
+          OverrideType.CHANGE: ""}
+
+
+def config_keys(node: Any, prefix: str = "") -> Iterator[str]:
+    """Every dotted key of a config, inner nodes and list items included (nothing resolved)."""
+    if isinstance(node, DictConfig):
+        children = [(str(k), node._get_node(k)) for k in node.keys()]
+    elif isinstance(node, ListConfig):
+        children = [(str(i), node._get_node(i)) for i in range(len(node))]
+    else:
+        return
+    for name, child in children:
+        key = f"{prefix}{name}"
+        yield key
+        yield from config_keys(child, f"{key}.")
+
+
+def _groups(parent: str = "") -> Iterator[str]:
+    """Every config group below ``parent`` in the initialised Hydra's search path."""
+    loader = GlobalHydra.instance().config_loader()
+    for name in loader.list_groups(parent):
+        group = f"{parent}/{name}" if parent else name
+        yield group
+        yield from _groups(group)
+
+
+def _is_hydra_key(override: Override) -> bool:
+    return override.key_or_group == "hydra" or override.key_or_group.startswith(("hydra.", "hydra/"))
+
+
+def _variants(group_overrides: Sequence[Override]) -> list[list[str]]:
+    """Override lists that together compose every option of each swept config group."""
+    def line(override: Override, value: str) -> str:
+        return f"{PREFIX[override.type]}{override.key_or_group}={value}"
+
+    first = [list(o.sweep_string_iterator()) if o.is_sweep_override()
+             else [o.get_value_element_as_str()] for o in group_overrides]
+    base = [line(o, values[0]) for o, values in zip(group_overrides, first, strict=True)]
+    variants = [base]
+    for i, (override, values) in enumerate(zip(group_overrides, first, strict=True)):
+        variants += [base[:i] + [line(override, v)] + base[i + 1:] for v in values[1:]]
+    return variants
+
+
+def suggestion(override: Override, candidates: Sequence[str], groups: set[str],
+               chosen: set[str]) -> str:
+    """``did you mean X=value?`` with the nearest candidate, or where keys are listed."""
+    match = difflib.get_close_matches(override.key_or_group, candidates, n=1, cutoff=0.6)
+    if not match:
+        return "`python launch.py --cfg job` prints every key"
+    key = match[0]
+    prefix = "+" if key in groups and key not in chosen else ""
+    value = (override.input_line or "").split("=", 1)[1] if override.value_type else ""
+    return f"did you mean {prefix}{key}={value}?" if value else f"did you mean {key}?"
+
+
+def check_overrides(overrides: Sequence[str], config_dir: Path, config_name: str) -> list[str]:
+    """One message per override whose key no config or config group knows (see the module).
+
+    Overrides Hydra cannot parse or compose are left for Hydra to report.
+    """
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return []
+    parsed = [o for o in parsed if not _is_hydra_key(o)]
+    if not parsed:
+        return []
+    with initialize_config_dir(config_dir=str(Path(config_dir).absolute()), version_base="1.3"):
+        groups = set(_groups())
+        is_group = [o.key_or_group in groups or o.package is not None for o in parsed]
+        known: set[str] = set()
+        chosen: set[str] = set()
+        try:
+            for variant in _variants([o for o, g in zip(parsed, is_group, strict=True) if g]):
+                cfg = compose(config_name, overrides=variant, return_hydra_config=True)
+                chosen |= set(cfg.hydra.runtime.choices)
+                known |= {k for k in config_keys(cfg) if k.split(".", 1)[0] != "hydra"}
+        except (HydraException, ValueError):
+            return []
+    candidates = sorted(known | groups)
+    return [
+        f"{o.input_line}: no config or config group defines '{o.key_or_group}'"
+        f"{ADDED if o.is_add() or o.is_force_add() else ''}; "
+        f"{suggestion(o, candidates, groups, chosen)}"
+        for o, group in zip(parsed, is_group, strict=True)
+        if not group and o.key_or_group not in known
+    ]
+
+
+def refuse_unknown_overrides(argv: Sequence[str], config_dir: Path, config_name: str) -> None:
+    """Exit with status 2 and one line per unknown override of ``argv`` (Hydra's arguments)."""
+    from hydra._internal.utils import get_args_parser
+
+    args, _ = get_args_parser().parse_known_args(list(argv))
+    if args.help or args.hydra_help or args.shell_completion or args.config_dir:
+        return  # Hydra prints help; an extra config dir is searched by Hydra alone
+    errors = check_overrides(args.overrides, config_dir, args.config_name or config_name)
+    if errors:
+        print("\n".join(f"error: {e}" for e in errors), file=sys.stderr)
+        print("nothing was run", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,62 @@
+"""hydra-submitit-launcher's SLURM launcher that shows the sweep while it runs and reports its end.
+
+The sweep is still one job array submitted by submitit with the `submitit_slurm` launcher keys.
+Instead of blocking on the first job's result (where a cancelled job surfaces as submitit's
+`UncompletedJobError` traceback), it shows the live sweep monitor until every job is done and
+ends with the sweep's summary (:mod:`hydra_plugins.grpo_sweeps.reporting`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from omegaconf import OmegaConf
+
+from hydra_plugins.grpo_sweeps.reporting import SweepFollower
+from hydra_plugins.grpo_sweeps.submitit_compat import launcher_call_args
+
+log = logging.getLogger(__name__)
+# launcher keys that configure the executor itself rather than each job
+EXECUTOR_KEYS = ("submitit_folder", "max_num_timeout")
+
+
+class ReportingSlurmLauncher(SlurmLauncher):
+    """See the module docstring."""
+
+    def executor(self) -> Any:
+        """submitit's SLURM executor with the launcher keys, as hydra-submitit-launcher sets it."""
+        import submitit
+
+        executor = submitit.AutoExecutor(
+            cluster="slurm", folder=self.params["submitit_folder"],
+            **{f"slurm_{k}": v for k, v in self.params.items() if k == "max_num_timeout"},
+        )
+        shared = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{
+            key if key in shared else f"slurm_{key}": value
+            for key, value in self.params.items() if key not in EXECUTOR_KEYS
+        })
+        return executor
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        assert self.config is not None
+        executor = self.executor()
+        numbered = dict(enumerate(job_overrides, start=initial_job_idx))
+        follower = SweepFollower(Path(str(self.config.hydra.sweep.dir)), "slurm", numbered)
+        log.info(f"SLURM sweep of {len(numbered)} jobs (one job array)")
+        with follower:
+            jobs = executor.map_array(self, *zip(*[
+                launcher_call_args(overrides, num) for num, overrides in numbered.items()
+            ], strict=True))
+            for num, job in zip(numbered, jobs, strict=True):
+                follower.submitted(num, job)
+            follower.wait()
+        return follower.finish()

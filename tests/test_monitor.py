@@ -1,0 +1,313 @@
+"""The sweep monitor: progress read from run directories, outcomes with the scheduler's word,
+the live table, plain lines, the end-of-sweep summary and ``python -m analysis watch``."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from analysis.__main__ import main
+from analysis.monitor import SweepMonitor, table
+from analysis.progress import (
+    Job,
+    MetricsTail,
+    RunProgress,
+    SweepProgress,
+    local_states,
+    outcome,
+    read_jobs,
+    varying_keys,
+    write_jobs,
+)
+from analysis.synthetic import write_multirun, write_run
+from grpo.run_files import write_status
+from hydra_plugins.grpo_sweeps.reporting import job_error
+
+
+def metrics_row(step: int, dt: float = 2.0, eval_every: int = 5) -> dict:
+    """A step's row: 2 s per step, train reward step/100, eval reward step/50 every 5 steps."""
+    row = {"step": step, "time/elapsed_s": dt * (step + 1), "train/reward_mean": step / 100}
+    if step % eval_every == 0:
+        row["eval/reward"] = step / 50
+    return row
+
+
+def status(kind: str, last_step: int | None, n: int = 20, **extra: object) -> dict:
+    return {"status": kind, "reason": None, "last_step": last_step, "n_grpo_steps": n,
+            "restarts": 0, **extra}
+
+
+def console(terminal: bool, height: int = 40) -> Console:
+    return Console(file=io.StringIO(), force_terminal=terminal, width=160, height=height,
+                   color_system=None)
+
+
+def output(con: Console) -> str:
+    return con.file.getvalue()
+
+
+@pytest.fixture()
+def sweep(tmp_path: Path) -> Path:
+    """Five jobs of learning_rate x seed: running (resumed at 8), completed, collapsed, a
+    status.json that is garbage, and a job that never started (listed in jobs.json only)."""
+    sweep = tmp_path / "exp" / "2025-06-01_12-00-00"
+    jobs = [("learning_rate=1e-5", "seed=0"), ("learning_rate=1e-5", "seed=1"),
+            ("learning_rate=1e-3", "seed=0"), ("learning_rate=1e-3", "seed=1"),
+            ("learning_rate=1e-4", "seed=0")]
+    overrides = [dict(o.split("=") for o in job) for job in jobs]
+    write_run(sweep / "0", overrides[0], [metrics_row(s) for s in range(12)],
+              status("running", 11, restarts=1, resumed_from=[8]))
+    write_run(sweep / "1", overrides[1], [metrics_row(s) for s in range(20)],
+              status("completed", 19))
+    write_run(sweep / "2", overrides[2], [metrics_row(s) for s in range(4)],
+              status("collapsed", 3, reason="rollout reward 0 for 3\nconsecutive steps"))
+    write_run(sweep / "3", overrides[3], [metrics_row(s) for s in range(2)])
+    (sweep / "3" / "status.json").write_text('{"status": "runn')
+    write_jobs(sweep, "local", [Job(i, tuple(job)) for i, job in enumerate(jobs)])
+    write_multirun(sweep, ["learning_rate=1e-5,1e-3,1e-4", "seed=0,1"])
+    return sweep
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def test_metrics_tail_reads_appended_lines_and_restarts_after_a_shrink(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    tail = MetricsTail(path)
+    tail.update()
+    assert tail.last is None and tail.seconds_per_step() is None
+    path.write_text("".join(json.dumps(metrics_row(s, dt=3.0)) + "\n" for s in range(6))
+                    + '{"step": 6, "tra')
+    tail.update()
+    assert tail.last["step"] == 5 and tail.last_eval == (5, 0.1)
+    assert tail.seconds_per_step() == pytest.approx(3.0)
+    with path.open("a") as f:  # the torn line is completed, then one more step
+        f.write('in/reward_mean": 0.5, "time/elapsed_s": 21.0}\n')
+        f.write(json.dumps(metrics_row(7, dt=3.0)) + "\n")
+    tail.update()
+    assert tail.last["step"] == 7 and tail.last["train/reward_mean"] == 0.07
+    assert tail.seconds_per_step() == pytest.approx(3.0)
+    # a resume moved steps 3.. aside: the file shrank, so it is read again from the start
+    path.write_text("".join(json.dumps(metrics_row(s, dt=1.0)) + "\n" for s in range(3)))
+    tail.update()
+    assert tail.last["step"] == 2 and tail.last_eval == (0, 0.0)
+    assert tail.seconds_per_step() == pytest.approx(1.0)
+
+
+def test_sweep_progress_reads_every_job(sweep: Path) -> None:
+    rows = {r.num: r for r in SweepProgress(sweep).read()}
+    running, completed, collapsed, garbage, never = (rows[i] for i in range(5))
+    assert running.label == "learning_rate=1e-5 seed=0"
+    assert (running.status, running.steps_done, running.n_steps) == ("running", 12, 20)
+    assert running.train_reward == pytest.approx(0.11)
+    assert (running.eval_reward, running.eval_step) == (pytest.approx(0.2), 10)
+    assert running.seconds_per_step == pytest.approx(2.0)
+    assert running.eta_s == pytest.approx(2.0 * 8)
+    assert (running.restarts, running.resumed_from) == (1, (8,))
+    assert (completed.status, completed.steps_done, completed.eta_s) == ("completed", 20, None)
+    assert collapsed.status == "collapsed" and collapsed.reason.startswith("rollout reward 0")
+    # metrics but an unreadable status.json: still running as far as anyone can tell
+    assert (garbage.status, garbage.steps_done, garbage.n_steps) == ("running", 2, None)
+    assert (never.status, never.steps_done, never.label) == ("pending", 0, "learning_rate=1e-4 seed=0")
+
+
+def test_jobs_file_merges_and_survives_garbage(tmp_path: Path) -> None:
+    write_jobs(tmp_path, "slurm", [Job(0, ("a=1",)), Job(1, ("a=2",))])
+    write_jobs(tmp_path, "slurm", [Job(1, ("a=2",), "77_1", "/logs/77_1.err")])
+    info = read_jobs(tmp_path)
+    assert info.launcher == "slurm"
+    assert info.jobs == {0: Job(0, ("a=1",)), 1: Job(1, ("a=2",), "77_1", "/logs/77_1.err")}
+    data = json.loads((tmp_path / "jobs.json").read_text())
+    data["jobs"].append({"num": "x"})
+    (tmp_path / "jobs.json").write_text(json.dumps(data))
+    assert set(read_jobs(tmp_path).jobs) == {0, 1}
+    (tmp_path / "jobs.json").write_text("[1, 2")
+    assert read_jobs(tmp_path) is None
+
+
+def test_varying_keys() -> None:
+    jobs = [("lr=1", "seed=0", "+experiment=demo"), ("lr=2", "seed=0", "+experiment=demo")]
+    assert varying_keys(jobs) == ["lr"]
+    assert varying_keys([("lr=1", "hydra.launcher.x=2")]) == ["lr"]
+    assert varying_keys([("lr=1",), ("lr=1", "seed=3")]) == ["seed"]
+
+
+def test_status_json_records_each_resume(tmp_path: Path) -> None:
+    def write(kind: str, last_step: int | None, restarts: int) -> dict:
+        write_status(tmp_path, kind, last_step=last_step, n_grpo_steps=30, restarts=restarts)
+        return json.loads((tmp_path / "status.json").read_text())
+
+    assert write("running", None, 0)["resumed_from"] == []
+    assert write("running", 9, 0)["resumed_from"] == []
+    assert write("running", 9, 1)["resumed_from"] == [10]  # a restart after step 9
+    assert write("running", 15, 1)["resumed_from"] == [10]
+    assert write("running", None, 2)["resumed_from"] == [10, 0]  # no checkpoint: from scratch
+    assert write("completed", 29, 2)["resumed_from"] == [10, 0]
+    (tmp_path / "status.json").write_text("garbage")
+    assert write("running", 3, 3)["resumed_from"] == [4]
+
+
+# ----------------------------------------------------------------------------- outcomes
+
+
+def progress(status: str, steps_done: int = 0, reason: str | None = None) -> RunProgress:
+    return RunProgress(num=1, label="lr=1", run_dir=Path("r"), status=status, reason=reason,
+                       steps_done=steps_done, n_steps=10)
+
+
+@pytest.mark.parametrize(("run", "state", "error", "want"), [
+    (progress("pending"), "CANCELLED by 0", None, ("cancelled", "cancelled before its first step")),
+    (progress("running", 4), "CANCELLED", None, ("cancelled", "cancelled after step 3")),
+    (progress("failed", 4, "ConnectionResetError: Connection lost"), "CANCELLED", None,
+     ("cancelled", "cancelled after step 3 (the run reported failed: "
+                   "ConnectionResetError: Connection lost)")),
+    (progress("cancelled", 4, "signal 15 after step 3"), "CANCELLED", None,
+     ("cancelled", "signal 15 after step 3")),
+    (progress("completed", 10), "CANCELLED", None, ("completed", None)),
+    (progress("collapsed", 4, "reward 0"), "COMPLETED", None, ("collapsed", "reward 0")),
+    (progress("running", 4), "RUNNING", None, ("running", None)),
+    (progress("pending"), "RUNNING", None, ("starting", None)),
+    (progress("pending"), "PENDING", None, ("pending", None)),
+    (progress("running", 4), "REQUEUED", None, ("running", None)),
+    (progress("running", 4), "FINISHED", None,
+     ("failed", "the job ended (FINISHED) without a final status")),
+    (progress("pending"), None, "ImportError: no module x", ("failed", "ImportError: no module x")),
+    # a queued SLURM array task that was cancelled leaves no trace in squeue or the sacct shim
+    (progress("pending"), "GONE", None, ("cancelled", "never started: SLURM no longer knows its job")),
+    (progress("running", 4), "GONE", None, ("failed", "SLURM no longer knows its job")),
+    (progress("failed", 2, "OOM"), "FAILED", "RuntimeError: y", ("failed", "OOM")),
+    (progress("preempted", 4, "signal 12"), "REQUEUED", None, ("preempted", "signal 12")),
+    (progress("preempted", 4, "signal 12"), "TIMEOUT", None, ("preempted", "signal 12")),
+    (progress("exploded", 4), "COMPLETED", None,
+     ("exploded", "status.json holds an unknown status 'exploded'")),
+])
+def test_outcome_folds_in_the_scheduler(run: RunProgress, state: str | None, error: str | None,
+                                        want: tuple) -> None:
+    got = outcome(run, state, error)
+    assert (got.status, got.reason) == want
+    still_going = state in (None, "RUNNING", "PENDING", "REQUEUED") and error is None
+    assert got.active == (want[0] in ("pending", "starting", "running", "preempted")
+                          and still_going)
+
+
+def test_job_error_keeps_the_exception_line() -> None:
+    failed = RuntimeError(
+        "Job (task=0) failed during processing with trace:\n----------------------\n"
+        "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+        "ValueError: model.path is empty\n\n----------------------\n"
+        "You can check full logs with 'job.stderr(0)'")
+    assert job_error(failed) == "ValueError: model.path is empty"
+    assert job_error(RuntimeError("Job 5_1 has not produced any output (state: CANCELLED)")) == \
+        "Job 5_1 has not produced any output (state: CANCELLED)"
+    assert job_error(RuntimeError("")) == "RuntimeError"
+
+
+# ------------------------------------------------------------------------------ display
+
+
+def test_plain_lines_only_when_a_run_moves_on(sweep: Path) -> None:
+    con = console(terminal=False)
+    clock = iter(range(0, 1000, 10)).__next__
+    with SweepMonitor(SweepProgress(sweep), con, refresh_s=5.0, clock=clock) as monitor:
+        monitor.update()
+        first = output(con)
+        monitor.update()
+        assert output(con) == first, "nothing changed: nothing printed"
+        write_run(sweep / "0", {}, [metrics_row(s) for s in range(14)])  # 14 of 20: a tenth on
+        monitor.update()
+    lines = output(con).splitlines()
+    assert lines[0] == f"Sweep directory: {sweep}"
+    assert lines[1] == ("#0 learning_rate=1e-5 seed=0: running (resumed @8), step 12/20, "
+                        "train 0.110, eval 0.200 @10, 2.00 s/step, ETA 16s")
+    assert lines[3] == ("#2 learning_rate=1e-3 seed=0: collapsed, step 4/20, train 0.030, "
+                        "eval 0.000 @0, rollout reward 0 for 3 consecutive steps")
+    assert lines[5] == "#4 learning_rate=1e-4 seed=0: pending, step 0"
+    assert lines[6].startswith("#0 learning_rate=1e-5 seed=0: running (resumed @8), step 14/20")
+    assert len(lines) == 7
+
+
+def test_live_table_keeps_the_telling_rows(sweep: Path) -> None:
+    rows = SweepProgress(sweep).read()
+    con = console(terminal=True)
+    con.print(table(rows, max_rows=3))
+    text = output(con)
+    shown = [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")]
+    assert shown == ["0", "2", "3"], "running first, then collapsed; completed and pending wait"
+    assert "2 more runs not shown (1 completed, 1 collapsed, 1 pending, 2 running)" in text
+    assert "12/20" in text and "0.200 @10" in text and "16s" in text
+
+
+def test_live_view_on_a_terminal(sweep: Path) -> None:
+    con = console(terminal=True)
+    with SweepMonitor(SweepProgress(sweep), con) as monitor:
+        monitor.update()
+    text = output(con)
+    assert "running (resumed @8)" in text and "┃ overrides" in text
+    assert "#0 learning_rate" not in text, "a terminal gets the table, not plain lines"
+
+
+def test_summary_names_outcomes_resumes_best_config_and_report(sweep: Path) -> None:
+    con = console(terminal=False)
+    monitor = SweepMonitor(SweepProgress(sweep), con)
+    rows = SweepProgress(sweep).read({4: "CANCELLED"})
+    lines = monitor.summary(rows)
+    assert lines[0] == f"Sweep {sweep}: 5 runs: 1 completed, 1 collapsed, 1 cancelled, 2 running"
+    assert lines[5] == "  #4 learning_rate=1e-4 seed=0: cancelled, step 0, cancelled before its first step"
+    assert lines[6] == "Resumed: #0 from step 8"
+    # the collapsed config is excluded; learning_rate=1e-5 (best 0.2 and 0.3) wins
+    assert lines[7] == ("Best config: learning_rate=1e-5: best eval reward 0.250 "
+                        "(mean over 2 runs)")
+    assert lines[8] == (f"Report: `make plots SWEEP={sweep}` writes {sweep / 'report.md'} "
+                        f"and {sweep / 'figures'}/")
+    (sweep / "report.md").write_text("# report")
+    assert monitor.summary(rows)[-1] == f"Report: {sweep / 'report.md'}"
+    assert output(con).count("Best config:") == 2
+
+
+def test_watch_command_shows_a_finished_sweep_and_stops(sweep: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    for job in (3, 4):
+        write_run(sweep / str(job), {}, None, status("completed", 19))
+    write_run(sweep / "0", {}, None, status("completed", 19, restarts=1, resumed_from=[8]))
+    main(["watch", str(sweep), "--interval", "0.01"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Sweep directory: {sweep}"
+    assert f"Sweep {sweep}: 5 runs: 4 completed, 1 collapsed" in lines
+    assert "Resumed: #0 from step 8" in lines
+    main(["watch", "--outputs", str(sweep.parents[1]), "--once"])  # the latest sweep
+    assert f"Sweep {sweep}: 5 runs: 4 completed, 1 collapsed" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no sweep .* run one first, e.g. `make demo`"):
+        main(["watch", "--outputs", str(sweep / "nothing")])
+
+
+def test_watch_ends_when_the_local_launcher_is_gone(sweep: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    data = json.loads((sweep / "jobs.json").read_text())
+    data["pid"] = gone.pid
+    data["jobs"][0]["job_id"] = str(gone.pid)
+    (sweep / "jobs.json").write_text(json.dumps(data))
+    assert local_states(read_jobs(sweep)) == {0: "FINISHED", 1: "LAUNCHER_GONE",
+                                             2: "LAUNCHER_GONE", 3: "LAUNCHER_GONE",
+                                             4: "LAUNCHER_GONE"}
+    main(["watch", str(sweep), "--interval", "0.01"])
+    out = capsys.readouterr().out
+    assert "#0 learning_rate=1e-5 seed=0: failed (resumed @8), step 12/20" in out
+    assert "the job ended (FINISHED) without a final status" in out
+    assert ("#4 learning_rate=1e-4 seed=0: cancelled, step 0, never started: "
+            "its launcher is gone") in out
+
+
+def test_watch_once_shows_a_running_sweep_then_its_summary(sweep: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    main(["watch", str(sweep), "--once"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Sweep directory: {sweep}"
+    assert lines[1].startswith("#0 learning_rate=1e-5 seed=0: running (resumed @8), step 12/20")
+    assert f"Sweep {sweep}: 5 runs: 1 completed, 1 collapsed, 1 pending, 2 running" in lines
