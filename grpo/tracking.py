@@ -46,7 +46,7 @@ class Tracker:
         config = scrub_secrets(OmegaConf.to_container(cfg, resolve=True))
         self.run = wandb.init(
             project=cfg.logging.wandb_project, entity=cfg.logging.wandb_entity, mode=mode,
-            dir=str(run_dir), id=run_id or wandb.util.generate_id(), resume="allow",
+            dir=str(run_dir), id=run_id or wandb.sdk.lib.runid.generate_id(), resume="allow",
             group=f"{cfg.experiment_name}/{run_dir.parent.name}",
             name=f"{cfg.experiment_name}-{run_dir.parent.name}-{run_dir.name}",
             tags=[o[:MAX_TAG_CHARS] for o in run_overrides(run_dir)], config=config,
