@@ -18,6 +18,11 @@ The helper is a plain `subprocess` (no `multiprocessing`), so grading also works
 pool workers; each process that grades starts its own helper (a forked child never reuses its
 parent's), and calls from several threads of one process are serialised on it.
 
+SLURM signals every process of a job (SIGUSR2 before the time limit, SIGTERM on scancel or a
+requeue) while the trainer finishes its step before it stops: the helper ignores both from its
+first instruction on (it starts with them blocked), so that step is graded right. It ends when
+its stdin closes, i.e. with the process that started it.
+
 This module imports only the standard library at load time, so the helper can load it by path
 without importing torch or the rest of the `grpo` package.
 """
@@ -29,6 +34,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -47,6 +53,9 @@ MAX_ANSWER_CHARS = 1000
 HELPER_MEMORY_LIMIT_BYTES = 4 * 1024**3
 """Address-space cap of the helper process, so a runaway big-number computation cannot exhaust
 the machine's memory before its timeout."""
+
+JOB_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+"""What a scheduler sends every process of a job before stopping it; the helper ignores them."""
 
 # ----------------------------------------------------------------------------------------------
 # Stage 1 and 2: normalization and exact comparison of plain numbers.
@@ -180,7 +189,12 @@ def _serve() -> None:
 
 
 _BOOTSTRAP = """
-import importlib.util, json, sys
+import signal, sys
+ignored = [int(sig) for sig in sys.argv[3].split(",")]
+for sig in ignored:
+    signal.signal(sig, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, ignored)
+import importlib.util, json
 sys.path[:] = json.loads(sys.argv[2])
 spec = importlib.util.spec_from_file_location("_grpo_grading_helper", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
@@ -210,12 +224,18 @@ class _MathVerifyHelper:
 
     @staticmethod
     def _start() -> subprocess.Popen:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP, os.path.abspath(__file__), json.dumps(sys.path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            bufsize=0,  # unbuffered: a fork can never inherit (and later flush) half a request
-        )
+        # the child inherits the blocked mask; it ignores the signals before it unblocks them
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, JOB_SIGNALS)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOTSTRAP, os.path.abspath(__file__), json.dumps(sys.path),
+                 ",".join(str(int(sig)) for sig in JOB_SIGNALS)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                bufsize=0,  # unbuffered: a fork can never inherit (and later flush) half a request
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         try:
             reply = _read_line(proc, STARTUP_TIMEOUT_S)
         except _HelperTimeout:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
 
 from grpo import grade_answer, normalize_answer, r1_zero_reward_fn
+from grpo.grading import _HELPER
 
 
 def r1(answer: str) -> str:
@@ -187,3 +190,16 @@ def test_pathological_input_returns_within_the_bound_off_the_main_thread():
     assert verdict is False
     assert elapsed < 5.0, f"took {elapsed:.1f} s with a 1 s bound"
     assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")  # a fresh helper takes over
+
+
+def test_the_helper_outlives_the_signals_slurm_sends_every_process_of_a_job():
+    """SIGUSR2 (time limit near) and SIGTERM (scancel) reach the helper too, while the trainer
+    finishes its step: the same helper keeps grading, right."""
+    assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")
+    helper = _HELPER._proc
+    for sig in (signal.SIGUSR2, signal.SIGTERM):
+        os.kill(helper.pid, sig)
+    time.sleep(0.5)  # a helper that did not ignore them is dead by now
+    assert helper.poll() is None
+    assert grade_answer("(x+1)^2", "x^2+2x+1") and not grade_answer("6.28", "2\\pi")
+    assert _HELPER._proc is helper
