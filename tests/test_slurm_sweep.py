@@ -69,7 +69,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
         tmp_path, tiny_model_dir, "n_grpo_steps=300", "rollout_batch_size=256",
         "train_batch_size=256", "eval.eval_every=40", "checkpoint.checkpoint_every=1000",
         "cluster.time_limit_min=1", "hydra.launcher.signal_delay_s=15",
-        "hydra.launcher.max_num_timeout=20", timeout=1800,
+        "hydra.launcher.max_num_timeout=40", timeout=2400,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (run,) = run_dirs(tmp_path)
