@@ -22,6 +22,7 @@ import atexit
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -78,7 +79,6 @@ def _serve() -> None:
     import logging
     import math
     import resource
-    import signal
 
     logging.disable(logging.CRITICAL)  # math-verify warns about its disabled timeouts
     try:
@@ -110,7 +110,7 @@ def _serve() -> None:
 
 
 IGNORED_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
-"""Signals the helper ignores, from its first line on: they are meant for its parent (SLURM's
+"""Signals the helper ignores, from its first instruction on (it starts with them blocked): they are meant for its parent (SLURM's
 time-limit warning SIGUSR2 and a preemption's SIGTERM reach every process of a job, Ctrl-C's
 SIGINT the whole process group), which checkpoints or stops and then ends the helper by closing
 its stdin or killing it. Without this, a warning that arrives while the helper starts up kills
@@ -118,9 +118,10 @@ it and with it the run."""
 
 _BOOTSTRAP = """
 import signal, sys
-for name in sys.argv[3].split(","):
-    if hasattr(signal, name):
-        signal.signal(getattr(signal, name), signal.SIG_IGN)
+ignored = [getattr(signal, name) for name in sys.argv[3].split(",") if hasattr(signal, name)]
+for sig in ignored:
+    signal.signal(sig, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, ignored)
 import importlib.util, json
 sys.path[:] = json.loads(sys.argv[2])
 spec = importlib.util.spec_from_file_location("_grpo_math_verify_helper", sys.argv[1])
@@ -151,19 +152,26 @@ class _MathVerifyHelper:
 
     @staticmethod
     def _start() -> subprocess.Popen:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _BOOTSTRAP,
-                os.path.abspath(__file__),
-                json.dumps(sys.path),
-                ",".join(IGNORED_SIGNALS),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            bufsize=0,  # unbuffered: a fork can never inherit (and later flush) half a request
-        )
+        # the child starts with the signals blocked (it inherits the mask) and unblocks them only
+        # once it ignores them, so one that arrives while the interpreter starts cannot kill it
+        blocked = [getattr(signal, name) for name in IGNORED_SIGNALS]
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        try:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    _BOOTSTRAP,
+                    os.path.abspath(__file__),
+                    json.dumps(sys.path),
+                    ",".join(IGNORED_SIGNALS),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                bufsize=0,  # unbuffered: a fork can never inherit (and later flush) half a request
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         try:
             reply = _read_line(proc, STARTUP_TIMEOUT_S)
         except _HelperTimeout:

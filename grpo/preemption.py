@@ -1,22 +1,58 @@
-"""Notice a coming preemption or time limit (SIGUSR2 from SLURM/submitit, SIGTERM) without dying
-mid-step: the handler only records the signal; the trainer checkpoints at the end of the current
-GRPO step and then hands the signal to whoever handled it before (submitit requeues the job)."""
+"""Notice a coming preemption, time limit or cancellation without dying mid-step.
+
+SLURM signals every process of a job: SIGUSR2 `signal_delay_s` before the time limit (submitit's
+`--signal`, also sent by `scancel --signal=USR2`), SIGTERM on `scancel`, on a requeue (preemption,
+`scontrol requeue`) and at the hard time limit, then SIGKILL `KillWait` seconds later. The handler
+only records the signal; the trainer checkpoints at the end of the current GRPO step, asks
+`verdict()` what the stop is, writes that status and then hands the signal to whoever handled it
+before (submitit's SIGUSR2 handler requeues the job).
+"""
 
 from __future__ import annotations
 
 import os
 import signal
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from grpo.slurm import SchedulerUnavailable, scontrol_show
+
 WATCHED = (signal.SIGUSR2, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a signalled run stops: `status` (preempted | cancelled), why, and how it resumes."""
+
+    status: str
+    cause: str
+    resumes: str
+
+
+def requeued_by_scheduler() -> bool | None:
+    """Whether SLURM has requeued this job since it started (None: not a SLURM job, or unknown).
+
+    A requeue (preemption, `scontrol requeue`) raises the job's `Restarts` above the
+    SLURM_RESTART_COUNT this process started with; a `scancel` or a time limit does not.
+    """
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if job_id is None:
+        return None
+    try:
+        records = scontrol_show("job", job_id)
+    except SchedulerUnavailable:
+        return None
+    if not records or "Restarts" not in records[0]:
+        return None
+    return int(records[0]["Restarts"]) > int(os.environ.get("SLURM_RESTART_COUNT") or 0)
 
 
 class PreemptionWatcher:
     """Records SIGUSR2/SIGTERM while installed; see the module docstring."""
 
     def __init__(self) -> None:
-        self.received: int | None = None
+        self.received: list[int] = []
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> PreemptionWatcher:
@@ -25,18 +61,35 @@ class PreemptionWatcher:
         return self
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
-        self.received = signum
+        self.received.append(signum)
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
+    def _deciding_signal(self) -> int:
+        return signal.SIGUSR2 if signal.SIGUSR2 in self.received else signal.SIGTERM
+
+    def verdict(self) -> Verdict:
+        """What the received signals mean; asks SLURM whether a SIGTERM came with a requeue."""
+        if self._deciding_signal() == signal.SIGUSR2:
+            return Verdict("preempted", "SIGUSR2, sent before the SLURM time limit or at a preemption",
+                           "the job is requeued and resumes from this checkpoint")
+        if requeued_by_scheduler():
+            return Verdict("preempted", "SIGTERM as SLURM requeued the job, e.g. at a preemption",
+                           "the job runs again and resumes from this checkpoint")
+        return Verdict("cancelled", "SIGTERM from scancel, the hard time limit or a kill",
+                       "launch the same sweep again to resume from this checkpoint")
+
     def hand_over(self) -> None:
-        """Restore the previous handlers and deliver the recorded signal to them."""
-        assert self.received is not None
+        """Restore the previous handlers and deliver the deciding signal to them.
+
+        submitit's SIGUSR2 handler requeues the job and exits; its SIGTERM handler only logs.
+        """
+        sig = self._deciding_signal()
         self.__exit__()
-        handler = self._previous[self.received]
+        handler = self._previous[sig]
         if callable(handler):
-            handler(self.received, None)
+            handler(sig, None)
         else:
-            os.kill(os.getpid(), self.received)
+            os.kill(os.getpid(), sig)

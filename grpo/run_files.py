@@ -15,7 +15,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("running", "completed", "diverged", "collapsed", "failed")
+# running: training (or killed without a word: SIGKILL, node failure); completed: all steps done;
+# diverged / collapsed: stopped by the health checks; failed: stopped by an error (reason);
+# preempted: stopped by SIGUSR2 or a requeue with a checkpoint at its last step, and requeued:
+# it resumes by itself; cancelled: stopped by SIGTERM (scancel, hard time limit, kill) with a
+# checkpoint at its last step: launching the same sweep again resumes it
+STATUSES = ("running", "completed", "diverged", "collapsed", "failed", "preempted", "cancelled")
 log = logging.getLogger(__name__)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+from submitit.core.utils import UncompletedJobError
 
 from grpo.advantages import compute_group_normalized_rewards
 from grpo.batch_plan import BatchPlan
@@ -403,8 +404,8 @@ class GRPOTrainer:
     def run(self, watcher: PreemptionWatcher) -> dict[str, Any]:
         """Train from `start_step` to n_grpo_steps; returns the final status.
 
-        A signal recorded by `watcher` makes the run checkpoint after the current step, then hand
-        the signal on (submitit requeues the job) and exit.
+        A signal recorded by `watcher` makes the run checkpoint after the current step and stop as
+        `preempted` or `cancelled` (see `_stop_for_signal`).
         """
         cfg = self.cfg
         n_steps = int(cfg.n_grpo_steps)
@@ -453,23 +454,19 @@ class GRPOTrainer:
                 "throughput/rollout_tokens_per_s": n_tokens / max(timer.metrics["time/rollout_s"], 1e-9),
             })
             self.metrics_log.append(metrics)
-            self.tracker.log(metrics, step)
             last_step = step
             self._progress(step, n_steps, metrics, now - started)
+            done = step == n_steps - 1
+            periodic = (step + 1) % cfg.checkpoint.checkpoint_every == 0
+            if stop is None and (done or periodic or watcher.received):
+                self._save_checkpoint(step, metrics["time/elapsed_s"], metrics["time/elapsed_no_eval_s"])
+            if stop is None and watcher.received and not done:
+                return self._stop_for_signal(watcher, step, metrics)
+            self.tracker.log(metrics, step)
             if stop is not None:
                 self._status(stop[0], step, reason=stop[1])
                 log.warning(f"run stopped at step {step}: {stop[0]} ({stop[1]})")
                 break
-            done = step == n_steps - 1
-            if done or (step + 1) % cfg.checkpoint.checkpoint_every == 0 or watcher.received:
-                self._save_checkpoint(step, metrics["time/elapsed_s"], metrics["time/elapsed_no_eval_s"])
-            if watcher.received and not done:
-                reason = f"signal {watcher.received} after step {step}; checkpointed, resumes on restart"
-                self._status("running", step, reason=reason)
-                log.warning(reason)
-                self.tracker.finish()
-                watcher.hand_over()
-                raise SystemExit(f"stopped by signal {watcher.received}")
             self._status("running", step)
         else:
             self._complete(last_step, trained_now=True)
@@ -487,6 +484,29 @@ class GRPOTrainer:
             if trained_now or problem is not None:
                 write_final_model(self.policy, self.tokenizer, self.run_dir)
         self._status("completed", last_step)
+
+    def _stop_for_signal(self, watcher: PreemptionWatcher, step: int, metrics: dict[str, float]) -> dict[str, Any]:
+        """After the checkpoint of `step`: write the stop's status, close wandb, hand the signal on.
+
+        A preempted run exits without a result (the scheduler runs the job again); a cancelled one
+        returns its status, which the launcher reads as the job's result.
+        """
+        verdict = watcher.verdict()
+        self._status(verdict.status, step, reason=f"{verdict.cause} after step {step}; "
+                     f"checkpointed at step {step}, {verdict.resumes}")
+        log.warning(f"run stopped at step {step}: {verdict.status} ({verdict.cause})")
+        self.tracker.log(metrics, step)
+        self.tracker.finish()
+        self.engine.close()
+        try:
+            watcher.hand_over()
+        except UncompletedJobError as err:  # submitit did not requeue (e.g. max_num_timeout reached)
+            self._status("cancelled", step, reason=f"{verdict.cause} after step {step}; not "
+                         f"requeued ({err}); launch the same sweep again to resume")
+            return read_status(self.run_dir)
+        if verdict.status == "preempted":
+            raise SystemExit(f"run preempted after step {step}; it resumes when the job runs again")
+        return read_status(self.run_dir)
 
     def _progress(self, step: int, n_steps: int, metrics: dict[str, float], elapsed: float) -> None:
         if (step + 1) % self.cfg.logging.progress_every and step != n_steps - 1:

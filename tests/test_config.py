@@ -231,7 +231,8 @@ def test_one_bad_job_stops_the_whole_sweep(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_dry_runs(preset: str, real_paths: list[str], tmp_path: Path) -> None:
-    extra = [] if preset in CPU_PRESETS else real_paths
+    # cluster=slurm jobs are checked against the partition: ask what a small node holds
+    extra = [] if preset in CPU_PRESETS else [*real_paths, "cluster.cpus_per_job=1", "cluster.mem_gb=1"]
     out = launch("-m", f"+experiment={preset}", *extra, f"paths.output_root={tmp_path / 'o'}",
                  "dry_run=true")
     assert out.returncode == 0, out.stderr

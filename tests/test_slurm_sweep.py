@@ -1,5 +1,6 @@
 """Sweeps on the real local SLURM cluster through hydra-submitit-launcher (no mocks).
 
+Jobs use the documented CPU preset (cluster=slurm_cpu) and wandb's default mode (offline).
 Needs `scripts/slurm_cluster.sh start` (CI does it and sets GRPO_REQUIRE_SLURM=1, which turns a
 missing cluster into a failure instead of a skip).
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from test_slurm_cluster import require_cluster
+from wandb_offline import history_steps, offline_runs, run_id
 
 from analysis.progress import slurm_states
 
@@ -22,17 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
-def slurm_command(tmp_path: Path, tiny_model_dir: Path, *overrides: str) -> list[str]:
-    """`launch.py -m` with cluster=slurm sized for this 2-core node."""
-    return [sys.executable, str(ROOT / "launch.py"), "-m", "cluster=slurm", "model=tiny",
-            "data=toy", "rollout=hf", f"model.path={tiny_model_dir}",
-            "cluster.cpus_per_job=1", "cluster.mem_gb=2",
-            f"paths.output_root={tmp_path}", "hydra.launcher.array_parallelism=2", *overrides]
+def sweep_command(tmp_path: Path, tiny_model_dir: Path, *overrides: str) -> list[str]:
+    """`launch.py -m` of CPU jobs on SLURM (cluster=slurm_cpu), wandb in its default mode."""
+    return [sys.executable, str(ROOT / "launch.py"), "-m", "cluster=slurm_cpu", "model=tiny",
+            "data=toy", "rollout=hf", f"model.path={tiny_model_dir}", f"paths.output_root={tmp_path}",
+            "hydra.launcher.array_parallelism=2", *overrides]
 
 
 def slurm_sweep(tmp_path: Path, tiny_model_dir: Path, *overrides: str, timeout: int = 900):
-    """Run the sweep of `slurm_command` to its end; returns the finished process."""
-    return subprocess.run(slurm_command(tmp_path, tiny_model_dir, *overrides), cwd=tmp_path,
+    """Run a sweep of `sweep_command` to its end; returns the finished process."""
+    return subprocess.run(sweep_command(tmp_path, tiny_model_dir, *overrides), cwd=tmp_path,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -78,7 +79,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
         tmp_path, tiny_model_dir, "n_grpo_steps=300", "rollout_batch_size=256",
         "train_batch_size=256", "eval.eval_every=40", "checkpoint.checkpoint_every=1000",
         "cluster.time_limit_min=1", "hydra.launcher.signal_delay_s=15",
-        "hydra.launcher.max_num_timeout=12", timeout=1800,
+        "hydra.launcher.max_num_timeout=40", timeout=2400,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (run,) = run_dirs(tmp_path)
@@ -91,6 +92,22 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
     assert len(status["resumed_from"]) == status["restarts"]
     resumed = ", then ".join(map(str, status["resumed_from"]))
     assert f"Resumed: #0 from step {resumed}" in out.stdout
+    segments = offline_runs(run)
+    assert len(segments) == status["restarts"] + 1 and len({run_id(s) for s in segments}) == 1
+    assert [step for s in segments for step in history_steps(s)] == list(range(300)), (
+        "each wandb segment holds its steps, none lost at a signal")
+    assert tracebacks(run.parent) == []
+
+
+def job_logs(sweep_dir: Path) -> list[Path]:
+    """The stderr files of the sweep's SLURM jobs (all incarnations of a job append to one)."""
+    return sorted((sweep_dir / ".submitit").rglob("*_log.err"))
+
+
+def tracebacks(sweep_dir: Path) -> list[str]:
+    """The job logs of a sweep that hold a Python traceback, with their last lines."""
+    return [f"{log}: ...{log.read_text()[-1500:]}" for log in job_logs(sweep_dir)
+            if "Traceback" in log.read_text()]
 
 
 def test_invalid_job_is_refused_before_sbatch(tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -111,7 +128,7 @@ def test_cancelled_job_is_reported_as_cancelled(tmp_path: Path, tiny_model_dir: 
     require_cluster()
     name = f"grpo-cancel-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(
-        slurm_command(tmp_path, tiny_model_dir, "learning_rate=3e-4,1e-4", "n_grpo_steps=40",
+        sweep_command(tmp_path, tiny_model_dir, "learning_rate=3e-4,1e-4", "n_grpo_steps=40",
                       "eval.eval_every=10", f"hydra.launcher.name={name}"),
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -2,8 +2,10 @@
 
 It is Hydra's BasicSweeper (cartesian product of the swept values, `hydra.sweeper.params` from
 presets, command-line values winning) with a gate in front of the launcher: each job's config is
-composed and passed through `grpo.config_validation.check_config`; one bad job stops the whole
-submission with one message per bad job, and `dry_run=true` lists the jobs and launches nothing.
+composed and passed through `grpo.config_validation.check_config`, and a `cluster=slurm` job is
+checked against what its partition's nodes offer (the scheduler is asked once per sweep); one bad
+job stops the whole submission with one message per bad job, and `dry_run=true` lists the jobs and
+launches nothing. A submission that sbatch still refuses ends in one line with sbatch's message.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from hydra.core.utils import filter_overrides
 
 from grpo.config_validation import check_config
 from grpo.sweep.job import describe_job, output_root_note
+from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
 from hydra_plugins.grpo_sweeps.hydra_compat import BasicSweeper, preset_overrides, split_into_jobs
 
 
@@ -36,11 +39,13 @@ class ValidatingSweeper(BasicSweeper):
             print(f"warning: {note}", file=sys.stderr)
         jobs, swept = self._all_jobs(arguments)
         bad, lines = [], []
+        resources = ResourceCheck()
         for num, overrides in enumerate(jobs):
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             shown = " ".join(o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept)
             label = f"job #{num} [{shown or 'no swept keys'}]"
             report = check_config(cfg)
+            report.errors += resources.refusals(cfg)
             for warning in report.warnings:
                 print(f"warning: {label}: {warning}", file=sys.stderr)
             if report.errors:
@@ -58,4 +63,12 @@ class ValidatingSweeper(BasicSweeper):
             print(f"dry run: {len(jobs)} jobs, nothing submitted")
             print("\n".join(lines))
             return []
-        return super().sweep(arguments)
+        try:
+            return super().sweep(arguments)
+        except Exception as err:
+            refusal = sbatch_refusal(err)
+            if refusal is None:
+                raise
+            print(f"error: sbatch refused the job array: {refusal} (its options come from "
+                  "cluster.* and hydra.launcher.*)", file=sys.stderr)
+            sys.exit(2)
