@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 # caches of the vLLM tests stay inside the checkout
 VLLM_ENV := XDG_CACHE_HOME=$(CURDIR)/.cache/xdg VLLM_CACHE_ROOT=$(CURDIR)/.cache/vllm \
-	VLLM_ENABLE_V1_MULTIPROCESSING=0 PIP_CACHE_DIR=$(CURDIR)/.cache/pip
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 PIP_CACHE_DIR=$(CURDIR)/.cache/pip GRPO_REQUIRE_VLLM=1
 
 .DEFAULT_GOAL := help
 

