@@ -184,17 +184,18 @@ def read_metrics(run_dir: Path) -> list[dict]:
 @pytest.mark.slow
 def test_toy_run_with_vllm_learns(vllm_installed: None, tiny_model_dir: Path,
                                   tmp_path: Path) -> None:
-    """`launch.py model=tiny data=toy rollout=vllm` (wandb offline, the default), shortened."""
+    """`launch.py model=tiny data=toy rollout=vllm`, shortened."""
     out = launch("model=tiny", "data=toy", "rollout=vllm", f"model.path={tiny_model_dir}",
-                 "n_grpo_steps=300", f"hydra.run.dir={tmp_path}")
+                 "n_grpo_steps=200", "rollout.dtype=float32", "logging.wandb_mode=disabled",
+                 f"hydra.run.dir={tmp_path}")
     assert "vLLM runs on the CPU" in out.stderr
     records = read_metrics(tmp_path)
     evals = [r["eval/reward"] for r in records if "eval/reward" in r]
     print(f"\ntoy run with vLLM on CPU: eval/reward {evals}")
     assert evals[-1] - evals[0] >= 0.3
-    # float32 engine and policy: the engine's log-probs are the trainer's
+    # float32 engine and policy: after every step's weight sync the engine's log-probs are the
+    # trainer's (the default bfloat16 engine would differ by its rounding, ~1e-2)
     assert max(r["rollout/engine_logprob_abs_diff"] for r in records) < 1e-3
-    assert list((tmp_path / "wandb").glob("offline-run-*"))
 
 
 @pytest.mark.slow
@@ -202,7 +203,7 @@ def test_rehearsal_run_with_vllm(vllm_installed: None, rehearsal_model_dir: Path
                                  tmp_path: Path, shipped_math_sample: list[str]) -> None:
     """`launch.py model=qwen-rehearsal data=math_sample prompt=r1_zero rollout=vllm`, 3 steps."""
     launch("model=qwen-rehearsal", f"model.path={rehearsal_model_dir}", "data=math_sample",
-           "prompt=r1_zero", "rollout=vllm", *shipped_math_sample, "n_grpo_steps=3",
+           "prompt=r1_zero", "rollout=vllm", "rollout.dtype=float32", *shipped_math_sample, "n_grpo_steps=3",
            "rollout_batch_size=8", "group_size=4", "train_batch_size=8", "micro_batch_size=4",
            "sampling.max_new_tokens=24", "eval.eval_every=1", "eval.n_examples=8",
            "eval.temperature=0.0", "learning_rate=1e-3", "logging.wandb_mode=disabled",
