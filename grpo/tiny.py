@@ -12,7 +12,8 @@ a fixed number of supervised steps leaves many seeds (the moment the model start
 operands varies from ~15 to ~100 steps between seeds). So the build ends with a supervised
 warm-up on correct answers, with all sums equally frequent, that runs until the greedy accuracy
 first reaches 0.25 (at least 10 steps): the model then answers in the right format and has begun
-to condition on the operands, but is mostly wrong (greedy accuracy 0.28-0.32 over 16 seeds),
+to condition on the operands, but is mostly wrong (greedy accuracy 0.28-0.32 after 13-52 steps over
+seeds 0-7),
 which leaves RL room to raise it.
 
 The build is deterministic given its settings (same machine and torch version), idempotent, and

@@ -96,7 +96,7 @@ def test_warm_up_stops_soon_after_the_model_starts_using_the_operands(
 ) -> None:
     model_dir = tiny.build_tiny_model(tmp_path / "m", seed=seed)
     info = json.loads((model_dir / model_build.BUILD_INFO_FILE).read_text())
-    # measured over 16 seeds: 0.28-0.32 after 15-106 steps
+    # measured over seeds 0-7 (head size 32): 0.28-0.32 after 13-52 steps
     assert 0.25 <= info["greedy_accuracy"] <= 0.36
     assert 10 <= info["warmup_steps_taken"] < 300
 
