@@ -41,7 +41,7 @@ def rehearsal_config(model_dir: Path, *overrides: str):
             "n_grpo_steps=3", "rollout_batch_size=8", "group_size=4", "train_batch_size=8",
             "micro_batch_size=4", "sampling.max_new_tokens=24", "eval.eval_every=1",
             "eval.n_examples=8", "eval.temperature=0.0", "learning_rate=1e-3",
-            "logging.wandb_mode=disabled", *overrides,
+            *overrides,
         ])
 
 

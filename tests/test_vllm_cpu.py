@@ -186,7 +186,7 @@ def test_toy_run_with_vllm_learns(vllm_installed: None, tiny_model_dir: Path,
                                   tmp_path: Path) -> None:
     """`launch.py model=tiny data=toy rollout=vllm`, shortened."""
     out = launch("model=tiny", "data=toy", "rollout=vllm", f"model.path={tiny_model_dir}",
-                 "n_grpo_steps=200", "rollout.dtype=float32", "logging.wandb_mode=disabled",
+                 "n_grpo_steps=200", "rollout.dtype=float32",
                  f"hydra.run.dir={tmp_path}")
     assert "vLLM runs on the CPU" in out.stderr
     records = read_metrics(tmp_path)
@@ -209,7 +209,7 @@ def test_rehearsal_run_with_vllm(vllm_installed: None, rehearsal_model_dir: Path
            "prompt=r1_zero", "rollout=vllm", "rollout.dtype=float32", *shipped_math_sample, "n_grpo_steps=3",
            "rollout_batch_size=8", "group_size=4", "train_batch_size=8", "micro_batch_size=4",
            "sampling.max_new_tokens=24", "eval.eval_every=1", "eval.n_examples=8",
-           "eval.temperature=0.0", "learning_rate=1e-3", "logging.wandb_mode=disabled",
+           "eval.temperature=0.0", "learning_rate=1e-3",
            f"hydra.run.dir={tmp_path}")
     samples = check_rehearsal_run(tmp_path)
     print("\nfirst eval rollouts (vLLM):")
