@@ -1,22 +1,29 @@
 """Checks of one run's composed config, made before anything is submitted or trained.
 
 `check_config(cfg)` returns the errors (the job must not run) and warnings (legal but often
-unintended) of one job; each message names the config key, the rule and the fix.
+unintended) of one job; each message names the config key, the rule and the fix. The value of
+each key is checked against its rule in `grpo.config_rules.RULES` and the batch sizes by
+`BatchPlan.errors()` first; the checks here tie keys to each other, to the model and to the data
+files (read with `grpo.data.load_examples`, prompts tokenized as the rollout engine does).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from transformers import PreTrainedTokenizerBase
 
 from grpo.batch_plan import BatchPlan
-from grpo.data import SPLITS, load_examples
+from grpo.config_rules import value_errors
+from grpo.data import SPLITS, Example, load_examples
 from grpo.losses import POLICY_LOSSES
 from grpo.model_build import BUILDERS
-from grpo.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, load_prompt_template
+from grpo.models import load_tokenizer
+from grpo.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, format_prompt, load_prompt_template
 from grpo.rollout import ENGINES
 from grpo.tiny import CHARACTERS
 from grpo.train_step import LENGTH_NORMALIZATIONS
@@ -32,17 +39,40 @@ class ConfigReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def _count_jsonl_records(path: Path) -> int:
-    with path.open("rb") as f:
-        return sum(1 for line in f if line.strip())
+def _file_stamp(path: object) -> tuple[str, int, int] | None:
+    """(path, mtime, size) of a data file, so that a cached read notices a changed file."""
+    try:
+        stat = Path(str(path)).expanduser().stat()
+    except (OSError, ValueError):
+        return None
+    return str(path), stat.st_mtime_ns, stat.st_size
+
+
+@lru_cache(maxsize=4)
+def _read_splits(data_json: str, stamps: tuple) -> dict[str, list[Example]]:
+    data_cfg = json.loads(data_json)
+    return {split: load_examples(data_cfg, split) for split in SPLITS}
+
+
+def load_splits(cfg: DictConfig) -> dict[str, list[Example]]:
+    """Both splits of the run's data as the trainer reads them (`grpo.data.load_examples`),
+    cached while the files are unchanged (the jobs of a sweep share their data).
+
+    Raises:
+        OSError, ValueError: unreadable or malformed data; the message names file and line.
+    """
+    data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True),
+                "validation_size": cfg.eval.n_examples}
+    stamps = tuple(_file_stamp(data_cfg.get(f"{split}_path")) for split in SPLITS)
+    return _read_splits(json.dumps(data_cfg, sort_keys=True), stamps)
 
 
 def _check_data(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     data = cfg.data
-    questions_per_step = plan.questions_per_step
-    if data.name == "toy":
-        train_size = int(data.train_size)
-    elif data.name == "math":
+    if data.name not in ("math", "toy"):
+        report.errors.append(f"data.name={data.name} is not a dataset; use data=math or data=toy")
+        return
+    if data.name == "math":
         missing = False
         for key in ("train_path", "validation_path"):
             if not Path(str(data[key])).is_file():
@@ -54,13 +84,25 @@ def _check_data(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
                 )
         if missing:
             return
-        train_size = _count_jsonl_records(Path(str(data.train_path)))
-    else:
-        report.errors.append(f"data.name={data.name} is not a dataset; use data=math or data=toy")
+    try:
+        splits = load_splits(cfg)
+    except ValueError as err:
+        report.errors.append(f"data={data.name}: {err}; fix or remove that line")
         return
-    if questions_per_step > train_size:
+    except OSError as err:
+        report.errors.append(f"data={data.name}: {err}; make the file readable")
+        return
+    for split, examples in splits.items():
+        if not examples:
+            report.errors.append(
+                f"data.{split}_path={data[f'{split}_path']} holds no records: the run "
+                f"{'samples' if split == 'train' else 'evaluates on'} them; point "
+                f"data.{split}_path at a jsonl file with one problem per line"
+            )
+    train_size = len(splits["train"])
+    if train_size and plan.questions_per_step > train_size:
         report.errors.append(
-            f"rollout_batch_size / group_size = {questions_per_step} questions per step is more than "
+            f"rollout_batch_size / group_size = {plan.questions_per_step} questions per step is more than "
             f"the {train_size} training questions of data={data.name}"
         )
 
@@ -88,8 +130,22 @@ def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None
             "conf/local/default.yaml); with no weights at hand use +experiment=toy (the tiny model)"
         )
         return
-    positions = json.loads(config_file.read_text()).get("max_position_embeddings")
-    if positions is not None and int(model.max_seq_len) > int(positions):
+    try:
+        model_config = json.loads(config_file.read_bytes())
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        report.errors.append(
+            f"model.path={path}: {config_file.name} is not readable JSON ({err}); restore it from "
+            "the model's original files (config.json of the Hugging Face checkpoint)"
+        )
+        return
+    positions = model_config.get("max_position_embeddings") if isinstance(model_config, dict) else None
+    if not isinstance(model_config, dict) or not (positions is None or isinstance(positions, int)):
+        report.errors.append(
+            f"model.path={path}: {config_file.name} is not a model config (a JSON object with an "
+            "integer max_position_embeddings); restore it from the model's original files"
+        )
+        return
+    if positions is not None and int(model.max_seq_len) > positions:
         report.errors.append(
             f"model.max_seq_len={model.max_seq_len} exceeds the model's {positions} positions"
         )
@@ -107,9 +163,8 @@ def _check_tiny_tokenizer(cfg: DictConfig, plan: BatchPlan, report: ConfigReport
             f"model=tiny cannot encode {''.join(unknown)!r} of prompt={cfg.prompt.name}: its "
             f"character tokenizer knows only {CHARACTERS!r}; use prompt=toy"
         )
-    data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), "validation_size": cfg.eval.n_examples}
     try:
-        examples = [e for split in SPLITS for e in load_examples(data_cfg, split)]
+        examples = [e for split in load_splits(cfg).values() for e in split]
     except (OSError, ValueError):
         return  # unreadable data is _check_data's report
     for example in examples:
@@ -121,6 +176,75 @@ def _check_tiny_tokenizer(cfg: DictConfig, plan: BatchPlan, report: ConfigReport
                 f"knows only {CHARACTERS!r}; use data that fits it (data=toy) or a real model"
             )
             return
+
+
+def _tokenizer_files(path: Path) -> tuple[tuple[str, int], ...]:
+    """(name, mtime) of the tokenizer files in a model folder; empty when it has none."""
+    names = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+    return tuple((n, (path / n).stat().st_mtime_ns) for n in names if (path / n).is_file())
+
+
+@lru_cache(maxsize=2)
+def _tokenizer(model_build: str | None, path: str, files: tuple) -> PreTrainedTokenizerBase:
+    """The run's tokenizer without its model: a locally made model's is made in memory (its
+    folder may not exist yet), any other is read from `path` (`files` keys the cache)."""
+    return BUILDERS[model_build].tokenizer() if model_build in BUILDERS else load_tokenizer(path)
+
+
+@lru_cache(maxsize=4)
+def _prompt_lengths(tokenizer: PreTrainedTokenizerBase, template: str,
+                    questions: tuple[str, ...]) -> tuple[int, ...]:
+    """Tokens of each formatted prompt, special tokens included, as the rollout engines count."""
+    prompts = [format_prompt(template, q) for q in questions]
+    return tuple(len(ids) for ids in tokenizer(prompts)["input_ids"])
+
+
+def _check_prompt_lengths(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    """Every prompt (template applied, tokenized) leaves room for sampling.max_new_tokens within
+    model.max_seq_len; the first one that does not is named by file and line."""
+    model = cfg.model
+    room = int(model.max_seq_len) - int(cfg.sampling.max_new_tokens)
+    if report.errors or room < 1 or cfg.prompt.name not in PROMPT_REWARD_PAIRS:
+        return  # a broken model, data or length setting is reported already
+    files = ()
+    if model.build is None:
+        files = _tokenizer_files(Path(str(model.path)))
+        if not files:
+            report.warnings.append(
+                f"prompt lengths not checked: model.path={model.path} holds no tokenizer files "
+                "(tokenizer.json, tokenizer_config.json); the run will need them"
+            )
+            return
+    try:
+        tokenizer = _tokenizer(model.build, str(model.path), files)
+        examples = [e for split in load_splits(cfg).values() for e in split]
+        unique = list({e.question: e for e in examples}.values())
+        lengths = _prompt_lengths(tokenizer, load_prompt_template(cfg.prompt.name),
+                                  tuple(e.question for e in unique))
+    except (OSError, ValueError) as err:
+        report.errors.append(f"model.path={model.path}: its tokenizer cannot be loaded or cannot "
+                             f"encode the prompts ({err}); restore the model's tokenizer files")
+        return
+    too_long = [(n, e) for n, e in zip(lengths, unique, strict=True) if n > room]
+    if too_long:
+        n, example = too_long[0]
+        where = example.source or f"data={cfg.data.name} question {example.question!r}"
+        more = f" (and {len(too_long) - 1} more prompts)" if len(too_long) > 1 else ""
+        report.errors.append(
+            f"{where}: the prompt (prompt={cfg.prompt.name} applied) is {n} tokens, more than "
+            f"the {room} that model.max_seq_len={model.max_seq_len} minus "
+            f"sampling.max_new_tokens={cfg.sampling.max_new_tokens} leaves{more}; shorten or "
+            "remove it, raise model.max_seq_len or lower sampling.max_new_tokens"
+        )
+
+
+def _check_sampling(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    low, high = cfg.sampling.min_new_tokens, cfg.sampling.max_new_tokens
+    if low > high:
+        report.errors.append(
+            f"sampling.min_new_tokens={low} must be <= sampling.max_new_tokens={high}; lower "
+            "sampling.min_new_tokens"
+        )
 
 
 def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
@@ -135,9 +259,18 @@ def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
             f"{', '.join(LENGTH_NORMALIZATIONS)}"
         )
     for key in loss.hyperparameters:
-        value = cfg.loss.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            report.errors.append(f"loss.{key}={value} must be a number > 0 (read by loss={name})")
+        if key not in cfg.loss:  # its value's range is grpo.config_rules'
+            report.errors.append(
+                f"loss.{key} is missing: loss={name} reads it; set it (conf/loss/{name}.yaml "
+                "holds its default)"
+            )
+    if plan.group_size < 2 and "advantages" in loss.inputs:
+        report.errors.append(
+            f"group_size={plan.group_size} gives no advantage signal: loss={name} reads "
+            "group-normalized advantages, and a response alone in its group is its group's mean, "
+            "so every advantage is 0 and nothing is learned; set group_size >= 2 (or "
+            "loss=no_baseline, which reads raw rewards)"
+        )
     for key in sorted(set(cfg.loss) - {"name", *loss.hyperparameters}):
         report.errors.append(f"loss.{key} is not read by loss={name}; remove it")
     if plan.off_policy and not loss.uses_ratio:
@@ -208,11 +341,11 @@ def check_config(cfg: DictConfig) -> ConfigReport:
     """Check one job's composed config; see the module docstring."""
     report = ConfigReport()
     plan = BatchPlan.from_config(cfg)
-    report.errors += plan.errors()
+    report.errors += value_errors(cfg) + plan.errors()
     if report.errors:
         return report
-    checks = (_check_loss, _check_prompt, _check_model, _check_data, _check_tiny_tokenizer,
-              _check_rollout)
+    checks = (_check_loss, _check_sampling, _check_prompt, _check_model, _check_data,
+              _check_tiny_tokenizer, _check_rollout, _check_prompt_lengths)
     for check in checks:
         check(cfg, plan, report)
     return report

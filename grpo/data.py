@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,12 @@ DEFAULT_TOY_TRAIN_SIZE = 10000
 @dataclass(frozen=True)
 class Example:
     """One problem: the question text (inserted into the prompt template) and its ground-truth
-    final answer (compared with the model's answer by the reward function)."""
+    final answer (compared with the model's answer by the reward function); `source` is
+    `<file>:<line>` of the record it was read from ("" for generated data), for messages."""
 
     question: str
     answer: str
+    source: str = field(default="", compare=False)
 
 
 def load_examples(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
@@ -81,7 +83,8 @@ def _load_toy(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
 
 
 def _load_math(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
-    """MATH-format jsonl: one JSON object per non-blank line."""
+    """MATH-format jsonl: one UTF-8 JSON object per non-blank line; a line that is not UTF-8, not
+    JSON, not an object or lacks the fields raises ValueError naming `<file>:<line>`."""
     key = f"{split}_path"
     if data_cfg.get(key) is None:
         raise ValueError(f"data.{key} is not set; set it in conf/local/default.yaml or on the "
@@ -96,13 +99,18 @@ def _load_math(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
     limit = data_cfg.get("train_size") if split == "train" else None
 
     examples: list[Example] = []
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
+    with open(path, "rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
             if limit is not None and len(examples) >= limit:
                 break
+            where = f"{path}:{line_no}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{where}: not UTF-8 text (byte {raw[err.start]:#04x} at "
+                                 f"column {err.start + 1})") from err
             if not line.strip():
                 continue
-            where = f"{path}:{line_no}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
@@ -125,7 +133,8 @@ def _load_math(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
                 if answer is None:
                     raise ValueError(f"{where}: no answer field {answer_field!r} and no "
                                      f"\\boxed{{...}} in the solution field {solution_field!r}")
-            examples.append(Example(question=str(record[question_field]), answer=str(answer)))
+            examples.append(Example(question=str(record[question_field]), answer=str(answer),
+                                    source=where))
     return examples
 
 

@@ -45,10 +45,16 @@ class Builder:
     module: str
     function: str
     config_keys: Mapping[str, str]
+    # `module.<tokenizer_function>()`: the model's tokenizer alone, made without building the model
+    tokenizer_function: str
 
     def __call__(self, out_dir: Path, model_cfg: Mapping[str, Any]) -> Path:
         args = {arg: model_cfg[key] for key, arg in self.config_keys.items() if key in model_cfg}
         return getattr(importlib.import_module(self.module), self.function)(out_dir, **args)
+
+    def tokenizer(self) -> Any:
+        """The built model's tokenizer, made in memory (for checks that must not build models)."""
+        return getattr(importlib.import_module(self.module), self.tokenizer_function)()
 
 
 # model.build value -> its builder
@@ -56,8 +62,9 @@ BUILDERS = {
     "tiny": Builder("grpo.tiny", "build_tiny_model", {
         "build_seed": "seed", "warmup_steps": "warmup_steps",
         "warmup_target_accuracy": "warmup_target_accuracy",
-    }),
-    "qwen_rehearsal": Builder("grpo.rehearsal", "build_rehearsal_model", {"build_seed": "seed"}),
+    }, "build_tokenizer"),
+    "qwen_rehearsal": Builder("grpo.rehearsal", "build_rehearsal_model", {"build_seed": "seed"},
+                              "build_rehearsal_tokenizer"),
 }
 
 

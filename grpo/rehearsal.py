@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,13 @@ def write_qwen_tokenizer(directory: Path) -> None:
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     for name in ("vocab.json", "merges.txt"):
         (directory / name).write_bytes(_shipped_file(name).read_bytes())
+
+
+def build_rehearsal_tokenizer() -> PreTrainedTokenizerBase:
+    """The rehearsal model's tokenizer (Qwen2.5-Math-1.5B's), without building the model."""
+    with tempfile.TemporaryDirectory() as directory:
+        write_qwen_tokenizer(Path(directory))
+        return AutoTokenizer.from_pretrained(directory)
 
 
 def rehearsal_config() -> Qwen2Config:

@@ -170,14 +170,22 @@ def test_warnings_for_legal_but_unusual_settings() -> None:
 
 def test_loss_hyperparameters_live_only_where_they_are_read() -> None:
     cfg = _compose(["model=tiny", "data=toy", "rollout=hf", "loss=grpo_clip", "loss.cliprange=0"])
-    assert "loss.cliprange=0 must be a number > 0 (read by loss=grpo_clip)" in check_config(cfg).errors
+    assert check_config(cfg).errors == [
+        "loss.cliprange=0 is out of range: the clip range epsilon must be a number in (0, 1); set "
+        "loss.cliprange to a number in (0, 1) (the ratio is clipped to 1 - it, which must stay "
+        "above 0)"]
+    cfg = _compose(["model=tiny", "data=toy", "rollout=hf", "loss=grpo_clip", "~loss.cliprange"])
+    assert check_config(cfg).errors == [
+        "loss.cliprange is missing: loss=grpo_clip reads it; set it (conf/loss/grpo_clip.yaml holds "
+        "its default)"]
     cfg = _compose(["model=tiny", "data=toy", "rollout=hf", "loss=no_baseline", "+loss.cliprange=0.2"])
     assert check_config(cfg).errors == [
         "loss.cliprange is not read by loss=no_baseline; remove it"]
 
 
 def test_engines_state_the_gpus_they_need() -> None:
-    base = ["model=tiny", "data=toy", "rollout=vllm"]
+    # the policy on a GPU: vLLM needs GPUs of its own (on the CPU it runs beside the policy)
+    base = ["model=tiny", "data=toy", "rollout=vllm", "model.device=cuda:0"]
     errors = check_config(_compose(base)).errors
     assert errors == [
         "rollout=vllm needs 2 GPU(s) per job with these rollout settings but "

@@ -1,0 +1,244 @@
+"""The allowed values of every scalar config key: one table, `RULES`, walked by the validator.
+
+Each entry says what the key is and what it may hold (an integer, a number or a boolean, its
+bounds, whether null is allowed); `value_errors(cfg)` walks a composed config and returns one
+line per key whose value breaks its rule, naming the key, the value, the rule and the fix:
+
+    sampling.top_p=0: the nucleus sampling mass must be a number in (0, 1]; set sampling.top_p
+    to a number in (0, 1] (1 = no nucleus cut)
+
+The batch sizes (`rollout_batch_size`, `group_size`, `train_batch_size`, `micro_batch_size`,
+`off_policy.epochs`) are not here: `grpo.batch_plan.BatchPlan.errors()` owns their rules, and the
+rules that tie keys to the loss, the model or the data live in `grpo.config_validation`. A key of
+`conf/loss/` without an entry (a new loss's hyperparameter) gets `LOSS_HYPERPARAMETER`. Keys under
+`hydra.` are Hydra's. Pure Python: importing it does not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+SEED_MAX = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one config key may hold.
+
+    what: the key in a few words ("the AdamW learning rate").
+    kind: `int`, `float` (an int is accepted too) or `bool`.
+    low, high: bounds (None = unbounded); `low_open` / `high_open` exclude the bound itself.
+    nullable: null is allowed (and means what `note` says).
+    length: the value is a list of exactly this many items, each obeying the rule.
+    note: appended to the fix, e.g. what a special value means ("0 = off").
+    """
+
+    what: str
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    nullable: bool = False
+    length: int | None = None
+    note: str = ""
+
+    def describe(self) -> str:
+        """The rule in words: "an integer >= 1", "a number in (0, 1]", "true or false"."""
+        if self.kind is bool:
+            text = "true or false"
+        else:
+            noun = "an integer" if self.kind is int else "a number"
+            if self.low is not None and self.high is not None:
+                text = (f"{noun} in {'(' if self.low_open else '['}{_show(self.low)}, "
+                        f"{_show(self.high)}{')' if self.high_open else ']'}")
+            elif self.low is not None:
+                text = f"{noun} {'>' if self.low_open else '>='} {_show(self.low)}"
+            elif self.high is not None:
+                text = f"{noun} {'<' if self.high_open else '<='} {_show(self.high)}"
+            else:
+                text = noun
+        if self.length is not None:
+            text = f"a list of {self.length} items, each {text}"
+        return f"null or {text}" if self.nullable else text
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` breaks the rule ("is not a number", "is out of range"), or None."""
+        if value is None:
+            return None if self.nullable else "is null"
+        if self.length is not None:
+            if not isinstance(value, list | tuple) or len(value) != self.length:
+                return f"is not a list of {self.length} items"
+            return next((p for p in map(self._item_problem, value) if p), None)
+        return self._item_problem(value)
+
+    def _item_problem(self, value: Any) -> str | None:
+        if self.kind is bool:
+            return None if isinstance(value, bool) else "is not true or false"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return "is not a number"
+        if self.kind is int and not isinstance(value, int):
+            return "is not an integer"
+        if not math.isfinite(value):
+            return "is not a finite number"
+        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        too_high = self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        return "is out of range" if too_low or too_high else None
+
+    def message(self, key: str, value: Any, problem: str) -> str:
+        """The one-line refusal: key, value, rule and fix."""
+        rule = self.describe()
+        note = f" ({self.note})" if self.note else ""
+        return f"{key}={_show(value)} {problem}: {self.what} must be {rule}; set {key} to {rule}{note}"
+
+
+def _show(value: Any) -> str:
+    """A value as it would be typed on the command line (strings quoted, so 'abc' stands out)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(map(_show, value)) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _int(what: str, low: int | None = None, high: int | None = None, **extra: Any) -> Rule:
+    return Rule(what, int, low, high, **extra)
+
+
+def _number(what: str, low: float | None = None, high: float | None = None, **extra: Any) -> Rule:
+    return Rule(what, float, low, high, **extra)
+
+
+def _flag(what: str) -> Rule:
+    return Rule(what, bool)
+
+
+POSITIVE = {"low_open": True}
+PROBABILITY_MASS = {"low_open": True, "note": "1 = no nucleus cut"}
+CLIP_EPSILON = {"low_open": True, "high_open": True, "note": "the ratio is clipped to 1 - it, "
+                "which must stay above 0"}
+
+RULES: dict[str, Rule] = {
+    # conf/config.yaml
+    "seed": _int("the run's seed", 0, SEED_MAX),
+    "dry_run": _flag("dry_run"),
+    "n_grpo_steps": _int("the number of GRPO steps", 1),
+    "learning_rate": _number("the AdamW learning rate", 0, **POSITIVE),
+    "advantage_eps": _number("the epsilon added to the group std", 0, **POSITIVE,
+                             note="0 would turn a zero-std group into 0/0"),
+    "optimizer.betas": _number("AdamW's (beta1, beta2)", 0, 1, high_open=True, length=2),
+    "optimizer.weight_decay": _number("the AdamW weight decay", 0),
+    "optimizer.eps": _number("the AdamW epsilon", 0, **POSITIVE),
+    "optimizer.max_grad_norm": _number("the gradient-norm clip", 0, **POSITIVE, nullable=True,
+                                       note="null = no clipping"),
+    "optimizer.use_8bit": _flag("optimizer.use_8bit"),
+    "optimizer.warmup_steps": _int("the learning-rate warm-up length", 0, note="0 = constant lr"),
+    "sampling.temperature": _number("the rollout sampling temperature", 0, note="0 = greedy"),
+    "sampling.top_p": _number("the nucleus sampling mass", 0, 1, **PROBABILITY_MASS),
+    "sampling.min_new_tokens": _int("the minimum response length", 0),
+    "sampling.max_new_tokens": _int("the maximum response length", 1),
+    "eval.eval_every": _int("the evaluation interval in GRPO steps", 1,
+                            note="it has no off value; a value above n_grpo_steps evaluates "
+                            "only after the last step"),
+    "eval.n_examples": _int("the number of validation examples", 1),
+    "eval.temperature": _number("the evaluation sampling temperature", 0, note="0 = greedy"),
+    "eval.top_p": _number("the evaluation nucleus sampling mass", 0, 1, **PROBABILITY_MASS),
+    "eval.n_saved_samples": _int("the number of saved evaluation responses", 0),
+    "checkpoint.checkpoint_every": _int("the checkpoint interval in GRPO steps", 1,
+                                        note="runs also checkpoint at the end and on signals"),
+    "checkpoint.keep_last": _int("the number of checkpoints kept", 1),
+    "checkpoint.save_final_model": _flag("checkpoint.save_final_model"),
+    "checkpoint.allow_fresh_start": _flag("checkpoint.allow_fresh_start"),
+    "health.zero_reward_patience": _int("the zero-reward patience", 0, note="0 = off"),
+    "health.min_mean_response_length": _number("the minimum mean response length", 0,
+                                               note="0 = off"),
+    "logging.progress_every": _int("the progress-line interval in GRPO steps", 1),
+    # conf/model/
+    "model.max_seq_len": _int("the longest prompt + response in tokens", 2),
+    "model.build_seed": _int("the tiny model's build seed", 0, SEED_MAX),
+    "model.warmup_steps": _int("the tiny model's supervised warm-up steps", 0),
+    "model.warmup_target_accuracy": _number("the warm-up's target greedy accuracy", 0, 1,
+                                            nullable=True, note="null = warmup_steps only"),
+    "model.gradient_checkpointing": _flag("model.gradient_checkpointing"),
+    # conf/data/
+    "data.max_operand": _int("the toy task's largest operand", 0),
+    "data.train_size": _int("the number of training questions", 1),
+    # conf/cluster/
+    "cluster.gpus_per_job": _int("the GPUs per job", 0, note="0 = CPU only"),
+    "cluster.cpus_per_job": _int("the CPU cores per job", 1),
+    "cluster.mem_gb": _int("the host memory per job in GB", 1),
+    "cluster.time_limit_min": _int("the job time limit in minutes", 1),
+    # conf/rollout/
+    "rollout.batch_size": _int("the sequences per generate call", 1),
+    "rollout.stale_check_every": _int("the stale-weight check interval in GRPO steps", 0,
+                                      note="0 = never"),
+    "rollout.gpu_memory_utilization": _number("vLLM's share of its GPU's memory", 0, 1,
+                                              low_open=True),
+    "rollout.sleep_level": _int("the vLLM sleep level", 0, 2),
+    "rollout.cpu_kv_cache_gb": _number("vLLM's KV cache in GiB on the CPU", 0, low_open=True),
+    "rollout.colocate": _flag("rollout.colocate"),
+    "rollout.enable_sleep_mode": _flag("rollout.enable_sleep_mode"),
+    "rollout.enforce_eager": _flag("rollout.enforce_eager"),
+    "rollout.enable_prefix_caching": _flag("rollout.enable_prefix_caching"),
+    # conf/loss/
+    "loss.cliprange": _number("the clip range epsilon", 0, 1, **CLIP_EPSILON),
+    "loss.cliprange_low": _number("the lower clip range epsilon", 0, 1, **CLIP_EPSILON),
+    "loss.cliprange_high": _number("the upper clip range epsilon", 0, **POSITIVE),
+    # conf/std_norm/
+    "std_norm.enabled": _flag("std_norm.enabled"),
+}
+"""Dotted config key -> its rule. Keys absent from a config (another group's option) are skipped."""
+
+LOSS_HYPERPARAMETER = _number("a loss hyperparameter", 0, **POSITIVE)
+"""The rule of a `loss.*` key that has no entry of its own."""
+
+
+def rule_for(key: str) -> Rule | None:
+    """The rule of dotted config key `key`, or None where the table has none."""
+    if key in RULES:
+        return RULES[key]
+    if key.startswith("loss.") and key != "loss.name":
+        return LOSS_HYPERPARAMETER
+    return None
+
+
+def _leaf_keys(node: dict, prefix: str = "") -> Iterator[str]:
+    """Dotted keys of the (unresolved) config `node`'s values (a list is one value), Hydra's own
+    section skipped."""
+    for name, child in node.items():
+        key = f"{prefix}{name}"
+        if key == "hydra":
+            continue
+        if isinstance(child, dict):
+            yield from _leaf_keys(child, f"{key}.")
+        else:
+            yield key
+
+
+def value_errors(cfg: DictConfig) -> list[str]:
+    """One line per key of `cfg` whose value breaks its rule (see the module docstring)."""
+    errors = []
+    for key in _leaf_keys(OmegaConf.to_container(cfg, resolve=False)):
+        rule = rule_for(key)
+        if rule is None:
+            continue
+        try:
+            value = OmegaConf.select(cfg, key, throw_on_missing=True)
+        except OmegaConfBaseException as err:
+            errors.append(f"{key} cannot be read ({type(err).__name__}: {str(err).splitlines()[0]}); "
+                          f"set {key} to {rule.describe()}")
+            continue
+        if isinstance(value, ListConfig):
+            value = OmegaConf.to_container(value, resolve=True)
+        problem = rule.problem(value)
+        if problem:
+            errors.append(rule.message(key, value, problem))
+    return errors

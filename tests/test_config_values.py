@@ -1,0 +1,340 @@
+"""A table of bad values, each refused by `python launch.py ... dry_run=true` before anything runs.
+
+The cases are walked as a user runs them, through launch.py in a subprocess. To keep that fast,
+each case is one option of a config group `case` written to a temporary config dir
+(`--config-dir`), and one `-m +case=a,b,...` sweep composes and validates them all; the validating
+sweeper lists each bad job's problems under its own label, so every case is asserted on its own
+lines: exactly one problem, naming the key (or the data file and line). A few cases go through the
+single-run path (launch.py without -m). No case may print a traceback or build the tiny model,
+whose cache folder (`paths.cache_dir`) must still be absent afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from grpo.batch_plan import CONFIG_KEYS
+from grpo.config_rules import RULES, rule_for
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = ["model=tiny", "data=toy", "rollout=hf"]
+# tiny model on jsonl data: 2 questions per step, room for 64 - 8 = 56 prompt tokens
+MATH = ["model=tiny", "data=math", "rollout=hf", "rollout_batch_size=16", "train_batch_size=16",
+        "micro_batch_size=16", "sampling.max_new_tokens=8"]
+ROOM = 56
+TOY_PROMPT_TOKENS = len("Q:  A:")  # the toy template around the question, one token a character
+
+
+def record(question: str = "1+1", answer: str = "2") -> str:
+    return json.dumps({"problem": question, "answer": answer}) + "\n"
+
+
+GOOD = record() + record("2+3", "5")
+
+Files = Callable[[Path], Mapping[str, Any]]
+"""Writes a case's files under a folder; returns the case's values (dotted key -> value)."""
+
+
+def data(train: str | bytes = GOOD, validation: str | bytes | None = GOOD) -> Files:
+    """A case of data=math: these train and validation files (None: no validation file)."""
+    def write(folder: Path) -> dict[str, str]:
+        for split, text in (("train", train), ("validation", validation)):
+            if text is not None:
+                path = folder / f"{split}.jsonl"
+                path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        return {"data.train_path": str(folder / "train.jsonl"),
+                "data.validation_path": str(folder / "validation.jsonl")}
+    return write
+
+
+def model_config(text: str) -> Files:
+    """A case of a downloaded model (model.build=null) whose config.json holds `text`."""
+    def write(folder: Path) -> dict[str, Any]:
+        (folder / "config.json").write_text(text)
+        return {"model.build": None, "model.path": str(folder)}
+    return write
+
+
+# (case id, values or a Files writer, the start of the one error line; {dir} = the case's folder)
+BAD_VALUES: list[tuple[str, Mapping[str, Any] | Files, str]] = [
+    ("lr_negative", {"learning_rate": -1e-5}, "learning_rate=-1e-05 is out of range: "),
+    ("lr_zero", {"learning_rate": 0.0}, "learning_rate=0.0 is out of range"),
+    ("lr_string", {"learning_rate": "fast"}, "learning_rate='fast' is not a number"),
+    ("lr_bool", {"learning_rate": True}, "learning_rate=true is not a number"),
+    ("lr_inf", {"learning_rate": float("inf")}, "learning_rate=inf is not a finite number"),
+    ("lr_nan", {"learning_rate": float("nan")}, "learning_rate=nan is not a finite number"),
+    ("lr_unresolvable", {"learning_rate": "${nope}"}, "learning_rate cannot be read"),
+    ("steps_zero", {"n_grpo_steps": 0}, "n_grpo_steps=0 is out of range"),
+    ("steps_negative", {"n_grpo_steps": -3}, "n_grpo_steps=-3 is out of range"),
+    ("steps_fraction", {"n_grpo_steps": 2.5}, "n_grpo_steps=2.5 is not an integer"),
+    ("max_new_zero", {"sampling.max_new_tokens": 0}, "sampling.max_new_tokens=0 is out of range"),
+    ("max_new_negative", {"sampling.max_new_tokens": -8},
+     "sampling.max_new_tokens=-8 is out of range"),
+    ("min_new_negative", {"sampling.min_new_tokens": -1},
+     "sampling.min_new_tokens=-1 is out of range"),
+    ("min_new_above_max", {"sampling.min_new_tokens": 9},
+     "sampling.min_new_tokens=9 must be <= sampling.max_new_tokens=8"),
+    ("temperature_negative", {"sampling.temperature": -0.5},
+     "sampling.temperature=-0.5 is out of range"),
+    ("top_p_zero", {"sampling.top_p": 0}, "sampling.top_p=0 is out of range"),
+    ("top_p_above_one", {"sampling.top_p": 1.5}, "sampling.top_p=1.5 is out of range"),
+    ("eval_top_p_negative", {"eval.top_p": -0.1}, "eval.top_p=-0.1 is out of range"),
+    ("eval_temperature_negative", {"eval.temperature": -1.0},
+     "eval.temperature=-1.0 is out of range"),
+    ("eval_every_zero", {"eval.eval_every": 0}, "eval.eval_every=0 is out of range"),
+    ("eval_every_negative", {"eval.eval_every": -5}, "eval.eval_every=-5 is out of range"),
+    ("eval_examples_zero", {"eval.n_examples": 0}, "eval.n_examples=0 is out of range"),
+    ("saved_samples_negative", {"eval.n_saved_samples": -1},
+     "eval.n_saved_samples=-1 is out of range"),
+    ("checkpoint_every_zero", {"checkpoint.checkpoint_every": 0},
+     "checkpoint.checkpoint_every=0 is out of range"),
+    ("keep_last_zero", {"checkpoint.keep_last": 0}, "checkpoint.keep_last=0 is out of range"),
+    ("fresh_start_string", {"checkpoint.allow_fresh_start": "yes"},
+     "checkpoint.allow_fresh_start='yes' is not true or false"),
+    ("progress_every_zero", {"logging.progress_every": 0},
+     "logging.progress_every=0 is out of range"),
+    ("stale_check_negative", {"rollout.stale_check_every": -1},
+     "rollout.stale_check_every=-1 is out of range"),
+    ("rollout_batch_zero", {"rollout.batch_size": 0}, "rollout.batch_size=0 is out of range"),
+    ("cpus_zero", {"cluster.cpus_per_job": 0}, "cluster.cpus_per_job=0 is out of range"),
+    ("cpus_string", {"cluster.cpus_per_job": "two"}, "cluster.cpus_per_job='two' is not a number"),
+    ("gpus_negative", {"cluster.gpus_per_job": -1}, "cluster.gpus_per_job=-1 is out of range"),
+    ("group_size_one", {"group_size": 1}, "group_size=1 gives no advantage signal"),
+    ("group_size_zero", {"group_size": 0}, "group_size=0 must be a positive integer"),
+    ("micro_batch_zero", {"micro_batch_size": 0}, "micro_batch_size=0 must be a positive integer"),
+    ("train_batch_string", {"train_batch_size": "all"},
+     "train_batch_size=all must be a positive integer"),
+    ("epochs_zero", {"off_policy.epochs": 0}, "off_policy.epochs=0 must be a positive integer"),
+    ("grad_clip_zero", {"optimizer.max_grad_norm": 0.0},
+     "optimizer.max_grad_norm=0.0 is out of range"),
+    ("grad_clip_negative", {"optimizer.max_grad_norm": -1.0},
+     "optimizer.max_grad_norm=-1.0 is out of range"),
+    ("adam_eps_zero", {"optimizer.eps": 0.0}, "optimizer.eps=0.0 is out of range"),
+    ("weight_decay_negative", {"optimizer.weight_decay": -0.1},
+     "optimizer.weight_decay=-0.1 is out of range"),
+    ("beta_one", {"optimizer.betas": [0.9, 1.0]}, "optimizer.betas=[0.9, 1.0] is out of range"),
+    ("betas_one_item", {"optimizer.betas": [0.9]}, "optimizer.betas=[0.9] is not a list of 2 items"),
+    ("warmup_negative", {"optimizer.warmup_steps": -1}, "optimizer.warmup_steps=-1 is out of range"),
+    ("advantage_eps_zero", {"advantage_eps": 0.0}, "advantage_eps=0.0 is out of range"),
+    ("seed_negative", {"seed": -1}, "seed=-1 is out of range"),
+    ("seed_too_big", {"seed": 2**32}, "seed=4294967296 is out of range"),
+    ("seed_fraction", {"seed": 1.5}, "seed=1.5 is not an integer"),
+    ("patience_negative", {"health.zero_reward_patience": -1},
+     "health.zero_reward_patience=-1 is out of range"),
+    ("min_length_negative", {"health.min_mean_response_length": -2},
+     "health.min_mean_response_length=-2 is out of range"),
+    ("max_seq_len_zero", {"model.max_seq_len": 0}, "model.max_seq_len=0 is out of range"),
+    ("warmup_accuracy_above_one", {"model.warmup_target_accuracy": 1.5},
+     "model.warmup_target_accuracy=1.5 is out of range"),
+    ("max_operand_negative", {"data.max_operand": -1}, "data.max_operand=-1 is out of range"),
+    ("toy_train_size_zero", {"data.train_size": 0}, "data.train_size=0 is out of range"),
+    ("cliprange_one", {"loss": "grpo_clip", "loss.cliprange": 1.0},
+     "loss.cliprange=1.0 is out of range"),
+    ("cliprange_zero", {"loss": "grpo_clip", "loss.cliprange": 0},
+     "loss.cliprange=0 is out of range"),
+    ("cliprange_high_negative", {"loss": "grpo_clip_higher", "loss.cliprange_high": -0.28},
+     "loss.cliprange_high=-0.28 is out of range"),
+    ("std_norm_string", {"std_norm.enabled": "sometimes"},
+     "std_norm.enabled='sometimes' is not true or false"),
+    ("config_json_not_json", model_config("{not json"), "model.path={dir}: config.json is not "
+     "readable JSON"),
+    ("config_json_a_list", model_config("[1, 2]"), "model.path={dir}: config.json is not a model "
+     "config"),
+]
+
+BAD_FILES: list[tuple[str, Files, str]] = [
+    ("data_bad_json", data(record() + '{"problem": "1+2", "answer": \n'),
+     "data=math: {dir}/train.jsonl:2: not valid JSON"),
+    ("data_not_utf8", data(validation=(record() * 2).encode() + b'{"problem": "1+\xff"}\n'),
+     "data=math: {dir}/validation.jsonl:3: not UTF-8 text (byte 0xff at column 16)"),
+    ("data_no_question", data(record() + record() + json.dumps({"question": "1+2", "answer": "3"})
+                              + "\n"),
+     "data=math: {dir}/train.jsonl:3: record has no question field 'problem'"),
+    ("data_no_answer", data(json.dumps({"problem": "1+2"}) + "\n"),
+     "data=math: {dir}/train.jsonl:1: record has neither the answer field 'answer'"),
+    ("data_not_an_object", data("\n" + "[1, 2]\n"),
+     "data=math: {dir}/train.jsonl:2: expected a JSON object, got list"),
+    ("data_empty_validation", data(validation=""), "data.validation_path={dir}/validation.jsonl "
+     "holds no records"),
+    ("data_blank_validation", data(validation="\n  \n"), "data.validation_path="
+     "{dir}/validation.jsonl holds no records"),
+    ("data_no_validation_file", data(validation=None), "data.validation_path="
+     "{dir}/validation.jsonl does not exist"),
+    ("data_prompt_too_long", data(GOOD + record("1" * (ROOM - TOY_PROMPT_TOKENS + 1))),
+     f"{{dir}}/train.jsonl:3: the prompt (prompt=toy applied) is {ROOM + 1} tokens, more than the "
+     f"{ROOM} that model.max_seq_len=64 minus sampling.max_new_tokens=8 leaves;"),
+]
+
+GOOD_VALUES: list[tuple[str, Mapping[str, Any]]] = [
+    ("lr_tiny", {"learning_rate": 1e-12}),
+    ("lr_int", {"learning_rate": 1}),
+    ("top_p_one", {"sampling.top_p": 1.0, "eval.top_p": 1}),
+    ("greedy", {"sampling.temperature": 0.0, "eval.temperature": 0}),
+    ("every_step", {"eval.eval_every": 1, "checkpoint.checkpoint_every": 1,
+                    "logging.progress_every": 1}),
+    ("eval_every_beyond_run", {"eval.eval_every": 10_000}),
+    ("documented_offs", {"rollout.stale_check_every": 0, "health.zero_reward_patience": 0,
+                         "health.min_mean_response_length": 0, "optimizer.warmup_steps": 0,
+                         "optimizer.max_grad_norm": None, "eval.n_saved_samples": 0,
+                         "model.warmup_target_accuracy": None}),
+    ("min_new_equals_max", {"sampling.min_new_tokens": 8}),
+    ("group_of_two", {"group_size": 2}),
+    ("group_of_one_without_baseline", {"group_size": 1, "loss": "no_baseline"}),
+    ("seed_bounds", {"seed": 0, "model.build_seed": 2**32 - 1}),
+    ("betas_bounds", {"optimizer.betas": [0.0, 0.999]}),
+    ("cliprange_below_one", {"loss": "grpo_clip", "loss.cliprange": 0.999}),
+    ("one_cpu", {"cluster.cpus_per_job": 1}),
+]
+
+GOOD_FILES: list[tuple[str, Files]] = [
+    # the longest prompt that fits: exactly model.max_seq_len - sampling.max_new_tokens tokens
+    ("prompt_fills_the_room", data(GOOD + record("1" * (ROOM - TOY_PROMPT_TOKENS)))),
+    ("answer_from_solution", data(GOOD + json.dumps({"problem": "3+4", "solution": "\\boxed{7}"})
+                                  + "\n")),
+]
+
+
+def write_cases(config_dir: Path, files_dir: Path,
+                cases: list[tuple[str, Mapping[str, Any] | Files]]) -> dict[str, Path]:
+    """One option of the `case` group per case: `# @package _global_`, a loss choice as a
+    defaults override and the values; returns each case's folder."""
+    (config_dir / "case").mkdir(parents=True, exist_ok=True)
+    folders = {}
+    for name, values in cases:
+        folders[name] = files_dir / name
+        folders[name].mkdir(parents=True)
+        values = dict(values if isinstance(values, Mapping) else values(folders[name]))
+        loss = values.pop("loss", None)
+        body = OmegaConf.create({})
+        for key, value in values.items():
+            OmegaConf.update(body, key, value, force_add=True)
+        text = OmegaConf.to_yaml(body)
+        defaults = f"defaults:\n  - override /loss: {loss}\n" if loss else ""
+        (config_dir / "case" / f"{name}.yaml").write_text(
+            f"# @package _global_\n{defaults}{text}")
+    return folders
+
+
+def launch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def job_errors(stderr: str) -> dict[str, list[str]]:
+    """case -> its error lines, from the sweeper's `job #N [+case=<case>]:` blocks."""
+    blocks: dict[str, list[str]] = {}
+    current = None
+    for line in stderr.splitlines():
+        label = re.match(r"job #\d+ \[\+case=(\w+)\]:$", line)
+        if label:
+            current = blocks.setdefault(label.group(1), [])
+        elif line.startswith("  - ") and current is not None:
+            current.append(line[4:])
+        else:
+            current = None
+    return blocks
+
+
+def sweep(tmp_path: Path, base: list[str], cases: list) -> tuple[subprocess.CompletedProcess,
+                                                                    dict[str, Path], Path]:
+    """Dry-run one `-m +case=...` sweep over `cases` on `base`; the process, each case's
+    folder and the tiny model's cache folder (the model must never be built)."""
+    folders = write_cases(tmp_path / "conf", tmp_path / "files", cases)
+    cache_dir = tmp_path / "cache"
+    out = launch("-m", "--config-dir", str(tmp_path / "conf"), *base,
+                 f"+case={','.join(name for name, _ in cases)}", f"paths.cache_dir={cache_dir}",
+                 f"paths.output_root={tmp_path / 'outputs'}", "dry_run=true")
+    return out, folders, cache_dir
+
+
+def assert_nothing_ran(out: subprocess.CompletedProcess, model_dir: Path, tmp_path: Path) -> None:
+    assert "Traceback" not in out.stdout + out.stderr, out.stderr
+    assert not model_dir.exists(), "the tiny model was built: something ran"
+    assert not (tmp_path / "outputs").exists(), "a run directory was written"
+
+
+@pytest.mark.parametrize(("base", "table"), [(TOY, BAD_VALUES), (MATH, BAD_FILES)],
+                         ids=["values", "files"])
+def test_every_bad_value_is_refused_on_one_line_before_anything_runs(
+        tmp_path: Path, base: list[str], table: list) -> None:
+    out, folders, model_dir = sweep(tmp_path, base, [(name, values) for name, values, _ in table])
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"error: {len(table)} of {len(table)} jobs are invalid; nothing was submitted." in out.stderr
+    errors = job_errors(out.stderr)
+    for name, _, expected in table:
+        want = expected.format(dir=folders[name])
+        assert len(errors.get(name, [])) == 1 and errors[name][0].startswith(want), (
+            f"{name}: expected one line starting {want!r}, got {errors.get(name)}")
+    assert_nothing_ran(out, model_dir, tmp_path)
+
+
+def test_values_at_the_boundary_are_accepted(tmp_path: Path) -> None:
+    for name, base, cases in (("toy", TOY, GOOD_VALUES), ("math", MATH, GOOD_FILES)):
+        out, _, model_dir = sweep(tmp_path / name, base, cases)
+        assert out.returncode == 0, out.stderr
+        assert f"dry run: {len(cases)} jobs, nothing submitted" in out.stdout
+        assert_nothing_ran(out, model_dir, tmp_path / name)
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["learning_rate=abc"], "learning_rate='abc' is not a number: the AdamW learning rate must be "
+     "a number > 0; set learning_rate to a number > 0"),
+    (["cluster.cpus_per_job=0", "eval.eval_every=0"], "cluster.cpus_per_job=0 is out of range"),
+])
+def test_single_run_refuses_before_anything_runs(tmp_path: Path, overrides: list[str],
+                                                 expected: str) -> None:
+    """launch.py without -m: the job itself refuses (grpo.sweep.job), also without dry_run."""
+    model_dir = tmp_path / "cache"
+    out = launch(*TOY, *overrides, f"paths.cache_dir={model_dir}",
+                 f"hydra.run.dir={tmp_path / 'outputs'}")
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = [line[4:] for line in out.stderr.splitlines() if line.startswith("  - ")]
+    assert len(lines) == len(overrides) and any(ln.startswith(expected) for ln in lines), out.stderr
+    assert all(line.startswith(o.split("=")[0] + "=") for line, o in
+               zip(sorted(lines), sorted(overrides), strict=True))
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not model_dir.exists() and not (tmp_path / "outputs" / "metrics.jsonl").exists()
+
+
+def numeric_keys() -> set[str]:
+    """Every dotted key of conf/ (Hydra's own aside) whose value is a number, a boolean or a list
+    of numbers, under the package its file puts it in."""
+    keys = set()
+    for path in (ROOT / "conf").rglob("*.yaml"):
+        group = path.parent.relative_to(ROOT / "conf").as_posix()
+        if group.startswith("hydra"):
+            continue
+        text = path.read_text()
+        prefix = "" if group == "." or "@package _global_" in text else f"{group}."
+        flat = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        stack = [(prefix, flat)]
+        while stack:
+            where, node = stack.pop()
+            for name, value in node.items():
+                key = f"{where}{name}"
+                if isinstance(value, dict):
+                    if key not in ("hydra", "defaults"):
+                        stack.append((f"{key}.", value))
+                elif isinstance(value, bool | int | float) or (
+                        isinstance(value, list) and value and all(
+                            isinstance(v, int | float) for v in value)):
+                    keys.add(key)
+    return keys
+
+
+def test_every_numeric_key_of_conf_has_a_rule() -> None:
+    keys = numeric_keys()
+    assert {"learning_rate", "sampling.top_p", "loss.cliprange", "cluster.mem_gb"} <= keys
+    batch_plan_keys = set(CONFIG_KEYS.values())
+    assert sorted(k for k in keys if rule_for(k) is None and k not in batch_plan_keys) == []
+    # and every rule is for a key that exists
+    assert sorted(set(RULES) - keys) == []
