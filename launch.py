@@ -6,7 +6,8 @@
     python launch.py -m ... dry_run=true                            # list the jobs, submit nothing
 
 An override whose key no config or config group knows (``+learning_rat=1e-5``) is refused before
-Hydra starts (grpo.sweep.overrides).
+Hydra starts (grpo.sweep.overrides). An off-policy job that names no loss runs ``loss=grpo_clip``
+(grpo.sweep.job_loss; the validating sweeper applies it to each job of a sweep).
 """
 
 import sys
@@ -16,6 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from grpo.sweep.job import run_job
+from grpo.sweep.job_loss import single_run_arguments
 from grpo.sweep.overrides import refuse_unknown_overrides
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
@@ -29,4 +31,5 @@ def main(cfg: DictConfig) -> dict | None:
 
 if __name__ == "__main__":
     refuse_unknown_overrides(sys.argv[1:], CONFIG_DIR, CONFIG_NAME)
+    sys.argv[1:] = single_run_arguments(sys.argv[1:], CONFIG_DIR, CONFIG_NAME)
     main()

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import submitit
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 # Hydra's plugin discovery re-executes every module under hydra_plugins and its core plugins, so a
@@ -18,6 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 # adapters' names through their modules, at call time.
 from hydra_plugins.grpo_sweeps import hydra_compat, submitit_compat
 
+CONF = Path(__file__).resolve().parents[1] / "conf"
 HYDRA = f"hydra-core {importlib.metadata.version('hydra-core')}"
 SUBMITIT = f"submitit {importlib.metadata.version('submitit')}"
 LAUNCHER = f"hydra-submitit-launcher {importlib.metadata.version('hydra-submitit-launcher')}"
@@ -49,6 +52,36 @@ def test_a_moved_hydra_internal_names_hydra_and_its_version(monkeypatch: pytest.
                         staticmethod(lambda overrides: [overrides]))
     with pytest.raises(hydra_compat.HydraInternalsMoved, match=f"^{HYDRA}: BasicSweeper.split_arguments"):
         hydra_compat.split_into_jobs([])
+
+
+def test_hydra_basic_sweeper_batches_and_the_chooser_of_a_config_group() -> None:
+    sweeper = basic_sweeper_class()(max_batch_size=None, params=None)
+    sweeper.overrides, sweeper.batch_index = [[["seed=0"], ["seed=1"]], [["seed=2"]]], 0
+    assert hydra_compat.get_job_batch(sweeper) == [["seed=0"], ["seed=1"]]
+    assert hydra_compat.get_job_batch(sweeper) == [["seed=2"]]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        chooser = lambda overrides: hydra_compat.group_chooser(loader, "config", overrides, "loss")  # noqa: E731
+        assert chooser([]) is None
+        assert chooser(["model=tiny"]) is None
+        assert chooser(["loss=no_baseline"]) == hydra_compat.COMMAND_LINE
+        assert chooser(["+experiment=off_policy_broad"]) == "experiment/off_policy_broad"
+        assert chooser(["+experiment=demo", "loss=no_baseline"]) == hydra_compat.COMMAND_LINE
+
+
+def test_a_moved_defaults_list_names_hydra_and_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    sweeper_class = basic_sweeper_class()
+    monkeypatch.delattr(sweeper_class, "get_job_batch")
+    with pytest.raises(hydra_compat.HydraInternalsMoved, match=f"^{HYDRA}: BasicSweeper.get_job_batch"):
+        hydra_compat.get_job_batch(sweeper_class(max_batch_size=None, params=None))
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        monkeypatch.setattr(type(loader), "compute_defaults_list", lambda *args: object())
+        with pytest.raises(hydra_compat.HydraInternalsMoved,
+                           match=f"^{HYDRA}: ConfigLoader.compute_defaults_list"):
+            hydra_compat.group_chooser(loader, "config", [], "loss")
 
 
 def test_a_local_submitit_job_gets_the_launcher_call_and_only_its_gpus(tmp_path: Path) -> None:

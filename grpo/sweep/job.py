@@ -37,7 +37,8 @@ def assign_job_ports() -> dict[str, str]:
 
 
 def describe_job(cfg: DictConfig) -> str:
-    """One line: the batch plan (gradient accumulation, optimizer steps) and the resources."""
+    """One line: the loss, the batch plan (gradient accumulation, optimizer steps) and the
+    resources."""
     cluster = cfg.cluster
     resources = f"{cluster.name}: {cluster.gpus_per_job} GPU, {cluster.cpus_per_job} CPU"
     if cluster.name == "slurm":

@@ -1,11 +1,14 @@
 """The Hydra internals the validating sweeper builds on, in one place.
 
 Hydra has no public API to extend its basic sweeper, so `ValidatingSweeper` subclasses
-`hydra._internal.core_plugins.basic_sweeper.BasicSweeper` (hydra-core 1.3) and reuses two of its
-methods: `_parse_config()` (the `hydra.sweeper.params` of a preset as `key=v1,v2` overrides) and
-`split_arguments()` (the cartesian product of the parsed overrides, in batches). Any of them
-missing or changed raises `HydraInternalsMoved`, naming hydra-core's version;
-tests/test_dependency_adapters.py exercises each one.
+`hydra._internal.core_plugins.basic_sweeper.BasicSweeper` (hydra-core 1.3) and reuses three of its
+methods: `_parse_config()` (the `hydra.sweeper.params` of a preset as `key=v1,v2` overrides),
+`split_arguments()` (the cartesian product of the parsed overrides, in batches) and
+`get_job_batch()` (the next batch its `sweep()` launches). `group_chooser()` reads who chose a
+config group's option from the defaults list (`ConfigLoader.compute_defaults_list()`, whose
+result's `overrides.override_metadata` is internal). Any of them missing or changed raises
+`HydraInternalsMoved`, naming hydra-core's version; tests/test_dependency_adapters.py exercises
+each one.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Sequence
 
+from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.types import Override
+from hydra.types import RunMode
 
 
 class HydraInternalsMoved(RuntimeError):
@@ -32,7 +37,11 @@ try:
 except ImportError as err:
     raise HydraInternalsMoved("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", err) from err
 
-__all__ = ["BasicSweeper", "HydraInternalsMoved", "preset_overrides", "split_into_jobs"]
+__all__ = ["BasicSweeper", "HydraInternalsMoved", "get_job_batch", "group_chooser",
+           "preset_overrides", "split_into_jobs"]
+
+COMMAND_LINE = "the command line"
+"""What `group_chooser` answers for an option chosen by an override (or a sweep's job list)."""
 
 
 def preset_overrides(sweeper: BasicSweeper) -> list[str]:
@@ -55,3 +64,30 @@ def split_into_jobs(overrides: list[Override]) -> list[Sequence[str]]:
     except (AttributeError, TypeError) as err:
         raise HydraInternalsMoved("BasicSweeper.split_arguments(overrides, max_batch_size)", err) from err
     return [job for batch in batches for job in batch]
+
+
+def get_job_batch(sweeper: BasicSweeper) -> Sequence[Sequence[str]]:
+    """BasicSweeper's own `get_job_batch()`: the next batch of job override lists its `sweep()`
+    launches (a subclass overrides it to change the jobs it launches)."""
+    try:
+        batch = BasicSweeper.get_job_batch(sweeper)
+    except (AttributeError, TypeError) as err:
+        raise HydraInternalsMoved("BasicSweeper.get_job_batch()", err) from err
+    return batch
+
+
+def group_chooser(loader: ConfigLoader, config_name: str, overrides: Sequence[str], group: str) -> str | None:
+    """Who chose the option of config group `group` when `config_name` is composed with
+    `overrides`: `COMMAND_LINE` (an override, e.g. `loss=grpo_clip`), the config that overrides
+    it in its defaults list (e.g. `"experiment/demo"` for `override /loss: grpo_clip`), or None
+    when the group keeps the option of the root config's defaults list."""
+    defaults = loader.compute_defaults_list(config_name, list(overrides), RunMode.RUN)
+    try:
+        metadata = defaults.overrides.override_metadata
+        chosen = metadata.get(group)
+        if chosen is None:
+            return None
+        return COMMAND_LINE if chosen.external_override else str(chosen.containing_config_path)
+    except AttributeError as err:
+        raise HydraInternalsMoved("ConfigLoader.compute_defaults_list().overrides.override_metadata",
+                                  err) from err

@@ -6,6 +6,9 @@ composed and passed through `grpo.config_validation.check_config`, and a `cluste
 checked against what its partition's nodes offer (the scheduler is asked once per sweep); one bad
 job stops the whole submission with one message per bad job, and `dry_run=true` lists the jobs and
 launches nothing. A submission that sbatch still refuses ends in one line with sbatch's message.
+Jobs are composed by `grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names
+no loss `loss=grpo_clip`: the listing shows each job's loss, and the launched job lists are those
+composed ones (`get_job_batch`), so what is listed and validated is what runs.
 """
 
 from __future__ import annotations
@@ -19,12 +22,21 @@ from hydra.core.utils import filter_overrides
 
 from grpo.config_validation import check_config
 from grpo.sweep.job import describe_job, output_root_note
+from grpo.sweep.job_loss import ComposedJob, compose_job
 from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
-from hydra_plugins.grpo_sweeps.hydra_compat import BasicSweeper, preset_overrides, split_into_jobs
+from hydra_plugins.grpo_sweeps.hydra_compat import (
+    BasicSweeper,
+    get_job_batch,
+    preset_overrides,
+    split_into_jobs,
+)
 
 
 class ValidatingSweeper(BasicSweeper):
     """BasicSweeper that validates all jobs first; see the module docstring."""
+
+    composed: dict[tuple[str, ...], ComposedJob]
+    """Each job's composition, by its overrides before `compose_job` (filled by `sweep()`)."""
 
     def _all_jobs(self, arguments: list[str]) -> tuple[list[Sequence[str]], set[str]]:
         """Every job's override list, and the keys that take several values."""
@@ -33,15 +45,28 @@ class ValidatingSweeper(BasicSweeper):
         swept = {o.get_key_element() for o in overrides if o.is_sweep_override()}
         return split_into_jobs(overrides), swept
 
+    def _compose(self, overrides: Sequence[str]) -> ComposedJob:
+        """One job composed as the launcher will run it (`grpo.sweep.job_loss.compose_job`)."""
+        job = compose_job(self.hydra_context.config_loader, self.config.hydra.job.config_name,
+                          list(overrides), base=list(self.config.hydra.overrides.hydra))
+        self.composed[tuple(overrides)] = job
+        return job
+
+    def get_job_batch(self) -> Sequence[Sequence[str]]:
+        """BasicSweeper's next batch, each job with the overrides it was validated with."""
+        return [list(self.composed[tuple(o)].overrides) for o in get_job_batch(self)]
+
     def sweep(self, arguments: list[str]) -> Any:
         note = output_root_note(self.config.hydra)
         if note:
             print(f"warning: {note}", file=sys.stderr)
         jobs, swept = self._all_jobs(arguments)
+        self.composed = {}
         bad, lines = [], []
         resources = ResourceCheck()
         for num, overrides in enumerate(jobs):
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            job = self._compose(overrides)
+            cfg = job.cfg
             shown = " ".join(o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept)
             label = f"job #{num} [{shown or 'no swept keys'}]"
             report = check_config(cfg)
@@ -51,7 +76,7 @@ class ValidatingSweeper(BasicSweeper):
             if report.errors:
                 bad.append(f"{label}:\n" + "\n".join(f"  - {e}" for e in report.errors))
             else:
-                lines.append(f"{label} {describe_job(cfg)}")
+                lines.append(f"{label} {job.describe_loss()}, {describe_job(cfg)}")
         if bad:
             print(
                 f"error: {len(bad)} of {len(jobs)} jobs are invalid; nothing was submitted.\n"

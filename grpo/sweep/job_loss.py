@@ -1,0 +1,95 @@
+"""The loss a job runs: GRPO-Clip for an off-policy job that names no loss.
+
+CS336 runs the off-policy sweep with GRPO-Clip: a loss that ignores the probability ratio
+pi / pi_old trains every optimizer step after the first on stale rollouts as if they were
+on-policy. So a job whose batch plan is off-policy (`grpo.batch_plan.BatchPlan.off_policy`:
+more than one optimizer step per rollout batch) and whose `loss` config group nobody chose (no
+`loss=` override or swept value, no preset with `override /loss: ...`) gets
+`loss=OFF_POLICY_LOSS` appended to its overrides. A named loss always wins (a ratio-free one
+off-policy gets `grpo.config_validation`'s warning); on-policy jobs keep the root default.
+
+:func:`compose_job` is the one place this rule lives: the validating sweeper composes every job
+of a sweep through it (validation, dry-run listing and the overrides it launches), and
+:func:`single_run_arguments` applies it to a single run's command line before Hydra composes
+it, so what the dry run shows is what runs and each run's `.hydra/` records the loss it used.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.core.config_loader import ConfigLoader
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from grpo.batch_plan import BatchPlan
+from hydra_plugins.grpo_sweeps.hydra_compat import group_chooser
+
+LOSS_GROUP = "loss"
+"""The config group of the policy-gradient loss (conf/loss/)."""
+OFF_POLICY_LOSS = "grpo_clip"
+"""The loss of an off-policy job that names none."""
+
+
+@dataclass(frozen=True)
+class ComposedJob:
+    """One job: its overrides (with the off-policy default added where it applies), its composed
+    config, and whether the loss is that default."""
+
+    overrides: tuple[str, ...]
+    cfg: DictConfig
+    loss_defaulted: bool
+
+    def describe_loss(self) -> str:
+        """`loss=grpo_clip (off-policy default)` or `loss=<the named or root-default loss>`."""
+        return f"loss={self.cfg.loss.name}" + (" (off-policy default)" if self.loss_defaulted else "")
+
+
+def compose_job(
+    loader: ConfigLoader, config_name: str, overrides: Sequence[str], base: Sequence[str] = ()
+) -> ComposedJob:
+    """Compose `config_name` with `base` (e.g. a sweep's `hydra.*` overrides, not returned) and
+    the job's `overrides`, adding `loss=OFF_POLICY_LOSS` when the module's rule applies (an
+    impossible batch plan adds nothing: validation reports it)."""
+    def compose(job: Sequence[str]) -> DictConfig:
+        return loader.load_configuration(config_name, [*base, *job], RunMode.RUN)
+
+    cfg = compose(overrides)
+    plan = BatchPlan.from_config(cfg)
+    if plan.errors() or not plan.off_policy:
+        return ComposedJob(tuple(overrides), cfg, False)
+    if group_chooser(loader, config_name, [*base, *overrides], LOSS_GROUP) is not None:
+        return ComposedJob(tuple(overrides), cfg, False)
+    job = (*overrides, f"{LOSS_GROUP}={OFF_POLICY_LOSS}")
+    return ComposedJob(job, compose(job), True)
+
+
+def single_run_arguments(argv: Sequence[str], config_dir: Path, config_name: str) -> list[str]:
+    """A single run's command line (not `-m`) with the off-policy default loss added where the
+    rule applies, saying so on stderr. Arguments Hydra cannot compose are returned as they are,
+    for Hydra to report."""
+    from hydra import initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
+
+    args, _ = get_args_parser().parse_known_args(list(argv))
+    if args.multirun or args.help or args.hydra_help or args.shell_completion or args.config_dir:
+        return list(argv)
+    with initialize_config_dir(config_dir=str(Path(config_dir).absolute()), version_base="1.3"):
+        try:
+            job = compose_job(GlobalHydra.instance().config_loader(),
+                              args.config_name or config_name, args.overrides)
+        except (HydraException, OmegaConfBaseException, ValueError):
+            return list(argv)
+    if not job.loss_defaulted:
+        return list(argv)
+    plan = BatchPlan.from_config(job.cfg)
+    print(f"{job.describe_loss()}: {plan.optimizer_steps_per_grpo_step} optimizer steps per "
+          f"rollout batch and no loss named (name one, e.g. loss=reinforce_with_baseline, to "
+          "run another)", file=sys.stderr)
+    return [*argv, job.overrides[-1]]
