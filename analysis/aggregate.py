@@ -8,6 +8,7 @@ against the mean wall-clock of those seeds at that step.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,6 +19,11 @@ from analysis.collect import ELAPSED, EVAL_REWARD, LABEL, UNSTABLE_STATUSES, Col
 
 Criterion = Literal["best_eval_reward", "final_eval_reward"]
 CRITERIA: tuple[Criterion, ...] = ("best_eval_reward", "final_eval_reward")
+# what "best" means wherever a config is picked (report, sweep summary, promote, the study chain):
+# the highest mean over seeds of each run's best validation reward
+BEST_CRITERION: Criterion = "best_eval_reward"
+# a config within this much validation reward (0-1) of the best one is a near-tie, reported with it
+NEAR_TIE = 0.01
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,62 @@ def rank_configs(collection: Collection, criterion: Criterion) -> pd.DataFrame:
     summary = config_summary(collection)
     ranked = summary[~summary["unstable"] & summary[criterion].notna()]
     return ranked.sort_values(criterion, ascending=False, kind="stable")
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The configs of a sweep ranked by ``criterion``, best first (:func:`rank_configs`), the
+    configs left out because a run diverged or collapsed (``excluded``: label -> statuses), and
+    the configs that tie or nearly tie with the best one (``near_ties``: label -> why)."""
+
+    criterion: Criterion
+    table: pd.DataFrame
+    excluded: dict[str, str]
+    near_ties: dict[str, str]
+
+    @property
+    def best(self) -> str | None:
+        """The best config's label (the first in sorted config order on an exact tie)."""
+        return None if self.table.empty else str(self.table.index[0])
+
+    def value(self, label: str) -> float:
+        """``label``'s value of the criterion (mean over seeds)."""
+        return float(self.table.loc[label, self.criterion])
+
+
+def _seed_range(collection: Collection, label: str, criterion: Criterion) -> tuple[float, float, int]:
+    """Min and max of ``criterion`` over the runs (seeds) of ``label``, and how many have it."""
+    values = collection.runs.loc[collection.runs[LABEL] == label, criterion].dropna()
+    return float(values.min()), float(values.max()), len(values)
+
+
+def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
+         labels: Iterable[str] | None = None, tolerance: float = NEAR_TIE) -> Ranking:
+    """:func:`rank_configs` (over ``labels`` only, when given) with what it left out and the
+    near-ties of the best config: a config whose value is within ``tolerance`` of the best one,
+    or whose range over seeds overlaps the best one's when both have two or more seeds."""
+    ranked = rank_configs(collection, criterion)
+    summary = config_summary(collection)
+    if labels is not None:
+        keep = set(labels)
+        ranked, summary = ranked[ranked.index.isin(keep)], summary[summary.index.isin(keep)]
+    excluded = summary.loc[summary["unstable"], "statuses"].to_dict()
+    near: dict[str, str] = {}
+    if not ranked.empty:
+        best = ranked.index[0]
+        top = ranked.iloc[0][criterion]
+        lo, hi, n = _seed_range(collection, best, criterion)
+        for label, value in ranked[criterion].iloc[1:].items():
+            other_lo, other_hi, other_n = _seed_range(collection, label, criterion)
+            if value == top:
+                near[label] = f"tie: {criterion} {value:.4f} equals the best config's"
+            elif top - value <= tolerance:
+                near[label] = (f"near-tie: {criterion} {value:.4f} is within {tolerance:g} of "
+                               f"the best config's {top:.4f}")
+            elif n > 1 and other_n > 1 and other_hi >= lo and other_lo <= hi:
+                near[label] = (f"near-tie: its seeds' {criterion} {other_lo:.4f}-{other_hi:.4f} "
+                               f"overlap the best config's {lo:.4f}-{hi:.4f}")
+    return Ranking(criterion, ranked, excluded, near)
 
 
 def on_policy_labels(collection: Collection) -> list[str]:

@@ -412,6 +412,13 @@ class _Run:
         }
 
 
+def run_values(run_dir: Path, keys: Iterable[str]) -> dict[str, Any]:
+    """Each of ``keys`` as the run in ``run_dir`` had it: a config group's choice (``loss``:
+    ``grpo_clip``), else its config value (``learning_rate``); None where it has none."""
+    run = _Run.read(run_dir.parent, run_dir)
+    return {key: run.value(key) for key in keys}
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 

@@ -193,11 +193,11 @@ class SweepMonitor:
 
 def best_config(sweep_dir: Path) -> str:
     """The best config by the report's ranking (mean best validation reward over seeds)."""
-    from analysis.aggregate import rank_configs
+    from analysis.aggregate import BEST_CRITERION, rank_configs
     from analysis.collect import collect
 
     try:
-        ranked = rank_configs(collect([sweep_dir]), "best_eval_reward")
+        ranked = rank_configs(collect([sweep_dir]), BEST_CRITERION)
     except (OSError, ValueError) as error:
         return f"not ranked ({error})"
     if ranked.empty:

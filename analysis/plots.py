@@ -41,7 +41,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from analysis.aggregate import Curve, config_summary, label_curves, rank_configs
+from analysis.aggregate import BEST_CRITERION, Curve, config_summary, label_curves, rank_configs
 from analysis.collect import (
     ELAPSED,
     EVAL_REWARD,
@@ -237,7 +237,7 @@ def choose_layout(collection: Collection, facet_key: str | None = None,
         facet_key = facet_key or next((k for k in keys if k != color_key), None)
     else:
         facet_key = None
-    ranked = list(rank_configs(collection, "best_eval_reward").index) if large else []
+    ranked = list(rank_configs(collection, BEST_CRITERION).index) if large else []
     top = ranked[:top_k]
     colors = _palette(_key_values(collection, color_key) if color_key else collection.labels)
     styles = {}

@@ -27,7 +27,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from analysis.aggregate import Criterion, on_policy_baseline, rank_configs
+from analysis.aggregate import Criterion, on_policy_baseline, rank
 from analysis.collect import LABEL, Collection, format_value
 from grpo.batch_plan import BatchPlan
 
@@ -39,11 +39,13 @@ NOT_CARRIED_KEYS = ("experiment_name", "n_grpo_steps", "seed", "dry_run", "clust
 
 @dataclass(frozen=True)
 class Promotion:
-    """The written preset, its option files and what each option is (``"label"``)."""
+    """The written preset, its option files, what each option is (``"label"``) and the
+    near-ties of the best config (label -> why), as :func:`analysis.aggregate.rank` reports."""
 
     preset: Path
     options: list[Path]
     descriptions: list[str]
+    near_ties: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -161,12 +163,14 @@ def _options(collection: Collection, chosen: list[str], descriptions: list[str]
 
 def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
             steps: int = 200, conf_dir: Path = Path("conf")) -> Promotion:
-    """Write the preset and option files for the top ``top_k`` configs by ``criterion``."""
+    """Write the preset and option files for the top ``top_k`` configs by ``criterion`` (the
+    ranking of :func:`analysis.aggregate.rank`, which the study chain picks its winners by)."""
     if not NAME_PATTERN.fullmatch(name):
         raise ValueError(f"name {name!r} must match {NAME_PATTERN.pattern}")
     if top_k < 1:
         raise ValueError("top-k must be at least 1")
-    ranked = rank_configs(collection, criterion)
+    ranking = rank(collection, criterion)
+    ranked = ranking.table
     if ranked.empty:
         raise ValueError(f"no config has a {criterion} to rank by (and no diverged run)")
     chosen = list(ranked.index[:top_k])
@@ -199,6 +203,7 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
         f"# top {len(chosen)} config(s) plus the on-policy baseline, swept as +promoted/{name}"
         " (each option also sets what its source run had beyond the conf defaults):",
         *(f"#   {option.name}: {option.description}" for option in options),
+        *(f"# {label}: {why} (top1)" for label, why in ranking.near_ties.items()),
         f"# Run: -m +experiment={name}",
     ]
     if not any(option.description.endswith("(on-policy baseline)") for option in options):
@@ -213,4 +218,5 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
     preset_path = conf_dir / "experiment" / f"{name}.yaml"
     preset_path.parent.mkdir(parents=True, exist_ok=True)
     preset_path.write_text("\n".join(header) + "\n" + OmegaConf.to_yaml(preset))
-    return Promotion(preset_path, paths, [option.description for option in options])
+    return Promotion(preset_path, paths, [option.description for option in options],
+                     ranking.near_ties)

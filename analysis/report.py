@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from analysis.aggregate import (
+    BEST_CRITERION,
     Criterion,
     SweepCurves,
     compare_with,
     config_summary,
     on_policy_baseline,
     on_policy_labels,
-    rank_configs,
+    rank,
 )
 from analysis.collect import ELAPSED, FAILED_STATUSES, LABEL, Collection
 
@@ -115,7 +116,8 @@ def _unusable(collection: Collection) -> list[str]:
 
 
 def _best(collection: Collection, criterion: Criterion) -> list[str]:
-    ranked = rank_configs(collection, criterion)
+    ranking = rank(collection, criterion)
+    ranked = ranking.table
     lines = ["## Best config", ""]
     rule = (f"Ranked by `{criterion}` (mean over seeds); configs with a diverged or collapsed "
             "run are excluded.")
@@ -129,6 +131,8 @@ def _best(collection: Collection, criterion: Criterion) -> list[str]:
         f"final eval reward {fmt_number(row['final_eval_reward'])} over {row['n_with_data']} "
         "run(s) with metrics.",
         "",
+        *(f"- {label}: {why}" for label, why in ranking.near_ties.items()),
+        *([""] if ranking.near_ties else []),
     ]
     summary = config_summary(collection)
     header = ["config", "runs", "with metrics", "seeds", "statuses", "mean final eval reward",
@@ -207,7 +211,7 @@ def _figures(figures: Mapping[str, Sequence[Path]], report_dir: Path) -> list[st
 
 def build_report(collection: Collection, report_dir: Path,
                  figures: Mapping[str, Sequence[Path]] | None = None,
-                 criterion: Criterion = "best_eval_reward") -> str:
+                 criterion: Criterion = BEST_CRITERION) -> str:
     """The markdown text of the report; figure links are relative to ``report_dir``."""
     names = ", ".join(f"`{s.path.name}`" for s in collection.sweeps)
     counts = collection.runs["status"].value_counts()
@@ -230,7 +234,7 @@ def build_report(collection: Collection, report_dir: Path,
 
 def write_report(collection: Collection, report_dir: Path,
                  figures: Mapping[str, Sequence[Path]] | None = None,
-                 criterion: Criterion = "best_eval_reward") -> Path:
+                 criterion: Criterion = BEST_CRITERION) -> Path:
     """Write ``report_dir/report.md`` and return its path."""
     path = report_dir / "report.md"
     path.write_text(build_report(collection, report_dir, figures, criterion))

@@ -276,6 +276,9 @@ def test_unknown_override_is_refused_with_the_nearest_key(tmp_path: Path) -> Non
     # data.max_operand exists only with data=toy
     (["data.max_operand=3"], ["`python launch.py --cfg job` prints every key"]),
     (["~optimizer.betass"], ["did you mean optimizer.betas?"]),
+    # conf/chain/ holds chains of studies, not options of a job
+    (["+chain=cs336", "model=tiny"], ["run by `python -m grpo.chain --chain NAME` (`make chain`), "
+                                      "not a launch.py option"]),
 ])
 def test_check_overrides(overrides: list[str], errors: list[str]) -> None:
     GlobalHydra.instance().clear()
@@ -302,6 +305,10 @@ def test_hydra_sweep_dir_wins_over_output_root_and_says_so(tmp_path: Path) -> No
     out = launch("-m", "model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}/a",
                  "dry_run=true")
     assert "warning: paths.output_root" not in out.stderr
+    # a sweep directory under the output root (as the study chain gives) uses it: no warning
+    out = launch("-m", "model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}/a",
+                 f"hydra.sweep.dir={tmp_path}/a/lr_sweep/x", "dry_run=true")
+    assert out.returncode == 0 and "warning: paths.output_root" not in out.stderr
 
 
 def test_vllm_on_cpu_is_accepted_with_what_differs_from_the_gpu_layout() -> None:

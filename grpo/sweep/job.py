@@ -48,12 +48,14 @@ def describe_job(cfg: DictConfig) -> str:
 
 def output_root_note(hydra_cfg: DictConfig) -> str | None:
     """A warning when ``paths.output_root`` is overridden but Hydra's output directory is given
-    too: ``hydra.sweep.dir`` (``-m``) or ``hydra.run.dir`` (one run) wins."""
+    too, outside it: ``hydra.sweep.dir`` (``-m``) or ``hydra.run.dir`` (one run) wins."""
     key = "hydra.sweep.dir" if hydra_cfg.mode == RunMode.MULTIRUN else "hydra.run.dir"
     given = {o.split("=", 1)[0].lstrip("+"): o for o in hydra_cfg.overrides.hydra}
     root = [o for o in hydra_cfg.overrides.task if o.lstrip("+").startswith("paths.output_root=")]
     if key not in given or not root:
         return None
+    if Path(given[key].split("=", 1)[1]).is_relative_to(root[0].split("=", 1)[1]):
+        return None  # the directory is under the output root (the study chain gives such)
     return (f"{root[0]} is not used for run directories: {given[key]} is given and wins "
             f"(drop {key} to write under paths.output_root)")
 

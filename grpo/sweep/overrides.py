@@ -25,6 +25,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig
 
 ADDED = " (Hydra would add it and nothing would read it)"
+# config groups of conf/ that are no part of a job's config, and what reads them
+NOT_JOB_GROUPS = {"chain": "a chain of studies, run by `python -m grpo.chain --chain NAME` "
+                           "(`make chain`), not a launch.py option"}
 PREFIX = {OverrideType.ADD: "+", OverrideType.FORCE_ADD: "++", OverrideType.DEL: "~",
           OverrideType.CHANGE: ""}
 
@@ -92,6 +95,10 @@ def check_overrides(overrides: Sequence[str], config_dir: Path, config_name: str
     except HydraException:
         return []
     parsed = [o for o in parsed if not _is_hydra_key(o)]
+    misplaced = [f"{o.input_line}: {NOT_JOB_GROUPS[o.key_or_group]}" for o in parsed
+                 if o.key_or_group in NOT_JOB_GROUPS]
+    if misplaced:
+        return misplaced
     if not parsed:
         return []
     with initialize_config_dir(config_dir=str(Path(config_dir).absolute()), version_base="1.3"):

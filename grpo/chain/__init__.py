@@ -1,0 +1,2 @@
+"""The study chain: the assignment's sweeps run one after another, each starting from the winners
+of the ones before it (``python -m grpo.chain``; the chains live in ``conf/chain/``)."""

@@ -1,0 +1,95 @@
+"""What a stage of the chain has done: the state of its latest sweep and its best config.
+
+A stage's sweeps live in ``<paths.output_root>/<experiment_name>/<timestamp>/``; the latest is
+the one whose ``multirun.yaml`` was written last (:func:`analysis.collect.find_latest_sweep`).
+A sweep is **finished** when every one of its jobs (``jobs.json``, else its run directories)
+ended as a result: ``completed``, ``collapsed`` or ``diverged``
+(:data:`analysis.progress.FINISHED_STATUSES`, with what the scheduler says folded in); it is
+**active** while a job may still write (pending, running, preempted and requeued). A stage's
+**winner** is the best config of its latest sweep by :func:`analysis.aggregate.rank`, the
+ranking ``promote`` and the reports use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analysis.aggregate import Ranking, rank
+from analysis.collect import LABEL, collect, find_latest_sweep, run_values
+from analysis.monitor import counts_text
+from analysis.progress import FINISHED_STATUSES, RunProgress, SweepProgress, scheduler_states
+
+
+@dataclass(frozen=True)
+class SweepState:
+    """The runs of one sweep directory as the monitor sees them."""
+
+    sweep: Path
+    runs: list[RunProgress]
+
+    @property
+    def finished(self) -> bool:
+        """Every job ended as a result (completed, collapsed or diverged)."""
+        return bool(self.runs) and all(run.status in FINISHED_STATUSES for run in self.runs)
+
+    @property
+    def active(self) -> list[RunProgress]:
+        """The runs that may still write."""
+        return [run for run in self.runs if run.active]
+
+    def counts(self) -> str:
+        """``3 runs: 2 completed, 1 failed``."""
+        return f"{len(self.runs)} runs: {counts_text(self.runs)}" if self.runs else "no runs"
+
+
+def latest_sweep(stage_root: Path) -> Path | None:
+    """The latest sweep directory under ``<output_root>/<experiment_name>``, or None."""
+    try:
+        return find_latest_sweep(stage_root) if stage_root.is_dir() else None
+    except FileNotFoundError:
+        return None
+
+
+def sweep_state(sweep: Path) -> SweepState:
+    """The state of every job of ``sweep`` (asking the scheduler about its recorded jobs)."""
+    return SweepState(sweep, SweepProgress(sweep).read(scheduler_states(sweep)))
+
+
+@dataclass(frozen=True)
+class Winner:
+    """The best config of a sweep, the values it had for the asked keys, and its ranking
+    (near-ties and the configs left out for a collapsed or diverged run)."""
+
+    sweep: Path
+    label: str
+    values: dict[str, Any]
+    ranking: Ranking
+
+    def describe(self) -> str:
+        """``learning_rate=0.0003 (best_eval_reward 0.2500, 1 of 2 configs ranked)``."""
+        n = len(self.ranking.table) + len(self.ranking.excluded)
+        return (f"{self.label} ({self.ranking.criterion} {self.ranking.value(self.label):.4f}, "
+                f"{len(self.ranking.table)} of {n} configs ranked)")
+
+
+def find_winner(sweep: Path, keys: tuple[str, ...], off_policy_only: bool = False
+                ) -> Winner | str:
+    """The best config of ``sweep`` (among its off-policy configs when ``off_policy_only``)
+    with its values of ``keys``, or why there is none."""
+    try:
+        collection = collect([sweep])
+    except (OSError, ValueError) as error:
+        return f"its sweep {sweep} cannot be read ({error})"
+    runs = collection.runs
+    labels = set(runs.loc[runs["off_policy"].eq(True), LABEL]) if off_policy_only else None
+    ranking = rank(collection, labels=labels)
+    if ranking.best is None:
+        what = "off-policy config" if off_policy_only else "config"
+        excluded = "; ".join(f"{label} ({why})" for label, why in ranking.excluded.items())
+        return (f"no {what} of {sweep} has a validation reward without a collapsed or diverged "
+                f"run" + (f" (excluded: {excluded})" if excluded else ""))
+    best_runs = runs[(runs[LABEL] == ranking.best) & runs["best_eval_reward"].notna()]
+    values = run_values(Path(best_runs["run_dir"].iloc[0]), keys)
+    return Winner(sweep, ranking.best, values, ranking)

@@ -1,0 +1,90 @@
+"""A chain of studies as ``conf/chain/<name>.yaml`` defines it (see ``conf/chain/cs336.yaml``).
+
+Each stage names an experiment preset of ``conf/experiment/`` and the keys it decides: the keys
+later stages take from its best config. A stage with ``off_policy_only`` takes what earlier
+stages decide about the batch plan (``off_policy.epochs``, ``train_batch_size``) from their best
+off-policy config (more than one optimizer step per rollout batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from grpo.batch_plan import CONFIG_KEYS
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+STAGE_KEYS = ("experiment", "decides", "off_policy_only")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One study: its preset, the keys it decides, and whether it takes the batch plan of the
+    best off-policy config of the stages before it."""
+
+    experiment: str
+    decides: tuple[str, ...]
+    off_policy_only: bool = False
+
+    def decides_batch_plan(self) -> bool:
+        """Whether the stage decides a key of the batch plan (epochs, train batch size, ...)."""
+        return any(key in CONFIG_KEYS.values() for key in self.decides)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The stages of a chain, in the order they run."""
+
+    name: str
+    stages: tuple[Stage, ...]
+
+    @property
+    def names(self) -> list[str]:
+        """The stages' experiment names, in order."""
+        return [stage.experiment for stage in self.stages]
+
+    def select(self, names: list[str]) -> list[int]:
+        """The indices of the named stages, in chain order; an unknown name is an error."""
+        unknown = [name for name in names if name not in self.names]
+        if unknown:
+            raise ValueError(f"--stages: {', '.join(unknown)} is not a stage of chain {self.name}; "
+                             f"its stages: {', '.join(self.names)}")
+        return [i for i, name in enumerate(self.names) if name in names]
+
+
+def load_chain(name: str, conf_dir: Path = CONF_DIR) -> Chain:
+    """``<conf_dir>/chain/<name>.yaml``, checked: every stage a preset of
+    ``<conf_dir>/experiment/``, named once, with keys it decides."""
+    path = conf_dir / "chain" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (conf_dir / "chain").glob("*.yaml"))
+        raise ValueError(f"--chain {name}: no {path}; chains: {', '.join(known) or 'none'}")
+    data = OmegaConf.to_container(OmegaConf.load(path))
+    entries = data.get("stages") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: `stages` must be a non-empty list of stages")
+    stages = []
+    for i, entry in enumerate(entries):
+        where = f"{path}: stages[{i}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} must be a mapping with keys {', '.join(STAGE_KEYS)}")
+        unknown = sorted(set(entry) - set(STAGE_KEYS))
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; "
+                             f"a stage has {', '.join(STAGE_KEYS)}")
+        experiment, decides = entry.get("experiment"), entry.get("decides")
+        if not isinstance(experiment, str) or not (conf_dir / "experiment" / f"{experiment}.yaml"
+                                                   ).is_file():
+            raise ValueError(f"{where}: experiment={experiment!r} is not a preset of "
+                             f"{conf_dir / 'experiment'}")
+        if not isinstance(decides, list) or not decides or not all(
+                isinstance(key, str) for key in decides):
+            raise ValueError(f"{where} ({experiment}): `decides` must be a non-empty list of keys")
+        stages.append(Stage(experiment, tuple(decides), bool(entry.get("off_policy_only", False))))
+    names = [stage.experiment for stage in stages]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{path}: stage(s) {', '.join(twice)} appear more than once")
+    return Chain(name, tuple(stages))

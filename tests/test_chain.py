@@ -1,0 +1,322 @@
+"""The study chain (``python -m grpo.chain``): the stages in the assignment's order, winners read
+from the latest sweep of each earlier stage (best validation reward, collapsed and diverged runs
+left out, ties reported), overrides winning, the default where nothing has results, resuming at
+the first unfinished stage. Crafted sweep directories (files as the trainer and Hydra write
+them) where no training is needed; real runs of the tiny model for the carried learning rate and
+for resuming."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sweep_factory import BASE
+
+from analysis.aggregate import BEST_CRITERION, rank
+from analysis.collect import collect
+from analysis.promote import promote
+from analysis.synthetic import write_multirun, write_run
+from grpo.chain.plan import UserOverrides, plan_stage, winner_lookup
+from grpo.chain.stages import load_chain
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = ("model=tiny", "data=toy", "rollout=hf")
+# a real stage on the tiny model: a few steps, evaluated at steps 1 and 3 on 16 questions
+SHORT = ("n_grpo_steps=4", "eval.eval_every=2", "eval.n_examples=16",
+         "checkpoint.checkpoint_every=2")
+# crafted runs: the batch plan of the tiny recipe's rollout batch (64)
+CRAFTED = {**BASE, "rollout_batch_size": 64, "train_batch_size": 64}
+
+
+def chain(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """``python -m grpo.chain *args`` (stdout and stderr kept apart)."""
+    return subprocess.run([sys.executable, "-m", "grpo.chain", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def craft(out: Path, experiment: str, jobs: Sequence[tuple[Mapping[str, Any], Sequence[float],
+                                                             str]],
+          groups: Mapping[str, str] | None = None, stamp: str = "2025-01-01_00-00-00") -> Path:
+    """A sweep of ``experiment`` under ``out``: per job its overrides, eval rewards (one per
+    step) and final status; ``groups`` are the config-group choices every run had."""
+    sweep = out / experiment / stamp
+    keys = list(dict.fromkeys(k for overrides, _, _ in jobs for k in overrides))
+    write_multirun(sweep, [f"{k}={','.join(dict.fromkeys(str(o[k]) for o, _, _ in jobs))}"
+                           for k in keys], config=CRAFTED)
+    for num, (overrides, rewards, status) in enumerate(jobs):
+        rows = [{"step": s, "time/elapsed_s": 10.0 * (s + 1), "eval/reward": r}
+                for s, r in enumerate(rewards)]
+        choices = {**(groups or {}), **{k: str(v) for k, v in overrides.items()
+                                        if k in ("loss", "normalization", "std_norm", "prompt")}}
+        write_run(sweep / str(num), overrides, rows,
+                  {"status": status, "last_step": len(rows) - 1, "n_grpo_steps": len(rows)},
+                  base={**CRAFTED, "experiment_name": experiment}, choices=choices)
+    return sweep
+
+
+def plans(out: Path, *overrides: str) -> dict[str, list[str]]:
+    """Each stage's plan lines, from the sweeps under ``out``."""
+    cs336 = load_chain("cs336")
+    user = UserOverrides.parse([*CPU, f"paths.output_root={out}", *overrides])
+    lookup = winner_lookup(cs336, user)
+    return {stage.experiment: plan_stage(cs336, i, user, lookup).lines
+            for i, stage in enumerate(cs336.stages)}
+
+
+def test_chain_follows_the_assignment() -> None:
+    cs336 = load_chain("cs336")
+    assert [(s.experiment, s.decides, s.off_policy_only) for s in cs336.stages] == [
+        ("lr_sweep", ("learning_rate",), False),
+        ("baselines", ("loss",), False),
+        ("length_norm", ("normalization",), False),
+        ("std_norm", ("std_norm",), False),
+        ("off_policy_broad", ("off_policy.epochs", "train_batch_size", "loss"), False),
+        ("off_policy_focused", ("off_policy.epochs", "train_batch_size", "loss"), False),
+        ("clip_ablation", ("loss",), True),
+        ("prompt_ablation", ("prompt",), False),
+    ]
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("stages:\n  - experiment: lr_sweep\n    decide: [learning_rate]\n",
+     "stages[0]: unknown key(s) decide; a stage has experiment, decides, off_policy_only"),
+    ("stages:\n  - experiment: lr_sweeps\n    decides: [learning_rate]\n",
+     "stages[0]: experiment='lr_sweeps' is not a preset of"),
+    ("stages:\n  - experiment: lr_sweep\n    decides: []\n",
+     "stages[0] (lr_sweep): `decides` must be a non-empty list of keys"),
+])
+def test_a_bad_chain_names_the_key(tmp_path: Path, text: str, error: str) -> None:
+    (tmp_path / "chain").mkdir()
+    (tmp_path / "experiment").symlink_to(ROOT / "conf" / "experiment")
+    (tmp_path / "chain" / "bad.yaml").write_text(text)
+    with pytest.raises(ValueError, match=error.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[").replace("]", r"\]")):
+        load_chain("bad", tmp_path)
+
+
+def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    lr = craft(out, "lr_sweep", [
+        ({"learning_rate": 3e-6}, [0.1, 0.30], "completed"),
+        ({"learning_rate": 1e-5}, [0.1, 0.50], "completed"),
+        ({"learning_rate": 2e-5}, [0.1, 0.50], "completed"),    # ties with 1e-5
+        ({"learning_rate": 3e-5}, [0.1, 0.495], "completed"),   # within 0.01 of the best
+        ({"learning_rate": 5e-5}, [0.1, 0.90], "collapsed"),    # highest reward, but collapsed
+        ({"learning_rate": 1e-4}, [0.95], "diverged"),
+    ])
+    ranking = rank(collect([lr]))
+    assert ranking.best == "learning_rate=1e-05"
+    assert ranking.near_ties == {
+        "learning_rate=2e-05": "tie: best_eval_reward 0.5000 equals the best config's",
+        "learning_rate=3e-05": "near-tie: best_eval_reward 0.4950 is within 0.01 of the best "
+                               "config's 0.5000"}
+    assert ranking.excluded == {"learning_rate=5e-05": "collapsed",
+                                "learning_rate=0.0001": "diverged"}
+
+    # promote ranks the same way and reports the same near-ties
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    promotion = promote(collect([lr]), 1, BEST_CRITERION, "lr_top1", conf_dir=conf)
+    assert promotion.descriptions[0].startswith("learning_rate=1e-05  [best_eval_reward=0.5000]")
+    assert promotion.near_ties == ranking.near_ties
+    assert ("# learning_rate=2e-05: tie: best_eval_reward 0.5000 equals the best config's "
+            "(top1)\n") in promotion.preset.read_text()
+
+    lines = plans(out)["baselines"]
+    assert lines[0] == (f"  learning_rate=1e-05  carried from lr_sweep: best config "
+                        f"learning_rate=1e-05 (best_eval_reward 0.5000, 4 of 6 configs ranked) "
+                        f"of sweep {lr}")
+    assert lines[1:] == [
+        "    warning: lr_sweep: learning_rate=2e-05 is a tie: best_eval_reward 0.5000 equals "
+        "the best config's; learning_rate=1e-05 was taken (first in config order on a tie); "
+        "override the key to choose",
+        "    warning: lr_sweep: learning_rate=3e-05 is a near-tie: best_eval_reward 0.4950 is "
+        "within 0.01 of the best config's 0.5000; learning_rate=1e-05 was taken (first in "
+        "config order on a tie); override the key to choose",
+        "    lr_sweep: learning_rate=5e-05 left out (a run collapsed)",
+        "    lr_sweep: learning_rate=0.0001 left out (a run diverged)",
+    ]
+
+
+def test_overlapping_seed_ranges_are_a_near_tie(tmp_path: Path) -> None:
+    jobs = [({"learning_rate": lr, "seed": seed}, [reward], "completed")
+            for lr, seed, reward in [(1e-5, 0, 0.40), (1e-5, 1, 0.60), (2e-5, 0, 0.45),
+                                     (2e-5, 1, 0.47), (3e-5, 0, 0.10), (3e-5, 1, 0.20)]]
+    ranking = rank(collect([craft(tmp_path, "lr_sweep", jobs)]))
+    assert ranking.best == "learning_rate=1e-05"  # mean 0.50 over 0.46 and 0.15
+    assert ranking.near_ties == {"learning_rate=2e-05": (
+        "near-tie: its seeds' best_eval_reward 0.4500-0.4700 overlap the best config's "
+        "0.4000-0.6000")}
+
+
+def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    lr = craft(out, "lr_sweep", [({"learning_rate": 3e-4}, [0.5], "completed")])
+    base = craft(out, "baselines", [({"loss": "no_baseline"}, [0.2], "completed"),
+                                    ({"loss": "reinforce_with_baseline"}, [0.4], "completed")],
+                 groups={"loss": "reinforce_with_baseline"})
+    # the on-policy config (1, 64) is best; among the off-policy ones (2, 32) is
+    grid = [((1, 64), 0.9), ((2, 32), 0.6), ((2, 64), 0.5), ((4, 16), 0.7)]
+    broad = craft(out, "off_policy_broad", [
+        ({"off_policy.epochs": e, "train_batch_size": t}, [r], "diverged" if t == 16 else
+         "completed") for (e, t), r in grid], groups={"loss": "grpo_clip"})
+    got = plans(out)
+    # no results from length_norm or std_norm: their keys keep the stage's default
+    assert got["std_norm"][2] == (
+        f"  normalization=mean  the stage's default: no earlier stage that decides it has "
+        f"results (length_norm has no results: no sweep under {out / 'length_norm'})")
+    assert got["length_norm"][1].startswith(
+        f"  loss=reinforce_with_baseline  carried from baselines: best config "
+        f"loss=reinforce_with_baseline (best_eval_reward 0.4000, 2 of 2 configs ranked) of "
+        f"sweep {base}")
+    # the off-policy sweeps decide the loss themselves (GRPO-Clip), not the baselines winner
+    assert "  loss: not carried, this stage decides it" in got["off_policy_broad"]
+    # clip_ablation: the best off-policy config of broad, since focused has no results
+    clip = got["clip_ablation"]
+    focused_missing = f"off_policy_focused has no results: no sweep under {out / 'off_policy_focused'}"
+    assert (f"  off_policy.epochs=2  carried from off_policy_broad: best config "
+            f"off_policy.epochs=2, train_batch_size=32 (best_eval_reward 0.6000, 2 of 3 configs "
+            f"ranked) of sweep {broad} ({focused_missing})") in clip
+    assert any(line.startswith("  train_batch_size=32  carried from off_policy_broad") for line
+               in clip)
+    assert "    off_policy_broad: off_policy.epochs=4, train_batch_size=16 left out (a run " \
+           "diverged)" in clip
+    # the prompt ablation takes the best config overall (on-policy here) and the clip loss
+    prompt = got["prompt_ablation"]
+    assert any(line.startswith("  off_policy.epochs=1  carried from off_policy_broad: best "
+                               "config off_policy.epochs=1, train_batch_size=64") for line in prompt)
+    assert any(line.startswith("  loss=grpo_clip  carried from off_policy_broad") for line in prompt)
+    # a sweep of one config is labelled by its experiment
+    assert prompt[0] == (f"  learning_rate=0.0003  carried from lr_sweep: best config lr_sweep "
+                         f"(best_eval_reward 0.5000, 1 of 1 configs ranked) of sweep {lr}")
+
+    # once focused has results, clip_ablation takes its best off-policy config instead
+    focused = craft(out, "off_policy_focused", [
+        ({"off_policy.epochs": 2, "train_batch_size": 64}, [0.8], "completed"),
+        ({"off_policy.epochs": 1, "train_batch_size": 64}, [0.7], "completed")],
+        groups={"loss": "grpo_clip"})
+    clip = plans(out)["clip_ablation"]
+    assert f"  train_batch_size=64  carried from off_policy_focused: best config " \
+           f"off_policy.epochs=2 (best_eval_reward 0.8000, 1 of 1 configs ranked) of sweep " \
+           f"{focused}" in clip
+
+
+def test_override_wins_and_the_plan_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    lr = craft(out, "lr_sweep", [({"learning_rate": 3e-4}, [0.5], "completed")])
+    lines = plans(out, "learning_rate=1e-4")["length_norm"]
+    assert lines[0] == ("  learning_rate=0.0001  from the command line (an override wins; not "
+                        f"carried: lr_sweep's best learning_rate=0.0003 from {lr})")
+
+
+def test_no_results_and_resume_in_the_dry_run(tmp_path: Path) -> None:
+    """lr_sweep finished; baselines' latest sweep has a failed run and was started by the chain
+    with the overrides it would use now: the dry run skips lr_sweep and resumes baselines in
+    that sweep directory; length_norm's predecessor has no results, so it keeps the default."""
+    out = tmp_path / "out"
+    lr = craft(out, "lr_sweep", [({"learning_rate": 3e-4}, [0.5], "completed")])
+    args = [*CPU, f"paths.output_root={out}"]
+    base = craft(out, "baselines", [({"loss": "no_baseline"}, [0.2], "failed"),
+                                    ({"loss": "reinforce_with_baseline"}, [0.4], "completed")],
+                 stamp="2025-01-02_00-00-00")
+    (base / "chain.json").write_text(json.dumps({"overrides": [
+        "+experiment=baselines", "learning_rate=0.0003", *args, "dry_run=true"]}))
+    done = chain("--stages", "lr_sweep,baselines,length_norm", *args, "dry_run=true")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == f"stage 1/8 lr_sweep: finished: {lr} (1 runs: 1 completed)"
+    assert lines[2:5] == [
+        "stage 2/8 baselines:",
+        f"  learning_rate=0.0003  carried from lr_sweep: best config lr_sweep "
+        f"(best_eval_reward 0.5000, 1 of 1 configs ranked) of sweep {lr}",
+        f"  resuming its unfinished sweep {base} (2 runs: 1 completed, 1 failed)"]
+    assert lines[5].endswith(f"'hydra.sweep.dir=${{paths.output_root}}/${{experiment_name}}/"
+                             f"{base.name}'")
+    # length_norm takes baselines' best config so far (the failed run's evaluations count)
+    stage3 = lines.index("stage 3/8 length_norm:")
+    assert lines[stage3 + 2] == (
+        f"  loss=reinforce_with_baseline  carried from baselines: best config "
+        f"loss=reinforce_with_baseline (best_eval_reward 0.4000, 2 of 2 configs ranked) of "
+        f"sweep {base}")
+    assert not list(out.glob("length_norm")), "a dry run wrote nothing"
+
+
+def test_chain_refuses_what_it_sets_and_typos(tmp_path: Path) -> None:
+    done = chain("experiment_name=x", "learning_rat=1e-5", f"paths.output_root={tmp_path}")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: experiment_name=x: the chain sets experiment_name for each stage",
+        "error: learning_rat=1e-5: no config or config group defines 'learning_rat'; did you "
+        "mean learning_rate=1e-5?",
+        "nothing was run"]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_second_stage_carries_the_learning_rate_of_a_real_sweep_and_resumes(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    out = tmp_path / "out"
+    common = [*CPU, f"model.path={tiny_model_dir}", *SHORT, f"paths.output_root={out}"]
+    # a real lr sweep of the tiny model: 3e-4 learns, 3e-1 does not
+    swept = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", "+experiment=lr_sweep",
+                            "learning_rate=3e-4,3e-1", *common], cwd=ROOT, capture_output=True,
+                           text=True, timeout=900)
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    (lr,) = (out / "lr_sweep").iterdir()
+    ranking = rank(collect([lr]))
+    assert ranking.best == "learning_rate=0.0003", ranking.table
+
+    dry = chain("--stages", "baselines", *common, "dry_run=true")
+    assert dry.returncode == 0, dry.stderr
+    print(dry.stdout)  # the report shows it
+    lines = dry.stdout.splitlines()
+    assert lines[1] == "stage 2/8 baselines:"
+    assert lines[2].startswith("  learning_rate=0.0003  carried from lr_sweep: best config "
+                               "learning_rate=0.0003 (best_eval_reward ")
+    assert lines[2].endswith(f", 2 of 2 configs ranked) of sweep {lr}")
+    assert lines[3].startswith("  $ python launch.py -m +experiment=baselines "
+                               "learning_rate=0.0003 model=tiny")
+    assert "dry run: 2 jobs, nothing submitted" in lines
+    assert "warning: paths.output_root" not in dry.stderr
+    assert not (out / "baselines").exists()
+
+    overridden = chain("--stages", "baselines", *common, "learning_rate=1e-4", "dry_run=true")
+    assert overridden.returncode == 0, overridden.stderr
+    assert (f"  learning_rate=0.0001  from the command line (an override wins; not carried: "
+            f"lr_sweep's best learning_rate=0.0003 from {lr})") in overridden.stdout.splitlines()
+
+    # the chain runs lr_sweep (finished: skipped) and baselines for real
+    ran = chain("--stages", "lr_sweep,baselines", *common)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert f"stage 1/8 lr_sweep: finished: {lr} (2 runs: 2 completed)" in ran.stdout
+    (base,) = (out / "baselines").iterdir()
+    assert json.loads((base / "chain.json").read_text())["carried"] == [
+        {"key": "learning_rate", "value": 0.0003, "stage": "lr_sweep", "sweep": str(lr)}]
+    for run in ("0", "1"):
+        config = (base / run / ".hydra" / "config.yaml").read_text()
+        assert "learning_rate: 0.0003\n" in config
+    assert "chain cs336: lr_sweep, baselines finished" in ran.stdout
+
+    # a crash of one run: the re-run resumes baselines in its sweep, the other run is kept
+    status = json.loads((base / "1" / "status.json").read_text())
+    (base / "1" / "status.json").write_text(json.dumps({**status, "status": "failed",
+                                                        "reason": "killed"}))
+    kept = (base / "0" / "metrics.jsonl").read_text()
+    again = chain("--stages", "lr_sweep,baselines", *common)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"  resuming its unfinished sweep {base} (2 runs: 1 completed, 1 failed)" \
+        in again.stdout
+    assert [p.name for p in (out / "baselines").iterdir()] == [base.name]
+    assert json.loads((base / "1" / "status.json").read_text())["status"] == "completed"
+    assert (base / "0" / "metrics.jsonl").read_text() == kept
+    # all finished: a third run has nothing to do
+    third = chain("--stages", "lr_sweep,baselines", *common)
+    assert third.returncode == 0 and f"stage 2/8 baselines: finished: {base}" in third.stdout
