@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SWEEP ?=
 ARGS ?=
+# comma-separated files of runs made outside the sweep, overlaid by `make plots`
+EXTERNAL ?=
+COMMA := ,
 LATEST_DEMO = $$(ls -d outputs/demo/*/ | sort | tail -n 1)
 # Which lock `make install` installs: gpu where nvidia-smi lists a GPU, else cpu (CI: KIND=cpu)
 KIND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
@@ -65,8 +68,8 @@ sweep: $(STAMP) ## run a sweep: make sweep ARGS="off_policy.epochs=1,2 model=tin
 chain: $(STAMP) ## run the assignment's studies as a chain, winners carried forward: make chain ARGS="cluster=slurm"
 	$(PY) -m grpo.chain $(ARGS)
 
-plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...]" to choose and overlay)
-	$(PY) -m analysis plots $(foreach s,$(SWEEP),--sweep $(s))
+plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...]" to choose and overlay; EXTERNAL=ei.csv[,b.jsonl] to overlay runs made elsewhere; ARGS: more options)
+	$(PY) -m analysis plots $(foreach s,$(SWEEP),--sweep $(s)) $(foreach e,$(subst $(COMMA), ,$(EXTERNAL)),--external $(e)) $(ARGS)
 
 watch: $(STAMP) ## live view of the latest sweep, running or finished (SWEEP=dir to choose), then its summary
 	$(PY) -m analysis watch $(SWEEP)

@@ -2,7 +2,8 @@
 
 Modules: :mod:`analysis.collect` (reading sweep directories; the data contract),
 :mod:`analysis.aggregate` (seed aggregation, ranking, on-policy baseline),
-:mod:`analysis.plots` (figures), :mod:`analysis.report` (``report.md``),
+:mod:`analysis.plots` (figures), :mod:`analysis.external` (curves of runs made elsewhere, to
+overlay), :mod:`analysis.report` (``report.md``),
 :mod:`analysis.promote` (Hydra preset of the best configs), :mod:`analysis.synthetic`
 (contract-conforming sweeps for tests and benchmarks), :mod:`analysis.metric_names` (metric names
 and units in figures), :mod:`analysis.progress` (a sweep's progress read while it runs) and

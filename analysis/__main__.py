@@ -2,7 +2,8 @@
 
 * ``collect``: save the tidy per-step frame of the sweep(s) (parquet with pyarrow, else CSV);
 * ``plots``: figures into ``<first sweep>/figures/``, ``report.md`` into the first sweep and
-  the collected frame next to it (``--no-report`` skips the report);
+  the collected frame next to it (``--no-report`` skips the report); ``--external`` overlays
+  runs made elsewhere (an expert-iteration run's entropy, by default);
 * ``promote``: write ``<conf>/experiment/<NAME>.yaml`` (and ``<conf>/promoted/<NAME>/*.yaml``)
   sweeping the top-K configs plus the on-policy baseline; run it with ``-m +experiment=<NAME>``;
 * ``watch``: the live monitor of a running or finished sweep (one row per run, refreshed in
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from analysis.aggregate import BEST_CRITERION, CRITERIA
 from analysis.collect import LABEL, Collection, collect, find_latest_sweep, save_steps
+from analysis.external import GRPO_STEPS
+from analysis.report import ACCURACY_BAR, write_report
 
 DEFAULT_OUTPUTS = os.environ.get("GRPO_OUTPUT_ROOT", "outputs")
 
@@ -51,22 +54,40 @@ def cmd_collect(args: argparse.Namespace) -> None:
 
 def cmd_plots(args: argparse.Namespace) -> None:
     """Write the figures, the collected frame and (unless ``--no-report``) the report."""
-    from analysis.plots import External, plot_all
-    from analysis.report import write_report
+    from analysis.external import read_external
+    from analysis.plots import plot_all
 
-    if args.external is not None and args.external_metric is None:
-        raise SystemExit("--external needs --external-metric")
+    if not 0 < args.bar <= 1:
+        raise ValueError(f"--bar is {args.bar}; give a validation accuracy in (0, 1], e.g. 0.25")
+    paths = args.external
+    labels = _per_file(args.external_label, paths, "--external-label", share=False)
+    axes = _per_file(args.external_x, paths, "--external-x", share=True)
+    externals = [curve for path, label, x in zip(paths, labels, axes, strict=True)
+                 for curve in read_external(path, args.external_metric, label, x)]
     collection = _collect(args)
     sweep = collection.sweeps[0].path
-    external = (External.read(args.external, args.external_metric, args.external_label)
-                if args.external is not None else None)
-    figures = plot_all(collection, sweep / "figures", external, args.facet, args.color)
+    figures = plot_all(collection, sweep / "figures", externals, args.facet, args.color)
     for figure in figures.values():
         print("wrote " + ", ".join(map(str, figure.paths)))
     print(f"wrote {save_steps(collection, sweep / 'collected')}")
     if not args.no_report:
         paths = {name: figure.paths for name, figure in figures.items()}
-        print(f"wrote {write_report(collection, sweep, paths, args.criterion)}")
+        print(f"wrote {write_report(collection, sweep, paths, args.criterion, args.bar)}")
+
+
+def _per_file(values: list[str], paths: list[Path], option: str,
+              share: bool) -> list[str | None]:
+    """One value of ``option`` per ``--external`` file: none given (None each), one per file,
+    or (``share``) a single one for all."""
+    if not values:
+        return [None] * len(paths)
+    if share and len(values) == 1:
+        return values * len(paths)
+    if len(values) != len(paths):
+        raise ValueError(f"{option} is given {len(values)} time(s) for {len(paths)} --external "
+                         f"file(s); give it once per file, in the same order"
+                         + (" (or once for all)" if share else ""))
+    return list(values)
 
 
 def cmd_promote(args: argparse.Namespace) -> None:
@@ -115,9 +136,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = commands.add_parser("plots", parents=[common, criterion],
                               help="figures + report.md into the (first) sweep directory")
-    sub.add_argument("--external", type=Path, help="CSV with a step column and a metric column")
-    sub.add_argument("--external-metric", help="metric column of --external (e.g. eval/reward)")
-    sub.add_argument("--external-label", default="external", help="legend name of --external")
+    sub.add_argument("--external", action="append", type=Path, default=[],
+                     help="a run made outside the sweep (e.g. expert iteration) to overlay: "
+                          ".csv or .jsonl with step, the metric and optionally label "
+                          "(repeatable; format: analysis/external.py)")
+    sub.add_argument("--external-metric", default="train/entropy",
+                     help="metric of the --external files, named as in metrics.jsonl or by its "
+                          "short name in the file (default: train/entropy)")
+    sub.add_argument("--external-label", action="append", default=[],
+                     help="legend name of each --external file, in order (default: the file's "
+                          "label column, else its name)")
+    sub.add_argument("--external-x", action="append", default=[],
+                     help="what an --external file's steps count, e.g. 'EI step' (own top "
+                          f"axis), or '{GRPO_STEPS}' (the sweep's axis); once for all or once "
+                          "per file (default: '<label> step')")
+    sub.add_argument("--bar", type=float, default=ACCURACY_BAR,
+                     help="validation accuracy the report checks the best config against "
+                          f"(default: the handout's {ACCURACY_BAR:g})")
     sub.add_argument("--no-report", action="store_true", help="do not write report.md")
     sub.add_argument("--facet", help="swept key with one panel per value (large sweeps; "
                                      "default: the key with the second most values)")

@@ -15,7 +15,14 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from analysis.collect import ELAPSED, EVAL_REWARD, LABEL, UNSTABLE_STATUSES, Collection
+from analysis.collect import (
+    ELAPSED,
+    EVAL_REWARD,
+    LABEL,
+    UNSTABLE_STATUSES,
+    Collection,
+    gpu_hours,
+)
 
 Criterion = Literal["best_eval_reward", "final_eval_reward"]
 CRITERIA: tuple[Criterion, ...] = ("best_eval_reward", "final_eval_reward")
@@ -210,3 +217,21 @@ def compare_with(curves: SweepCurves, label: str, baseline: str) -> dict[str, fl
         for side, name in (("config", label), ("baseline", baseline)):
             out[f"{side}@{axis}"] = value_at(curves.curve(name, EVAL_REWARD, axis), point)
     return out
+
+
+def first_reaching(collection: Collection, bar: float) -> pd.DataFrame:
+    """Each run's first evaluation with ``eval/reward`` at or above ``bar``: one row per run
+    that reaches it (``run_id``, config label, ``seed``, ``step``, ``eval/reward``,
+    ``time/elapsed_s`` and ``gpu_hours`` at that step, as :func:`analysis.collect.gpu_hours`
+    counts them), the earliest in GPU-hours (then steps) first."""
+    columns = ["run_id", LABEL, "seed", "step", EVAL_REWARD, ELAPSED, "cluster.gpus_per_job"]
+    steps = collection.steps
+    if EVAL_REWARD not in steps:
+        return pd.DataFrame(columns=[*columns[:-1], "gpu_hours"])
+    rows = steps.loc[steps[EVAL_REWARD] >= bar, [c for c in columns if c in steps]]
+    first = rows.sort_values(["run_id", "step"], kind="stable").groupby("run_id").head(1)
+    first = first.reindex(columns=columns)
+    first["gpu_hours"] = [gpu_hours(elapsed, gpus) for elapsed, gpus in
+                          zip(first[ELAPSED], first["cluster.gpus_per_job"], strict=True)]
+    return (first.drop(columns="cluster.gpus_per_job")
+            .sort_values(["gpu_hours", "step"], kind="stable").reset_index(drop=True))

@@ -383,7 +383,6 @@ class _Run:
                    or type(v) is int]
         wall_clock_s = max(elapsed, default=math.nan)
         gpus = self.value("cluster.gpus_per_job")
-        gpus = DEFAULT_GPUS_PER_JOB if gpus is None else gpus
         config = {key: self.value(key) for key in label_keys}
         label = ", ".join(f"{k}={format_value(v)}" for k, v in config.items())
         return {
@@ -402,7 +401,7 @@ class _Run:
             "off_policy": self.off_policy(),
             "steps_done": rows[-1]["step"] + 1 if rows else 0,
             "wall_clock_s": wall_clock_s,
-            "gpu_hours": wall_clock_s / 3600 * gpus if elapsed else math.nan,
+            "gpu_hours": gpu_hours(wall_clock_s, gpus) if elapsed else math.nan,
             "final_eval_reward": evals[-1][1] if evals else math.nan,
             "best_eval_reward": best[1],
             "best_eval_step": best[0],
@@ -417,6 +416,13 @@ def run_values(run_dir: Path, keys: Iterable[str]) -> dict[str, Any]:
     ``grpo_clip``), else its config value (``learning_rate``); None where it has none."""
     run = _Run.read(run_dir.parent, run_dir)
     return {key: run.value(key) for key in keys}
+
+
+def gpu_hours(elapsed_s: float, gpus_per_job: Any) -> float:
+    """GPU-hours of a run after ``elapsed_s`` seconds of wall-clock on ``gpus_per_job`` GPUs
+    (:data:`DEFAULT_GPUS_PER_JOB` when it is unknown: None or NaN)."""
+    unknown = gpus_per_job is None or (isinstance(gpus_per_job, float) and math.isnan(gpus_per_job))
+    return elapsed_s / 3600 * (DEFAULT_GPUS_PER_JOB if unknown else gpus_per_job)
 
 
 def _is_number(value: Any) -> bool:

@@ -16,6 +16,11 @@ min-max band over seeds; the colour says the value of the colour key, and every 
 own line style and marker, so equal curves stay apart and no line is told by colour alone. A point is drawn at the step it was
 measured; a diverged or collapsed run gets an X at its last measured point.
 
+External curves (:mod:`analysis.external`: an expert-iteration run's entropy, say) are drawn
+on the panel of their metric against the step, thick, grey and dashed, named in the legend
+with what their x axis counts: on the GRPO-step axis when their steps are GRPO steps, else on
+a top x axis of their own (one per kind of step), scaled to their own steps.
+
 A sweep of more than :data:`SMALL_SWEEP` configs is drawn as small multiples: one panel per
 value of the facet key, colour by the colour key, the top configs of the report's ranking
 highlighted (thick, marked, with their seed band and rank) and the others thin and faint.
@@ -40,6 +45,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from analysis.aggregate import BEST_CRITERION, Curve, config_summary, label_curves, rank_configs
 from analysis.collect import (
@@ -51,6 +57,7 @@ from analysis.collect import (
     format_value,
     sort_key,
 )
+from analysis.external import External
 from analysis.metric_names import metric_name
 
 TRAINING_METRICS = (
@@ -77,27 +84,12 @@ STOP_MARK = "X"
 # legend labels in a grid cell are wrapped at this many characters
 WRAP = 52
 STOPPED = "run stopped: collapsed / diverged (at its last measured point)"
+# external curves: grey shades and line styles of their own, thicker than a config's line
+EXTERNAL_COLORS = ("black", "0.45", "0.65")
+EXTERNAL_STYLES = ((0, (6, 2)), (0, (6, 2, 1, 2)), (0, (1, 1.5)))
+# vertical offset (axes fractions) between the top x axes of externals that count other steps
+EXTERNAL_AXIS_OFFSET = 0.16
 SWEEP_TIME = "%Y-%m-%d_%H-%M-%S"
-
-
-@dataclass(frozen=True)
-class External:
-    """A reference curve from a CSV: ``metric`` against ``step``, drawn as ``label``."""
-
-    label: str
-    metric: str
-    step: np.ndarray
-    value: np.ndarray
-
-    @staticmethod
-    def read(path: Path, metric: str, label: str) -> External:
-        """Read ``step`` and ``metric`` columns of the CSV at ``path``."""
-        frame = pd.read_csv(path)
-        missing = {"step", metric} - set(frame.columns)
-        if missing:
-            raise ValueError(f"{path} lacks column(s) {sorted(missing)}")
-        frame = frame[["step", metric]].dropna().sort_values("step")
-        return External(label, metric, frame["step"].to_numpy(float), frame[metric].to_numpy(float))
 
 
 @dataclass(frozen=True)
@@ -145,7 +137,9 @@ class Panel:
 
     ``curves`` are the seed means with min-max bands as drawn; ``smoothed`` the smoothed means
     drawn over faint raw ones (training metrics); ``facet`` the ``(key, value)`` the panel is
-    restricted to in a large sweep.
+    restricted to in a large sweep; ``externals`` the external curves drawn and
+    ``external_lines`` their line artists, in the same order (on the panel's axes, or on the
+    top axes of their ``x_label``).
     """
 
     metric: str
@@ -153,12 +147,13 @@ class Panel:
     unit: str
     curves: dict[str, Curve]
     markers: list[Marker]
-    external: External | None = None
+    externals: tuple[External, ...] = ()
     smoothed: dict[str, np.ndarray] = field(default_factory=dict)
     facet: tuple[str, object] | None = None
     title: str = ""
     xlabel: str = ""
     ylabel: str = ""
+    external_lines: tuple[Line2D, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -310,7 +305,7 @@ class _PanelSpec:
 
 def draw_panel(ax: Axes, collection: Collection, layout: Layout, spec: _PanelSpec,
                curves: dict[str, Curve], markers: list[Marker],
-               external: External | None = None) -> Panel:
+               externals: Sequence[External] = ()) -> Panel:
     """Draw ``spec`` on ``ax`` from the precomputed ``curves`` and ``markers``; see the module
     docstring for what is drawn how."""
     unit, scale = wall_clock_unit(collection) if spec.x == ELAPSED else ("step", 1.0)
@@ -345,10 +340,9 @@ def draw_panel(ax: Axes, collection: Collection, layout: Layout, spec: _PanelSpe
                    edgecolors="black", linewidths=0.6, zorder=4, in_layout=False)
     if not layout.large:
         _say_where_runs_stopped(ax, shown)
-    reference = external if external and external.metric == spec.metric and spec.x == "step" \
-        else None
-    if reference is not None:
-        ax.plot(reference.step, reference.value, "k--", lw=1.4, label=reference.label, zorder=3)
+    shown_externals = tuple(e for e in externals if e.metric == spec.metric) \
+        if spec.x == "step" else ()
+    external_lines = _draw_externals(ax, shown_externals, externals)
     name = metric_name(spec.metric)
     ylabel = name.axis_label(eval_detail(collection) if spec.metric.startswith("eval/") else "")
     xlabel = "GRPO step" if spec.x == "step" else f"Wall-clock ({unit})"
@@ -359,8 +353,43 @@ def draw_panel(ax: Axes, collection: Collection, layout: Layout, spec: _PanelSpe
         ax.set_ylim(name.bounds[0] - 0.03, name.bounds[1] + 0.03)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
-    return Panel(spec.metric, spec.x, unit, drawn, shown, reference, smoothed, spec.facet,
-                 title, xlabel, ylabel)
+    return Panel(spec.metric, spec.x, unit, drawn, shown, shown_externals, smoothed, spec.facet,
+                 title, xlabel, ylabel, external_lines)
+
+
+def external_style(index: int) -> dict[str, object]:
+    """Colour, dash pattern and width of the ``index``-th external curve (of all given)."""
+    return {"color": EXTERNAL_COLORS[index % len(EXTERNAL_COLORS)],
+            "ls": EXTERNAL_STYLES[index % len(EXTERNAL_STYLES)], "lw": 2.0}
+
+
+def external_legend(external: External) -> str:
+    """``EI (external; x: EI step, top axis)`` or ``paper (external; x: GRPO step)``."""
+    where = "GRPO step" if external.x_label is None else f"{external.x_label}, top axis"
+    return f"{external.label} (external; x: {where})"
+
+
+def _draw_externals(ax: Axes, shown: Sequence[External],
+                    every: Sequence[External]) -> tuple[Line2D, ...]:
+    """Draw ``shown`` (a subset of ``every``, which fixes each one's style): a curve counting
+    GRPO steps on ``ax``, the others on a top x axis per distinct ``x_label``, sharing ``ax``'s
+    y axis and scaled to their own steps. Returns the lines drawn."""
+    tops: dict[str, Axes] = {}
+    lines = []
+    for external in shown:
+        target = ax
+        if external.x_label is not None:
+            if external.x_label not in tops:
+                top = tops[external.x_label] = ax.twiny()
+                top.spines["top"].set_position(("axes", 1 + EXTERNAL_AXIS_OFFSET * (len(tops) - 1)))
+                top.set_xlabel(external.x_label)
+                if np.array_equal(external.step, np.round(external.step)):
+                    top.xaxis.set_major_locator(MaxNLocator(integer=True))
+            target = tops[external.x_label]
+        (line,) = target.plot(external.step, external.value, zorder=3, **external_style(
+            next(i for i, e in enumerate(every) if e is external)))
+        lines.append(line)
+    return tuple(lines)
 
 
 def _say_where_runs_stopped(ax: Axes, markers: Sequence[Marker]) -> None:
@@ -399,7 +428,7 @@ def _draw_curve(ax: Axes, curve: Curve, y: np.ndarray, style: Style, smoothed: b
 
 
 def _legend(fig: Figure, slot: Axes | None, collection: Collection, layout: Layout,
-            markers: bool, external: External | None) -> list[str]:
+            markers: bool, externals: Sequence[External | None]) -> list[str]:
     """The legend: in the grid's free ``slot`` when there is one (labels wrapped to fit), else
     below the axes, where :func:`_figure` reserved room for it. Returns its texts."""
     handles: list[object] = []
@@ -427,8 +456,9 @@ def _legend(fig: Figure, slot: Axes | None, collection: Collection, layout: Layo
     if markers:
         add(Line2D([], [], ls="", marker=STOP_MARK, color="gray", ms=9, mec="black", mew=0.6),
             STOPPED)
-    if external is not None:
-        add(Line2D([], [], color="black", ls="--"), external.label)
+    for index, external in enumerate(externals):  # None: not drawn in this figure
+        if external is not None:
+            add(Line2D([], [], **external_style(index)), external_legend(external))
     if slot is not None:
         wrapped = [textwrap.fill(t, WRAP, subsequent_indent="    ") for t in texts]
         slot.legend(handles, wrapped, loc="upper left", fontsize="small", frameon=False)
@@ -459,11 +489,11 @@ def _figure(n_panels: int, n_cols: int, panel_w: float, panel_h: float, legend_t
     return fig, axes[:n_panels], axes[n_panels] if free else None
 
 
-def _legend_size(collection: Collection, layout: Layout) -> int:
+def _legend_size(collection: Collection, layout: Layout, n_externals: int) -> int:
     """How many entries the legend will have (an upper bound)."""
     if layout.large:
-        return len(_key_values(collection, layout.color_key)) + len(layout.top) + 3
-    return len(collection.labels) + 2
+        return len(_key_values(collection, layout.color_key)) + len(layout.top) + 2 + n_externals
+    return len(collection.labels) + 1 + n_externals
 
 
 def _save(fig: Figure, out_dir: Path, name: str, layout: Layout) -> list[Path]:
@@ -489,17 +519,20 @@ def _legend_box(fig: Figure) -> tuple[float, float, float, float] | None:
 
 
 def _finish(fig: Figure, slot: Axes | None, collection: Collection, layout: Layout,
-            panels: dict[str, Panel], stem: Path, title: str) -> CurveFigure:
-    """Add the legend (stop marks and the external curve only when some panel shows them),
+            panels: dict[str, Panel], stem: Path, title: str,
+            externals: Sequence[External]) -> CurveFigure:
+    """Add the legend (stop marks and external curves only when some panel shows them),
     save the figure as ``stem.<format>`` and say what was drawn."""
     has_marks = any(p.markers for p in panels.values())
-    shown_external = next((p.external for p in panels.values() if p.external), None)
-    legend = _legend(fig, slot, collection, layout, has_marks, shown_external)
+    shown = {id(e) for p in panels.values() for e in p.externals}
+    legend = _legend(fig, slot, collection, layout, has_marks,
+                     [e if id(e) in shown else None for e in externals])
     paths = _save(fig, stem.parent, stem.name, layout)
     return CurveFigure(paths, panels, title, legend, _legend_box(fig))
 
 
-def plot_eval_reward(collection: Collection, out_dir: Path, external: External | None = None,
+def plot_eval_reward(collection: Collection, out_dir: Path,
+                     externals: Sequence[External] = (),
                      layout: Layout | None = None) -> CurveFigure:
     """Validation reward against the step and wall-clock (``eval_reward.*``); a large sweep
     gets one panel per facet value against the step, then the whole sweep against wall-clock."""
@@ -522,29 +555,31 @@ def plot_eval_reward(collection: Collection, out_dir: Path, external: External |
     specs.append(("wall_clock", _PanelSpec(EVAL_REWARD, ELAPSED, labels)))
     n_cols = min(len(specs), 3 if layout.large else 2)
     fig, axes, slot = _figure(len(specs), n_cols, 5.2 if layout.large else 6.0, 4.0,
-                              _legend_size(collection, layout), title)
+                              _legend_size(collection, layout, len(externals)), title)
     panels = {}
     for ax, (name, spec) in zip(axes, specs, strict=True):
         curves, marks = (step_curves, step_marks) if spec.x == "step" else \
             (clock_curves, clock_marks)
-        panels[name] = draw_panel(ax, collection, layout, spec, curves, marks, external)
-    return _finish(fig, slot, collection, layout, panels, out_dir / "eval_reward", title)
+        panels[name] = draw_panel(ax, collection, layout, spec, curves, marks, externals)
+    return _finish(fig, slot, collection, layout, panels, out_dir / "eval_reward", title,
+                   externals)
 
 
-def plot_training(collection: Collection, out_dir: Path, external: External | None = None,
+def plot_training(collection: Collection, out_dir: Path, externals: Sequence[External] = (),
                   layout: Layout | None = None) -> CurveFigure:
     """Entropy, response length, gradient norm, clip fraction, train reward (``training.*``)."""
     layout = layout or choose_layout(collection)
     title = f"Training · {sweep_title(collection)}"
     fig, axes, slot = _figure(len(TRAINING_METRICS), 3, 5.0, 3.8,
-                              _legend_size(collection, layout), title)
+                              _legend_size(collection, layout, len(externals)), title)
     panels = {}
     for ax, metric in zip(axes, TRAINING_METRICS, strict=True):
         curves = label_curves(collection.steps, metric, "step")
         marks = _stop_markers(collection, metric, "step", 1.0)
         spec = _PanelSpec(metric, "step", collection.labels)
-        panels[metric] = draw_panel(ax, collection, layout, spec, curves, marks, external)
-    return _finish(fig, slot, collection, layout, panels, out_dir / "training", title)
+        panels[metric] = draw_panel(ax, collection, layout, spec, curves, marks, externals)
+    return _finish(fig, slot, collection, layout, panels, out_dir / "training", title,
+                   externals)
 
 
 def heatmap_cells(collection: Collection, rows_key: str, cols_key: str,
@@ -632,17 +667,18 @@ def _hatched_cell(i: int, j: int) -> Rectangle:
                      hatch="///", lw=0)
 
 
-def plot_all(collection: Collection, out_dir: Path, external: External | None = None,
+def plot_all(collection: Collection, out_dir: Path, externals: Sequence[External] = (),
              facet_key: str | None = None, color_key: str | None = None
              ) -> dict[str, CurveFigure | HeatmapFigure]:
     """Every figure that applies to ``collection``, keyed by figure name."""
-    if external is not None and external.metric not in (EVAL_REWARD, *TRAINING_METRICS):
-        raise ValueError(f"no panel plots {external.metric!r} against the step; "
-                         f"choose one of {[EVAL_REWARD, *TRAINING_METRICS]}")
+    for external in externals:
+        if external.metric not in (EVAL_REWARD, *TRAINING_METRICS):
+            raise ValueError(f"no panel plots {external.metric!r} against the step; "
+                             f"choose one of {[EVAL_REWARD, *TRAINING_METRICS]}")
     layout = choose_layout(collection, facet_key, color_key)
     figures: dict[str, CurveFigure | HeatmapFigure] = {
-        "eval_reward": plot_eval_reward(collection, out_dir, external, layout),
-        "training": plot_training(collection, out_dir, external, layout),
+        "eval_reward": plot_eval_reward(collection, out_dir, externals, layout),
+        "training": plot_training(collection, out_dir, externals, layout),
     }
     heatmaps = plot_heatmaps(collection, out_dir, layout)
     if heatmaps is not None:

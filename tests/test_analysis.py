@@ -23,8 +23,9 @@ from analysis.collect import (
     read_swept,
     save_steps,
 )
-from analysis.plots import External, plot_all, plot_heatmaps
-from analysis.report import build_report
+from analysis.external import GRPO_STEPS, External, read_external
+from analysis.plots import plot_all, plot_heatmaps
+from analysis.report import ACCURACY_BAR, build_report
 from analysis.synthetic import write_multirun, write_run
 
 ON_POLICY = "off_policy.epochs=1, train_batch_size=128"
@@ -47,7 +48,7 @@ def coll(sweep: Path) -> Collection:
 def figures(coll: Collection, sweep: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     csv = tmp_path_factory.mktemp("external") / "paper.csv"
     pd.DataFrame({"step": [0, 5, 9], "eval/reward": [0.1, 0.3, 0.5]}).to_csv(csv, index=False)
-    external = External.read(csv, "eval/reward", "paper")
+    external = read_external(csv, "eval/reward", "paper", GRPO_STEPS)
     return plot_all(coll, sweep / "figures", external)
 
 
@@ -220,17 +221,22 @@ def test_heatmaps_hold_seed_means_and_mark_unstable_configs(figures: dict,
 
 
 def test_external_curve_and_files(figures: dict, coll: Collection, tmp_path: Path) -> None:
-    external = figures["eval_reward"].panels["step"].external
+    (external,) = figures["eval_reward"].panels["step"].externals
     np.testing.assert_allclose(external.step, [0, 5, 9])
     np.testing.assert_allclose(external.value, [0.1, 0.3, 0.5])
-    assert figures["eval_reward"].panels["wall_clock"].external is None
-    assert all(p.external is None for p in figures["training"].panels.values())
+    (line,) = figures["eval_reward"].panels["step"].external_lines
+    np.testing.assert_allclose(line.get_xydata(), [[0, 0.1], [5, 0.3], [9, 0.5]])
+    assert line.axes.get_xlabel() == "GRPO step", "GRPO steps share the sweep's axis"
+    assert figures["eval_reward"].legend[-1] == "paper (external; x: GRPO step)"
+    assert figures["eval_reward"].panels["wall_clock"].externals == ()
+    assert all(p.externals == () for p in figures["training"].panels.values())
+    assert not any("paper" in text for text in figures["training"].legend)
     for figure in figures.values():
         assert {p.suffix for p in figure.paths} == {".png", ".svg"}
         assert all(p.stat().st_size > 1000 for p in figure.paths)
     other = External("x", "train/loss", np.zeros(1), np.zeros(1))
     with pytest.raises(ValueError, match="train/loss"):
-        plot_all(coll, tmp_path, other)
+        plot_all(coll, tmp_path, [other])
 
 
 # ------------------------------------------------------------------------------ report
@@ -317,6 +323,78 @@ def test_report_compares_each_config_with_its_closest_on_policy_run(tmp_path: Pa
                        "loss=no_baseline, off_policy.epochs=1", "0.400")}
 
 
+# ------------------------------------------------------------ the handout's accuracy bar
+
+# eval/reward per step (30 min per step); lr 1e-5 is the best config by best eval reward and
+# reaches 0.25 exactly at step 3; lr 1e-4 (1 GPU) is the best by final reward and reaches it at
+# step 5; lr 1e-3 reaches 0.40 at step 1 but collapsed, so it is never the best config
+BAR_EVALS = {"1e-5": (0.05, 0.15, 0.24, 0.25, 0.31, 0.20),
+             "1e-4": (0.05, 0.10, 0.12, 0.20, 0.22, 0.28),
+             "1e-3": (0.05, 0.40)}
+BEST_BY_PEAK = "learning_rate=1e-5"
+
+
+@pytest.fixture(scope="module")
+def bar_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sweep = tmp_path_factory.mktemp("bar") / "lr" / "2025-06-03_09-00-00"
+    write_multirun(sweep, ["learning_rate=" + ",".join(BAR_EVALS)])
+    for job, (lr, evals) in enumerate(BAR_EVALS.items()):
+        metrics = [{"step": s, "time/elapsed_s": 1800.0 * (s + 1), "eval/reward": r}
+                   for s, r in enumerate(evals)]
+        last = len(evals) - 1
+        state = {"status": "collapsed" if lr == "1e-3" else "completed", "last_step": last}
+        gpus = {"cluster.gpus_per_job": 1} if lr == "1e-4" else {}
+        write_run(sweep / str(job), {"learning_rate": lr, **gpus}, metrics, state)
+    return sweep
+
+
+def bar_section(text: str) -> list[str]:
+    """The lines of the report's validation-accuracy section after its explanation."""
+    lines = text.split("## Validation-accuracy bar\n\n", 1)[1].split("\n\n## ", 1)[0]
+    return lines.split("\n\n", 1)[1].splitlines()
+
+
+def test_report_says_at_which_step_and_gpu_hour_the_best_config_reaches_the_bar(
+        bar_sweep: Path) -> None:
+    assert ACCURACY_BAR == 0.25
+    text = build_report(collect([bar_sweep]), bar_sweep)
+    assert "validation accuracy (`eval/reward`) of at least 0.25" in text
+    # step 3 ends after 4 x 30 min on 2 GPUs: 4 GPU-hours; the collapsed run, earlier and
+    # higher, is not the best config
+    assert bar_section(text) == [
+        f"**Reached** by the best config **{BEST_BY_PEAK}** (1 of 1 run(s) with metrics "
+        "reach 0.25):",
+        "- `lr/2025-06-03_09-00-00/0` (seed 0): GRPO step 3, 4.00 GPU-hours "
+        "(2h00m wall-clock), eval reward 0.250"]
+    # ranked by final reward, lr 1e-4 is the best: step 5 after 3 h on its 1 GPU
+    by_final = build_report(collect([bar_sweep]), bar_sweep, criterion="final_eval_reward")
+    assert bar_section(by_final)[1] == ("- `lr/2025-06-03_09-00-00/1` (seed 0): GRPO step 5, "
+                                        "3.00 GPU-hours (3h00m wall-clock), eval reward 0.280")
+
+
+def test_report_says_when_the_best_config_misses_the_bar(bar_sweep: Path) -> None:
+    coll = collect([bar_sweep])
+    assert bar_section(build_report(coll, bar_sweep, bar=0.35)) == [
+        f"**Not reached** by the best config **{BEST_BY_PEAK}** (0 of 1 run(s) with metrics "
+        "reach 0.35):",
+        "- `lr/2025-06-03_09-00-00/0` (seed 0): not reached; best 0.310 at GRPO step 4",
+        "",
+        "First run of the sweep to reach 0.35: `lr/2025-06-03_09-00-00/2` "
+        "(learning_rate=1e-3, seed 0, collapsed) at GRPO step 1, 2.00 GPU-hours "
+        "(1h00m wall-clock), eval reward 0.400."]
+    assert bar_section(build_report(coll, bar_sweep, bar=0.5))[-1] == (
+        "No run reaches 0.5; the best value seen is 0.400 (`lr/2025-06-03_09-00-00/2`, "
+        "learning_rate=1e-3, seed 0, collapsed, at GRPO step 1).")
+
+
+def test_cli_bar_option(bar_sweep: Path) -> None:
+    main(["plots", "--sweep", str(bar_sweep), "--bar", "0.3"])
+    assert "- `lr/2025-06-03_09-00-00/0` (seed 0): GRPO step 4, 5.00 GPU-hours" in (
+        bar_sweep / "report.md").read_text()
+    with pytest.raises(SystemExit, match=r"--bar is 25.0; give a validation accuracy in \(0, 1\]"):
+        main(["plots", "--sweep", str(bar_sweep), "--bar", "25"])
+
+
 # --------------------------------------------------------------------------------- CLI
 
 
@@ -327,7 +405,7 @@ def test_cli_plots_latest_sweep_with_external(sweep: Path, tmp_path: Path,
     csv = tmp_path / "ref.csv"
     csv.write_text("step,train/entropy\n0,1.0\n9,0.5\n")
     main(["plots", "--outputs", str(outputs), "--external", str(csv),
-          "--external-metric", "train/entropy", "--external-label", "reference"])
+          "--external-label", "reference"])
     assert (latest / "figures" / "training.svg").is_file()
     text = (latest / "report.md").read_text()
     assert "![eval_reward](figures/eval_reward.png)" in text
@@ -337,8 +415,9 @@ def test_cli_plots_latest_sweep_with_external(sweep: Path, tmp_path: Path,
     assert "frame" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no sweep"):
         main(["plots", "--outputs", str(tmp_path / "empty")])
-    with pytest.raises(SystemExit, match="--external-metric"):
-        main(["plots", "--sweep", str(sweep), "--external", str(csv)])
+    with pytest.raises(SystemExit, match=r"--external-label is given 2 time\(s\) for 1"):
+        main(["plots", "--sweep", str(sweep), "--external", str(csv),
+              "--external-label", "a", "--external-label", "b"])
 
 
 # ------------------------------------------------------------------ what could not be used

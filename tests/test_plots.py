@@ -9,9 +9,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_hex
 
+from analysis.__main__ import main
 from analysis.aggregate import config_summary, rank_configs
 from analysis.collect import LABEL, collect
+from analysis.external import GRPO_STEPS, ExternalFormatError, read_external
 from analysis.plots import (
     SMALL_SWEEP,
     STOPPED,
@@ -126,6 +129,108 @@ def test_legends_are_inside_the_figure(small: tuple[Path, dict]) -> None:
         assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1, (name, figures[name].legend_box)
     for figure in figures.values():
         assert {p.suffix for p in figure.paths} == {".png", ".svg"}
+
+
+# --------------------------------------------------------------------------- external runs
+
+# an expert-iteration run's entropy per EI step (5 EI steps), and another GRPO run in this
+# project's metrics.jsonl format: a "nan" entropy, step 20 logged twice (the last copy counts)
+EI_CSV = "step,entropy\n0,1.30\n1,0.95\n2,0.80\n3,0.72\n4,0.70\n"
+GRPO_JSONL = ('{"step": 0, "train/entropy": 0.9, "time/elapsed_s": 1.0}\n'
+              '{"step": 10, "train/entropy": "nan"}\n'
+              '{"step": 20, "train/entropy": 0.2}\n'
+              '{"step": 20, "train/entropy": 0.7, "eval/reward": 0.3}\n')
+
+
+@pytest.fixture(scope="module")
+def overlaid(small: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    sweep, _ = small
+    folder = tmp_path_factory.mktemp("external")
+    (folder / "ei.csv").write_text(EI_CSV)
+    (folder / "metrics.jsonl").write_text(GRPO_JSONL)
+    externals = [*read_external(folder / "ei.csv", "train/entropy", "expert iteration",
+                                "EI step"),
+                 *read_external(folder / "metrics.jsonl", "train/entropy", None, GRPO_STEPS)]
+    return externals, plot_all(collect([sweep]), folder / "figures", externals)
+
+
+def test_external_entropy_is_drawn_on_its_own_step_axis(overlaid: tuple,
+                                                        small: tuple[Path, dict]) -> None:
+    externals, figures = overlaid
+    sweep, _ = small
+    panel = figures["training"].panels["train/entropy"]
+    assert panel.externals == tuple(externals)
+    ei, grpo = panel.external_lines
+    np.testing.assert_allclose(ei.get_xydata(), [[0, 1.3], [1, 0.95], [2, 0.8], [3, 0.72],
+                                                 [4, 0.7]])
+    # EI steps get a top axis of their own, scaled to the 5 EI steps, sharing the entropy axis
+    assert ei.axes.get_xlabel() == "EI step" and ei.axes.xaxis.get_ticks_position() == "top"
+    assert ei.axes.get_xlim()[1] < 5 and ei.axes.get_shared_y_axes().joined(ei.axes, grpo.axes)
+    # the GRPO run shares the sweep's axis (0..99); nan dropped, the re-logged step 20 kept
+    np.testing.assert_allclose(grpo.get_xydata(), [[0, 0.9], [20, 0.7]])
+    assert grpo.axes.get_xlabel() == "GRPO step" and grpo.axes.get_xlim()[1] > 90
+    # a style no config has: grey shades, dashed, thicker than a config's line (1.5)
+    config_colors = {to_hex(style.color) for style in choose_layout(collect([sweep])).styles.values()}
+    assert {to_hex(ei.get_color()), to_hex(grpo.get_color())}.isdisjoint(config_colors)
+    assert ei.get_color() != grpo.get_color() and ei.get_linestyle() == "--"
+    assert ei.get_linewidth() > 1.5
+    assert figures["training"].legend[-2:] == [
+        "expert iteration (external; x: EI step, top axis)",
+        "metrics (external; x: GRPO step)"]
+    x0, y0, x1, y1 = figures["training"].legend_box
+    assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
+    # the other panels and figures do not show an entropy curve
+    assert all(not p.externals for m, p in figures["training"].panels.items()
+               if m != "train/entropy")
+    assert not any("external" in text for text in figures["eval_reward"].legend)
+
+
+def test_external_files_name_their_curves_and_value_columns(tmp_path: Path) -> None:
+    csv = tmp_path / "runs.csv"
+    csv.write_text("step,train/entropy,label,other\n0,1.0,EI,x\n2,,EI,x\n1,0.8,EI,x\n"
+                   "0,0.5,SFT,x\n\n")
+    ei, sft = read_external(csv, "train/entropy")
+    assert (ei.label, ei.x_label, sft.label, sft.x_label) == ("EI", "EI step", "SFT", "SFT step")
+    np.testing.assert_allclose(np.column_stack([ei.step, ei.value]), [[0, 1.0], [1, 0.8]])
+    np.testing.assert_allclose(sft.value, [0.5])
+    with pytest.raises(ExternalFormatError, match=r"holds the curves \['EI', 'SFT'\]"):
+        read_external(csv, "train/entropy", "mine")
+    (only,) = read_external(csv, "train/entropy", x_label=GRPO_STEPS)[:1]
+    assert only.x_label is None
+    jsonl = tmp_path / "eval.jsonl"
+    jsonl.write_text('{"step": 3, "reward": 0.2}\n{"step": 1, "reward": 0.1, "label": "paper"}\n')
+    first, second = read_external(jsonl, "eval/reward")
+    assert (first.label, second.label) == ("eval", "paper")
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("a.csv", "step,entropy\n0,1.0\n1,0.9,7\n", r"a\.csv:3: 3 cells, the header has 2"),
+    ("b.csv", "step,entropy\n0,high\n", r"b\.csv:2: entropy is 'high', not a number"),
+    ("c.csv", "epoch,entropy\n0,1\n", r"c\.csv:1: the header names no 'step' column"),
+    ("d.csv", "step,loss\n0,1\n", r"d\.csv: no row has a value for 'train/entropy'"),
+    ("e.csv", "step,entropy\n,1\n", r"e\.csv:2: no finite step"),
+    ("f.jsonl", '{"step": 0, "train/entropy": 1}\n{"step": 1, "train/en\n',
+     r"f\.jsonl:2: not a JSON object with an integer 'step'"),
+    ("g.jsonl", '{"step": 0, "entropy": true}\n', r"g\.jsonl:1: entropy is True, not a number"),
+    ("h.jsonl", '\n[1, 2]\n', r"h\.jsonl:2: not a JSON object"),
+    ("i.txt", "step,entropy\n", r"i\.txt: an external curve is a \.csv or \.jsonl file"),
+])
+def test_malformed_external_files_are_named_with_their_line(tmp_path: Path, name: str,
+                                                             content: str, message: str) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ExternalFormatError, match=message):
+        read_external(path, "train/entropy")
+
+
+def test_cli_reports_a_malformed_external_file_in_one_line(small: tuple[Path, dict],
+                                                           tmp_path: Path) -> None:
+    sweep, _ = small
+    bad = tmp_path / "ei.csv"
+    bad.write_text("step,entropy\n0,1.0\n1,oops\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["plots", "--sweep", str(sweep), "--external", str(bad), "--no-report"])
+    assert str(exit_.value) == f"error: {bad}:3: entropy is 'oops', not a number"
 
 
 # ------------------------------------------------------------------------------- large sweeps
