@@ -17,8 +17,10 @@ def offline_runs(run_dir: Path) -> list[Path]:
 
 
 def run_id(offline_run: Path) -> str:
-    """The wandb run id of an offline-run folder."""
-    return offline_run.name.rsplit("-", 1)[1]
+    """The wandb run id of an offline-run folder, from its `run-<id>.wandb` file (the folder's
+    name gets a suffix when a segment starts within the same second as the one before)."""
+    (path,) = offline_run.glob("run-*.wandb")
+    return path.name.removeprefix("run-").removesuffix(".wandb")
 
 
 def segment_history(offline_run: Path) -> list[dict]:
