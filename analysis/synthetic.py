@@ -97,7 +97,7 @@ def synthetic_rows(n_steps: int, eval_every: int, quality: float, seed: int,
     ``collapsed`` run's reward falls to 0, a ``diverged`` run's last loss is NaN."""
     rng = np.random.default_rng(seed)
     rows = []
-    elapsed = 0.0
+    elapsed = eval_total = 0.0
     last = n_steps if stop is None else max(2, int(STOPS[stop] * n_steps))
     for step in range(last):
         progress = quality * (1 - np.exp(-step / (n_steps / 4)))
@@ -106,10 +106,11 @@ def synthetic_rows(n_steps: int, eval_every: int, quality: float, seed: int,
         is_eval = step % eval_every == 0 or step == n_steps - 1
         eval_s = 30.0 if is_eval else 0.0
         elapsed += seconds_per_step * (1 + 0.05 * rng.standard_normal()) + eval_s
+        eval_total += eval_s
         row = {
             "step": step,
             "time/elapsed_s": elapsed,
-            "time/elapsed_no_eval_s": elapsed - eval_s,
+            "time/elapsed_no_eval_s": elapsed - eval_total,
             "train/loss": float(0.1 * rng.standard_normal()),
             "train/grad_norm": float(abs(1 + 0.2 * rng.standard_normal())),
             "train/entropy": float(1.5 * np.exp(-step / n_steps) + 0.05 * rng.random()),

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
 N_STEPS = 24
-# checkpoints after steps 4, 9, 14, 19 and the last one, 23
+# checkpoints after steps 5, 10, 15, 20 and the last one, 24 (metrics rows: steps 0..24)
 RUN_ARGS = ("model=tiny", "data=toy", "rollout=hf", f"n_grpo_steps={N_STEPS}",
             "checkpoint.checkpoint_every=5", "eval.eval_every=10")
 
