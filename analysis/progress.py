@@ -324,7 +324,7 @@ def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -
     if run.status in FINISHED_STATUSES:
         return run
     if state == "CANCELLED" or run.status == "cancelled":
-        where = f"after step {run.steps_done - 1}" if run.steps_done else "before its first step"
+        where = f"after step {run.steps_done}" if run.steps_done else "before its first step"
         said = f" (the run reported {run.status}: {run.reason})" if run.status == "failed" else ""
         reason = run.reason if run.status == "cancelled" and run.reason else f"cancelled {where}"
         return replace(run, status="cancelled", reason=reason + said, eta_s=None)
