@@ -61,7 +61,7 @@ def test_two_by_two_sweep_completes(tmp_path: Path, tiny_model_dir: Path) -> Non
     assert len(runs) == 4 and (runs[0].parent / "multirun.yaml").exists()
     for run in runs:
         assert json.loads((run / "status.json").read_text())["status"] == "completed"
-        assert logged_steps(run) == list(range(6))
+        assert logged_steps(run) == list(range(7))  # 0: the evaluation before the first update
         assert (run / ".hydra" / "overrides.yaml").exists()
     sweep = runs[0].parent
     shown = sweep.relative_to(tmp_path)  # paths below the working directory are shown relative
@@ -86,7 +86,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
     status = json.loads((run / "status.json").read_text())
     print(f"\nrequeued run: {status['restarts']} restarts, status {status['status']}")
     assert status["status"] == "completed" and status["restarts"] >= 1
-    assert logged_steps(run) == list(range(300))
+    assert logged_steps(run) == list(range(301))
     assert not (run / "metrics.discarded.jsonl").exists(), "every stop was a clean checkpoint"
     # the summary says the run resumed, and from which steps
     assert len(status["resumed_from"]) == status["restarts"]
@@ -94,7 +94,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
     assert f"Resumed: #0 from step {resumed}" in out.stdout
     segments = offline_runs(run)
     assert len(segments) == status["restarts"] + 1 and len({run_id(s) for s in segments}) == 1
-    assert [step for s in segments for step in history_steps(s)] == list(range(300)), (
+    assert [step for s in segments for step in history_steps(s)] == list(range(301)), (
         "each wandb segment holds its steps, none lost at a signal")
     assert tracebacks(run.parent) == []
 
