@@ -231,7 +231,9 @@ def test_the_stale_check_leaves_training_untouched(tiny_model_dir: Path, tmp_pat
     common = ("n_grpo_steps=3", "off_policy.epochs=2", "eval.eval_every=100")
     train(toy_config(tiny_model_dir, *common, "rollout.stale_check_every=1"), tmp_path / "checked")
     train(toy_config(tiny_model_dir, *common, "rollout.stale_check_every=0"), tmp_path / "unchecked")
-    checked, unchecked = read_metrics(tmp_path / "checked"), read_metrics(tmp_path / "unchecked")
+    # the GRPO steps (row 0 is the evaluation before the first update, which trains nothing)
+    checked, unchecked = read_metrics(tmp_path / "checked")[1:], read_metrics(tmp_path / "unchecked")[1:]
+    assert [r["step"] for r in checked] == [r["step"] for r in unchecked] == [1, 2, 3]
     assert [r["train/loss"] for r in checked] == [r["train/loss"] for r in unchecked]
     assert all("rollout/engine_logprob_abs_diff" in r for r in checked)
     assert not any("time/old_log_probs_s" in r for r in unchecked)
