@@ -46,9 +46,10 @@ def running_job(proc: subprocess.Popen, run: Path, name: str, n_steps: int) -> s
     return job
 
 
-def finish(proc: subprocess.Popen, timeout: int = 900) -> None:
+def finish(proc: subprocess.Popen, timeout: int = 900, returncode: int = 0) -> str:
     out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out[-3000:]
+    assert proc.returncode == returncode, out[-3000:]
+    return out
 
 
 def status(run: Path) -> dict:
@@ -68,7 +69,8 @@ def test_scancel_checkpoints_at_the_signal_and_the_rerun_redoes_nothing(
     run = tmp_path / "sweep" / "0"
     proc = start_sweep(tmp_path, tiny_model_dir, name)
     subprocess.run(["scancel", running_job(proc, run, name, 3)], check=True)
-    finish(proc)  # the cancelled job returned its status: the launcher ends normally
+    out = finish(proc, returncode=1)  # the cancelled job returned its status: a run did not finish
+    assert out.strip().splitlines()[-1] == "error: 1 of 1 runs did not finish (1 cancelled); see the summary above"
     stopped = status(run)
     last = stopped["last_step"]
     assert stopped["status"] == "cancelled" and stopped["reason"].startswith("SIGTERM from scancel"), stopped
