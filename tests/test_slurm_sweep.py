@@ -66,7 +66,8 @@ def test_two_by_two_sweep_completes(tmp_path: Path, tiny_model_dir: Path) -> Non
     sweep = runs[0].parent
     shown = sweep.relative_to(tmp_path)  # paths below the working directory are shown relative
     assert f"Sweep {shown}: 4 runs: 4 completed" in out.stdout
-    assert "#3 learning_rate=0.0001 off_policy.epochs=2: completed, step 6/6" in out.stdout
+    # an off-policy job that names no loss runs GRPO-Clip (grpo/sweep/job_loss.py): its overrides say so
+    assert "#3 learning_rate=0.0001 off_policy.epochs=2 loss=grpo_clip: completed, step 6/6" in out.stdout
     jobs = json.loads((sweep / "jobs.json").read_text())["jobs"]
     assert [j["job_id"].split("_")[1] for j in jobs] == ["0", "1", "2", "3"]
     assert not list(sweep.rglob("%j")), "no folder named after an unexpanded %j"
