@@ -2,7 +2,8 @@
 
 Runs sharing a ``config label`` (they differ only in seed) are reduced to one curve: at each
 step the mean, min and max of the metric over the seeds that logged it, against the step or
-against the mean wall-clock of those seeds at that step.
+against the mean training wall-clock (evaluation excluded, ``TRAIN_CLOCK``) of those seeds at
+that step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from analysis.collect import (
     ELAPSED,
     EVAL_REWARD,
     LABEL,
+    TRAIN_CLOCK,
     UNSTABLE_STATUSES,
     Collection,
     gpu_hours,
@@ -48,7 +50,7 @@ EMPTY = Curve(np.empty(0), np.empty(0), np.empty(0), np.empty(0), 0)
 
 
 def label_curves(steps: pd.DataFrame, metric: str, x: str = "step") -> dict[str, Curve]:
-    """The seed-aggregated curve of ``metric`` for every label, against ``step`` or ``ELAPSED``
+    """The seed-aggregated curve of ``metric`` for every label, against ``step`` or ``TRAIN_CLOCK``
     (the mean wall-clock of the seeds at each step), in one pass over the frame."""
     if metric not in steps or x not in steps:
         return {}
@@ -195,23 +197,23 @@ class SweepCurves:
 
 
 def label_end(curves: SweepCurves, label: str) -> dict[str, float]:
-    """Where ``label`` stopped: ``{"step": last step, ELAPSED: mean wall-clock at it}``."""
-    curve = curves.curve(label, ELAPSED, "step")
+    """Where ``label`` stopped: ``{"step": last step, TRAIN_CLOCK: mean wall-clock at it}``."""
+    curve = curves.curve(label, TRAIN_CLOCK, "step")
     if not len(curve.x):
-        return {"step": math.nan, ELAPSED: math.nan}
-    return {"step": float(curve.x[-1]), ELAPSED: float(curve.y[-1])}
+        return {"step": math.nan, TRAIN_CLOCK: math.nan}
+    return {"step": float(curve.x[-1]), TRAIN_CLOCK: float(curve.y[-1])}
 
 
 def compare_with(curves: SweepCurves, label: str, baseline: str) -> dict[str, float]:
     """Mean eval reward of ``label`` and ``baseline`` at equal steps and at equal wall-clock.
 
-    For each axis (``"step"``, ``ELAPSED``) the compared point is where the first of the two
+    For each axis (``"step"``, ``TRAIN_CLOCK``) the compared point is where the first of the two
     stopped (:func:`label_end`), and each side's reward is its last evaluation at or before
     it: keys ``axis``, ``"config@" + axis`` and ``"baseline@" + axis``.
     """
     ends = [label_end(curves, label), label_end(curves, baseline)]
     out: dict[str, float] = {}
-    for axis in ("step", ELAPSED):
+    for axis in ("step", TRAIN_CLOCK):
         point = math.nan if any(math.isnan(e[axis]) for e in ends) else min(e[axis] for e in ends)
         out[axis] = point
         for side, name in (("config", label), ("baseline", baseline)):

@@ -19,10 +19,11 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
     on read);
   - ``.hydra/overrides.yaml``: the job's overrides, a YAML list of ``key=value`` strings;
   - ``.hydra/hydra.yaml``: ``hydra.runtime.choices`` says which swept keys are config groups;
-  - ``metrics.jsonl``: append-only, one JSON object per GRPO step with ``step`` (0..N-1),
-    ``time/elapsed_s`` (wall-clock since the start, continuing across resumes) and the
-    ``train/*``, ``time/*``, ``throughput/*``, ``memory/*`` metrics; ``eval/*`` only on eval
-    steps. Non-finite values may be written as the strings ``"nan"``/``"inf"``/``"-inf"``
+  - ``metrics.jsonl``: append-only, one JSON object per step with ``step`` (GRPO steps done:
+    0 is the evaluation of the initial policy, before any update, with ``eval/*`` only; 1..N
+    the GRPO steps), ``time/elapsed_s`` (wall-clock since the start, continuing across resumes),
+    ``time/elapsed_no_eval_s`` (the same without evaluation time) and the ``train/*``,
+    ``time/*``, ``throughput/*``, ``memory/*`` metrics; ``eval/*`` only on eval steps. Non-finite values may be written as the strings ``"nan"``/``"inf"``/``"-inf"``
     (strict JSON) and are read back as floats. A step logged twice (a resume that replayed
     it) keeps its LAST occurrence; lines that are not JSON objects with an integer ``step``
     (the truncated last line of a killed run) are skipped and counted in ``n_bad_lines``;
@@ -35,8 +36,10 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
   ``pending`` when it has no metrics and ``unknown`` when it has some; a run without metrics
   has no step rows. What a run lacks (no metrics, a missing or unreadable ``status.json`` or
   ``.hydra/`` file) is listed in its ``problems``.
-  GPU-hours are ``time/elapsed_s`` of the last step / 3600 x ``cluster.gpus_per_job``
-  (2 when absent; 0 for CPU runs).
+  GPU-hours are ``time/elapsed_s`` (evaluation included: the GPUs are held for it) of the last
+  step / 3600 x ``cluster.gpus_per_job`` (2 when absent; 0 for CPU runs). Curves and
+  comparisons against wall-clock use ``TRAIN_CLOCK`` instead, so that evaluation frequency
+  does not change a config's speed.
 
 Output
 ------
@@ -73,6 +76,9 @@ from grpo.batch_plan import CONFIG_KEYS, BatchPlan
 LABEL = "config label"
 EVAL_REWARD = "eval/reward"
 ELAPSED = "time/elapsed_s"
+"""Total wall-clock of a run (evaluation included): its GPU-hours."""
+TRAIN_CLOCK = "time/elapsed_no_eval_s"
+"""Training wall-clock (evaluation excluded): the wall-clock axis of curves and comparisons."""
 UNSTABLE_STATUSES = ("diverged", "collapsed")
 FAILED_STATUSES = ("failed", *UNSTABLE_STATUSES)
 DEFAULT_GPUS_PER_JOB = 2
@@ -399,7 +405,7 @@ class _Run:
             **{key: self.value(key) for key in HYPERPARAMS},
             **config,
             "off_policy": self.off_policy(),
-            "steps_done": rows[-1]["step"] + 1 if rows else 0,
+            "steps_done": rows[-1]["step"] if rows else 0,
             "wall_clock_s": wall_clock_s,
             "gpu_hours": gpu_hours(wall_clock_s, gpus) if elapsed else math.nan,
             "final_eval_reward": evals[-1][1] if evals else math.nan,

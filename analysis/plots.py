@@ -49,9 +49,9 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis.aggregate import BEST_CRITERION, Curve, config_summary, label_curves, rank_configs
 from analysis.collect import (
-    ELAPSED,
     EVAL_REWARD,
     LABEL,
+    TRAIN_CLOCK,
     UNSTABLE_STATUSES,
     Collection,
     format_value,
@@ -308,7 +308,7 @@ def draw_panel(ax: Axes, collection: Collection, layout: Layout, spec: _PanelSpe
                externals: Sequence[External] = ()) -> Panel:
     """Draw ``spec`` on ``ax`` from the precomputed ``curves`` and ``markers``; see the module
     docstring for what is drawn how."""
-    unit, scale = wall_clock_unit(collection) if spec.x == ELAPSED else ("step", 1.0)
+    unit, scale = wall_clock_unit(collection) if spec.x == TRAIN_CLOCK else ("step", 1.0)
     dense = spec.metric in TRAINING_METRICS
     drawn: dict[str, Curve] = {}
     smoothed: dict[str, np.ndarray] = {}
@@ -345,7 +345,7 @@ def draw_panel(ax: Axes, collection: Collection, layout: Layout, spec: _PanelSpe
     external_lines = _draw_externals(ax, shown_externals, externals)
     name = metric_name(spec.metric)
     ylabel = name.axis_label(eval_detail(collection) if spec.metric.startswith("eval/") else "")
-    xlabel = "GRPO step" if spec.x == "step" else f"Wall-clock ({unit})"
+    xlabel = "GRPO step" if spec.x == "step" else metric_name(TRAIN_CLOCK).axis_label(unit)
     title = f"{name.name} vs {'GRPO step' if spec.x == 'step' else 'wall-clock'}"
     if spec.facet is not None:
         title = f"{spec.facet[0]}={format_value(spec.facet[1])}"
@@ -539,10 +539,10 @@ def plot_eval_reward(collection: Collection, out_dir: Path,
     layout = layout or choose_layout(collection)
     title = f"Validation reward · {sweep_title(collection)}"
     step_curves = label_curves(collection.steps, EVAL_REWARD, "step")
-    clock_curves = label_curves(collection.steps, EVAL_REWARD, ELAPSED)
+    clock_curves = label_curves(collection.steps, EVAL_REWARD, TRAIN_CLOCK)
     unit_scale = wall_clock_unit(collection)[1]
     step_marks = _stop_markers(collection, EVAL_REWARD, "step", 1.0)
-    clock_marks = _stop_markers(collection, EVAL_REWARD, ELAPSED, unit_scale)
+    clock_marks = _stop_markers(collection, EVAL_REWARD, TRAIN_CLOCK, unit_scale)
     labels = collection.labels
     specs = [("step", _PanelSpec(EVAL_REWARD, "step", labels))]
     if layout.large and layout.facet_key is not None:
@@ -552,7 +552,7 @@ def plot_eval_reward(collection: Collection, out_dir: Path,
                               if collection.configs[lb][layout.facet_key] == value],
                              (layout.facet_key, value)))
                  for value in _key_values(collection, layout.facet_key)]
-    specs.append(("wall_clock", _PanelSpec(EVAL_REWARD, ELAPSED, labels)))
+    specs.append(("wall_clock", _PanelSpec(EVAL_REWARD, TRAIN_CLOCK, labels)))
     n_cols = min(len(specs), 3 if layout.large else 2)
     fig, axes, slot = _figure(len(specs), n_cols, 5.2 if layout.large else 6.0, 4.0,
                               _legend_size(collection, layout, len(externals)), title)

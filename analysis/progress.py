@@ -181,7 +181,7 @@ class MetricsTail:
             return (end - start) / (last - first) if last > first else None
         if len(self.recent) == 1:
             step, elapsed = self.recent[0]
-            return elapsed / (step + 1)
+            return elapsed / step if step > 0 else None
         return None
 
 
@@ -277,7 +277,7 @@ class SweepProgress:
         name = status["status"] if isinstance(status["status"], str) else repr(status["status"])
         name = "running" if name == "unknown" else name  # metrics but no status.json yet
         n_steps = _int_or_none(status.get("n_grpo_steps"))
-        steps_done = tail.last["step"] + 1 if tail.last else 0
+        steps_done = tail.last["step"] if tail.last else 0  # step 0: the evaluation before step 1
         per_step = tail.seconds_per_step()
         left = n_steps - steps_done if n_steps is not None else None
         active = name in ACTIVE_STATUSES
@@ -324,7 +324,7 @@ def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -
     if run.status in FINISHED_STATUSES:
         return run
     if state == "CANCELLED" or run.status == "cancelled":
-        where = f"after step {run.steps_done - 1}" if run.steps_done else "before its first step"
+        where = f"after step {run.steps_done}" if run.steps_done else "before its first step"
         said = f" (the run reported {run.status}: {run.reason})" if run.status == "failed" else ""
         reason = run.reason if run.status == "cancelled" and run.reason else f"cancelled {where}"
         return replace(run, status="cancelled", reason=reason + said, eta_s=None)

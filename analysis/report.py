@@ -24,7 +24,7 @@ from analysis.aggregate import (
     on_policy_labels,
     rank,
 )
-from analysis.collect import ELAPSED, EVAL_REWARD, FAILED_STATUSES, LABEL, Collection
+from analysis.collect import ELAPSED, EVAL_REWARD, FAILED_STATUSES, LABEL, TRAIN_CLOCK, Collection
 
 MISSING = "–"
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%
@@ -218,7 +218,8 @@ def _comparison(collection: Collection) -> list[str]:
         lines.append(f"On-policy configs {rule}: {'; '.join(f'**{b}**' for b in baselines)}. "
                      "Each config is compared with the one sharing most of its swept values.")
     lines += ["", "Eval reward (mean over seeds) at the last evaluation at or before the compared "
-              "point; the point is the smaller of the two configs' last step (wall-clock).", ""]
+              "point; the point is the smaller of the two configs' last step (training wall-clock, "
+              "evaluation excluded).", ""]
     several = len(baselines) > 1
     header = ["config", *(["on-policy config"] if several else []), "at step", "reward at step",
               "on-policy at step", "Δ at step", "at wall-clock", "reward at wall-clock",
@@ -231,7 +232,7 @@ def _comparison(collection: Collection) -> list[str]:
             continue
         c = compare_with(curves, label, baseline)
         cells = [label, *([baseline] if several else [])]
-        for axis, fmt in (("step", _fmt_step), (ELAPSED, fmt_duration)):
+        for axis, fmt in (("step", _fmt_step), (TRAIN_CLOCK, fmt_duration)):
             mine, theirs = c[f"config@{axis}"], c[f"baseline@{axis}"]
             cells += [fmt(c[axis]), fmt_number(mine), fmt_number(theirs),
                       fmt_number(mine - theirs)]

@@ -89,27 +89,35 @@ def write_run(
 STOPS = {"collapsed": 0.2, "diverged": 0.3}
 
 
+# seconds one evaluation of a synthetic run takes
+EVAL_SECONDS = 30.0
+
+
 def synthetic_rows(n_steps: int, eval_every: int, quality: float, seed: int,
                    seconds_per_step: float = 60.0, stop: str | None = None
                    ) -> list[dict[str, float]]:
-    """Plausible GRPO metrics: rewards rising towards ``quality`` (in [0, 1]) with seeded noise,
-    every reward clipped to [0, 1]. ``stop`` (a key of :data:`STOPS`) ends the rows early: a
-    ``collapsed`` run's reward falls to 0, a ``diverged`` run's last loss is NaN."""
+    """Plausible GRPO metrics in the trainer's layout: step 0 the evaluation of the initial
+    policy (``eval/*`` and timings only), then GRPO steps 1..``n_steps``, evaluated every
+    ``eval_every`` steps and at the last; rewards rise towards ``quality`` (in [0, 1]) with
+    seeded noise, every reward clipped to [0, 1]. ``stop`` (a key of :data:`STOPS`) ends the
+    rows early: a ``collapsed`` run's reward falls to 0, a ``diverged`` run's last loss is NaN."""
     rng = np.random.default_rng(seed)
-    rows = []
-    elapsed = 0.0
+    rows = [{"step": 0, "time/eval_s": EVAL_SECONDS, "time/elapsed_s": EVAL_SECONDS,
+             "time/elapsed_no_eval_s": 0.0, **_eval_metrics(0.0, rng)}]
+    elapsed = eval_total = EVAL_SECONDS
     last = n_steps if stop is None else max(2, int(STOPS[stop] * n_steps))
-    for step in range(last):
+    for step in range(1, last + 1):
         progress = quality * (1 - np.exp(-step / (n_steps / 4)))
         if stop == "collapsed":
             progress *= max(0.0, 1 - step / (0.6 * last))
-        is_eval = step % eval_every == 0 or step == n_steps - 1
-        eval_s = 30.0 if is_eval else 0.0
+        is_eval = step % eval_every == 0 or step == n_steps
+        eval_s = EVAL_SECONDS if is_eval else 0.0
         elapsed += seconds_per_step * (1 + 0.05 * rng.standard_normal()) + eval_s
+        eval_total += eval_s
         row = {
             "step": step,
             "time/elapsed_s": elapsed,
-            "time/elapsed_no_eval_s": elapsed - eval_s,
+            "time/elapsed_no_eval_s": elapsed - eval_total,
             "train/loss": float(0.1 * rng.standard_normal()),
             "train/grad_norm": float(abs(1 + 0.2 * rng.standard_normal())),
             "train/entropy": float(1.5 * np.exp(-step / n_steps) + 0.05 * rng.random()),
@@ -132,16 +140,21 @@ def synthetic_rows(n_steps: int, eval_every: int, quality: float, seed: int,
             "throughput/rollout_tokens_per_s": 5000.0,
         }
         if is_eval:
-            row |= {
-                "eval/reward": _reward(progress + 0.02 * rng.standard_normal()),
-                "eval/format_reward": _reward(2 * progress),
-                "eval/answer_reward": _reward(progress),
-                "eval/mean_response_length": float(300 + 200 * progress),
-            }
+            row |= _eval_metrics(progress, rng)
         rows.append(row)
     if stop == "diverged":
         rows[-1]["train/loss"] = math.nan
     return rows
+
+
+def _eval_metrics(progress: float, rng: np.random.Generator) -> dict[str, float]:
+    """The ``eval/*`` metrics of a policy at ``progress`` (its expected reward, 0-1)."""
+    return {
+        "eval/reward": _reward(progress + 0.02 * rng.standard_normal()),
+        "eval/format_reward": _reward(2 * progress),
+        "eval/answer_reward": _reward(progress),
+        "eval/mean_response_length": float(300 + 200 * progress),
+    }
 
 
 def _reward(value: float) -> float:

@@ -66,7 +66,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as run_dir:
         train(cfg, run_dir)
-        records = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+        rows = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    records = [r for r in rows if r["step"] > 0]  # step 0 is the evaluation before the first step
 
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
     print(f"model={args.model} device={device} steps={len(records)} "

@@ -113,7 +113,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 class TrainerState:
     """Everything besides the weights that a resumed run needs."""
 
-    step: int  # last completed GRPO step (0-based)
+    step: int  # GRPO steps done (the number of the last completed step; steps count from 1)
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
     sampler: dict[str, Any]

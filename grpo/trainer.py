@@ -1,5 +1,10 @@
 """The GRPO training run of one sweep point: `train(cfg, run_dir)`.
 
+Before the first GRPO step, the initial (pre-RL) policy is evaluated: metrics.jsonl's first row is
+that evaluation, at step 0. GRPO steps are numbered 1..n_grpo_steps; a metrics row's `step` (and
+status.json's `last_step`, a checkpoint's step) is the number of GRPO steps done. Step s samples
+and shuffles with the seeds of index s - 1, so the curves are those of the 0-based numbering.
+
 Each GRPO step (CS336 assignment 5, GRPO algorithm):
   1. rollout: sample rollout_batch_size / group_size training questions and group_size responses
      each from the rollout engine (which holds the current policy weights);
@@ -12,6 +17,9 @@ Each GRPO step (CS336 assignment 5, GRPO algorithm):
   4. training: off_policy.epochs epochs over the rollout batch in optimizer steps of
      train_batch_size rollouts, each accumulated over micro-batches of micro_batch_size;
   5. weight sync into the engine, evaluation every eval.eval_every steps, metrics, checkpoint.
+
+Wall-clock: `time/elapsed_s` is the run's total (continuing across resumes), `time/elapsed_no_eval_s`
+the same minus every evaluation's `time/eval_s`: the training wall-clock that comparisons use.
 
 The run directory holds metrics.jsonl, status.json, checkpoints/, rollouts/ and final_model/; a run
 started in a directory with a checkpoint resumes from the newest intact one (see grpo.checkpoint).
@@ -165,7 +173,7 @@ class GRPOTrainer:
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.metrics_log = MetricsLog(run_dir)
 
-        self.start_step = 0
+        self.start_step = 0  # GRPO steps done when this process started
         self.optimizer_steps = 0
         self.elapsed_offset = 0.0
         self.elapsed_no_eval_offset = 0.0
@@ -203,13 +211,13 @@ class GRPOTrainer:
         self.sampler.load_state_dict(state.sampler)
         self.health.load_state_dict(state.health)
         set_rng_state(state.rng)
-        self.start_step = state.step + 1
+        self.start_step = state.step
         self.optimizer_steps = state.optimizer_steps
         self.elapsed_offset = state.elapsed_s
         self.elapsed_no_eval_offset = state.elapsed_no_eval_s
         self.wandb_run_id = state.wandb_run_id
         moved = self.metrics_log.truncate_after(state.step)
-        log.info(f"resumed from {latest} at step {self.start_step} ({moved} uncheckpointed steps redone)")
+        log.info(f"resumed from {latest} after step {self.start_step} ({moved} uncheckpointed steps redone)")
 
     def _save_checkpoint(self, step: int, elapsed: float, elapsed_no_eval: float) -> None:
         self.checkpoints.save(
@@ -242,7 +250,7 @@ class GRPOTrainer:
         questions = self.sampler.next_batch()
         prompts = [self.prompt_of(q) for q in questions]
         sampling = self._sampling(self.cfg.sampling.temperature, self.cfg.sampling.top_p,
-                                  seed=self.cfg.seed * 1_000_003 + step)
+                                  seed=self.cfg.seed * 1_000_003 + step - 1)
         with timer.phase("rollout"):
             groups = self.engine.generate(prompts, self.cfg.group_size, sampling)
         rollouts = [r for group in groups for r in group]
@@ -261,7 +269,8 @@ class GRPOTrainer:
                 self.cfg.advantage_eps, self.cfg.std_norm.enabled,
             )
         tokens = tokenize_prompt_and_output(prompts, responses, self.tokenizer)
-        order = torch.randperm(len(responses), generator=torch.Generator().manual_seed(self.cfg.seed + step))
+        seed = self.cfg.seed + step - 1
+        order = torch.randperm(len(responses), generator=torch.Generator().manual_seed(seed))
         batch = RolloutBatch(
             input_ids=tokens["input_ids"].to(self.device), labels=tokens["labels"].to(self.device),
             response_mask=tokens["response_mask"].to(self.device, torch.float32),
@@ -279,9 +288,10 @@ class GRPOTrainer:
 
     def _stale_check_due(self, step: int) -> bool:
         """Whether this step compares the engine's log-probs with the trainer's: every
-        rollout.stale_check_every steps and on the first step of this (possibly resumed) run."""
+        rollout.stale_check_every steps and on the first step of this (possibly resumed) run
+        (steps are numbered from 1)."""
         every = self.stale_check_every
-        return every > 0 and (step % every == 0 or step == self.start_step)
+        return every > 0 and (step % every == 0 or step == self.start_step + 1)
 
     def _old_log_probs(
         self, batch: RolloutBatch, rollouts: list[Rollout], step: int, timer: PhaseTimer
@@ -409,17 +419,24 @@ class GRPOTrainer:
         """
         cfg = self.cfg
         n_steps = int(cfg.n_grpo_steps)
-        last_step = self.start_step - 1
+        last_step = self.start_step or None
         if self.start_step >= n_steps:
             self._complete(last_step, trained_now=False)
             return read_status(self.run_dir)
-        self._status("running", last_step if last_step >= 0 else None)
+        self._status("running", last_step)
         started = time.perf_counter()
-        eval_total = 0.0
         sync_start = time.perf_counter()
         self.engine.sync_weights(self.policy)
         initial_sync_s = time.perf_counter() - sync_start
-        for step in range(self.start_step, n_steps):
+        eval_total = 0.0
+        if self.start_step == 0:
+            metrics = self._initial_evaluation(started)
+            if metrics is None:
+                self.tracker.finish()
+                self.engine.close()
+                return read_status(self.run_dir)
+            eval_total = metrics["time/eval_s"]
+        for step in range(self.start_step + 1, n_steps + 1):
             timer = PhaseTimer(self.device)
             step_start = time.perf_counter()
             try:
@@ -433,10 +450,10 @@ class GRPOTrainer:
             metrics.update(self._train(batch, timer))
             with timer.phase("weight_sync"):
                 self.engine.sync_weights(self.policy)
-            if step == self.start_step:
+            if step == self.start_step + 1:
                 timer.metrics["time/weight_sync_s"] += initial_sync_s
             stop = self.health.check(metrics)
-            if stop is None and (step % cfg.eval.eval_every == 0 or step == n_steps - 1):
+            if stop is None and (step % cfg.eval.eval_every == 0 or step == n_steps):
                 try:
                     with timer.phase("eval"):
                         metrics.update(self._evaluate(step))
@@ -456,8 +473,8 @@ class GRPOTrainer:
             self.metrics_log.append(metrics)
             last_step = step
             self._progress(step, n_steps, metrics, now - started)
-            done = step == n_steps - 1
-            periodic = (step + 1) % cfg.checkpoint.checkpoint_every == 0
+            done = step == n_steps
+            periodic = step % cfg.checkpoint.checkpoint_every == 0
             if stop is None and (done or periodic or watcher.received):
                 self._save_checkpoint(step, metrics["time/elapsed_s"], metrics["time/elapsed_no_eval_s"])
             if stop is None and watcher.received and not done:
@@ -474,7 +491,26 @@ class GRPOTrainer:
         self.engine.close()
         return read_status(self.run_dir)
 
-    def _complete(self, last_step: int, trained_now: bool) -> None:
+    def _initial_evaluation(self, started: float) -> dict[str, float] | None:
+        """Evaluate the policy before any update and log it as step 0 (a fresh run only: a
+        resumed run has it already); None when its logits are not finite (status diverged)."""
+        timer = PhaseTimer(self.device)
+        try:
+            with timer.phase("eval"):
+                metrics = self._evaluate(0)
+        except NonFiniteLogitsError as err:
+            self._status("diverged", None, reason=f"{err} (evaluation before the first step)")
+            log.warning(f"run stopped before the first step: diverged ({err})")
+            return None
+        metrics.update(timer.metrics)
+        elapsed = time.perf_counter() - started
+        metrics.update({"step": 0, "time/elapsed_s": elapsed,
+                        "time/elapsed_no_eval_s": elapsed - timer.metrics["time/eval_s"]})
+        self.metrics_log.append(metrics)
+        self.tracker.log(metrics, 0)
+        return metrics
+
+    def _complete(self, last_step: int | None, trained_now: bool) -> None:
         """Write final_model/ (atomically), then record `completed`. A restart that finds the
         run already trained rewrites final_model/ only when it is missing or partial."""
         if self.cfg.checkpoint.save_final_model:
@@ -509,13 +545,13 @@ class GRPOTrainer:
         return read_status(self.run_dir)
 
     def _progress(self, step: int, n_steps: int, metrics: dict[str, float], elapsed: float) -> None:
-        if (step + 1) % self.cfg.logging.progress_every and step != n_steps - 1:
+        if step % self.cfg.logging.progress_every and step != n_steps:
             return
-        done = step + 1 - self.start_step
+        done = step - self.start_step
         per_step = elapsed / max(done, 1)
-        eta = per_step * (n_steps - step - 1)
+        eta = per_step * (n_steps - step)
         line = (
-            f"[{self.cfg.experiment_name}] step {step + 1}/{n_steps} "
+            f"[{self.cfg.experiment_name}] step {step}/{n_steps} "
             f"reward {metrics.get('train/reward_mean', float('nan')):.3f}"
         )
         if "eval/reward" in metrics:

@@ -1,8 +1,10 @@
 """A hand-built sweep with known metrics for the analysis tests.
 
 ``off_policy.epochs`` in {1, 2} x ``train_batch_size`` in {64, 128}, ``seed`` in {0, 1},
-``rollout_batch_size`` 128, 10 GRPO steps, evaluation at steps 0, 3, 6, 9. Each run's metrics
-follow :func:`row` from a ``base`` reward and seconds per step ``dt``:
+``rollout_batch_size`` 128, 9 GRPO steps in the trainer's layout: step 0 the evaluation of the
+initial policy, then steps 1..9, evaluated at steps 3, 6 and 9. Each run's metrics follow
+:func:`row` from a ``base`` reward, ``dt`` seconds per GRPO step and ``EVAL_S`` seconds per
+evaluation:
 
 ====  =====  ====  ====  =====  ===  ==========================================================
 job   epoch  tbs   seed  base   dt   what
@@ -29,8 +31,9 @@ from typing import Any
 
 from analysis.synthetic import BASE_CONFIG, write_multirun, write_run
 
-N_STEPS = 10
+N_STEPS = 9
 EVAL_STEPS = (0, 3, 6, 9)
+EVAL_S = 15.0
 BASE = {**BASE_CONFIG, "rollout_batch_size": 128, "train_batch_size": 128,
         "n_grpo_steps": N_STEPS}
 # job: (epochs, train_batch_size, seed, base, dt)
@@ -47,17 +50,25 @@ JOBS: dict[int, tuple[int, int, int, float | None, float | None]] = {
 
 
 def row(step: int, base: float, dt: float) -> dict[str, Any]:
-    """The metrics of ``step`` for a run with reward ``base`` and ``dt`` seconds per step."""
+    """The metrics of ``step`` for a run with reward ``base`` and ``dt`` seconds per GRPO step:
+    step 0 holds the evaluation only, steps 1..N the training metrics too. ``time/elapsed_s``
+    counts every evaluation so far, ``time/elapsed_no_eval_s`` the GRPO steps alone."""
+    n_evals = sum(s <= step for s in EVAL_STEPS)
     values: dict[str, Any] = {
         "step": step,
-        "time/elapsed_s": dt * (step + 1),
-        "train/loss": 0.1,
-        "train/entropy": 1.0 - 0.05 * step,
-        "train/mean_response_length": 100.0 + step,
-        "train/grad_norm": base + step / 100,
-        "train/clip_fraction": 0.01 * step,
-        "train/reward_mean": base + 0.01 * step,
+        "time/elapsed_s": dt * step + EVAL_S * n_evals,
+        "time/elapsed_no_eval_s": dt * step,
+        "time/eval_s": EVAL_S if step in EVAL_STEPS else 0.0,
     }
+    if step > 0:
+        values |= {
+            "train/loss": 0.1,
+            "train/entropy": 1.0 - 0.05 * step,
+            "train/mean_response_length": 100.0 + step,
+            "train/grad_norm": base + step / 100,
+            "train/clip_fraction": 0.01 * step,
+            "train/reward_mean": base + 0.01 * step,
+        }
     if step in EVAL_STEPS:
         values["eval/reward"] = round(base + 0.02 * step, 10)
     return values
@@ -108,11 +119,13 @@ def write_scenario(sweep: Path) -> Path:
 def write_simple_sweep(sweep: Path, jobs: Sequence[Mapping[str, Any]],
                        evals: Sequence[Sequence[float]], groups: Sequence[str] = ()) -> Path:
     """A completed sweep of ``jobs`` (overrides; ``groups`` name the config-group keys) whose
-    eval reward at step ``s`` is ``evals[job][s]``; 10 s per step, rollout batch size 128."""
+    eval reward at step ``s`` is ``evals[job][s]`` (step 0: before the first GRPO step); 10 s per
+    GRPO step and 2 s per evaluation, rollout batch size 128."""
     write_multirun(sweep, [f"{k}={','.join(dict.fromkeys(str(j[k]) for j in jobs))}"
                            for k in jobs[0]])
     for job, (overrides, rewards) in enumerate(zip(jobs, evals, strict=True)):
-        metrics = [{"step": s, "time/elapsed_s": 10.0 * (s + 1), "eval/reward": r}
+        metrics = [{"step": s, "time/elapsed_s": 10.0 * s + 2.0 * (s + 1),
+                    "time/elapsed_no_eval_s": 10.0 * s, "time/eval_s": 2.0, "eval/reward": r}
                    for s, r in enumerate(rewards)]
         write_run(sweep / str(job), overrides, metrics, {"status": "completed"}, base=BASE,
                   choices={g: overrides[g] for g in groups})

@@ -71,7 +71,7 @@ def test_runs_frame_summarises_each_run(coll: Collection) -> None:
     runs = coll.runs.set_index("job")
     assert list(runs["status"]) == ["completed", "completed", "diverged", "completed",
                                     "running", "failed", "pending", "collapsed"]
-    assert list(runs["steps_done"]) == [10, 10, 5, 10, 8, 3, 0, 4]
+    assert list(runs["steps_done"]) == [9, 9, 4, 9, 7, 2, 0, 3]  # GRPO steps; row 0 is the eval
     assert list(runs["n_bad_lines"]) == [0, 0, 0, 1, 2, 0, 0, 0]
     assert list(runs["n_duplicate_steps"]) == [0, 0, 0, 1, 0, 0, 0, 0]
     assert list(runs["restarts"]) == [0, 0, 0, 1, 1, 0, 0, 0]
@@ -83,15 +83,15 @@ def test_runs_frame_summarises_each_run(coll: Collection) -> None:
     assert run(coll, 2)["reason"] == "loss is nan"
     assert run(coll, 0)["wall_clock_s"] == 600
     assert run(coll, 0)["gpu_hours"] == pytest.approx(600 / 3600 * 2)
-    assert run(coll, 5)["gpu_hours"] == pytest.approx(120 / 3600 * 1)
+    assert run(coll, 5)["gpu_hours"] == pytest.approx((80 + 15) / 3600 * 1)  # eval included
     pending = run(coll, 6)
     assert np.isnan(pending["wall_clock_s"]) and np.isnan(pending["best_eval_reward"])
     assert pending[LABEL] == SMALL
 
 
 def test_steps_frame_holds_every_logged_row(coll: Collection) -> None:
-    expected_steps = {0: 10, 1: 10, 2: 5, 3: 10, 4: 8, 5: 3, 7: 4}
-    for job, n in expected_steps.items():
+    expected_rows = {0: 10, 1: 10, 2: 5, 3: 10, 4: 8, 5: 3, 7: 4}  # step 0 (pre-RL eval) and on
+    for job, n in expected_rows.items():
         got = coll.steps[coll.steps["job"] == job].reset_index(drop=True)
         want = pd.DataFrame(rows(job, range(n)))
         pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False)
@@ -172,7 +172,9 @@ def test_eval_reward_curves_are_seed_means_with_bands(figures: dict) -> None:
 
     clock = figures["eval_reward"].panels["wall_clock"]
     assert clock.unit == "minutes"
-    np.testing.assert_allclose(clock.curves[ON_POLICY].x, 70 * (steps + 1) / 60)
+    # the training clock, evaluation excluded: 70 s (mean of 60 and 80) per GRPO step
+    assert clock.xlabel == "Wall-clock training time (minutes, eval excluded)"
+    np.testing.assert_allclose(clock.curves[ON_POLICY].x, 70 * steps / 60)
     np.testing.assert_allclose(clock.curves[ON_POLICY].y, on_policy.y)
 
 
@@ -182,7 +184,7 @@ def test_every_panel_plots_the_collected_series(figures: dict, coll: Collection)
             for label, curve in panel.curves.items():
                 rows_ = coll.steps[(coll.steps[LABEL] == label) & coll.steps[panel.metric].notna()]
                 stats = rows_.groupby("step")[panel.metric].agg(["mean", "min", "max"])
-                x_col = "step" if panel.x == "step" else "time/elapsed_s"
+                x_col = "step" if panel.x == "step" else "time/elapsed_no_eval_s"
                 x = rows_.groupby("step")[x_col].mean() / (60 if panel.unit == "minutes" else 1)
                 np.testing.assert_allclose(curve.x, x.to_numpy(float))
                 np.testing.assert_allclose(curve.y, stats["mean"].to_numpy(float))
@@ -199,7 +201,8 @@ def test_unstable_runs_are_marked_at_their_last_measured_point(figures: dict) ->
     # run 2 was evaluated at step 3 and stopped after step 4: its last eval point stays at 3
     assert marks == pytest.approx({("2", "diverged", 3, 4): 0.56, ("7", "collapsed", 3, 3): 0.16})
     clock = {m.run_id[-1]: m.x for m in figures["eval_reward"].panels["wall_clock"].markers}
-    assert clock == pytest.approx({"2": 120 / 60, "7": 120 / 60})  # 30 s per step, 4 steps each
+    # evaluated last at step 3: 30 s per GRPO step, evaluation excluded
+    assert clock == pytest.approx({"2": 90 / 60, "7": 90 / 60})
     panel = figures["training"].panels["train/entropy"]
     entropy = {(m.run_id[-1], m.x): m.y for m in panel.markers}
     assert entropy == pytest.approx({("2", 4): 0.8, ("7", 3): 0.85})
@@ -261,12 +264,12 @@ def test_report_runs_table(report: str) -> None:
     runs = {row["run"].strip("`")[-1]: row for row in table(report, "run")}
     assert runs["3"] == {
         "run": "`exp/2025-06-01_12-00-00/3`", "off_policy.epochs": "2",
-        "train_batch_size": "128", "seed": "0", "status": "completed", "steps done": "10/10",
+        "train_batch_size": "128", "seed": "0", "status": "completed", "steps done": "9/9",
         "final eval reward": "0.630", "best eval reward (step)": "0.630 (9)",
-        "wall-clock": "8m20s", "GPU-hours": "0.28", "restarts": "1"}
+        "wall-clock": "8m30s", "GPU-hours": "0.28", "restarts": "1"}  # 9 x 50 s + 4 evals x 15 s
     assert runs["5"]["GPU-hours"] == "0.03" and runs["5"]["status"] == "failed"
     assert (runs["6"]["status"], runs["6"]["steps done"], runs["6"]["final eval reward"]) == (
-        "pending", "0/10", "–")
+        "pending", "0/9", "–")
     assert "- `seed`: 0, 1" in report and "- `train_batch_size`: 64, 128" in report
 
 
@@ -287,9 +290,10 @@ def test_report_compares_with_on_policy(report: str) -> None:
     rows_ = {row["config"]: list(row.values())[1:]
              for row in table(report, "Δ at step")}
     assert set(rows_) == {SMALL, OFF_64, OFF_128}
-    assert rows_[OFF_128] == ["9", "0.630", "0.530", "0.100", "8m20s", "0.630", "0.470", "0.160"]
-    assert rows_[SMALL] == ["2", "0.200", "0.350", "-0.150", "2m00s", "0.200", "0.350", "-0.150"]
-    assert rows_[OFF_64] == ["4", "0.360", "0.410", "-0.050", "2m30s", "0.360", "0.350", "0.010"]
+    # wall-clock: the training clock (evaluation excluded) where the first of the two stopped
+    assert rows_[OFF_128] == ["9", "0.630", "0.530", "0.100", "7m30s", "0.630", "0.470", "0.160"]
+    assert rows_[SMALL] == ["2", "0.200", "0.350", "-0.150", "1m20s", "0.200", "0.350", "-0.150"]
+    assert rows_[OFF_64] == ["4", "0.360", "0.410", "-0.050", "2m00s", "0.360", "0.350", "0.010"]
 
 
 def test_report_links_figures_and_handles_no_baseline(report: str, sweep: Path,

@@ -2,7 +2,9 @@
 checkpoint or final-model write (the `GRPO_TEST_KILL_AT` hook of grpo.checkpoint), corrupt and
 missing checkpoint files, a read-only run directory (a crafted pickle: test_no_pickle.py). Every
 test checks what the run did and that no completed step was lost: the run ends with steps
-0..N-1 logged once each and the same losses and final weights as an uninterrupted run."""
+0..N logged once each (0: the evaluation before the first update) and the same losses and final
+weights as an uninterrupted run. Checkpoints are named by GRPO steps done: step_000005 after the
+fifth step."""
 
 from __future__ import annotations
 
@@ -45,14 +47,14 @@ def restart(run_dir: Path, tiny_model_dir: Path, *overrides: str) -> str:
 #  restarts in status.json: the last launch, of an already trained run, is killed before it
 #  writes status.json)
 KILLS = [
-    ("step_000004/state_written", None, [], 0),
-    ("step_000004/latest_written", "step_000004", ["step_000004"], 1),
-    ("step_000009/model_written", "step_000004", ["step_000004"], 2),
-    ("step_000009/manifest_written", "step_000004", ["step_000004"], 3),
-    ("step_000009/renamed", "step_000004", ["step_000004", "step_000009"], 4),
-    ("step_000014/latest_written", "step_000014", ["step_000004", "step_000009", "step_000014"], 5),
-    ("final_model/written", "step_000023", ["step_000019", "step_000023"], 6),
-    ("final_model/renamed", "step_000023", ["step_000019", "step_000023"], 6),
+    ("step_000005/state_written", None, [], 0),
+    ("step_000005/latest_written", "step_000005", ["step_000005"], 1),
+    ("step_000010/model_written", "step_000005", ["step_000005"], 2),
+    ("step_000010/manifest_written", "step_000005", ["step_000005"], 3),
+    ("step_000010/renamed", "step_000005", ["step_000005", "step_000010"], 4),
+    ("step_000015/latest_written", "step_000015", ["step_000005", "step_000010", "step_000015"], 5),
+    ("final_model/written", "step_000024", ["step_000020", "step_000024"], 6),
+    ("final_model/renamed", "step_000024", ["step_000020", "step_000024"], 6),
 ]
 
 
@@ -66,12 +68,13 @@ def test_sigkill_at_every_point_of_a_checkpoint_write(
         discarded_before = steps(tmp_path, "metrics.discarded.jsonl")
         returncode, output = finish(launch(tmp_path, tiny_model_dir, env={KILL_AT_ENV: point}))
         assert returncode == -9, f"{point}: {output}"
-        # the run resumed from the checkpoint `latest` named (or from step 0 without one) ...
+        # the run resumed after the checkpoint `latest` named (or from scratch without one, its
+        # step-0 evaluation set aside too) ...
         resumed = int(before[len("step_"):]) if before else -1
         new_discards = steps(tmp_path, "metrics.discarded.jsonl")[len(discarded_before):]
         assert new_discards == list(range(resumed + 1, logged_before)), point
         # ... and was killed at `point`: every step up to it logged once, the write left as listed
-        last = int(point[len("step_"):point.index("/")]) if point.startswith("step_") else N_STEPS - 1
+        last = int(point[len("step_"):point.index("/")]) if point.startswith("step_") else N_STEPS
         assert steps(tmp_path) == list(range(last + 1)), point
         assert (latest(tmp_path), checkpoint_dirs(tmp_path)) == (latest_after, dirs_after), point
         assert status(tmp_path)["status"] == "running" and status(tmp_path)["restarts"] == restarts
@@ -84,13 +87,13 @@ def test_sigkill_at_every_point_of_a_checkpoint_write(
 # ----------------------------------------------------------------------------- corrupt files
 @pytest.fixture(scope="module")
 def interrupted(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run killed while writing its checkpoint of step 19: steps 0..19 logged, checkpoints of
-    steps 9 and 14 intact, `latest` naming step_000014. Tests work on copies."""
+    """A run killed while writing its checkpoint of step 20: steps 0..20 logged, checkpoints of
+    steps 10 and 15 intact, `latest` naming step_000015. Tests work on copies."""
     run_dir = tmp_path_factory.mktemp("interrupted")
-    returncode, output = finish(launch(run_dir, tiny_model_dir, env={KILL_AT_ENV: "step_000019/model_written"}))
+    returncode, output = finish(launch(run_dir, tiny_model_dir, env={KILL_AT_ENV: "step_000020/model_written"}))
     assert returncode == -9, output
-    assert (latest(run_dir), checkpoint_dirs(run_dir)) == ("step_000014", ["step_000009", "step_000014"])
-    assert steps(run_dir) == list(range(20))
+    assert (latest(run_dir), checkpoint_dirs(run_dir)) == ("step_000015", ["step_000010", "step_000015"])
+    assert steps(run_dir) == list(range(21))
     return run_dir
 
 
@@ -100,7 +103,7 @@ def truncate_model(run_dir: Path, step: int) -> None:
 
 
 def flip_a_byte(run_dir: Path) -> None:
-    path = run_dir / "checkpoints" / "step_000014" / "trainer_state.safetensors"
+    path = run_dir / "checkpoints" / "step_000015" / "trainer_state.safetensors"
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -108,25 +111,25 @@ def flip_a_byte(run_dir: Path) -> None:
 
 def point_outside(run_dir: Path, reference: Path) -> None:
     """`latest` names another run's (intact) checkpoint through `..`."""
-    other = os.path.relpath(reference / "checkpoints" / "step_000019", run_dir / "checkpoints")
+    other = os.path.relpath(reference / "checkpoints" / "step_000020", run_dir / "checkpoints")
     (run_dir / "checkpoints" / "latest").write_text(other + "\n")
 
 
 # (damage, checkpoint the run must resume from, what its message must say)
 DAMAGE: dict[str, tuple[Callable[[Path, Path], None], int, str]] = {
     "truncated model.safetensors": (
-        lambda run, ref: truncate_model(run, 14), 9,
-        "step_000014: model.safetensors is 100000 bytes, manifest.json says"),
+        lambda run, ref: truncate_model(run, 15), 10,
+        "step_000015: model.safetensors is 100000 bytes, manifest.json says"),
     "manifest mismatch": (
-        lambda run, ref: flip_a_byte(run), 9,
-        "step_000014: trainer_state.safetensors has sha256"),
+        lambda run, ref: flip_a_byte(run), 10,
+        "step_000015: trainer_state.safetensors has sha256"),
     "garbage in latest": (
-        lambda run, ref: (run / "checkpoints" / "latest").write_bytes(b"\x00\xffstep_9 please\n"), 14,
+        lambda run, ref: (run / "checkpoints" / "latest").write_bytes(b"\x00\xffstep_9 please\n"), 15,
         "step_9 please', not the name of a checkpoint"),
     "deleted latest": (
-        lambda run, ref: (run / "checkpoints" / "latest").unlink(), 14, "latest is missing"),
+        lambda run, ref: (run / "checkpoints" / "latest").unlink(), 15, "latest is missing"),
     "latest pointing outside": (
-        point_outside, 14, "latest holds '../"),
+        point_outside, 15, "latest holds '../"),
 }
 
 
@@ -140,8 +143,8 @@ def test_damaged_checkpoint_falls_back_to_the_newest_intact_one(
     corrupt(run_dir, reference)
     output = restart(run_dir, tiny_model_dir)
     assert "(the newest intact checkpoint); skipped:" in output and message in output, output
-    assert f"resumed from {run_dir}/checkpoints/step_{resumed:06d} at step {resumed + 1}" in output
-    assert steps(run_dir, "metrics.discarded.jsonl") == list(range(resumed + 1, 20))
+    assert f"resumed from {run_dir}/checkpoints/step_{resumed:06d} after step {resumed}" in output
+    assert steps(run_dir, "metrics.discarded.jsonl") == list(range(resumed + 1, 21))
     assert_same_run(run_dir, reference)
 
 
@@ -150,14 +153,14 @@ def test_no_usable_checkpoint_refuses_until_a_fresh_start_is_allowed(
     interrupted: Path, reference: Path, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     run_dir = copy_run(interrupted, tmp_path)
-    truncate_model(run_dir, 9)
-    truncate_model(run_dir, 14)
+    truncate_model(run_dir, 10)
+    truncate_model(run_dir, 15)
     before = snapshot(run_dir)
     returncode, output = finish(launch(run_dir, tiny_model_dir))
     assert returncode == 1 and "Traceback" not in output, output
     assert "Loading weights" not in output  # refused before the model loads
     assert f"error: refusing to start {run_dir} from scratch" in output
-    assert "step_000014: model.safetensors" in output and "step_000009: model.safetensors" in output
+    assert "step_000015: model.safetensors" in output and "step_000010: model.safetensors" in output
     assert "checkpoint.allow_fresh_start=true" in output
     after = snapshot(run_dir)
     assert after.pop("status.json") != before.pop("status.json") and after == before  # nothing lost
@@ -165,8 +168,8 @@ def test_no_usable_checkpoint_refuses_until_a_fresh_start_is_allowed(
 
     restart(run_dir, tiny_model_dir, "checkpoint.allow_fresh_start=true")
     (aside,) = run_dir.glob("checkpoints.unusable-*")
-    assert sorted(p.name for p in aside.glob("step_*")) == ["step_000009", "step_000014"]
-    assert steps(run_dir, "metrics.discarded.jsonl") == list(range(20))
+    assert sorted(p.name for p in aside.glob("step_*")) == ["step_000010", "step_000015"]
+    assert steps(run_dir, "metrics.discarded.jsonl") == list(range(21))  # step 0's evaluation too
     assert_same_run(run_dir, reference)
 
 
@@ -203,8 +206,8 @@ def test_read_only_run_directory_is_refused_and_nothing_is_lost(
     assert snapshot(run_dir) == before
     # writable again: resumes from the newest checkpoint, nothing lost
     output = restart(run_dir, tiny_model_dir)
-    assert f"resumed from {run_dir}/checkpoints/step_000014 at step 15" in output
-    assert steps(run_dir, "metrics.discarded.jsonl") == list(range(15, 20))
+    assert f"resumed from {run_dir}/checkpoints/step_000015 after step 15" in output
+    assert steps(run_dir, "metrics.discarded.jsonl") == list(range(16, 21))
     assert_same_run(run_dir, reference, restarts=1)
 
 

@@ -68,13 +68,13 @@ def test_nine_job_sweep_runs_to_completion_on_cpu(tmp_path: Path, tiny_model_dir
     assert not [p for p in (sweep / ".submitit").iterdir() if p.is_dir()], "no %j folder"
     for run in runs:
         status = json.loads((run / "status.json").read_text())
-        assert status["status"] == "completed" and status["last_step"] == 1
+        assert status["status"] == "completed" and status["last_step"] == 2
         overrides = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
         epochs = int(next(o for o in overrides if o.startswith("off_policy.epochs=")).split("=")[1])
         tbs = int(next(o for o in overrides if o.startswith("train_batch_size=")).split("=")[1])
         records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-        assert [r["step"] for r in records] == [0, 1]
-        assert records[0]["train/optimizer_steps_this_grpo_step"] == epochs * 256 // tbs
+        assert [r["step"] for r in records] == [0, 1, 2]  # 0: the evaluation before any update
+        assert records[1]["train/optimizer_steps_this_grpo_step"] == epochs * 256 // tbs
 
 
 @pytest.mark.slow

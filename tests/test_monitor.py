@@ -30,8 +30,11 @@ from hydra_plugins.grpo_sweeps.reporting import job_error
 
 
 def metrics_row(step: int, dt: float = 2.0, eval_every: int = 5) -> dict:
-    """A step's row: 2 s per step, train reward step/100, eval reward step/50 every 5 steps."""
-    row = {"step": step, "time/elapsed_s": dt * (step + 1), "train/reward_mean": step / 100}
+    """A row in the trainer's layout: step 0 the evaluation of the initial policy (1 s), then
+    GRPO steps of 2 s each with train reward step/100; eval reward step/50 every 5 steps."""
+    row = {"step": step, "time/elapsed_s": dt * step + 1.0, "time/elapsed_no_eval_s": dt * step}
+    if step > 0:
+        row["train/reward_mean"] = step / 100
     if step % eval_every == 0:
         row["eval/reward"] = step / 50
     return row
@@ -62,8 +65,8 @@ def sweep(tmp_path: Path) -> Path:
     overrides = [dict(o.split("=") for o in job) for job in jobs]
     write_run(sweep / "0", overrides[0], [metrics_row(s) for s in range(12)],
               status("running", 11, restarts=1, resumed_from=[8]))
-    write_run(sweep / "1", overrides[1], [metrics_row(s) for s in range(20)],
-              status("completed", 19))
+    write_run(sweep / "1", overrides[1], [metrics_row(s) for s in range(21)],
+              status("completed", 20))
     write_run(sweep / "2", overrides[2], [metrics_row(s) for s in range(4)],
               status("collapsed", 3, reason="rollout reward 0 for 3\nconsecutive steps"))
     write_run(sweep / "3", overrides[3], [metrics_row(s) for s in range(2)])
@@ -87,7 +90,7 @@ def test_metrics_tail_reads_appended_lines_and_restarts_after_a_shrink(tmp_path:
     assert tail.last["step"] == 5 and tail.last_eval == (5, 0.1)
     assert tail.seconds_per_step() == pytest.approx(3.0)
     with path.open("a") as f:  # the torn line is completed, then one more step
-        f.write('in/reward_mean": 0.5, "time/elapsed_s": 21.0}\n')
+        f.write('in/reward_mean": 0.5, "time/elapsed_s": 19.0}\n')
         f.write(json.dumps(metrics_row(7, dt=3.0)) + "\n")
     tail.update()
     assert tail.last["step"] == 7 and tail.last["train/reward_mean"] == 0.07
@@ -103,16 +106,16 @@ def test_sweep_progress_reads_every_job(sweep: Path) -> None:
     rows = {r.num: r for r in SweepProgress(sweep).read()}
     running, completed, collapsed, garbage, never = (rows[i] for i in range(5))
     assert running.label == "learning_rate=1e-5 seed=0"
-    assert (running.status, running.steps_done, running.n_steps) == ("running", 12, 20)
+    assert (running.status, running.steps_done, running.n_steps) == ("running", 11, 20)
     assert running.train_reward == pytest.approx(0.11)
     assert (running.eval_reward, running.eval_step) == (pytest.approx(0.2), 10)
     assert running.seconds_per_step == pytest.approx(2.0)
-    assert running.eta_s == pytest.approx(2.0 * 8)
+    assert running.eta_s == pytest.approx(2.0 * 9)
     assert (running.restarts, running.resumed_from) == (1, (8,))
     assert (completed.status, completed.steps_done, completed.eta_s) == ("completed", 20, None)
     assert collapsed.status == "collapsed" and collapsed.reason.startswith("rollout reward 0")
     # metrics but an unreadable status.json: still running as far as anyone can tell
-    assert (garbage.status, garbage.steps_done, garbage.n_steps) == ("running", 2, None)
+    assert (garbage.status, garbage.steps_done, garbage.n_steps) == ("running", 1, None)
     assert (never.status, never.steps_done, never.label) == ("pending", 0, "learning_rate=1e-4 seed=0")
 
 
@@ -162,12 +165,12 @@ def progress(status: str, steps_done: int = 0, reason: str | None = None) -> Run
 
 @pytest.mark.parametrize(("run", "state", "error", "want"), [
     (progress("pending"), "CANCELLED by 0", None, ("cancelled", "cancelled before its first step")),
-    (progress("running", 4), "CANCELLED", None, ("cancelled", "cancelled after step 3")),
+    (progress("running", 4), "CANCELLED", None, ("cancelled", "cancelled after step 4")),
     (progress("failed", 4, "ConnectionResetError: Connection lost"), "CANCELLED", None,
-     ("cancelled", "cancelled after step 3 (the run reported failed: "
+     ("cancelled", "cancelled after step 4 (the run reported failed: "
                    "ConnectionResetError: Connection lost)")),
-    (progress("cancelled", 4, "signal 15 after step 3"), "CANCELLED", None,
-     ("cancelled", "signal 15 after step 3")),
+    (progress("cancelled", 4, "signal 15 after step 4"), "CANCELLED", None,
+     ("cancelled", "signal 15 after step 4")),
     (progress("completed", 10), "CANCELLED", None, ("completed", None)),
     (progress("collapsed", 4, "reward 0"), "COMPLETED", None, ("collapsed", "reward 0")),
     (progress("running", 4), "RUNNING", None, ("running", None)),
@@ -218,13 +221,13 @@ def test_plain_lines_only_when_a_run_moves_on(sweep: Path) -> None:
         first = output(con)
         monitor.update()
         assert output(con) == first, "nothing changed: nothing printed"
-        write_run(sweep / "0", {}, [metrics_row(s) for s in range(14)])  # 14 of 20: a tenth on
+        write_run(sweep / "0", {}, [metrics_row(s) for s in range(15)])  # 14 of 20: a tenth on
         monitor.update()
     lines = output(con).splitlines()
     assert lines[0] == f"Sweep directory: {sweep}"
-    assert lines[1] == ("#0 learning_rate=1e-5 seed=0: running (resumed @8), step 12/20, "
-                        "train 0.110, eval 0.200 @10, 2.00 s/step, ETA 16s")
-    assert lines[3] == ("#2 learning_rate=1e-3 seed=0: collapsed, step 4/20, train 0.030, "
+    assert lines[1] == ("#0 learning_rate=1e-5 seed=0: running (resumed @8), step 11/20, "
+                        "train 0.110, eval 0.200 @10, 2.00 s/step, ETA 18s")
+    assert lines[3] == ("#2 learning_rate=1e-3 seed=0: collapsed, step 3/20, train 0.030, "
                         "eval 0.000 @0, rollout reward 0 for 3 consecutive steps")
     assert lines[5] == "#4 learning_rate=1e-4 seed=0: pending, step 0"
     assert lines[6].startswith("#0 learning_rate=1e-5 seed=0: running (resumed @8), step 14/20")
@@ -239,7 +242,7 @@ def test_live_table_keeps_the_telling_rows(sweep: Path) -> None:
     shown = [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")]
     assert shown == ["0", "2", "3"], "running first, then collapsed; completed and pending wait"
     assert "2 more runs not shown (1 completed, 1 collapsed, 1 pending, 2 running)" in text
-    assert "12/20" in text and "0.200 @10" in text and "16s" in text
+    assert "11/20" in text and "0.200 @10" in text and "18s" in text
 
 
 def test_live_view_on_a_terminal(sweep: Path) -> None:
@@ -259,8 +262,8 @@ def test_summary_names_outcomes_resumes_best_config_and_report(sweep: Path) -> N
     assert lines[0] == f"Sweep {sweep}: 5 runs: 1 completed, 1 collapsed, 1 cancelled, 2 running"
     assert lines[5] == "  #4 learning_rate=1e-4 seed=0: cancelled, step 0, cancelled before its first step"
     assert lines[6] == "Resumed: #0 from step 8"
-    # the collapsed config is excluded; learning_rate=1e-5 (best 0.2 and 0.3) wins
-    assert lines[7] == ("Best config: learning_rate=1e-5: best eval reward 0.250 "
+    # the collapsed config is excluded; learning_rate=1e-5 (best 0.2 and 0.4) wins
+    assert lines[7] == ("Best config: learning_rate=1e-5: best eval reward 0.300 "
                         "(mean over 2 runs)")
     assert lines[8] == (f"Report: `make plots SWEEP={sweep}` writes {sweep / 'report.md'} "
                         f"and {sweep / 'figures'}/")
@@ -272,8 +275,8 @@ def test_summary_names_outcomes_resumes_best_config_and_report(sweep: Path) -> N
 def test_watch_command_shows_a_finished_sweep_and_stops(sweep: Path,
                                                         capsys: pytest.CaptureFixture) -> None:
     for job in (3, 4):
-        write_run(sweep / str(job), {}, None, status("completed", 19))
-    write_run(sweep / "0", {}, None, status("completed", 19, restarts=1, resumed_from=[8]))
+        write_run(sweep / str(job), {}, None, status("completed", 20))
+    write_run(sweep / "0", {}, None, status("completed", 20, restarts=1, resumed_from=[8]))
     main(["watch", str(sweep), "--interval", "0.01"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"Sweep directory: {sweep}"
@@ -298,7 +301,7 @@ def test_watch_ends_when_the_local_launcher_is_gone(sweep: Path,
                                              4: "LAUNCHER_GONE"}
     main(["watch", str(sweep), "--interval", "0.01"])
     out = capsys.readouterr().out
-    assert "#0 learning_rate=1e-5 seed=0: failed (resumed @8), step 12/20" in out
+    assert "#0 learning_rate=1e-5 seed=0: failed (resumed @8), step 11/20" in out
     assert "the job ended (FINISHED) without a final status" in out
     assert ("#4 learning_rate=1e-4 seed=0: cancelled, step 0, never started: "
             "its launcher is gone") in out
@@ -309,5 +312,5 @@ def test_watch_once_shows_a_running_sweep_then_its_summary(sweep: Path,
     main(["watch", str(sweep), "--once"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"Sweep directory: {sweep}"
-    assert lines[1].startswith("#0 learning_rate=1e-5 seed=0: running (resumed @8), step 12/20")
+    assert lines[1].startswith("#0 learning_rate=1e-5 seed=0: running (resumed @8), step 11/20")
     assert f"Sweep {sweep}: 5 runs: 1 completed, 1 collapsed, 1 pending, 2 running" in lines

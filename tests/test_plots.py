@@ -36,13 +36,16 @@ N_STEPS = 100
 
 
 def ramp_rows(offset: float) -> list[dict]:
-    """A linear entropy ramp with a +-0.1 zigzag on top; an evaluation every 10 steps."""
-    rows = []
-    for step in range(N_STEPS):
-        row = {"step": step, "time/elapsed_s": 30.0 * (step + 1),
+    """The trainer's layout: step 0 the evaluation of the initial policy, then GRPO steps
+    1..N_STEPS with a linear entropy ramp and a +-0.1 zigzag on top; an evaluation every 10
+    steps (5 s each, kept out of the training clock)."""
+    rows = [{"step": 0, "time/elapsed_s": 5.0, "time/elapsed_no_eval_s": 0.0, "eval/reward": offset}]
+    for step in range(1, N_STEPS + 1):
+        row = {"step": step, "time/elapsed_s": 30.0 * step + 5.0 * (1 + step // 10),
+               "time/elapsed_no_eval_s": 30.0 * step,
                "train/entropy": offset + step / 100 + (0.1 if step % 2 else -0.1),
                "train/reward_mean": 0.5}
-        if step % 10 == 0 or step == N_STEPS - 1:
+        if step % 10 == 0:
             row["eval/reward"] = offset + step / 200
         rows.append(row)
     return rows
@@ -50,14 +53,14 @@ def ramp_rows(offset: float) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """A greedy-eval 2x2 sweep of 100 steps, one seed, one config collapsed at step 40."""
+    """A greedy-eval 2x2 sweep of 100 GRPO steps, one seed, one config collapsed at step 40."""
     sweep = tmp_path_factory.mktemp("o") / "ramp" / "2025-06-01_12-00-00"
     write_multirun(sweep, ["learning_rate=1e-5,1e-4", "off_policy.epochs=1,2"], config=GREEDY)
     job = 0
     for lr in ("1e-5", "1e-4"):
         for epochs in (1, 2):
             rows = ramp_rows(0.1 * job)
-            state = {"status": "completed", "last_step": N_STEPS - 1}
+            state = {"status": "completed", "last_step": N_STEPS}
             if job == 3:
                 rows, state = rows[:41], {"status": "collapsed", "last_step": 40}
             write_run(sweep / str(job), {"learning_rate": lr, "off_policy.epochs": epochs},
@@ -74,7 +77,10 @@ def test_titles_and_axes_say_what_and_which_unit(small: tuple[Path, dict]) -> No
     step, clock = eval_fig.panels["step"], eval_fig.panels["wall_clock"]
     assert (step.title, step.xlabel, step.ylabel) == (
         "Validation reward vs GRPO step", "GRPO step", "Validation reward (greedy, 0-1)")
-    assert (clock.xlabel, clock.unit) == ("Wall-clock (minutes)", "minutes")
+    assert (clock.xlabel, clock.unit) == ("Wall-clock training time (minutes, eval excluded)", "minutes")
+    # 30 s per GRPO step on the training clock; the evaluations (5 s each) are left out
+    np.testing.assert_allclose(clock.curves["learning_rate=1e-5, off_policy.epochs=1"].x,
+                               np.arange(0, N_STEPS + 1, 10) * 30 / 60)
     labels = {m: p.ylabel for m, p in training.panels.items()}
     assert labels["train/entropy"] == "Entropy (nats per token)"
     assert labels["train/mean_response_length"] == "Response length (tokens)"
@@ -102,8 +108,10 @@ def test_training_curves_are_smoothed_without_lag(small: tuple[Path, dict]) -> N
     panel = figures["training"].panels["train/entropy"]
     label = "learning_rate=1e-5, off_policy.epochs=1"
     raw, smoothed = panel.curves[label].y, panel.smoothed[label]
-    ramp = np.arange(N_STEPS) / 100
-    np.testing.assert_allclose(raw, ramp + np.where(np.arange(N_STEPS) % 2, 0.1, -0.1))
+    steps = np.arange(1, N_STEPS + 1)  # no training metrics at step 0 (the pre-RL evaluation)
+    np.testing.assert_allclose(panel.curves[label].x, steps)
+    ramp = steps / 100
+    np.testing.assert_allclose(raw, ramp + np.where(steps % 2, 0.1, -0.1))
     # window 5, centred: the zigzag shrinks to +-0.02 and the ramp is not shifted
     np.testing.assert_allclose(smoothed[2:-2], ramp[2:-2], atol=0.021)
     np.testing.assert_allclose(smoothed, smooth(raw))
@@ -114,7 +122,7 @@ def test_points_are_drawn_at_the_step_they_were_measured(small: tuple[Path, dict
     _, figures = small
     step = figures["eval_reward"].panels["step"]
     np.testing.assert_allclose(step.curves["learning_rate=1e-5, off_policy.epochs=1"].x,
-                               [*range(0, N_STEPS, 10), N_STEPS - 1])
+                               [*range(0, N_STEPS + 1, 10)])
     (marker,) = step.markers
     # collapsed after step 40: evaluated last at step 40, marked there with its value
     assert (marker.x, marker.y, marker.stop_step) == (40, pytest.approx(0.3 + 0.2), 40)
@@ -254,7 +262,13 @@ def test_synthetic_rewards_stay_within_zero_and_one(large: tuple) -> None:
         values = collection.steps[column].dropna()
         assert values.between(0, 1).all() and values.max() > 0.5, column
     rows = synthetic_rows(200, 10, quality=0.9, seed=3)
-    assert max(r["train/reward_mean"] for r in rows) <= 1.0
+    # the trainer's layout: step 0 the pre-RL evaluation alone, then GRPO steps 1..200
+    assert [r["step"] for r in rows] == list(range(201))
+    assert not any(k.startswith("train/") for k in rows[0]) and "eval/reward" in rows[0]
+    assert [r["step"] for r in rows if "eval/reward" in r] == list(range(0, 201, 10))
+    assert max(r["train/reward_mean"] for r in rows[1:]) <= 1.0
+    # the training clock leaves out every evaluation (30 s each), the total keeps them
+    assert rows[-1]["time/elapsed_s"] - rows[-1]["time/elapsed_no_eval_s"] == pytest.approx(21 * 30)
     assert len(collection.runs) == 36 and set(collection.runs["status"]) == {
         "completed", "collapsed", "diverged"}
 

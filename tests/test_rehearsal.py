@@ -129,14 +129,15 @@ def test_responses_are_cut_at_max_new_tokens(greedy_rollouts) -> None:
 @pytest.mark.slow
 def test_rehearsal_run_with_the_hf_engine(rehearsal_model_dir: Path, tmp_path: Path) -> None:
     status = train(rehearsal_config(rehearsal_model_dir, "rollout=hf"), tmp_path)
-    assert status["status"] == "completed" and status["last_step"] == 2
+    assert status["status"] == "completed" and status["last_step"] == 3
     check_rehearsal_run(tmp_path)
 
 
 def check_rehearsal_run(run_dir: Path) -> list[dict]:
     """The checks both engines' rehearsal runs must pass; returns the first eval samples."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [0, 1, 2]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]  # 0: the evaluation before any update
+    assert "eval/reward" in records[0] and "train/loss" not in records[0]
     samples = [json.loads(line) for line in
                (run_dir / "rollouts" / "eval_step_000000.jsonl").read_text().splitlines()]
     assert len(samples) == 8
@@ -151,9 +152,9 @@ def check_rehearsal_run(run_dir: Path) -> list[dict]:
             ANSWER_CLOSE)
         assert sample["format_reward"] == float(well_formed)
     assert any(s["format_reward"] == 1.0 for s in samples)
-    for record in records:
+    for record in records[1:]:
         # the rollouts are graded too; all-wrong groups give zero advantages and gradients
         assert 0.0 <= record["train/reward_mean"] <= record["train/format_reward_mean"] <= 1.0
         assert 0.0 <= record["train/grad_norm"] < float("inf")
-    assert any(r["train/format_reward_mean"] > 0 for r in records)
+    assert any(r["train/format_reward_mean"] > 0 for r in records[1:])
     return samples

@@ -69,9 +69,10 @@ def test_same_config_same_curve_alone_and_beside_concurrent_jobs(tmp_path: Path)
     first, second = curves(alone), curves(crowded)
     assert sorted(first) == sorted(second) == ["0", "1"]
     for job, rows in first.items():
-        assert [r["step"] for r in rows] == list(range(N_STEPS))
-        assert [r["step"] for r in rows if "eval/reward" in r] == [0, 20, 40, N_STEPS - 1]
-        assert {"train/reward_mean", "train/loss", "train/grad_norm", "train/entropy"} <= rows[0].keys()
+        assert [r["step"] for r in rows] == list(range(N_STEPS + 1))
+        assert [r["step"] for r in rows if "eval/reward" in r] == [0, 20, 40, N_STEPS]
+        assert not any(k.startswith("train/") for k in rows[0]), "step 0: the pre-RL evaluation"
+        assert {"train/reward_mean", "train/loss", "train/grad_norm", "train/entropy"} <= rows[1].keys()
         for step, (a, b) in enumerate(zip(rows, second[job], strict=True)):
             assert a == b, f"job {job} step {step}: " + str(
                 {k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)})

@@ -22,7 +22,7 @@ from wandb_offline import history_steps, offline_runs, run_id
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 N_STEPS = 20
-REDONE = re.compile(r"resumed from \S+ at step (\d+) \((\d+) uncheckpointed steps redone\)")
+REDONE = re.compile(r"resumed from \S+ after step (\d+) \((\d+) uncheckpointed steps redone\)")
 
 
 def start_sweep(tmp_path: Path, tiny_model_dir: Path, name: str) -> subprocess.Popen:
@@ -47,7 +47,6 @@ def running_job(proc: subprocess.Popen, run: Path, name: str, n_steps: int) -> s
 
 
 def finish(proc: subprocess.Popen, timeout: int = 900, returncode: int = 0) -> str:
-    """Wait for the sweep's launcher; it must exit with `returncode`. Returns its output."""
     out, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == returncode, out[-3000:]
     return out
@@ -58,7 +57,7 @@ def status(run: Path) -> dict:
 
 
 def resumes(run: Path) -> list[tuple[int, int]]:
-    """(resumed at step, steps redone) of each resume of the run, from its log."""
+    """(GRPO steps done when it resumed, steps redone) of each resume of the run, from its log."""
     return [(int(a), int(b)) for a, b in REDONE.findall((run / "launch.log").read_text())]
 
 
@@ -70,14 +69,12 @@ def test_scancel_checkpoints_at_the_signal_and_the_rerun_redoes_nothing(
     run = tmp_path / "sweep" / "0"
     proc = start_sweep(tmp_path, tiny_model_dir, name)
     subprocess.run(["scancel", running_job(proc, run, name, 3)], check=True)
-    # the cancelled job returned its status: the launcher ends with its summary, no traceback,
-    # and exit status 1 (a run did not finish)
-    out = finish(proc, returncode=1)
+    out = finish(proc, returncode=1)  # the cancelled job returned its status: a run did not finish
     assert out.strip().splitlines()[-1] == "error: 1 of 1 runs did not finish (1 cancelled); see the summary above"
     stopped = status(run)
     last = stopped["last_step"]
     assert stopped["status"] == "cancelled" and stopped["reason"].startswith("SIGTERM from scancel"), stopped
-    assert 2 <= last < N_STEPS - 1
+    assert 2 <= last < N_STEPS  # rows 0 (the evaluation before the first update) to 2 logged
     assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{last:06d}"
     assert logged_steps(run) == list(range(last + 1))
     before = offline_runs(run)
@@ -87,12 +84,12 @@ def test_scancel_checkpoints_at_the_signal_and_the_rerun_redoes_nothing(
     proc = start_sweep(tmp_path, tiny_model_dir, name)  # the same sweep again
     finish(proc)
     assert status(run)["status"] == "completed" and status(run)["restarts"] == 1
-    assert logged_steps(run) == list(range(N_STEPS))
+    assert logged_steps(run) == list(range(N_STEPS + 1))  # step 0 not repeated by the rerun
     assert not (run / "metrics.discarded.jsonl").exists()
-    ((resumed_at, redone),) = resumes(run)
+    ((resumed_after, redone),) = resumes(run)
     after = offline_runs(run)[len(before):]
-    assert (resumed_at, redone) == (last + 1, 0)
-    assert [step for segment in after for step in history_steps(segment)] == list(range(last + 1, N_STEPS))
+    assert (resumed_after, redone) == (last, 0)
+    assert [step for segment in after for step in history_steps(segment)] == list(range(last + 1, N_STEPS + 1))
     ids_before, ids_after = {run_id(r) for r in before}, {run_id(r) for r in after}
     assert len(ids_before) == 1 and ids_after == ids_before
     assert tracebacks(tmp_path / "sweep") == []
@@ -113,17 +110,17 @@ def test_requeue_checkpoints_at_the_signal_and_the_job_resumes_by_itself(
     finish(proc)  # waits for the requeued job to finish the run
     final = status(run)
     assert final["status"] == "completed" and final["restarts"] == 1
-    assert logged_steps(run) == list(range(N_STEPS))
+    assert logged_steps(run) == list(range(N_STEPS + 1))  # step 0 not repeated by the resume
     assert not (run / "metrics.discarded.jsonl").exists()
-    ((resumed_at, redone),) = resumes(run)
+    ((resumed_after, redone),) = resumes(run)
     assert redone == 0
     stop = re.search(r"run stopped at step (\d+): preempted \(SIGTERM as SLURM requeued the job",
                      (run / "launch.log").read_text())
-    assert stop and int(stop.group(1)) == resumed_at - 1
+    assert stop and int(stop.group(1)) == resumed_after
     segments = offline_runs(run)
     assert len({run_id(s) for s in segments}) == 1
-    assert history_steps(segments[-2]) == list(range(resumed_at)), "the replay after the signal"
-    assert history_steps(segments[-1]) == list(range(resumed_at, N_STEPS))
+    assert history_steps(segments[-2]) == list(range(resumed_after + 1)), "the replay after the signal"
+    assert history_steps(segments[-1]) == list(range(resumed_after + 1, N_STEPS + 1))
     assert tracebacks(tmp_path / "sweep") == []
-    print(f"\nrequeue: preempted at step {resumed_at - 1}, resumed at {resumed_at}, {redone} redone, "
+    print(f"\nrequeue: preempted after step {resumed_after}, resumed with step {resumed_after + 1}, {redone} redone, "
           f"wandb run id {run_id(segments[-1])} in all {len(segments)} segments")

@@ -186,7 +186,7 @@ def test_toy_run_with_vllm_learns(vllm_installed: None, tiny_model_dir: Path,
                                   tmp_path: Path) -> None:
     """`launch.py model=tiny data=toy rollout=vllm`, shortened."""
     out = launch("model=tiny", "data=toy", "rollout=vllm", f"model.path={tiny_model_dir}",
-                 "n_grpo_steps=200", "rollout.dtype=float32",
+                 "n_grpo_steps=200", "rollout.dtype=float32", "rollout.stale_check_every=1",
                  f"hydra.run.dir={tmp_path}")
     assert "vLLM runs on the CPU" in out.stderr
     records = read_metrics(tmp_path)
@@ -197,7 +197,7 @@ def test_toy_run_with_vllm_learns(vllm_installed: None, tiny_model_dir: Path,
     # trainer's. The metric compares the sampled tokens with the re-tokenized text, so a step
     # where a rollout sampled <pad> (kept in its tokens, absent from its text) reads high; stale
     # weights would read high at every step after the first.
-    diffs = [r["rollout/engine_logprob_abs_diff"] for r in records]
+    diffs = [r["rollout/engine_logprob_abs_diff"] for r in records[1:]]  # row 0: the pre-RL eval
     assert min(diffs[1:]) < 1e-3
 
 
@@ -206,7 +206,8 @@ def test_rehearsal_run_with_vllm(vllm_installed: None, rehearsal_model_dir: Path
                                  tmp_path: Path, shipped_math_sample: list[str]) -> None:
     """`launch.py model=qwen-rehearsal data=math_sample prompt=r1_zero rollout=vllm`, 3 steps."""
     launch("model=qwen-rehearsal", f"model.path={rehearsal_model_dir}", "data=math_sample",
-           "prompt=r1_zero", "rollout=vllm", "rollout.dtype=float32", *shipped_math_sample, "n_grpo_steps=3",
+           "prompt=r1_zero", "rollout=vllm", "rollout.dtype=float32", "rollout.stale_check_every=1",
+           *shipped_math_sample, "n_grpo_steps=3",
            "rollout_batch_size=8", "group_size=4", "train_batch_size=8", "micro_batch_size=4",
            "sampling.max_new_tokens=24", "eval.eval_every=1", "eval.n_examples=8",
            "eval.temperature=0.0", "learning_rate=1e-3",
@@ -216,4 +217,4 @@ def test_rehearsal_run_with_vllm(vllm_installed: None, rehearsal_model_dir: Path
     for sample in samples[:3]:
         print(json.dumps({k: sample[k] for k in ("response", "ground_truth", "reward")}))
     # computed every step (it mixes in BPE re-tokenization, e.g. `>\n` sampled vs `>` trained)
-    assert all(r["rollout/engine_logprob_abs_diff"] >= 0 for r in read_metrics(tmp_path))
+    assert all(r["rollout/engine_logprob_abs_diff"] >= 0 for r in read_metrics(tmp_path)[1:])
