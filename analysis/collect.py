@@ -39,7 +39,8 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
   GPU-hours are ``time/elapsed_s`` (evaluation included: the GPUs are held for it) of the last
   step / 3600 x ``cluster.gpus_per_job`` (2 when absent; 0 for CPU runs). Curves and
   comparisons against wall-clock use ``TRAIN_CLOCK`` instead, so that evaluation frequency
-  does not change a config's speed.
+  does not change a config's speed (runs logged before that clock existed fall back to their
+  total clock).
 
 Output
 ------
@@ -472,6 +473,8 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
     ids = pd.DataFrame(summaries, columns=identity).iloc[owner].reset_index(drop=True)
     metric_columns = [c for c in metrics.columns if c not in identity]
     steps = pd.concat([ids, metrics[metric_columns]], axis=1)
+    if ELAPSED in steps:  # runs logged before the eval-free clock existed: their total clock
+        steps[TRAIN_CLOCK] = steps.get(TRAIN_CLOCK, steps[ELAPSED]).fillna(steps[ELAPSED])
     return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps)
 
 
