@@ -27,6 +27,7 @@ started in a directory with a checkpoint resumes from the newest intact one (see
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -321,20 +322,25 @@ class GRPOTrainer:
     ) -> dict[str, float]:
         """Mean over rollouts of the mean |engine - trainer| log-prob of their response tokens.
 
-        log_probs: (B, T) the trainer's log-probs of `batch.labels`, rows in rollout order. Only
-        rollouts whose engine reported log-probs and whose re-tokenized response is exactly the
-        sampled token sequence are compared (a sampled special token, e.g. a pad mid-response,
-        is absent from the text, so the trainer's tokens would not line up with the engine's).
+        log_probs: (B, T) the trainer's log-probs of `batch.labels`, rows in rollout order. The
+        trainer's response tokens are the re-tokenized response text, which can differ from the
+        sampled tokens (a stop string inside a BPE merge, a sampled special token absent from the
+        text), so each rollout is compared over the common prefix of the two token sequences:
+        there both saw the same context. Rollouts without engine log-probs, or whose first
+        tokens already differ, are left out.
         """
         diffs = []
         for i, rollout in enumerate(rollouts):
+            if rollout.log_probs is None or len(rollout.log_probs) != len(rollout.token_ids):
+                continue
             response = batch.response_mask[i] > 0
             tokens = batch.labels[i][response].tolist()
-            engine_reported = rollout.log_probs is not None and len(rollout.log_probs) == len(tokens)
-            if not tokens or tokens != rollout.token_ids or not engine_reported:
+            pairs = zip(tokens, rollout.token_ids, strict=False)
+            n = sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], pairs))
+            if n == 0:
                 continue
-            engine = torch.tensor(rollout.log_probs, device=log_probs.device)
-            diffs.append((log_probs[i][response] - engine).abs().mean().item())
+            engine = torch.tensor(rollout.log_probs[:n], device=log_probs.device)
+            diffs.append((log_probs[i][response][:n] - engine).abs().mean().item())
         return {"rollout/engine_logprob_abs_diff": float(np.mean(diffs))} if diffs else {}
 
     def _train(self, batch: RolloutBatch, timer: PhaseTimer) -> dict[str, float]:

@@ -244,23 +244,28 @@ def test_the_stale_check_leaves_training_untouched(tiny_model_dir: Path, tmp_pat
     assert not any("train/mean_ratio" in r or "train/approx_kl" in r for r in checked + unchecked)
 
 
-def test_stale_weight_check_compares_aligned_response_tokens_only() -> None:
+def test_stale_weight_check_compares_the_common_prefix_of_sampled_and_retokenized_tokens() -> None:
     import torch
 
     from grpo.rollout.base import Rollout
     from grpo.trainer import GRPOTrainer, RolloutBatch
 
-    labels = torch.tensor([[5, 7, 8, 0], [5, 9, 9, 9], [5, 6, 0, 0]])
-    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1], [0, 1, 0, 0]], dtype=torch.float32)
+    labels = torch.tensor([[5, 7, 8, 0], [5, 9, 9, 9], [5, 6, 0, 0], [5, 4, 4, 0]])
+    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1], [0, 1, 0, 0], [0, 1, 1, 0]],
+                        dtype=torch.float32)
     batch = RolloutBatch(input_ids=labels, labels=labels, response_mask=mask,
-                         advantages=torch.zeros(3), raw_rewards=torch.zeros(3), order=torch.arange(3))
-    trainer = torch.tensor([[0.0, -1.0, -2.0, 0.0], [0.0, -1.0, -1.0, -1.0], [0.0, -3.0, 0.0, 0.0]])
+                         advantages=torch.zeros(4), raw_rewards=torch.zeros(4), order=torch.arange(4))
+    trainer = torch.tensor([[0.0, -1.0, -2.0, 0.0], [0.0, -1.0, -1.0, -1.0],
+                            [0.0, -3.0, 0.0, 0.0], [0.0, -2.0, -2.0, 0.0]])
     rollouts = [
         Rollout("a", [7, 8], log_probs=[-1.5, -2.5]),      # |diff| 0.5 on both tokens
         Rollout("b", [9, 9, 9], log_probs=[-1.0, -1.0, -2.0]),  # 0, 0, 1 -> mean 1/3
-        Rollout("c", [6, 1], log_probs=[-3.0, -9.0]),      # text re-tokenized to [6]: skipped
+        # sampled [6, 1], text re-tokenized to [6] (a stop inside a merge): the first token only
+        Rollout("c", [6, 1], log_probs=[-3.25, -9.0]),     # 0.25
+        Rollout("d", [3, 4], log_probs=[-7.0, -7.0]),      # first tokens differ: left out
     ]
     diff = GRPOTrainer._stale_weight_check(trainer, batch, rollouts)
-    assert diff["rollout/engine_logprob_abs_diff"] == pytest.approx((0.5 + 1 / 3) / 2)
+    assert diff["rollout/engine_logprob_abs_diff"] == pytest.approx((0.5 + 1 / 3 + 0.25) / 3)
     rollouts[0] = Rollout("a", [7, 8], log_probs=None)  # an engine without log-probs
     assert GRPOTrainer._stale_weight_check(trainer, batch, rollouts[:1]) == {}
+    assert GRPOTrainer._stale_weight_check(trainer, batch, [rollouts[0], rollouts[3]]) == {}
