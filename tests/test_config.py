@@ -325,6 +325,14 @@ def test_vllm_on_cpu_is_accepted_with_what_differs_from_the_gpu_layout() -> None
     on_gpu = check_config(_compose(["model=tiny", "data=toy", "rollout=vllm", "model.device=cuda:0"]))
     assert any("rollout=vllm needs 2 GPU(s) per job with these rollout settings but cluster.gpus_per_job=0" in e
                for e in on_gpu.errors)
+    assert not any("vLLM runs on the CPU" in w for w in on_gpu.warnings)
+    # a policy placed on the CPU takes vLLM with it, whatever GPUs the job has
+    on_cpu = check_config(_compose(["model=tiny", "data=toy", "rollout=vllm", "model.device=cpu",
+                                    "cluster.gpus_per_job=2", "rollout.enable_sleep_mode=true"]))
+    assert on_cpu.errors == [
+        "rollout.enable_sleep_mode=true, but vLLM runs on the CPU beside the policy, where it has "
+        "no sleep mode; set rollout.enable_sleep_mode=false"]
+    assert any("vLLM runs on the CPU" in w for w in on_cpu.warnings)
 
 
 @pytest.mark.parametrize("model", ["tiny", "qwen-rehearsal"])

