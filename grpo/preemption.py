@@ -6,6 +6,12 @@ SLURM signals every process of a job: SIGUSR2 `signal_delay_s` before the time l
 only records the signal; the trainer checkpoints at the end of the current GRPO step, asks
 `verdict()` what the stop is, writes that status and then hands the signal to whoever handled it
 before (submitit's SIGUSR2 handler requeues the job).
+
+SLURM sends SIGCONT with every SIGTERM. submitit's handlers for both log a line; a handler runs
+between two bytecodes of the main thread, so one that logs while the main thread is inside a log
+call to the same file breaks it ("reentrant call", a traceback in the job's log). While the
+watcher is installed SIGCONT is therefore ignored (it still resumes a suspended job), and after
+the hand-over the watcher's handlers stay: the signals a requeue brings are recorded, not logged.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 from grpo.slurm import SchedulerUnavailable, scontrol_show
 
 WATCHED = (signal.SIGUSR2, signal.SIGTERM)
+QUIET = (signal.SIGCONT,)
 
 
 @dataclass(frozen=True)
@@ -54,18 +61,24 @@ class PreemptionWatcher:
     def __init__(self) -> None:
         self.received: list[int] = []
         self._previous: dict[int, Any] = {}
+        self._handed_over = False
 
     def __enter__(self) -> PreemptionWatcher:
         for sig in WATCHED:
             self._previous[sig] = signal.signal(sig, self._record)
+        for sig in QUIET:
+            self._previous[sig] = signal.signal(sig, signal.SIG_IGN)
         return self
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
         self.received.append(signum)
 
     def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        """Restore the previous handlers, unless the run has handed its signal over (it is
+        leaving; see the module docstring)."""
+        if not self._handed_over:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
 
     def _deciding_signal(self) -> int:
         return signal.SIGUSR2 if signal.SIGUSR2 in self.received else signal.SIGTERM
@@ -82,14 +95,16 @@ class PreemptionWatcher:
                        "launch the same sweep again to resume from this checkpoint")
 
     def hand_over(self) -> None:
-        """Restore the previous handlers and deliver the deciding signal to them.
+        """Deliver the deciding signal to the handler from before (this process's default action
+        where there was none), keeping the watcher's handlers for the signals that follow.
 
         submitit's SIGUSR2 handler requeues the job and exits; its SIGTERM handler only logs.
         """
         sig = self._deciding_signal()
-        self.__exit__()
+        self._handed_over = True
         handler = self._previous[sig]
         if callable(handler):
             handler(sig, None)
         else:
+            signal.signal(sig, handler)
             os.kill(os.getpid(), sig)
