@@ -26,6 +26,7 @@ from pathlib import Path
 
 from hydra.errors import HydraException
 
+from analysis.progress import override_key
 from grpo.chain.plan import (
     StagePlan,
     UserOverrides,
@@ -82,8 +83,8 @@ def launch(plan: StagePlan, user: UserOverrides, sweep: Path, dry_run: bool) -> 
 
 def refused(user: UserOverrides) -> list[str]:
     """Why each override the chain cannot take is refused."""
-    errors = [f"{line}: the chain sets {line.split('=', 1)[0].lstrip('+~')} for each stage"
-              for line in user.lines if line.split("=", 1)[0].lstrip("+~") in CHAIN_KEYS]
+    errors = [f"{line}: the chain sets {override_key(line)} for each stage"
+              for line in user.lines if override_key(line) in CHAIN_KEYS]
     return errors + check_overrides(user.lines, CONF_DIR, "config")
 
 

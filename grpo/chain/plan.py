@@ -27,6 +27,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from analysis.progress import override_key
 from grpo.chain.results import Winner, find_winner, latest_sweep
 from grpo.chain.stages import CONF_DIR, Chain, Stage
 
@@ -63,8 +64,7 @@ class UserOverrides:
 
     def fixed(self) -> list[str]:
         """The overrides that set one value (those a single config can be composed with)."""
-        return [line for line in self.lines
-                if line.split("=", 1)[0].lstrip("+~") not in self.swept]
+        return [line for line in self.lines if override_key(line) not in self.swept]
 
 
 def compose_stage(stage: Stage, user: UserOverrides, conf_dir: Path = CONF_DIR) -> DictConfig:
