@@ -16,6 +16,7 @@ import pandas as pd
 from analysis.aggregate import (
     BEST_CRITERION,
     Criterion,
+    Ranking,
     SweepCurves,
     compare_with,
     config_summary,
@@ -122,9 +123,8 @@ def _unusable(collection: Collection) -> list[str]:
             *(entries or ["None: every run has its config, status and metrics."])]
 
 
-def _best(collection: Collection, criterion: Criterion) -> list[str]:
-    ranking = rank(collection, criterion)
-    ranked = ranking.table
+def _best(collection: Collection, ranking: Ranking) -> list[str]:
+    ranked, criterion = ranking.table, ranking.criterion
     lines = ["## Best config", ""]
     rule = (f"Ranked by `{criterion}` (mean over seeds); configs with a diverged or collapsed "
             "run are excluded.")
@@ -154,7 +154,7 @@ def _best(collection: Collection, criterion: Criterion) -> list[str]:
     return [*lines, markdown_table(header, rows)]
 
 
-def _bar(collection: Collection, criterion: Criterion, bar: float) -> list[str]:
+def _bar(collection: Collection, ranking: Ranking, bar: float) -> list[str]:
     """Whether the best config's runs reach ``bar``, at which step and GPU-hour first; else the
     run that reaches it first, or the best value any run saw."""
     lines = ["## Validation-accuracy bar", "",
@@ -166,7 +166,7 @@ def _bar(collection: Collection, criterion: Criterion, bar: float) -> list[str]:
     if runs["best_eval_reward"].isna().all():
         return [*lines, "No run has an evaluation yet."]
     reached = first_reaching(collection, bar).set_index("run_id")
-    best = rank(collection, criterion).best
+    best = ranking.best
     if best is not None:
         own = runs[(runs[LABEL] == best) & (runs["steps_done"] > 0)]
         hits = [r for r in own["run_id"] if r in reached.index]
@@ -277,6 +277,7 @@ def build_report(collection: Collection, report_dir: Path,
     counts = collection.runs["status"].value_counts()
     status_line = ", ".join(f"{n} {status}" for status, n in counts.items())
     with_data = int((collection.runs["steps_done"] > 0).sum())
+    ranking = rank(collection, criterion)
     sections = [
         [f"# Sweep report: {names}", "",
          f"{len(collection.runs)} run(s) ({with_data} with metrics), {len(collection.labels)} "
@@ -285,8 +286,8 @@ def build_report(collection: Collection, report_dir: Path,
         _runs(collection),
         _failures(collection),
         _unusable(collection),
-        _best(collection, criterion),
-        _bar(collection, criterion, bar),
+        _best(collection, ranking),
+        _bar(collection, ranking, bar),
         _comparison(collection),
         _figures(figures or {}, report_dir),
     ]
