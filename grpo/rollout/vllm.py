@@ -48,12 +48,12 @@ VLLM_KEYS = (
     "enforce_eager",
     "cpu_kv_cache_gb",
 )
-
-
+# refused by the validator and by the engine alike
 NO_SLEEP_MODE_ON_CPU = (
     "rollout.enable_sleep_mode=true, but vLLM runs on the CPU beside the policy, where it has no "
     "sleep mode; set rollout.enable_sleep_mode=false"
 )
+
 
 class VLLMRolloutEngine(RolloutEngine):
     """A vLLM `LLM` in this process: on its own GPU, on the policy's GPU, or on the CPU.
