@@ -47,7 +47,7 @@ Output
 :func:`collect` returns a :class:`Collection`: ``steps`` (one row per run and GRPO step: run
 identity, hyperparameters, swept keys, ``config label``, ``seed``, ``status``, ``step``, every
 logged metric) and ``runs`` (one row per run, pending ones included, with its summary:
-``off_policy`` (``grpo.batch_plan.BatchPlan.off_policy`` of its batch sizes: more than one
+``off_policy`` (``grpo.training.batch_plan.BatchPlan.off_policy`` of its batch sizes: more than one
 optimizer step per rollout batch; None when they are missing or invalid), steps done,
 wall-clock, GPU-hours, final and best ``eval/reward``, ``problems``). A sweep directory
 without any run directory is an error. Runs that differ only in
@@ -72,7 +72,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
 
-from grpo.batch_plan import CONFIG_KEYS, BatchPlan
+from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan
 
 LABEL = "config label"
 EVAL_REWARD = "eval/reward"

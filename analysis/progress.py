@@ -8,7 +8,7 @@ launcher also writes ``<sweep>/jobs.json`` (:func:`write_jobs`): every job's ove
 scheduler job id, so that jobs that never started (queued, cancelled before they wrote a status)
 are listed too, and ``python -m analysis watch`` can ask the scheduler about them from any shell.
 
-A run's status is its ``status.json`` status (``grpo.run_files.STATUSES``), else ``pending``;
+A run's status is its ``status.json`` status (``grpo.run.files.STATUSES``), else ``pending``;
 :func:`outcome` folds in what the scheduler says (a running job without a status is
 ``starting``, a job cancelled before writing a status is ``cancelled``, one that died while its
 status still says ``running`` is ``failed``).
@@ -31,8 +31,8 @@ from typing import Any
 import yaml
 
 from analysis.collect import ELAPSED, EVAL_REWARD, UNSTABLE_STATUSES, parse_line, read_status
-from grpo.run_files import STATUSES, atomic_write_text
-from grpo.tracking import run_overrides
+from grpo.run.files import STATUSES, atomic_write_text
+from grpo.run.tracking import run_overrides
 
 JOBS_FILE = "jobs.json"
 TRAIN_REWARD = "train/reward_mean"
@@ -318,7 +318,7 @@ def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -
     nothing at all). Another final status the trainer wrote stands. A job that ended while its
     status was still active is ``failed``, with the job's error or the scheduler's state as the
     reason, except a ``preempted`` one, which stays so (checkpointed, not requeued). A status
-    outside ``grpo.run_files.STATUSES`` is kept and explained.
+    outside ``grpo.run.files.STATUSES`` is kept and explained.
     """
     state = (scheduler or "").split(" ")[0].upper()  # "CANCELLED by 0" -> "CANCELLED"
     if run.status in FINISHED_STATUSES:

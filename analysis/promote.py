@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from analysis.aggregate import Criterion, on_policy_baseline, rank
 from analysis.collect import LABEL, Collection, format_value
-from grpo.batch_plan import BatchPlan
+from grpo.training.batch_plan import BatchPlan
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 NOT_CARRIED_GROUPS = ("hydra", "experiment", "promoted", "cluster", "local")

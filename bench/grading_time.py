@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from grading_adversarial import NORMALIZATION_SIZE, PATTERNS, cases, run_case  # noqa: E402
 
-import grpo.grading as grading  # noqa: E402
+import grpo.grading.answers as grading  # noqa: E402
 
 
 def main() -> None:

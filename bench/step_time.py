@@ -7,8 +7,8 @@
     .venv-vllm/bin/python bench/step_time.py rollout=vllm       # vLLM on CPU (make test-vllm's venv)
 
 `--model qwen2.5-1.5b-shaped` builds a model with Qwen2.5-Math-1.5B's architecture
-(`grpo.rehearsal.QWEN25_MATH_15B`: 28 layers, hidden 1536, 12/2 heads, MLP 8960, vocabulary
-151,936, tied embeddings) and random weights, with its tokenizer (`grpo.rehearsal`): nothing is
+(`grpo.models.rehearsal.QWEN25_MATH_15B`: 28 layers, hidden 1536, 12/2 heads, MLP 8960, vocabulary
+151,936, tied embeddings) and random weights, with its tokenizer (`grpo.models.rehearsal`): nothing is
 downloaded, and responses run to max_new_tokens as a random model rarely stops, which is the
 expensive case. The first step (warm-up, kernel compilation) is reported apart from the rest. The
 old_log_probs phase is also listed step by step: it runs only where the loss reads the probability
@@ -27,8 +27,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from grpo.rehearsal import QWEN25_MATH_15B, write_qwen_tokenizer
-from grpo.trainer import train
+from grpo.models.rehearsal import QWEN25_MATH_15B, write_qwen_tokenizer
+from grpo.training.trainer import train
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("rollout", "scoring", "old_log_probs", "train", "weight_sync", "eval")

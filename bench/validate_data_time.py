@@ -1,5 +1,5 @@
 """Seconds the config validator spends on a MATH-sized dataset (12,000 train + 500 validation
-problems, written to a temporary folder): reading the jsonl with grpo.data's loader and
+problems, written to a temporary folder): reading the jsonl with grpo.data.datasets's loader and
 tokenizing every prompt against model.max_seq_len - sampling.max_new_tokens.
 
     python bench/validate_data_time.py                      # the tiny model's tokenizer
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from grpo.config_validation import check_config, load_splits
+from grpo.config.validation import check_config, load_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TRAIN, N_VALIDATION = 12_000, 500
@@ -76,7 +76,7 @@ def main() -> None:
         assert report.errors == [], report.errors
         name = args.tokenizer or "tiny model (characters)"
         print(f"tokenizer: {name}; {N_TRAIN} train + {N_VALIDATION} validation problems")
-        print(f"read both splits (grpo.data.load_examples): {read:.2f} s")
+        print(f"read both splits (grpo.data.datasets.load_examples): {read:.2f} s")
         print(f"check_config, cold tokenizer and token counts (data read cached): {timings[0]:.2f} s")
         print(f"check_config, warm (next job of a sweep): {timings[1]:.2f} s")
 

@@ -2,7 +2,7 @@
 
 The core functions follow the CS336 adapter API (names without the `run_` prefix). They are
 imported on first use (`from grpo import compute_grpo_clip_loss`), so that importing a light
-module such as `grpo.batch_plan` does not import torch.
+module such as `grpo.training.batch_plan` does not import torch.
 """
 
 from __future__ import annotations
@@ -11,32 +11,32 @@ import importlib
 from typing import Any
 
 _EXPORTS: dict[str, str] = {
-    "LENGTH_NORMALIZATIONS": "grpo.train_step",
-    "POLICY_LOSSES": "grpo.losses",
-    "PROMPT_REWARD_PAIRS": "grpo.prompts",
-    "REWARD_FNS": "grpo.rewards",
-    "answer_tag_reward_fn": "grpo.rewards",
-    "compute_entropy": "grpo.log_probs",
-    "compute_group_normalized_rewards": "grpo.advantages",
-    "compute_grpo_clip_loss": "grpo.losses",
-    "compute_grpo_no_clip_loss": "grpo.losses",
-    "compute_naive_policy_gradient_loss": "grpo.losses",
-    "compute_policy_gradient_loss": "grpo.losses",
-    "extract_boxed_answer": "grpo.rewards",
-    "format_prompt": "grpo.prompts",
-    "get_response_log_probs": "grpo.log_probs",
-    "grade_answer": "grpo.grading",
-    "grpo_microbatch_train_step": "grpo.train_step",
-    "load_prompt_template": "grpo.prompts",
-    "masked_mean": "grpo.masking",
-    "masked_normalize": "grpo.masking",
-    "normalize_answer": "grpo.grading",
-    "pack_prompt_and_output_ids": "grpo.tokenization",
-    "question_only_reward_fn": "grpo.rewards",
-    "r1_zero_reward_fn": "grpo.rewards",
-    "register_policy_loss": "grpo.losses",
-    "reward_fn_for": "grpo.prompts",
-    "tokenize_prompt_and_output": "grpo.tokenization",
+    "LENGTH_NORMALIZATIONS": "grpo.core.train_step",
+    "POLICY_LOSSES": "grpo.core.losses",
+    "PROMPT_REWARD_PAIRS": "grpo.data.prompts",
+    "REWARD_FNS": "grpo.grading.rewards",
+    "answer_tag_reward_fn": "grpo.grading.rewards",
+    "compute_entropy": "grpo.core.log_probs",
+    "compute_group_normalized_rewards": "grpo.core.advantages",
+    "compute_grpo_clip_loss": "grpo.core.losses",
+    "compute_grpo_no_clip_loss": "grpo.core.losses",
+    "compute_naive_policy_gradient_loss": "grpo.core.losses",
+    "compute_policy_gradient_loss": "grpo.core.losses",
+    "extract_boxed_answer": "grpo.grading.rewards",
+    "format_prompt": "grpo.data.prompts",
+    "get_response_log_probs": "grpo.core.log_probs",
+    "grade_answer": "grpo.grading.answers",
+    "grpo_microbatch_train_step": "grpo.core.train_step",
+    "load_prompt_template": "grpo.data.prompts",
+    "masked_mean": "grpo.core.masking",
+    "masked_normalize": "grpo.core.masking",
+    "normalize_answer": "grpo.grading.answers",
+    "pack_prompt_and_output_ids": "grpo.core.tokenization",
+    "question_only_reward_fn": "grpo.grading.rewards",
+    "r1_zero_reward_fn": "grpo.grading.rewards",
+    "register_policy_loss": "grpo.core.losses",
+    "reward_fn_for": "grpo.data.prompts",
+    "tokenize_prompt_and_output": "grpo.core.tokenization",
 }
 """Public name -> the module that defines it."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from grpo.models import resolve_model_path
+from grpo.models.loading import resolve_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(__file__).parent / "data"

@@ -47,13 +47,13 @@ PATTERNS: dict[str, Callable[[int], str]] = {
 """Adversarial patterns by name, as functions of their size in characters."""
 
 TOO_MANY_BOXES = {"unclosed boxes", "many closed boxes"}
-"""Patterns holding more boxes than `grpo.rewards.MAX_FINAL_ANSWERS`: the question-only
+"""Patterns holding more boxes than `grpo.grading.rewards.MAX_FINAL_ANSWERS`: the question-only
 response that ends with the right box is degenerate and graded wrong."""
 
 
 class Case(NamedTuple):
     name: str
-    reward_fn: str  # a key of grpo.rewards.REWARD_FNS
+    reward_fn: str  # a key of grpo.grading.rewards.REWARD_FNS
     response: str
     ground_truth: str
     expected_reward: float
@@ -117,6 +117,6 @@ not only fast because answers are short."""
 
 def run_case(case: Case) -> float:
     """The reward of one case."""
-    from grpo.rewards import REWARD_FNS
+    from grpo.grading.rewards import REWARD_FNS
 
     return REWARD_FNS[case.reward_fn](case.response, case.ground_truth)["reward"]

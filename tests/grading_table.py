@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from grpo.rewards import GroundTruth
+from grpo.grading.rewards import GroundTruth
 
 
 class Row(NamedTuple):

@@ -8,7 +8,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from grpo.batch_plan import BatchPlan
+from grpo.training.batch_plan import BatchPlan
 
 
 def plan(rollout: int = 256, group: int = 8, train: int = 64, micro: int = 2, epochs: int = 2
@@ -73,6 +73,6 @@ def test_from_nested_config_and_from_flat_dotted_keys() -> None:
 
 
 def test_importing_the_plan_does_not_import_torch() -> None:
-    code = "import sys, grpo.batch_plan; print('torch' in sys.modules)"
+    code = "import sys, grpo.training.batch_plan; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

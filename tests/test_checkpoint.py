@@ -1,4 +1,4 @@
-"""grpo.checkpoint (with grpo.manifest and grpo.state_files) in-process on a small torch model:
+"""grpo.run.checkpoint (with grpo.run.manifest and grpo.run.state_files) in-process on a small torch model:
 what a checkpoint holds, which `latest` is refused, what a resume skips, what pruning keeps."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo.checkpoint import (
+from grpo.run.checkpoint import (
     CheckpointError,
     CheckpointManager,
     TrainerState,
@@ -22,7 +22,7 @@ from grpo.checkpoint import (
     rng_state,
     set_rng_state,
 )
-from grpo.manifest import manifest_problem, write_manifest
+from grpo.run.manifest import manifest_problem, write_manifest
 
 
 def model_with(value: float) -> torch.nn.Module:

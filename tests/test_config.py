@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from grpo.config_validation import check_config
+from grpo.config.validation import check_config
 from grpo.sweep.overrides import check_overrides
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from grpo.batch_plan import CONFIG_KEYS
-from grpo.config_rules import RULES, rule_for
+from grpo.config.rules import RULES, rule_for
+from grpo.training.batch_plan import CONFIG_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ["model=tiny", "data=toy", "rollout=hf"]

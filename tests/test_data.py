@@ -1,4 +1,4 @@
-"""Datasets (grpo.data.load_examples) and the resumable training sampler."""
+"""Datasets (grpo.data.datasets.load_examples) and the resumable training sampler."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from grpo.data import Example, PromptSampler, load_examples, toy_examples
+from grpo.data.datasets import Example, PromptSampler, load_examples, toy_examples
 
 
 def math_cfg(train_path: Path, validation_path: Path | None = None, **extra) -> dict:

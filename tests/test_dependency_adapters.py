@@ -1,11 +1,12 @@
-"""The adapters around dependency internals (hydra_plugins/grpo_sweeps/*_compat.py) against the
-installed releases: each internal is exercised for real, and a moved one fails naming the
+"""The adapters around dependency internals (grpo/sweep/hydra_compat.py,
+hydra_plugins/grpo_sweeps/submitit_compat.py) against the installed releases: each internal is exercised for real, and a moved one fails naming the
 package and its version."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 # Hydra's plugin discovery re-executes every module under hydra_plugins and its core plugins, so a
 # class imported before it ran (by an earlier test) is a stale copy: these tests reach the
 # adapters' names through their modules, at call time.
-from hydra_plugins.grpo_sweeps import hydra_compat, submitit_compat
+from grpo.sweep import hydra_compat
+from hydra_plugins.grpo_sweeps import submitit_compat
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 HYDRA = f"hydra-core {importlib.metadata.version('hydra-core')}"
@@ -29,6 +31,29 @@ LAUNCHER = f"hydra-submitit-launcher {importlib.metadata.version('hydra-submitit
 def basic_sweeper_class() -> type:
     """Hydra's BasicSweeper as its module holds it now."""
     return sys.modules[hydra_compat.BasicSweeper.__module__].BasicSweeper
+
+
+_SCAN_THEN_INSTANTIATE = """
+import sys
+from grpo.sweep import hydra_compat
+from hydra.core.plugins import Plugins
+from hydra_plugins.grpo_sweeps import validating_sweeper
+old = hydra_compat.BasicSweeper
+Plugins.instance()  # the plugin scan executes core plugins and hydra_plugins modules again, in place
+current = sys.modules["hydra._internal.core_plugins.basic_sweeper"].BasicSweeper
+print(old is current, hydra_compat.BasicSweeper is current,
+      issubclass(validating_sweeper.ValidatingSweeper, current))
+validating_sweeper.ValidatingSweeper(max_batch_size=None, params=None)
+"""
+
+
+def test_the_adapter_gives_the_basic_sweeper_that_hydra_s_plugin_scan_defined() -> None:
+    # imported before the scan (as launch.py does), the adapter must still hand out the class the
+    # scan defined, or ValidatingSweeper fails in BasicSweeper.__init__'s super() call
+    out = subprocess.run([sys.executable, "-c", _SCAN_THEN_INSTANTIATE], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "True"]
 
 
 def test_hydra_basic_sweeper_gives_preset_params_and_the_cartesian_product() -> None:

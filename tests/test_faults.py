@@ -1,5 +1,5 @@
 """Fault injection on real training runs (`launch.py` subprocesses): SIGKILL at chosen points of a
-checkpoint or final-model write (the `GRPO_TEST_KILL_AT` hook of grpo.checkpoint), corrupt and
+checkpoint or final-model write (the `GRPO_TEST_KILL_AT` hook of grpo.run.checkpoint), corrupt and
 missing checkpoint files, a read-only run directory (a crafted pickle: test_no_pickle.py). Every
 test checks what the run did and that no completed step was lost: the run ends with steps
 0..N logged once each (0: the evaluation before the first update) and the same losses and final
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from training_runs import N_STEPS, assert_same_run, copy_run, finish, latest, launch, status, steps
 
-from grpo.checkpoint import KILL_AT_ENV
+from grpo.run.checkpoint import KILL_AT_ENV
 
 READ_ONLY_MOUNT = ("unshare", "--map-root-user", "--mount", "sh", "-c",
                    'mount --bind -o ro "$0" "$0" && exec "$@"')

@@ -21,8 +21,9 @@ import pytest
 from grading_adversarial import PATTERNS, cases
 from grading_table import KNOWN_DISAGREEMENTS, TABLE
 
-from grpo import grade_answer, math_verify_process, normalize_answer, r1_zero_reward_fn
-from grpo.grading import MAX_ANSWER_CHARS
+from grpo import grade_answer, normalize_answer, r1_zero_reward_fn
+from grpo.grading import math_verify_process
+from grpo.grading.answers import MAX_ANSWER_CHARS
 
 ISSUE_CLASSES = ("unit", "unicode", "repeating", "mixed", "scientific", "words", "inequality")
 """Classes of answers the grader used to miss, each with a block of rows in the table."""
@@ -183,7 +184,7 @@ _ADVERSARIAL_WORKER = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from grading_adversarial import NORMALIZATION_SIZE, PATTERNS, cases, run_case
-from grpo.grading import answer_parts, grade_answer
+from grpo.grading.answers import answer_parts, grade_answer
 
 grade_answer("x+1", "1+x")  # start the math-verify helper before the bounded calls
 for case in cases():

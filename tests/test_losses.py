@@ -66,7 +66,7 @@ def test_grpo_clip_with_large_cliprange_equals_unclipped_loss():
 
 
 def test_grpo_clip_higher_hand_computed_and_equal_ranges_give_grpo_clip():
-    from grpo.losses import compute_grpo_clip_higher_loss
+    from grpo.core.losses import compute_grpo_clip_higher_loss
 
     log_probs = policy_log_probs()
     loss, meta = compute_grpo_clip_higher_loss(ADVANTAGES, log_probs, OLD, 0.2, 0.28)

@@ -1,4 +1,4 @@
-"""The tiny model build (grpo.tiny) and policy loading (grpo.models)."""
+"""The tiny model build (grpo.models.tiny) and policy loading (grpo.models.loading)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from omegaconf import DictConfig
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
-from grpo import model_build, tiny
-from grpo.data import toy_examples
-from grpo.models import load_policy, load_tokenizer, tokenizer_pad_id
+from grpo.data.datasets import toy_examples
+from grpo.models import build as model_build
+from grpo.models import tiny
+from grpo.models.loading import load_policy, load_tokenizer, tokenizer_pad_id
 
 WELL_FORMED = re.compile(r"<answer>(\d+)</answer>")
 
@@ -34,14 +35,14 @@ def test_tiny_build_has_the_specified_size(tiny_model_cfg: DictConfig) -> None:
 
 
 def test_tiny_builder_does_not_import_the_data_layer() -> None:
-    code = "import sys, grpo.tiny; print(sorted(m for m in sys.modules if m.startswith('grpo')))"
+    code = "import sys, grpo.models.tiny; print(sorted(m for m in sys.modules if m.startswith('grpo')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "grpo.data" not in out.stdout and "grpo.tiny" in out.stdout
+    assert "grpo.data.datasets" not in out.stdout and "grpo.models.tiny" in out.stdout
 
 
 def test_build_command_builds_what_the_config_names(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    command = [sys.executable, "-m", "grpo.model_build", "model=tiny", "model.build_seed=1",
+    command = [sys.executable, "-m", "grpo.models.build", "model=tiny", "model.build_seed=1",
                "model.warmup_steps=1", "model.warmup_target_accuracy=null",
                f"paths.cache_dir={cache}"]
     out = subprocess.run(command, capture_output=True, text=True, check=True)

@@ -25,7 +25,7 @@ from analysis.progress import (
     write_jobs,
 )
 from analysis.synthetic import write_multirun, write_run
-from grpo.run_files import write_status
+from grpo.run.files import write_status
 from hydra_plugins.grpo_sweeps.reporting import job_error
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from grpo.preemption import PreemptionWatcher
+from grpo.run.preemption import PreemptionWatcher
 
 SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGCONT)
 

@@ -1,4 +1,4 @@
-"""The Qwen-shaped rehearsal model (grpo.rehearsal): Qwen2.5-Math-1.5B's tokenizer, the R1-Zero
+"""The Qwen-shaped rehearsal model (grpo.models.rehearsal): Qwen2.5-Math-1.5B's tokenizer, the R1-Zero
 prompt's token boundaries and masks, the `</answer>` stop inside a BPE merge, and a short GRPO run
 on the shipped MATH sample with the transformers engine (tests/test_vllm_cpu.py runs it with vLLM).
 """
@@ -12,13 +12,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from grpo import rehearsal
-from grpo.models import load_policy
-from grpo.prompts import format_prompt, load_prompt_template
+from grpo.core.tokenization import tokenize_prompt_and_output
+from grpo.data.prompts import format_prompt, load_prompt_template
+from grpo.models import rehearsal
+from grpo.models.loading import load_policy
 from grpo.rollout.base import SamplingSettings
 from grpo.rollout.hf import HFRolloutEngine
-from grpo.tokenization import tokenize_prompt_and_output
-from grpo.trainer import train
+from grpo.training.trainer import train
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What is $2 + 3$?"

@@ -11,8 +11,8 @@ from grpo import (
     question_only_reward_fn,
     r1_zero_reward_fn,
 )
-from grpo.grading import MAX_ANSWER_CHARS
-from grpo.rewards import MAX_FINAL_ANSWERS
+from grpo.grading.answers import MAX_ANSWER_CHARS
+from grpo.grading.rewards import MAX_FINAL_ANSWERS
 
 CORRECT = {"format_reward": 1.0, "answer_reward": 1.0, "reward": 1.0}
 WRONG = {"format_reward": 1.0, "answer_reward": 0.0, "reward": 0.0}

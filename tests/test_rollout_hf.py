@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from grpo.models import load_policy
+from grpo.models.loading import load_policy
 from grpo.rollout import build_engine
 from grpo.rollout.base import Rollout, SamplingSettings
 from grpo.rollout.hf import HFRolloutEngine

@@ -17,7 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from grpo.models import load_policy
+from grpo.models.loading import load_policy
 from grpo.rollout import ENGINE_KEYS, build_engine
 from grpo.rollout.base import Rollout, SamplingSettings
 from grpo.rollout.hf import HFRolloutEngine

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from test_slurm_cluster import require_cluster
 from test_slurm_sweep import jobs_named
 
-from grpo.slurm import SchedulerUnavailable, parse_oneliner, scontrol_show
+from grpo.run.slurm import SchedulerUnavailable, parse_oneliner, scontrol_show
 from grpo.sweep.slurm_resources import gres_gpus, parse_minutes, parse_partitions, request_refusals
 
 ROOT = Path(__file__).resolve().parents[1]

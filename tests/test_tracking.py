@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 from wandb_offline import history_steps, offline_runs, run_id, service_pids
 
-from grpo.tracking import Tracker, scrub_secrets
+from grpo.run.tracking import Tracker, scrub_secrets
 
 
 def tracker_cfg():

@@ -11,8 +11,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 from wandb_offline import assert_wandb_holds_the_metrics
 
-from grpo.evaluation import evaluate
-from grpo.trainer import GRPOTrainer, train
+from grpo.training.evaluation import evaluate
+from grpo.training.trainer import GRPOTrainer, train
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 STEP_KEYS = {
@@ -167,7 +167,7 @@ def test_default_toy_run_learns(tiny_model_dir: Path, tmp_path: Path) -> None:
 def test_micro_batch_rows_are_trimmed_after_the_last_response_token() -> None:
     import torch
 
-    from grpo.trainer import RolloutBatch
+    from grpo.training.trainer import RolloutBatch
 
     mask = torch.tensor([[0, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0]], dtype=torch.float32)
     batch = RolloutBatch(
@@ -190,7 +190,7 @@ def test_nonfinite_loss_stops_every_later_optimizer_step(tiny_model_dir: Path, t
     NaN advantage in rows order[32:]; epoch 2 must not step again on order[:32]."""
     import torch
 
-    from grpo.trainer import GRPOTrainer, PhaseTimer
+    from grpo.training.trainer import GRPOTrainer, PhaseTimer
 
     cfg = toy_config(tiny_model_dir, "n_grpo_steps=1", "loss=grpo_clip", "off_policy.epochs=2",
                      "train_batch_size=32", "micro_batch_size=16")
@@ -248,7 +248,7 @@ def test_stale_weight_check_compares_the_common_prefix_of_sampled_and_retokenize
     import torch
 
     from grpo.rollout.base import Rollout
-    from grpo.trainer import GRPOTrainer, RolloutBatch
+    from grpo.training.trainer import GRPOTrainer, RolloutBatch
 
     labels = torch.tensor([[5, 7, 8, 0], [5, 9, 9, 9], [5, 6, 0, 0], [5, 4, 4, 0]])
     mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1], [0, 1, 0, 0], [0, 1, 1, 0]],

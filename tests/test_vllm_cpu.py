@@ -19,8 +19,8 @@ import pytest
 import torch
 from test_rehearsal import NEWLINE_AFTER_TAG, check_rehearsal_run
 
-from grpo.models import load_policy
-from grpo.prompts import format_prompt, load_prompt_template
+from grpo.data.prompts import format_prompt, load_prompt_template
+from grpo.models.loading import load_policy
 from grpo.rollout.base import Rollout, SamplingSettings
 from grpo.rollout.hf import HFRolloutEngine
 from grpo.rollout.vllm import VLLMRolloutEngine

@@ -26,7 +26,7 @@ def launch(run_dir: Path, tiny_model_dir: Path, *overrides: str, env: Mapping[st
            prefix: Sequence[str] = ()) -> subprocess.Popen:
     """Start `launch.py` on the tiny model in `run_dir` (stdout and stderr merged).
 
-    env: extra environment variables (e.g. the fault-injection hook of grpo.checkpoint);
+    env: extra environment variables (e.g. the fault-injection hook of grpo.run.checkpoint);
     prefix: a command the run is started under (e.g. one that mounts the run dir read-only).
     """
     command = [*prefix, sys.executable, str(ROOT / "launch.py"), *RUN_ARGS,

@@ -37,7 +37,7 @@ from grpo.chain.plan import (
 )
 from grpo.chain.results import SweepState, latest_sweep, sweep_state
 from grpo.chain.stages import CONF_DIR, load_chain
-from grpo.run_files import atomic_write_text
+from grpo.run.files import atomic_write_text
 from grpo.sweep.overrides import check_overrides
 
 LAUNCH = CONF_DIR.parent / "launch.py"

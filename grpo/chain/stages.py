@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from grpo.batch_plan import CONFIG_KEYS
+from grpo.training.batch_plan import CONFIG_KEYS
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 STAGE_KEYS = ("experiment", "decides", "off_policy_only")

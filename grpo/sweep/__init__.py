@@ -1,1 +1,9 @@
-"""What a sweep job runs (the Hydra plugins live in hydra_plugins/grpo_sweeps)."""
+"""What a sweep job runs and how a sweep is composed and checked.
+
+`job` (one Hydra job: validate, then train), `job_loss` (the loss an off-policy job runs),
+`overrides` (strict command-line overrides), `slurm_resources` (what the partition's nodes offer)
+and `hydra_compat` (the Hydra internals the sweeper builds on). The Hydra plugins themselves live
+in `hydra_plugins/grpo_sweeps`.
+
+Imports: `grpo.config`, `grpo.training` and below; not `analysis` or `grpo.chain`.
+"""

@@ -13,9 +13,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from grpo.batch_plan import BatchPlan
-from grpo.config_validation import check_config
-from grpo.run_files import RunDirError, read_status
+from grpo.config.validation import check_config
+from grpo.run.files import RunDirError, read_status
+from grpo.training.batch_plan import BatchPlan
 
 
 def free_port() -> int:
@@ -76,7 +76,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     if note:
         print(f"warning: {note}", file=sys.stderr)
     assign_job_ports()
-    from grpo.trainer import train
+    from grpo.training.trainer import train
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
     print(f"Run directory: {run_dir}", flush=True)

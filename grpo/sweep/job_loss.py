@@ -2,11 +2,11 @@
 
 CS336 runs the off-policy sweep with GRPO-Clip: a loss that ignores the probability ratio
 pi / pi_old trains every optimizer step after the first on stale rollouts as if they were
-on-policy. So a job whose batch plan is off-policy (`grpo.batch_plan.BatchPlan.off_policy`:
+on-policy. So a job whose batch plan is off-policy (`grpo.training.batch_plan.BatchPlan.off_policy`:
 more than one optimizer step per rollout batch) and whose `loss` config group nobody chose (no
 `loss=` override or swept value, no preset with `override /loss: ...`) gets
 `loss=OFF_POLICY_LOSS` appended to its overrides. A named loss always wins (a ratio-free one
-off-policy gets `grpo.config_validation`'s warning); on-policy jobs keep the root default.
+off-policy gets `grpo.config.validation`'s warning); on-policy jobs keep the root default.
 
 :func:`compose_job` is the one place this rule lives: the validating sweeper composes every job
 of a sweep through it (validation, dry-run listing and the overrides it launches), and
@@ -27,8 +27,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo.batch_plan import BatchPlan
-from hydra_plugins.grpo_sweeps.hydra_compat import group_chooser
+from grpo.sweep.hydra_compat import group_chooser
+from grpo.training.batch_plan import BatchPlan
 
 LOSS_GROUP = "loss"
 """The config group of the policy-gradient loss (conf/loss/)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from grpo.slurm import SchedulerUnavailable, scontrol_show
+from grpo.run.slurm import SchedulerUnavailable, scontrol_show
 
 UNLIMITED = ("UNLIMITED", "INFINITE", "NONE", "")
 # partition states that refuse new jobs (a DOWN partition queues them)

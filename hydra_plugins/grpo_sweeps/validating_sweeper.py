@@ -2,7 +2,7 @@
 
 It is Hydra's BasicSweeper (cartesian product of the swept values, `hydra.sweeper.params` from
 presets, command-line values winning) with a gate in front of the launcher: each job's config is
-composed and passed through `grpo.config_validation.check_config`, and a `cluster=slurm` job is
+composed and passed through `grpo.config.validation.check_config`, and a `cluster=slurm` job is
 checked against what its partition's nodes offer (the scheduler is asked once per sweep); one bad
 job stops the whole submission with one message per bad job, and `dry_run=true` lists the jobs and
 launches nothing. A submission that sbatch still refuses ends in one line with sbatch's message.
@@ -20,16 +20,16 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import filter_overrides
 
-from grpo.config_validation import check_config
-from grpo.sweep.job import describe_job, output_root_note
-from grpo.sweep.job_loss import ComposedJob, compose_job
-from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
-from hydra_plugins.grpo_sweeps.hydra_compat import (
+from grpo.config.validation import check_config
+from grpo.sweep.hydra_compat import (
     BasicSweeper,
     get_job_batch,
     preset_overrides,
     split_into_jobs,
 )
+from grpo.sweep.job import describe_job, output_root_note
+from grpo.sweep.job_loss import ComposedJob, compose_job
+from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
 
 
 class ValidatingSweeper(BasicSweeper):

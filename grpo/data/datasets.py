@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.rewards import extract_boxed_answer
-from grpo.toy_task import toy_pairs
+from grpo.data.toy_task import toy_pairs
+from grpo.grading.rewards import extract_boxed_answer
 
 SPLITS = ("train", "validation")
 DEFAULT_VALIDATION_SIZE = 1024

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from grpo.grading import MAX_ANSWER_CHARS, grade_answer
+from grpo.grading.answers import MAX_ANSWER_CHARS, grade_answer
 
 GroundTruth = str | int | float | Sequence[str]
 RewardFn = Callable[[str, GroundTruth], dict[str, float]]
@@ -191,4 +191,4 @@ REWARD_FNS: dict[str, RewardFn] = {
     "question_only_reward_fn": question_only_reward_fn,
     "answer_tag_reward_fn": answer_tag_reward_fn,
 }
-"""Reward functions by the name `grpo.prompts.PROMPT_REWARD_PAIRS` pairs with each prompt."""
+"""Reward functions by the name `grpo.data.prompts.PROMPT_REWARD_PAIRS` pairs with each prompt."""

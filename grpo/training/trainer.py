@@ -22,7 +22,7 @@ Wall-clock: `time/elapsed_s` is the run's total (continuing across resumes), `ti
 the same minus every evaluation's `time/eval_s`: the training wall-clock that comparisons use.
 
 The run directory holds metrics.jsonl, status.json, checkpoints/, rollouts/ and final_model/; a run
-started in a directory with a checkpoint resumes from the newest intact one (see grpo.checkpoint).
+started in a directory with a checkpoint resumes from the newest intact one (see grpo.run.checkpoint).
 """
 
 from __future__ import annotations
@@ -43,9 +43,18 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from submitit.core.utils import UncompletedJobError
 
-from grpo.advantages import compute_group_normalized_rewards
-from grpo.batch_plan import BatchPlan
-from grpo.checkpoint import (
+from grpo.core.advantages import compute_group_normalized_rewards
+from grpo.core.log_probs import get_response_log_probs
+from grpo.core.losses import POLICY_LOSSES
+from grpo.core.masking import masked_mean
+from grpo.core.tokenization import tokenize_prompt_and_output
+from grpo.core.train_step import grpo_microbatch_train_step
+from grpo.data.datasets import Example, PromptSampler, load_examples
+from grpo.data.prompts import format_prompt, load_prompt_template, reward_fn_for
+from grpo.models.loading import load_policy
+from grpo.rollout import ENGINES, build_engine
+from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
+from grpo.run.checkpoint import (
     CheckpointManager,
     TrainerState,
     final_model_problem,
@@ -53,22 +62,13 @@ from grpo.checkpoint import (
     set_rng_state,
     write_final_model,
 )
-from grpo.data import Example, PromptSampler, load_examples
-from grpo.evaluation import evaluate, save_samples
-from grpo.health import HealthMonitor
-from grpo.log_probs import get_response_log_probs
-from grpo.losses import POLICY_LOSSES
-from grpo.masking import masked_mean
-from grpo.models import load_policy
-from grpo.preemption import PreemptionWatcher
-from grpo.prompts import format_prompt, load_prompt_template, reward_fn_for
-from grpo.reproducibility import make_reproducible
-from grpo.rollout import ENGINES, build_engine
-from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
-from grpo.run_files import MetricsLog, check_writable, read_status, write_status
-from grpo.tokenization import tokenize_prompt_and_output
-from grpo.tracking import Tracker
-from grpo.train_step import grpo_microbatch_train_step
+from grpo.run.files import MetricsLog, check_writable, read_status, write_status
+from grpo.run.health import HealthMonitor
+from grpo.run.preemption import PreemptionWatcher
+from grpo.run.reproducibility import make_reproducible
+from grpo.run.tracking import Tracker
+from grpo.training.batch_plan import BatchPlan
+from grpo.training.evaluation import evaluate, save_samples
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ Then, cheapest first:
 - Plain numbers on both sides (integers, decimals, fractions, repeating decimals `0.\\overline{3}`,
   `0.(3)`, `0.333...`, e notation `1.5e3`) are compared exactly as rationals, and that decides:
   0.5 = \\frac{1}{2}, but 0.333 != \\frac{1}{3}.
-- Anything else goes to math-verify (`grpo.math_verify_process`: a helper process, bounded by
+- Anything else goes to math-verify (`grpo.grading.math_verify_process`: a helper process, bounded by
   `timeout_s` CPU seconds), where a plain-number prediction never equals an irrational ground truth
   (1.41421356 is not \\sqrt{2}).
 
@@ -38,7 +38,7 @@ import re
 import unicodedata
 from fractions import Fraction
 
-from grpo.math_verify_process import DEFAULT_TIMEOUT_S, math_verify_equal
+from grpo.grading.math_verify_process import DEFAULT_TIMEOUT_S, math_verify_equal
 
 MAX_ANSWER_CHARS = 1000
 """Longest answer, in characters, that can be graded correct (predicted or ground truth, after

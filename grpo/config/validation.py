@@ -2,9 +2,9 @@
 
 `check_config(cfg)` returns the errors (the job must not run) and warnings (legal but often
 unintended) of one job; each message names the config key, the rule and the fix. The value of
-each key is checked against its rule in `grpo.config_rules.RULES` and the batch sizes by
+each key is checked against its rule in `grpo.config.rules.RULES` and the batch sizes by
 `BatchPlan.errors()` first; the checks here tie keys to each other, to the model and to the data
-files (read with `grpo.data.load_examples`, prompts tokenized as the rollout engine does).
+files (read with `grpo.data.datasets.load_examples`, prompts tokenized as the rollout engine does).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedTokenizerBase
 
-from grpo.batch_plan import BatchPlan
-from grpo.config_rules import value_errors
-from grpo.data import SPLITS, Example, load_examples
-from grpo.losses import POLICY_LOSSES
-from grpo.model_build import BUILDERS
-from grpo.models import load_tokenizer
-from grpo.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, format_prompt, load_prompt_template
+from grpo.config.rules import value_errors
+from grpo.core.losses import POLICY_LOSSES
+from grpo.core.train_step import LENGTH_NORMALIZATIONS
+from grpo.data.datasets import SPLITS, Example, load_examples
+from grpo.data.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, format_prompt, load_prompt_template
+from grpo.models.build import BUILDERS
+from grpo.models.loading import load_tokenizer
+from grpo.models.tiny import CHARACTERS
 from grpo.rollout import ENGINES
-from grpo.tiny import CHARACTERS
-from grpo.train_step import LENGTH_NORMALIZATIONS
+from grpo.training.batch_plan import BatchPlan
 
 LOW_TEMPERATURE = 0.3
 
@@ -55,7 +55,7 @@ def _read_splits(data_json: str, stamps: tuple) -> dict[str, list[Example]]:
 
 
 def load_splits(cfg: DictConfig) -> dict[str, list[Example]]:
-    """Both splits of the run's data as the trainer reads them (`grpo.data.load_examples`),
+    """Both splits of the run's data as the trainer reads them (`grpo.data.datasets.load_examples`),
     cached while the files are unchanged (the jobs of a sweep share their data).
 
     Raises:
@@ -153,7 +153,7 @@ def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None
 
 def _check_tiny_tokenizer(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     """The tiny model's character tokenizer has no unknown token: the prompt template and every
-    question must use only `grpo.tiny.CHARACTERS`."""
+    question must use only `grpo.models.tiny.CHARACTERS`."""
     if cfg.model.build != "tiny" or cfg.prompt.name not in PROMPT_REWARD_PAIRS:
         return
     template = load_prompt_template(cfg.prompt.name)
@@ -259,7 +259,7 @@ def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
             f"{', '.join(LENGTH_NORMALIZATIONS)}"
         )
     for key in loss.hyperparameters:
-        if key not in cfg.loss:  # its value's range is grpo.config_rules'
+        if key not in cfg.loss:  # its value's range is grpo.config.rules'
             report.errors.append(
                 f"loss.{key} is missing: loss={name} reads it; set it (conf/loss/{name}.yaml "
                 "holds its default)"

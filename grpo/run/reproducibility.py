@@ -12,8 +12,8 @@ the machine's load and however many runs share it.
   none), after setting the cuBLAS workspace that deterministic cuBLAS needs.
 
 What else a run's numbers depend on is pinned elsewhere: package versions by the lock
-(requirements/), grading verdicts by a CPU-time rather than a wall-clock bound (grpo.grading),
-and the tiny model's build by its settings and the torch/transformers versions (grpo.tiny).
+(requirements/), grading verdicts by a CPU-time rather than a wall-clock bound (grpo.grading.answers),
+and the tiny model's build by its settings and the torch/transformers versions (grpo.models.tiny).
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ class BatchPlan:
 
         Only the first optimizer step then trains on rollouts of the weights being updated;
         every later one trains on rollouts of older weights, which a loss that ignores the
-        probability ratio pi / pi_old (`grpo.losses.PolicyLoss.uses_ratio`) treats as on-policy.
+        probability ratio pi / pi_old (`grpo.core.losses.PolicyLoss.uses_ratio`) treats as on-policy.
         False means exactly one optimizer step per GRPO step (one epoch, train_batch_size =
         rollout_batch_size): the on-policy runs of the analysis.
         """

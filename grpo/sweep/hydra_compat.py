@@ -9,16 +9,29 @@ config group's option from the defaults list (`ConfigLoader.compute_defaults_lis
 result's `overrides.override_metadata` is internal). Any of them missing or changed raises
 `HydraInternalsMoved`, naming hydra-core's version; tests/test_dependency_adapters.py exercises
 each one.
+
+`BasicSweeper` is looked up on each access, not bound at import: Hydra's plugin scan
+(`hydra/core/plugins.py`, `_scan_all_plugins`) executes every module of its core plugins and of
+the `hydra_plugins` namespace again, in place, which defines the class anew. `ValidatingSweeper`,
+in that namespace, is then redefined too and must subclass the new class: a subclass of the old
+one fails in `BasicSweeper.__init__`'s `super(BasicSweeper, self)`.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
+
+if TYPE_CHECKING:
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+_BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper"
 
 
 class HydraInternalsMoved(RuntimeError):
@@ -27,15 +40,27 @@ class HydraInternalsMoved(RuntimeError):
     def __init__(self, what: str, error: Exception) -> None:
         super().__init__(
             f"hydra-core {importlib.metadata.version('hydra-core')}: {what} moved or changed "
-            f"({type(error).__name__}: {error}); hydra_plugins/grpo_sweeps/hydra_compat.py is "
+            f"({type(error).__name__}: {error}); grpo/sweep/hydra_compat.py is "
             "written for hydra-core 1.3 and needs updating"
         )
 
 
-try:
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-except ImportError as err:
-    raise HydraInternalsMoved("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", err) from err
+def _basic_sweeper() -> type[BasicSweeper]:
+    """Hydra's BasicSweeper as its module holds it now (see the module docstring)."""
+    try:
+        return importlib.import_module(_BASIC_SWEEPER).BasicSweeper
+    except (ImportError, AttributeError) as err:
+        raise HydraInternalsMoved(f"{_BASIC_SWEEPER}.BasicSweeper", err) from err
+
+
+def __getattr__(name: str) -> Any:
+    """`BasicSweeper`, looked up on each access."""
+    if name == "BasicSweeper":
+        return _basic_sweeper()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_basic_sweeper()  # at import: a moved BasicSweeper is named here, not at the first sweep
 
 __all__ = ["BasicSweeper", "HydraInternalsMoved", "get_job_batch", "group_chooser",
            "preset_overrides", "split_into_jobs"]
@@ -60,7 +85,7 @@ def split_into_jobs(overrides: list[Override]) -> list[Sequence[str]]:
     """Every job of the sweep `overrides` describe (the cartesian product of swept values), each
     as its list of `key=value` overrides, in Hydra's order."""
     try:
-        batches = BasicSweeper.split_arguments(overrides, None)
+        batches = _basic_sweeper().split_arguments(overrides, None)
     except (AttributeError, TypeError) as err:
         raise HydraInternalsMoved("BasicSweeper.split_arguments(overrides, max_batch_size)", err) from err
     return [job for batch in batches for job in batch]
@@ -70,7 +95,7 @@ def get_job_batch(sweeper: BasicSweeper) -> Sequence[Sequence[str]]:
     """BasicSweeper's own `get_job_batch()`: the next batch of job override lists its `sweep()`
     launches (a subclass overrides it to change the jobs it launches)."""
     try:
-        batch = BasicSweeper.get_job_batch(sweeper)
+        batch = _basic_sweeper().get_job_batch(sweeper)
     except (AttributeError, TypeError) as err:
         raise HydraInternalsMoved("BasicSweeper.get_job_batch()", err) from err
     return batch

@@ -1,9 +1,9 @@
 """A tiny Qwen2 policy with a character tokenizer, built locally for the toy addition task.
 
 The toy task: the prompt is `Q: a+b A:` (the `toy` prompt template `Q: {question} A:` applied to
-the question `a+b`, see `grpo.data`) and the response to learn is `<answer>N</answer>` followed by
+the question `a+b`, see `grpo.data.datasets`) and the response to learn is `<answer>N</answer>` followed by
 EOS, with N = a + b. The model is a 2-layer, hidden-64 Qwen2 (124,672 parameters with the
-19-token vocabulary) saved with `save_pretrained`, so `grpo.models.load_policy` loads it through
+19-token vocabulary) saved with `save_pretrained`, so `grpo.models.loading.load_policy` loads it through
 the same offline code path as Qwen2.5-Math-1.5B.
 
 Pure RL from random weights settles on "always the most frequent sum" (reward 0.2), and so does
@@ -18,7 +18,7 @@ which leaves RL room to raise it.
 
 The build is deterministic given its settings, which include the torch and transformers versions
 (same machine kind), idempotent, and safe when several processes build the same directory at once
-(`grpo.model_build`).
+(`grpo.models.build`).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import transformers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from grpo.model_build import build_once, isolated_torch_state
-from grpo.prompts import format_prompt, load_prompt_template
-from grpo.toy_task import toy_pairs
+from grpo.data.prompts import format_prompt, load_prompt_template
+from grpo.data.toy_task import toy_pairs
+from grpo.models.build import build_once, isolated_torch_state
 
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
@@ -96,7 +96,7 @@ def tiny_config(vocab_size: int) -> Qwen2Config:
 
 
 def toy_prompt(question: str) -> str:
-    """The `toy` prompt (grpo/prompts/toy.prompt) for a question such as `3+4`: `Q: 3+4 A:`."""
+    """The `toy` prompt (grpo/data/templates/toy.prompt) for a question such as `3+4`: `Q: 3+4 A:`."""
     return format_prompt(load_prompt_template("toy"), question)
 
 
@@ -223,7 +223,7 @@ def build_tiny_model(
       warmup_max_steps. warmup_steps=0 with target None leaves the random initialisation.
     max_operand: warm-up questions are a+b with a, b in 0..max_operand.
 
-    Idempotent and safe under concurrent builds (`grpo.model_build.build_once`): a directory
+    Idempotent and safe under concurrent builds (`grpo.models.build.build_once`): a directory
     holding a finished build with the same settings is returned as is, one with other settings
     is rebuilt, any other non-empty directory raises FileExistsError. Takes 0.3-2 s on one core.
     """

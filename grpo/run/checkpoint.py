@@ -5,8 +5,8 @@ Layout under `<run_dir>/checkpoints/`:
   step_000009/trainer_state.json         step, optimizer, lr schedule, RNG states (python, numpy,
                                          torch CPU/CUDA), data-sampler position, health streaks,
                                          elapsed-time offsets, optimizer steps, wandb run id
-  step_000009/trainer_state.safetensors  the tensors trainer_state.json refers to (grpo.state_files)
-  step_000009/manifest.json              size and sha256 of the files above (grpo.manifest)
+  step_000009/trainer_state.safetensors  the tensors trainer_state.json refers to (grpo.run.state_files)
+  step_000009/manifest.json              size and sha256 of the files above (grpo.run.manifest)
   latest                                 the name of the newest checkpoint, written after it
 
 Nothing here unpickles: a crafted run directory cannot run code.
@@ -50,9 +50,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from grpo.manifest import fsync_dir, manifest_problem, write_manifest
-from grpo.run_files import RunDirError, atomic_write_text
-from grpo.state_files import StateFileError, load_state, save_state
+from grpo.run.files import RunDirError, atomic_write_text
+from grpo.run.manifest import fsync_dir, manifest_problem, write_manifest
+from grpo.run.state_files import StateFileError, load_state, save_state
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ line per key whose value breaks its rule, naming the key, the value, the rule an
     to a number in (0, 1] (1 = no nucleus cut)
 
 The batch sizes (`rollout_batch_size`, `group_size`, `train_batch_size`, `micro_batch_size`,
-`off_policy.epochs`) are not here: `grpo.batch_plan.BatchPlan.errors()` owns their rules, and the
-rules that tie keys to the loss, the model or the data live in `grpo.config_validation`. A key of
+`off_policy.epochs`) are not here: `grpo.training.batch_plan.BatchPlan.errors()` owns their rules, and the
+rules that tie keys to the loss, the model or the data live in `grpo.config.validation`. A key of
 `conf/loss/` without an entry (a new loss's hyperparameter) gets `LOSS_HYPERPARAMETER`. Keys under
 `hydra.` are Hydra's. Pure Python: importing it does not import torch.
 """

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from grpo.slurm import SchedulerUnavailable, scontrol_show
+from grpo.run.slurm import SchedulerUnavailable, scontrol_show
 
 WATCHED = (signal.SIGUSR2, signal.SIGTERM)
 QUIET = (signal.SIGCONT,)

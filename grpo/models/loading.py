@@ -1,6 +1,6 @@
 """Loading the policy (model + tokenizer) from a local directory: one code path for
 Qwen2.5-Math-1.5B and for the locally built models (`model.build`: the tiny toy model and the
-Qwen-shaped rehearsal model, built first by `grpo.model_build` when their directory is missing).
+Qwen-shaped rehearsal model, built first by `grpo.models.build` when their directory is missing).
 
 Nothing is ever downloaded: everything is read with `local_files_only=True`.
 """
@@ -21,7 +21,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from grpo.model_build import ensure_built
+from grpo.models.build import ensure_built
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # `tokenizer_class` values (tokenizer_config.json) of a plain `tokenizers` tokenizer: transformers
@@ -38,7 +38,7 @@ def load_policy(
     model_cfg keys (an OmegaConf DictConfig or any mapping):
       name: label of the model (only used in messages).
       path: local directory with config.json, weights and tokenizer files.
-      build: null (load `path` as is) or a `grpo.model_build.BUILDERS` name (`tiny`,
+      build: null (load `path` as is) or a `grpo.models.build.BUILDERS` name (`tiny`,
         `qwen_rehearsal`: first build that model into `path` unless an identical build is there;
         one with other settings is replaced).
       dtype: parameter dtype, `float32` | `bfloat16` | `float16`.
@@ -86,7 +86,7 @@ def load_policy(
 
 
 def resolve_model_path(model_cfg: Mapping[str, Any]) -> Path:
-    """The directory of the model `model_cfg` describes, built first (`grpo.model_build`) if
+    """The directory of the model `model_cfg` describes, built first (`grpo.models.build`) if
     `build` names a locally built model and no identical build is there yet.
 
     Keys read: name, path, build, and the build settings its builder reads (`BUILDERS`).
@@ -140,5 +140,5 @@ def tokenizer_pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
     """
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
-        raise ValueError("tokenizer has no pad token; load it with grpo.models.load_tokenizer")
+        raise ValueError("tokenizer has no pad token; load it with grpo.models.loading.load_tokenizer")
     return pad_id

@@ -1,12 +1,12 @@
 """Building the locally made models (`model.build`) as an explicit, idempotent step.
 
-`model.build: tiny` (grpo.tiny) and `model.build: qwen_rehearsal` (grpo.rehearsal) name models
+`model.build: tiny` (grpo.models.tiny) and `model.build: qwen_rehearsal` (grpo.models.rehearsal) name models
 that are made on this machine rather than downloaded. `ensure_built(model_cfg)` builds one into
 `model.path` unless a finished build with the same settings is there; model loading calls it
-(`grpo.models.resolve_model_path`), a dry run never does. Ahead of time:
+(`grpo.models.loading.resolve_model_path`), a dry run never does. Ahead of time:
 
-    python -m grpo.model_build model=tiny            # or `make models`
-    python -m grpo.model_build model=qwen-rehearsal
+    python -m grpo.models.build model=tiny            # or `make models`
+    python -m grpo.models.build model=qwen-rehearsal
 
 A build is written into a temporary sibling directory and renamed into place under an exclusive
 file lock (`.<name>.lock` next to it), so concurrent callers build it once and never see a
@@ -59,11 +59,11 @@ class Builder:
 
 # model.build value -> its builder
 BUILDERS = {
-    "tiny": Builder("grpo.tiny", "build_tiny_model", {
+    "tiny": Builder("grpo.models.tiny", "build_tiny_model", {
         "build_seed": "seed", "warmup_steps": "warmup_steps",
         "warmup_target_accuracy": "warmup_target_accuracy",
     }, "build_tokenizer"),
-    "qwen_rehearsal": Builder("grpo.rehearsal", "build_rehearsal_model", {"build_seed": "seed"},
+    "qwen_rehearsal": Builder("grpo.models.rehearsal", "build_rehearsal_model", {"build_seed": "seed"},
                               "build_rehearsal_tokenizer"),
 }
 
@@ -158,7 +158,7 @@ def main(overrides: list[str]) -> Path:
     """Compose the root config (conf/) with Hydra `overrides` and build its model."""
     from hydra import compose, initialize_config_dir
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
+    conf = Path(__file__).resolve().parents[2] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     if cfg.model.build is None:

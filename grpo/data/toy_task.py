@@ -1,7 +1,7 @@
 """The toy addition task, as plain strings: questions `a+b` and their answers.
 
-The data layer (`grpo.data`) turns these into training and validation examples; the tiny model's
-builder (`grpo.tiny`) warms up on them. Neither depends on the other.
+The data layer (`grpo.data.datasets`) turns these into training and validation examples; the tiny model's
+builder (`grpo.models.tiny`) warms up on them. Neither depends on the other.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ mask by the caller. Rewards/advantages have one value per sequence: shape (batch
 (batch_size,) which is reshaped to (batch_size, 1) (never broadcast along the wrong axis).
 
 `POLICY_LOSSES` is the one table of losses, read by the dispatcher, the trainer, the config
-validator and `python -m grpo.losses` (the docs): each entry names the function and the inputs it
+validator and `python -m grpo.core.losses` (the docs): each entry names the function and the inputs it
 reads. Inputs are rollout-batch tensors (`BATCH_INPUTS`) or hyperparameters, which live in the
 loss's own `conf/loss/<name>.yaml` and nowhere else. Adding a loss: write the function, register
 it with `@register_policy_loss(...)` (or call the decorator on an existing function, as below),

@@ -33,8 +33,8 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
-from grpo.model_build import build_once, isolated_torch_state
-from grpo.prompts import format_prompt, load_prompt_template
+from grpo.data.prompts import format_prompt, load_prompt_template
+from grpo.models.build import build_once, isolated_torch_state
 
 # Qwen2.5-Math-1.5B's published architecture (config.json); the rehearsal model keeps the
 # vocabulary, positions, RoPE base, tied embeddings and special ids, and shrinks the rest.
@@ -188,7 +188,7 @@ def build_rehearsal_model(
     warmup_lr: float = 5e-3,
 ) -> Path:
     """Build the rehearsal model and tokenizer into `out_dir` (unless already there) and return
-    it; idempotent and safe under concurrent builds (`grpo.model_build.build_once`).
+    it; idempotent and safe under concurrent builds (`grpo.models.build.build_once`).
 
     seed: seeds the random initialisation and the warm-up's sums.
     warmup_steps, warmup_batch_size, warmup_lr: the format warm-up (see `warm_up`).

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from grpo.data import Example
+from grpo.data.datasets import Example
 from grpo.rollout.base import RolloutEngine, SamplingSettings
 
 RewardFn = Callable[[str, str], dict[str, float]]

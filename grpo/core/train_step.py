@@ -25,8 +25,8 @@ from typing import Any, Literal, get_args
 
 import torch
 
-from grpo.losses import LossType, compute_policy_gradient_loss
-from grpo.masking import masked_normalize
+from grpo.core.losses import LossType, compute_policy_gradient_loss
+from grpo.core.masking import masked_normalize
 
 LengthNormalization = Literal["mean", "constant", "microbatch", "token"]
 LENGTH_NORMALIZATIONS: tuple[str, ...] = get_args(LengthNormalization)
@@ -74,7 +74,7 @@ def grpo_microbatch_train_step(
             by the other modes.
         batch_response_tokens: response tokens in the whole optimizer-step batch, for "token";
             ignored by the other modes.
-        **hyperparameters: further hyperparameters of the loss (`grpo.losses.POLICY_LOSSES`).
+        **hyperparameters: further hyperparameters of the loss (`grpo.core.losses.POLICY_LOSSES`).
 
     Returns:
         loss: 0-dim tensor, the loss that was back-propagated (already scaled for accumulation).

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from grpo.run_files import atomic_write_text
+from grpo.run.files import atomic_write_text
 
 MANIFEST = "manifest.json"
 FORMAT = "grpo-manifest/1"

@@ -1,9 +1,9 @@
-"""Prompt templates (package data under grpo/prompts/) and the reward function each one expects.
+"""Prompt templates (package data under grpo/data/templates/) and the reward function each one expects.
 
 `PROMPT_REWARD_PAIRS` is the only statement of which reward function grades which prompt: a
 run's reward function follows from `prompt.name` (`reward_fn_for`), there is no config key for it.
 
-A template is the text of `grpo/prompts/<name>.prompt` with one `{question}` placeholder; the
+A template is the text of `grpo/data/templates/<name>.prompt` with one `{question}` placeholder; the
 model's completion continues right after the template's last character (trailing newlines of the
 file are dropped).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from grpo.rewards import REWARD_FNS, RewardFn
+from grpo.grading.rewards import REWARD_FNS, RewardFn
 
 PROMPT_REWARD_PAIRS: dict[str, str] = {
     "r1_zero": "r1_zero_reward_fn",
@@ -38,7 +38,7 @@ def load_prompt_template(name: str) -> str:
     """
     if name not in PROMPT_REWARD_PAIRS:
         raise ValueError(f"unknown prompt {name!r}; available: {sorted(PROMPT_REWARD_PAIRS)}")
-    path = resources.files("grpo") / "prompts" / f"{name}.prompt"
+    path = resources.files("grpo.data") / "templates" / f"{name}.prompt"
     return path.read_text(encoding="utf-8").rstrip("\n")
 
 

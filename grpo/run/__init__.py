@@ -1,0 +1,9 @@
+"""The run directory and the job around it: what a run writes, and how it survives.
+
+`files` (metrics, status, atomic writes), `checkpoint` (atomic, verified checkpoints),
+`state_files` (trainer state without pickle), `manifest` (sizes and hashes), `preemption`
+(SLURM signals), `health` (collapse and divergence guards), `tracking` (wandb),
+`reproducibility` (seeds, threads, deterministic algorithms) and `slurm` (scheduler questions).
+
+Imports: nothing of the project outside this package.
+"""
