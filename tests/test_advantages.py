@@ -88,3 +88,15 @@ def test_rejects_batch_not_divisible_by_group_size():
         compute_group_normalized_rewards(
             table_reward_fn(TABLE), ["r0", "r1"], ["gt"], 2, 1e-6, True
         )
+
+
+def test_advantage_eps_is_added_to_the_group_std():
+    # a large eps makes its sign visible: rewards (1, 0), unbiased std sqrt(1/2) = 0.70711;
+    # (+-0.5) / (0.70711 + 0.5) = +-0.41421, where subtracting it would give +-2.41421
+    table = {"a": (1.0, 1.0, 1.0), "b": (0.0, 1.0, 0.0)}
+    advantages, _, _ = compute_group_normalized_rewards(
+        table_reward_fn(table), ["a", "b"], ["gt"] * 2, 2, 0.5, normalize_by_std=True
+    )
+    a = 0.5 / (math.sqrt(0.5) + 0.5)
+    torch.testing.assert_close(advantages, torch.tensor([a, -a]))
+    assert a == pytest.approx(0.414214, abs=1e-6)

@@ -104,3 +104,45 @@ def test_reward_registry():
         "question_only_reward_fn": question_only_reward_fn,
         "answer_tag_reward_fn": answer_tag_reward_fn,
     }
+
+
+def test_a_boxed_ground_truth_is_graded_by_its_box():
+    # MATH gives solutions: the answer is the last box of the ground truth, not its text
+    solution = "Half of 4 is 2, and $2/4 = \\boxed{\\frac{1}{2}}$."
+    assert r1_zero_reward_fn("</think> <answer>1/2</answer>", solution) == CORRECT
+    assert r1_zero_reward_fn("</think> <answer>2</answer>", solution) == WRONG
+    assert question_only_reward_fn("so \\boxed{0.5}", solution) == CORRECT
+    assert answer_tag_reward_fn(" <answer>2/4</answer>", [solution]) == CORRECT
+    # forms that only the box, rewritten on its own, matches (the whole solution text does not)
+    assert r1_zero_reward_fn("</think> <answer>1/3</answer>",
+                             "Thus $x=\\boxed{0.\\overline{3}}$.") == CORRECT
+    assert r1_zero_reward_fn("</think> <answer>2500</answer>",
+                             "It is $\\boxed{2.5 \\times 10^3}$.") == CORRECT
+    assert question_only_reward_fn("\\boxed{(2, 3]}", "So $\\boxed{2 < x \\le 3}$.") == CORRECT
+
+
+def test_the_final_answer_follows_the_last_think_close():
+    # reasoning may close </think> more than once: only what follows the last one is the answer
+    twice = "a </think> <answer>3</answer> no wait </think> <answer>4</answer>"
+    assert r1_zero_reward_fn(twice, "4") == CORRECT
+    assert r1_zero_reward_fn(twice, "3") == WRONG
+
+
+@pytest.mark.parametrize("response", [
+    "Sum is 7</answer>",            # no opening tag
+    "<answer>7",                    # no closing tag
+    "Sum is 7</answer> <answer>",   # the tags in the wrong order
+    "</answer>7<answer>",
+])
+def test_a_malformed_answer_tag_pair_is_malformed(response):
+    assert answer_tag_reward_fn(response, "7") == MALFORMED
+
+
+@pytest.mark.parametrize("response", [
+    "x </think> <answer>4",
+    "x </think> 4</answer>",
+    "x </think><answer>4</answer>",
+    "x <answer>4</answer>",
+])
+def test_a_malformed_r1_zero_answer_is_malformed(response):
+    assert r1_zero_reward_fn(response, "4") == MALFORMED

@@ -220,3 +220,40 @@ def test_microbatch_normalization_depends_on_micro_batching():
     whole = accumulated_gradient("microbatch", "reinforce_with_baseline", micro_batch_size=BATCH)
     split = accumulated_gradient("microbatch", "reinforce_with_baseline", micro_batch_size=2)
     assert not torch.allclose(split, whole, rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("ratio", [2.0, 0.5])
+def test_approx_kl_is_the_k3_estimator_of_one_token(ratio):
+    # one response token: k3 = (r - 1) - ln r, which is >= 0 and differs from (r - 1) + ln r
+    old = torch.tensor([[-1.0, -1.0]])
+    log_probs = (old + torch.tensor([[math.log(ratio), 0.7]])).requires_grad_(True)
+    _, meta = grpo_microbatch_train_step(log_probs, torch.tensor([[1, 0]]), 1,
+                                         "reinforce_with_baseline", advantages=torch.tensor([[1.0]]),
+                                         old_log_probs=old)
+    assert meta["approx_kl"].item() == pytest.approx((ratio - 1) - math.log(ratio), rel=1e-5)
+    assert meta["mean_ratio"].item() == pytest.approx(ratio, rel=1e-6)
+
+
+NORMALIZATION_KWARGS = [
+    ("mean", {}),
+    ("constant", {"normalize_constant": 3}),
+    ("microbatch", {}),
+    ("token", {}),
+    ("token", {"batch_response_tokens": 5}),
+]
+
+
+@pytest.mark.parametrize(("normalization", "kwargs"), NORMALIZATION_KWARGS)
+@pytest.mark.parametrize("loss_type", ["reinforce_with_baseline", "grpo_clip"])
+def test_a_micro_batch_without_response_tokens_gives_zero_loss_and_gradient(normalization, kwargs,
+                                                                            loss_type):
+    # a micro-batch of all-padding rows (every response empty): 0, not 0/0
+    log_probs = LOG_PROBS.clone().requires_grad_(True)
+    loss, meta = grpo_microbatch_train_step(
+        log_probs, torch.zeros_like(MASK), 2, loss_type, advantages=torch.tensor([[1.0], [-2.0]]),
+        old_log_probs=LOG_PROBS - 0.3, cliprange=0.2, length_normalization=normalization, **kwargs,
+    )
+    assert loss.item() == 0.0
+    assert torch.equal(log_probs.grad, torch.zeros_like(LOG_PROBS))
+    assert {k: v.item() for k, v in meta.items() if k in ("mean_ratio", "approx_kl", "clip_fraction")} \
+        == {"mean_ratio": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0}
