@@ -3,12 +3,19 @@
 The core functions follow the CS336 adapter API (names without the `run_` prefix). They are
 imported on first use (`from grpo import compute_grpo_clip_loss`), so that importing a light
 module such as `grpo.training.batch_plan` does not import torch.
+
+Importing the package pins the CPU numerics (`grpo.run.cpu_numerics`) in the environment of this
+process and of those it starts: a process imports `grpo` before any module of it loads torch.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
+
+from grpo.run.cpu_numerics import pin_cpu_numerics
+
+pin_cpu_numerics()
 
 _EXPORTS: dict[str, str] = {
     "LENGTH_NORMALIZATIONS": "grpo.core.train_step",

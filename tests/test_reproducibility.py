@@ -2,7 +2,11 @@
 (`launch.py -m +experiment=demo`, wandb offline, the local pool) twice: once one job at a time,
 once two jobs at a time beside processes that keep every core busy. Each sweep builds the tiny
 model afresh (the second one from two jobs at once). Every reward, loss and eval value of every
-step must be bit-equal (timings aside), and every run's offline wandb file must hold its metrics."""
+step must be bit-equal (timings aside), and every run's offline wandb file must hold its metrics.
+
+Across machines: with the CPU numerics pinned (grpo.run.cpu_numerics) every job runs torch's
+AVX2 kernels, and the curve must be the one recorded in GOLDEN, bit for bit, on any x86-64 CPU
+with AVX2 (recorded on an AMD EPYC with AVX-512; unpinned, such a CPU differs from step 1)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 N_STEPS = 60
 # wall-clock and memory columns: the only ones allowed to differ between two runs
 TIMING_PREFIXES = ("time/", "throughput/", "memory/")
+GOLDEN = Path(__file__).parent / "data" / "demo_60_steps_pinned.json"
+# the values GOLDEN records of every step of both jobs (entropy differs at 1e-7 between vector
+# widths from step 1 on)
+GOLDEN_KEYS = ("eval/reward", "train/reward_mean", "train/loss", "train/grad_norm", "train/entropy")
 
 
 def run_demo(root: Path, parallel_jobs: int) -> Path:
@@ -61,6 +69,12 @@ def curves(sweep: Path) -> dict[str, list[dict]]:
     }
 
 
+def golden_values(runs: dict[str, list[dict]]) -> dict[str, dict[str, list[float | None]]]:
+    """Job number -> GOLDEN_KEYS -> the value at every step (None where the step has none)."""
+    return {job: {key: [row.get(key) for row in rows] for key in GOLDEN_KEYS}
+            for job, rows in runs.items()}
+
+
 @pytest.mark.slow
 def test_same_config_same_curve_alone_and_beside_concurrent_jobs(tmp_path: Path) -> None:
     alone = run_demo(tmp_path / "alone", parallel_jobs=1)
@@ -79,3 +93,7 @@ def test_same_config_same_curve_alone_and_beside_concurrent_jobs(tmp_path: Path)
     for sweep in (alone, crowded):
         for job in first:
             assert_wandb_holds_the_metrics(sweep / job)
+            assert "CPU numerics: torch AVX2 kernels" in (sweep / job / "launch.log").read_text()
+    assert golden_values(first) == json.loads(GOLDEN.read_text()), (
+        f"the pinned curve differs from {GOLDEN.name}: the CPU numerics are not the pinned ones, "
+        "or a change altered the numbers (then regenerate the file and say why in the commit)")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,14 @@ BUILDERS = {
     "qwen_rehearsal": Builder("grpo.models.rehearsal", "build_rehearsal_model", {"build_seed": "seed"},
                               "build_rehearsal_tokenizer"),
 }
+
+
+def numerics_settings() -> dict[str, str]:
+    """What a build's numbers depend on besides its own settings: the torch and transformers
+    versions and the CPU kernels torch runs (`grpo.run.cpu_numerics`). A cached build made under
+    others is rebuilt."""
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def ensure_built(model_cfg: Mapping[str, Any]) -> Path:

@@ -34,7 +34,7 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
 from grpo.data.prompts import format_prompt, load_prompt_template
-from grpo.models.build import build_once, isolated_torch_state
+from grpo.models.build import build_once, isolated_torch_state, numerics_settings
 
 # Qwen2.5-Math-1.5B's published architecture (config.json); the rehearsal model keeps the
 # vocabulary, positions, RoPE base, tied embeddings and special ids, and shrinks the rest.
@@ -200,6 +200,7 @@ def build_rehearsal_model(
         "warmup_steps": warmup_steps,
         "warmup_batch_size": warmup_batch_size,
         "warmup_lr": warmup_lr,
+        **numerics_settings(),
     }
     return build_once(out_dir, settings, _build_into)
 

@@ -17,7 +17,7 @@ seeds 0-7),
 which leaves RL room to raise it.
 
 The build is deterministic given its settings, which include the torch and transformers versions
-(same machine kind), idempotent, and safe when several processes build the same directory at once
+and the CPU kernels torch runs (`grpo.models.build.numerics_settings`), idempotent, and safe when several processes build the same directory at once
 (`grpo.models.build`).
 """
 
@@ -29,13 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import transformers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from grpo.data.prompts import format_prompt, load_prompt_template
 from grpo.data.toy_task import toy_pairs
-from grpo.models.build import build_once, isolated_torch_state
+from grpo.models.build import build_once, isolated_torch_state, numerics_settings
 
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
@@ -236,9 +235,7 @@ def build_tiny_model(
         "warmup_lr": warmup_lr,
         "warmup_batch_size": warmup_batch_size,
         "max_operand": max_operand,
-        # the build's numbers depend on these: a cache built under other versions is rebuilt
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        **numerics_settings(),
     }
     return build_once(out_dir, settings, _build_into)
 
