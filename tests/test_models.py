@@ -191,9 +191,6 @@ def test_load_policy_builds_the_tiny_model_when_asked(tmp_path: Path) -> None:
     model, _ = load_policy(cfg, torch.device("cpu"))
     info = json.loads((tmp_path / "built" / model_build.BUILD_INFO_FILE).read_text())
     assert (info["settings"]["seed"], info["warmup_steps_taken"]) == (1, 1)
-    # built under the pinned CPU kernels (the command imports grpo first), and keyed by them: a
-    # build cached under other kernels is not this model
-    assert info["settings"]["cpu_capability"] == "AVX2"
     assert next(model.parameters()).dtype == torch.bfloat16
     # transformers >= 5.21 renamed it activation checkpointing; the locks hold 5.20 (vllm 0.33 pins < 5.21)
     assert getattr(model, "is_activation_checkpointing", None) or model.is_gradient_checkpointing
