@@ -186,7 +186,7 @@ def test_build_refuses_a_foreign_directory(tmp_path: Path) -> None:
 
 def test_load_policy_builds_the_tiny_model_when_asked(tmp_path: Path) -> None:
     cfg = {"name": "tiny", "path": str(tmp_path / "built"), "build": "tiny",
-           "build_seed": 1, "warmup_steps": 1, "warmup_target_accuracy": None, "dtype": "bfloat16",
+           "build_seed": 1, "warmup_steps": 1, "warmup_target_accuracy": None, "precision": "bf16-true",
            "gradient_checkpointing": True, "max_seq_len": 64}
     model, _ = load_policy(cfg, torch.device("cpu"))
     info = json.loads((tmp_path / "built" / model_build.BUILD_INFO_FILE).read_text())
@@ -210,7 +210,7 @@ def test_missing_model_path_says_how_to_set_it(tmp_path: Path) -> None:
     ("override", "match"),
     [
         ({"max_seq_len": 257}, r"model\.max_seq_len=257 exceeds the 256 positions"),
-        ({"dtype": "float64"}, r"unknown model\.dtype 'float64'"),
+        ({"precision": "fp64"}, r"unknown model\.precision 'fp64'"),
         ({"build": "huge"}, r"unknown model\.build 'huge'"),
     ],
 )

@@ -24,7 +24,7 @@ MAX_MODEL_LEN = 64
 def policy_and_tokenizer(
     tiny_model_dir: Path,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    return load_policy({"name": "tiny", "path": str(tiny_model_dir), "dtype": "float32"}, "cpu")
+    return load_policy({"name": "tiny", "path": str(tiny_model_dir), "precision": "32-true"}, "cpu")
 
 
 @pytest.fixture
@@ -219,7 +219,7 @@ def test_training_mode_is_restored(engine: HFRolloutEngine, policy: PreTrainedMo
 # (the range vllm==0.33.0 pins)
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 def test_gradient_checkpointing_and_use_cache_survive_generation(tiny_model_dir: Path) -> None:
-    model_cfg = {"name": "tiny", "path": str(tiny_model_dir), "dtype": "float32",
+    model_cfg = {"name": "tiny", "path": str(tiny_model_dir), "precision": "32-true",
                  "gradient_checkpointing": True}
     policy, tokenizer = load_policy(model_cfg, "cpu")
     policy.train()

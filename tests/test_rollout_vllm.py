@@ -229,7 +229,7 @@ def gpu_setup(tiny_model_dir: Path) -> Iterator[SimpleNamespace]:
     if not torch.cuda.is_available():
         pytest.skip("the vLLM engine needs a CUDA GPU")
     policy, tokenizer = load_policy(
-        {"name": "tiny", "path": str(tiny_model_dir), "dtype": "float32"}, "cuda:0"
+        {"name": "tiny", "path": str(tiny_model_dir), "precision": "32-true"}, "cuda:0"
     )
     torch.manual_seed(0)
     rng_before = torch.get_rng_state()

@@ -34,7 +34,7 @@ ANSWER_CLOSE = "</answer>"
 
 def cpu_engine(model_dir: Path, max_model_len: int) -> SimpleNamespace:
     """The policy (float32) on the CPU and a vLLM engine on the CPU started from its weights."""
-    policy, tokenizer = load_policy({"path": str(model_dir), "dtype": "float32"}, "cpu")
+    policy, tokenizer = load_policy({"path": str(model_dir), "precision": "32-true"}, "cpu")
     torch.manual_seed(0)
     rng_before = torch.get_rng_state()
     threads = torch.get_num_threads()

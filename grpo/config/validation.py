@@ -24,6 +24,7 @@ from grpo.data.datasets import SPLITS, Example, load_examples
 from grpo.data.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, format_prompt, load_prompt_template
 from grpo.models.build import BUILDERS
 from grpo.models.loading import load_tokenizer
+from grpo.models.precision import PRECISIONS, SMALLEST_SAFE_BF16_TRUE_LR
 from grpo.models.tiny import CHARACTERS
 from grpo.rollout import ENGINES
 from grpo.training.batch_plan import BatchPlan
@@ -321,6 +322,22 @@ def _check_rollout(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> No
         )
 
 
+def _check_precision(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    name = cfg.model.get("precision")
+    if name not in PRECISIONS:
+        report.errors.append(f"model.precision={name} is unknown; use one of {', '.join(PRECISIONS)} "
+                             "(bf16-mixed on a GPU, 32-true on a CPU)")
+        return
+    learning_rate = float(cfg.learning_rate)
+    if name == "bf16-true" and learning_rate < SMALLEST_SAFE_BF16_TRUE_LR:
+        report.warnings.append(
+            f"model.precision=bf16-true at learning_rate={learning_rate:g} loses most of each update: "
+            "a bf16 weight of magnitude 0.02 moves in steps of 1.2e-4, and a smaller AdamW change "
+            "rounds back to it, so most elements of every weight matrix do not change; use "
+            "model.precision=bf16-mixed (fp32 master weights) unless memory forbids it"
+        )
+
+
 def _policy_on_cpu(cfg: DictConfig) -> bool:
     """Whether the job's policy trains on the CPU: model.device=cpu, or auto on a job given no
     GPU (cluster.gpus_per_job=0)."""
@@ -335,7 +352,7 @@ def check_config(cfg: DictConfig) -> ConfigReport:
     report.errors += value_errors(cfg) + plan.errors()
     if report.errors:
         return report
-    checks = (_check_loss, _check_sampling, _check_prompt, _check_model, _check_data,
+    checks = (_check_loss, _check_sampling, _check_prompt, _check_model, _check_precision, _check_data,
               _check_tiny_tokenizer, _check_rollout, _check_prompt_lengths)
     for check in checks:
         check(cfg, plan, report)

@@ -22,8 +22,8 @@ from transformers import (
 )
 
 from grpo.models.build import ensure_built
+from grpo.models.precision import precision_of
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # `tokenizer_class` values (tokenizer_config.json) of a plain `tokenizers` tokenizer: transformers
 # 4.x writes the first, 5.x the second. AutoTokenizer would instead pick the tokenizer class of the
 # model type in config.json (Qwen2Tokenizer for the tiny Qwen2), which mangles a char tokenizer.
@@ -41,7 +41,8 @@ def load_policy(
       build: null (load `path` as is) or a `grpo.models.build.BUILDERS` name (`tiny`,
         `qwen_rehearsal`: first build that model into `path` unless an identical build is there;
         one with other settings is replaced).
-      dtype: parameter dtype, `float32` | `bfloat16` | `float16`.
+      precision: `bf16-mixed` | `bf16-true` | `32-true` (`grpo.models.precision`); the
+        parameters are loaded in its parameter dtype (fp32 but for `bf16-true`).
       attn_implementation: null (transformers' default, sdpa) | `sdpa` | `flash_attention_2` |
         `eager`.
       gradient_checkpointing: recompute activations in backward (non-reentrant).
@@ -56,10 +57,8 @@ def load_policy(
     """
     name = model_cfg.get("name", "model")
     path = resolve_model_path(model_cfg)
-    dtype_name = model_cfg.get("dtype", "float32")
-    if dtype_name not in DTYPES:
-        raise ValueError(f"unknown model.dtype {dtype_name!r}; expected one of {sorted(DTYPES)}")
-    kwargs: dict[str, Any] = {"dtype": DTYPES[dtype_name], "local_files_only": True}
+    kwargs: dict[str, Any] = {"dtype": precision_of(model_cfg).parameter_dtype,
+                              "local_files_only": True}
     if model_cfg.get("attn_implementation") is not None:
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)

@@ -59,13 +59,17 @@ class RolloutEngine(ABC):
     """Samples responses from the policy; holds its own copy of the weights where it needs one.
 
     Each engine class states what it provides, for the config validator, the factory and the
-    trainer (`grpo.rollout.ENGINES` names them): `provides_log_probs`, `gpus_needed` and
-    `layout_notes`.
+    trainer (`grpo.rollout.ENGINES` names them): `provides_log_probs`, `samples_with_policy`,
+    `gpus_needed` and `layout_notes`.
     """
 
     provides_log_probs: ClassVar[bool] = False
     """Whether `Rollout.log_probs` holds the engine's log-prob of each sampled token (this is
     what the trainer's stale-weight check compares with its own log-probs)."""
+
+    samples_with_policy: ClassVar[bool] = False
+    """Whether the engine samples with the trained policy module itself (then the trainer runs
+    it under the training precision's autocast) rather than with its own copy of the weights."""
 
     @classmethod
     def gpus_needed(cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool) -> int:

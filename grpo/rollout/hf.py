@@ -73,6 +73,7 @@ class HFRolloutEngine(RolloutEngine):
         self.max_model_len = max_model_len
 
     provides_log_probs = True
+    samples_with_policy = True
 
     @classmethod
     def from_config(

@@ -33,6 +33,7 @@ and `written`, `renamed` of the final model. Unset, it does nothing.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import random
@@ -291,12 +292,19 @@ class CheckpointManager:
         return None
 
 
-def write_final_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, run_dir: Path) -> Path:
-    """Write `run_dir/final_model/` (Hugging Face format and a manifest) atomically."""
+def write_final_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, run_dir: Path,
+                      dtype: torch.dtype) -> Path:
+    """Write `run_dir/final_model/` (Hugging Face format and a manifest) atomically, its floating
+    point weights in `dtype` (the dtype a user loads; the model itself is left as it is)."""
     final = run_dir / FINAL_MODEL
     tmp = run_dir / f".{FINAL_MODEL}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    state = {name: tensor.to(dtype) if tensor.is_floating_point() else tensor
+             for name, tensor in model.state_dict().items()}
+    model.save_pretrained(tmp, state_dict=state)
+    config = copy.deepcopy(model.config)  # its dtype as saved, not the parameters' own
+    config.dtype = dtype
+    config.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     write_manifest(tmp)
     _kill_point(FINAL_MODEL, "written")

@@ -33,7 +33,7 @@ import math
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ from grpo.core.train_step import grpo_microbatch_train_step
 from grpo.data.datasets import Example, PromptSampler, load_examples
 from grpo.data.prompts import format_prompt, load_prompt_template, reward_fn_for
 from grpo.models.loading import load_policy
+from grpo.models.precision import precision_of
 from grpo.rollout import ENGINES, build_engine
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
 from grpo.run.checkpoint import (
@@ -148,6 +149,7 @@ class GRPOTrainer:
         self.device = resolve_device(cfg.model.device)
         make_reproducible(int(cfg.seed), int(cfg.cluster.cpus_per_job), self.device)
 
+        self.precision = precision_of(cfg.model)
         self.policy, self.tokenizer = load_policy(cfg.model, self.device)
         self.optimizer = self._build_optimizer()
         warmup = int(cfg.optimizer.warmup_steps)
@@ -252,7 +254,7 @@ class GRPOTrainer:
         prompts = [self.prompt_of(q) for q in questions]
         sampling = self._sampling(self.cfg.sampling.temperature, self.cfg.sampling.top_p,
                                   seed=self.cfg.seed * 1_000_003 + step - 1)
-        with timer.phase("rollout"):
+        with timer.phase("rollout"), self._sampling_precision():
             groups = self.engine.generate(prompts, self.cfg.group_size, sampling)
         rollouts = [r for group in groups for r in group]
         repeated_prompts = [p for p in prompts for _ in range(self.cfg.group_size)]
@@ -283,6 +285,11 @@ class GRPOTrainer:
         metrics["train/mean_response_length"] = float(np.mean([len(r.token_ids) for r in rollouts]))
         return batch, metrics
 
+    def _sampling_precision(self) -> AbstractContextManager[Any]:
+        """The training precision's autocast for an engine that samples with the policy module
+        itself (hf); none for one with its own weights (vLLM casts them at each sync)."""
+        return self.precision.autocast(self.device) if self.engine.samples_with_policy else nullcontext()
+
     def _micro_batches(self, batch: RolloutBatch, rows: torch.Tensor) -> Iterator[dict[str, torch.Tensor]]:
         for start in range(0, len(rows), self.cfg.micro_batch_size):
             yield batch.rows(rows[start : start + self.cfg.micro_batch_size])
@@ -310,7 +317,8 @@ class GRPOTrainer:
             for start in range(0, len(batch.order), self.cfg.micro_batch_size):
                 index = batch.order[start : start + self.cfg.micro_batch_size]
                 mb = batch.rows(index)
-                lp = get_response_log_probs(self.policy, mb["input_ids"], mb["labels"])["log_probs"]
+                with self.precision.autocast(self.device):
+                    lp = get_response_log_probs(self.policy, mb["input_ids"], mb["labels"])["log_probs"]
                 log_probs[index, : lp.shape[1]] = lp.float()
         if self.loss.uses_ratio:
             batch.old_log_probs = log_probs
@@ -357,9 +365,10 @@ class GRPOTrainer:
                 batch_tokens = float(batch.response_mask[rows].sum())
                 step_loss = 0.0
                 for mb in self._micro_batches(batch, rows):
-                    out = get_response_log_probs(
-                        self.policy, mb["input_ids"], mb["labels"], return_token_entropy=True
-                    )
+                    with self.precision.autocast(self.device):
+                        out = get_response_log_probs(
+                            self.policy, mb["input_ids"], mb["labels"], return_token_entropy=True
+                        )
                     loss, meta = grpo_microbatch_train_step(
                         out["log_probs"], mb["response_mask"], gas, self.loss.name,
                         raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
@@ -409,7 +418,8 @@ class GRPOTrainer:
     def _evaluate(self, step: int) -> dict[str, float]:
         prompts = [self.prompt_of(e) for e in self.validation]
         sampling = self._sampling(self.cfg.eval.temperature, self.cfg.eval.top_p, seed=self.cfg.seed)
-        metrics, samples = evaluate(self.engine, self.validation, prompts, self.reward_fn, sampling)
+        with self._sampling_precision():
+            metrics, samples = evaluate(self.engine, self.validation, prompts, self.reward_fn, sampling)
         save_samples(
             self.run_dir / "rollouts" / f"eval_step_{step:06d}.jsonl",
             samples[: self.cfg.eval.n_saved_samples],
@@ -524,7 +534,8 @@ class GRPOTrainer:
             if problem is not None:
                 log.warning(f"{problem}; writing it again from the last checkpoint (step {last_step})")
             if trained_now or problem is not None:
-                write_final_model(self.policy, self.tokenizer, self.run_dir)
+                write_final_model(self.policy, self.tokenizer, self.run_dir,
+                                  self.precision.weights_dtype)
         self._status("completed", last_step)
 
     def _stop_for_signal(self, watcher: PreemptionWatcher, step: int, metrics: dict[str, float]) -> dict[str, Any]:
