@@ -74,10 +74,12 @@ def test_two_by_two_sweep_completes(tmp_path: Path, tiny_model_dir: Path) -> Non
 
 
 def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
-    """A 1-minute job whose run needs longer: signalled, checkpointed, requeued, resumed, finished."""
+    """A 1-minute job whose run needs longer: signalled, checkpointed, requeued, resumed, finished.
+    900 steps: 300 took about as long as the time to the signal (45 s, arriving up to ~30 s later)
+    and finished unsignalled on an idle machine."""
     require_cluster()
     out = slurm_sweep(
-        tmp_path, tiny_model_dir, "n_grpo_steps=300", "rollout_batch_size=256",
+        tmp_path, tiny_model_dir, "n_grpo_steps=900", "rollout_batch_size=256",
         "train_batch_size=256", "eval.eval_every=40", "checkpoint.checkpoint_every=1000",
         "cluster.time_limit_min=1", "hydra.launcher.signal_delay_s=15",
         "hydra.launcher.max_num_timeout=40", timeout=2400,
@@ -87,7 +89,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
     status = json.loads((run / "status.json").read_text())
     print(f"\nrequeued run: {status['restarts']} restarts, status {status['status']}")
     assert status["status"] == "completed" and status["restarts"] >= 1
-    assert logged_steps(run) == list(range(301))
+    assert logged_steps(run) == list(range(901))
     assert not (run / "metrics.discarded.jsonl").exists(), "every stop was a clean checkpoint"
     # the summary says the run resumed, and from which steps
     assert len(status["resumed_from"]) == status["restarts"]
@@ -95,7 +97,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
     assert f"Resumed: #0 from step {resumed}" in out.stdout
     segments = offline_runs(run)
     assert len(segments) == status["restarts"] + 1 and len({run_id(s) for s in segments}) == 1
-    assert [step for s in segments for step in history_steps(s)] == list(range(301)), (
+    assert [step for s in segments for step in history_steps(s)] == list(range(901)), (
         "each wandb segment holds its steps, none lost at a signal")
     assert tracebacks(run.parent) == []
 
