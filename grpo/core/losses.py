@@ -40,12 +40,16 @@ class PolicyLoss:
     inputs: input name (a `BATCH_INPUTS` entry or a hyperparameter key of the loss's yaml) ->
         the name of fn's parameter that receives it.
     summary: one line for the docs.
+    zero_at_zero_advantage: the per-token loss is a multiple of the advantage, so a sequence with
+        advantage exactly 0 has loss 0 and gradient 0, and the trainer may leave it out of the
+        backward pass (it still counts in the normalization); tests/test_losses.py checks it.
     """
 
     name: str
     fn: Callable[..., LossOutput]
     inputs: Mapping[str, str]
     summary: str
+    zero_at_zero_advantage: bool = False
 
     @property
     def uses_ratio(self) -> bool:
@@ -63,7 +67,8 @@ POLICY_LOSSES: dict[str, PolicyLoss] = {}
 
 
 def register_policy_loss(
-    name: str, inputs: Sequence[str] | Mapping[str, str], summary: str | None = None
+    name: str, inputs: Sequence[str] | Mapping[str, str], summary: str | None = None, *,
+    zero_at_zero_advantage: bool = False,
 ) -> Callable[[Callable[..., LossOutput]], Callable[..., LossOutput]]:
     """Decorator: register the decorated function as loss `name` (as in verl's core_algos.py).
 
@@ -72,6 +77,7 @@ def register_policy_loss(
         inputs: the inputs the function reads, named as in `BATCH_INPUTS` or as the loss's
             hyperparameter keys; a mapping renames an input to the function's parameter name.
         summary: one line for the docs (default: the first line of the function's docstring).
+        zero_at_zero_advantage: the per-token loss is a multiple of the advantage (`PolicyLoss`).
 
     Raises:
         ValueError: `name` is already registered.
@@ -82,7 +88,8 @@ def register_policy_loss(
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
         line = summary or (fn.__doc__ or name).strip().splitlines()[0]
-        POLICY_LOSSES[name] = PolicyLoss(name, fn, MappingProxyType(renamed), line)
+        POLICY_LOSSES[name] = PolicyLoss(name, fn, MappingProxyType(renamed), line,
+                                         zero_at_zero_advantage)
         return fn
 
     return register
@@ -122,10 +129,12 @@ register_policy_loss(
 register_policy_loss(
     "reinforce_with_baseline", {"advantages": "raw_rewards_or_advantages"},
     summary="REINFORCE with the group-normalized advantage: -A * log pi.",
+    zero_at_zero_advantage=True,
 )(compute_naive_policy_gradient_loss)
 
 
-@register_policy_loss("grpo_clip", ("advantages", "old_log_probs", "cliprange"))
+@register_policy_loss("grpo_clip", ("advantages", "old_log_probs", "cliprange"),
+                      zero_at_zero_advantage=True)
 def compute_grpo_clip_loss(
     advantages: torch.Tensor,
     policy_log_probs: torch.Tensor,
@@ -156,7 +165,8 @@ def compute_grpo_clip_loss(
 
 
 @register_policy_loss(
-    "grpo_clip_higher", ("advantages", "old_log_probs", "cliprange_low", "cliprange_high")
+    "grpo_clip_higher", ("advantages", "old_log_probs", "cliprange_low", "cliprange_high"),
+    zero_at_zero_advantage=True,
 )
 def compute_grpo_clip_higher_loss(
     advantages: torch.Tensor,
@@ -190,7 +200,7 @@ def compute_grpo_clip_higher_loss(
     return loss, {"clipped": is_clipped, "clip_fraction": is_clipped.float().mean()}
 
 
-@register_policy_loss("grpo_no_clip", ("advantages", "old_log_probs"))
+@register_policy_loss("grpo_no_clip", ("advantages", "old_log_probs"), zero_at_zero_advantage=True)
 def compute_grpo_no_clip_loss(
     advantages: torch.Tensor,
     policy_log_probs: torch.Tensor,

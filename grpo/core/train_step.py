@@ -17,10 +17,17 @@ Length normalizations (how a sequence's per-token losses become the scalar that 
 
 With "mean", "constant" and "token" (given batch_response_tokens), the accumulated gradient of a
 rollout batch is the same however it is split into equal-size micro-batches.
+
+`grpo_share_train_step` is the trainer's path for micro-batches of unequal size (token budgets,
+left-out zero-advantage sequences): each micro-batch contributes its share of the optimizer
+step, measured against `OptimizerStepTotals` (every sequence of the step, its response tokens,
+its longest response), so the step's gradient is the same whatever the partition, for every
+normalization; "microbatch" there divides by the longest response of the optimizer step.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import torch
@@ -35,6 +42,70 @@ LENGTH_NORMALIZATIONS: tuple[str, ...] = get_args(LengthNormalization)
 def _sequence_masked_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(batch_size,) masked mean over dim 1; a sequence without response tokens gives 0, not NaN."""
     return masked_normalize(per_token, mask, dim=1) / mask.sum(dim=1).clamp(min=1)
+
+
+def _normalized_loss(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    length_normalization: str,
+    batch_divisor: float,
+    normalize_constant: float | None,
+    longest: float | torch.Tensor,
+    total_tokens: float | torch.Tensor,
+) -> torch.Tensor:
+    """The micro-batch loss (0-dim) from (batch_size, sequence_length) per-token losses:
+    "mean", "constant" and "microbatch" divide the micro-batch mean of the per-sequence values by
+    `batch_divisor` ("microbatch" divides each sequence by `longest` tokens first); "token"
+    divides the masked sum by `total_tokens`."""
+    if length_normalization == "mean":
+        return _sequence_masked_mean(per_token, mask).mean() / batch_divisor
+    if length_normalization == "token":
+        return masked_normalize(per_token, mask, normalize_constant=total_tokens)
+    divisor = normalize_constant if length_normalization == "constant" else longest
+    per_sequence = masked_normalize(per_token, mask, dim=1, normalize_constant=divisor)
+    return per_sequence.mean() / batch_divisor
+
+
+def _check_shapes(policy_log_probs: torch.Tensor, response_mask: torch.Tensor,
+                  length_normalization: str, normalize_constant: float | None) -> None:
+    if length_normalization not in LENGTH_NORMALIZATIONS:
+        raise ValueError(
+            f"unknown length_normalization {length_normalization!r}; "
+            f"expected one of {LENGTH_NORMALIZATIONS}"
+        )
+    if policy_log_probs.shape != response_mask.shape:
+        raise ValueError(
+            f"policy_log_probs {tuple(policy_log_probs.shape)} and response_mask "
+            f"{tuple(response_mask.shape)} must have the same (batch_size, sequence_length) shape"
+        )
+    if length_normalization == "constant" and normalize_constant is None:
+        raise ValueError(
+            "length_normalization='constant' needs normalize_constant (the maximum generation "
+            "length in tokens)"
+        )
+
+
+def _ratio_metadata(policy_log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor,
+                    loss_metadata: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """mean_ratio, approx_kl (k3) and clip_fraction over the response tokens (0 without any)."""
+    with torch.no_grad():
+        n_tokens = mask.sum().clamp(min=1)  # a micro-batch without response tokens logs 0
+
+        def token_mean(values: torch.Tensor) -> torch.Tensor:
+            return masked_normalize(values, mask, normalize_constant=n_tokens)
+
+        log_ratio = policy_log_probs.detach() - old_log_probs
+        ratio = torch.exp(log_ratio)
+        clipped = loss_metadata.get("clipped")
+        return {
+            "mean_ratio": token_mean(ratio),
+            "approx_kl": token_mean((ratio - 1.0) - log_ratio),
+            "clip_fraction": (
+                token_mean(clipped.float())
+                if clipped is not None
+                else torch.zeros((), dtype=ratio.dtype, device=ratio.device)
+            ),
+        }
 
 
 def grpo_microbatch_train_step(
@@ -84,24 +155,10 @@ def grpo_microbatch_train_step(
             (fraction of response tokens clipped; 0 unless the loss reports "clipped", as
             grpo_clip does).
     """
-    if length_normalization not in LENGTH_NORMALIZATIONS:
-        raise ValueError(
-            f"unknown length_normalization {length_normalization!r}; "
-            f"expected one of {LENGTH_NORMALIZATIONS}"
-        )
+    _check_shapes(policy_log_probs, response_mask, length_normalization, normalize_constant)
     if gradient_accumulation_steps < 1:
         raise ValueError(
             f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}"
-        )
-    if policy_log_probs.shape != response_mask.shape:
-        raise ValueError(
-            f"policy_log_probs {tuple(policy_log_probs.shape)} and response_mask "
-            f"{tuple(response_mask.shape)} must have the same (batch_size, sequence_length) shape"
-        )
-    if length_normalization == "constant" and normalize_constant is None:
-        raise ValueError(
-            "length_normalization='constant' needs normalize_constant (the maximum generation "
-            "length in tokens)"
         )
     if batch_response_tokens is not None and batch_response_tokens <= 0:
         raise ValueError(f"batch_response_tokens must be positive, got {batch_response_tokens}")
@@ -111,41 +168,83 @@ def grpo_microbatch_train_step(
         **hyperparameters,
     )
     mask = response_mask.bool()
-
-    if length_normalization == "mean":
-        loss = _sequence_masked_mean(per_token, mask).mean() / gradient_accumulation_steps
-    elif length_normalization == "constant":
-        per_sequence = masked_normalize(
-            per_token, mask, dim=1, normalize_constant=normalize_constant
-        )
-        loss = per_sequence.mean() / gradient_accumulation_steps
-    elif length_normalization == "microbatch":
-        longest = mask.sum(dim=1).max().clamp(min=1)  # a tensor: no host-device sync
-        per_sequence = masked_normalize(per_token, mask, dim=1, normalize_constant=longest)
-        loss = per_sequence.mean() / gradient_accumulation_steps
-    elif batch_response_tokens is not None:  # "token", whole-batch divisor
-        loss = masked_normalize(per_token, mask, normalize_constant=batch_response_tokens)
-    else:  # "token", this micro-batch's divisor
-        loss = masked_normalize(per_token, mask, normalize_constant=mask.sum().clamp(min=1))
-        loss = loss / gradient_accumulation_steps
+    micro_batch_tokens = mask.sum().clamp(min=1)
+    loss = _normalized_loss(
+        per_token, mask, length_normalization, gradient_accumulation_steps, normalize_constant,
+        longest=mask.sum(dim=1).max().clamp(min=1),  # a tensor: no host-device sync
+        total_tokens=batch_response_tokens if batch_response_tokens is not None else micro_batch_tokens,
+    )
+    if length_normalization == "token" and batch_response_tokens is None:
+        loss = loss / gradient_accumulation_steps  # this micro-batch's own token count
     loss.backward()
 
     metadata = {k: v.detach() for k, v in loss_metadata.items() if v.dim() == 0}
     if old_log_probs is not None:
-        with torch.no_grad():
-            n_tokens = mask.sum().clamp(min=1)  # a micro-batch without response tokens logs 0
+        metadata.update(_ratio_metadata(policy_log_probs, old_log_probs, mask, loss_metadata))
+    return loss, metadata
 
-            def token_mean(values: torch.Tensor) -> torch.Tensor:
-                return masked_normalize(values, mask, normalize_constant=n_tokens)
 
-            log_ratio = policy_log_probs.detach() - old_log_probs
-            ratio = torch.exp(log_ratio)
-            metadata["mean_ratio"] = token_mean(ratio)
-            metadata["approx_kl"] = token_mean((ratio - 1.0) - log_ratio)
-            clipped = loss_metadata.get("clipped")
-            metadata["clip_fraction"] = (
-                token_mean(clipped.float())
-                if clipped is not None
-                else torch.zeros((), dtype=ratio.dtype, device=ratio.device)
-            )
+@dataclass(frozen=True)
+class OptimizerStepTotals:
+    """What one optimizer step holds, each micro-batch's share is measured against: its
+    sequences (every one, left-out ones included), their response tokens, and the longest
+    response among them (tokens)."""
+
+    sequences: int
+    response_tokens: int
+    longest_response: int
+
+
+def grpo_share_train_step(
+    policy_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_type: LossType,
+    totals: OptimizerStepTotals,
+    raw_rewards: torch.Tensor | None = None,
+    advantages: torch.Tensor | None = None,
+    old_log_probs: torch.Tensor | None = None,
+    cliprange: float | None = None,
+    length_normalization: LengthNormalization = "mean",
+    normalize_constant: float | None = None,
+    **hyperparameters: Any,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """`grpo_microbatch_train_step` for micro-batches of any size: back-propagate this
+    micro-batch's share of its optimizer step's loss.
+
+    With v_i a sequence's value (its masked mean for "mean", masked sum / `normalize_constant`
+    for "constant", masked sum / `totals.longest_response` for "microbatch"), the optimizer step's
+    loss is sum_i v_i / `totals.sequences` ("token": the masked sum / `totals.response_tokens`);
+    the micro-batch contributes its own terms. The micro-batches' gradients therefore add up to
+    the same gradient whatever the partition, and a sequence whose loss is 0 (a zero advantage,
+    for a loss that is a multiple of it) may be left out of every micro-batch while still counted
+    in `totals`. Split into equal micro-batches, each gives exactly what
+    `grpo_microbatch_train_step` gives with gradient_accumulation_steps = their count (but for
+    "microbatch", whose divisor there is the micro-batch's longest response).
+
+    Args:
+        policy_log_probs, response_mask: (micro_batch_size, sequence_length), as in
+            `grpo_microbatch_train_step`; raw_rewards, advantages: (micro_batch_size, 1);
+            old_log_probs, cliprange, hyperparameters: likewise.
+        totals: the optimizer step's sequences, response tokens and longest response.
+        length_normalization, normalize_constant: as in `grpo_microbatch_train_step`.
+
+    Returns:
+        loss (0-dim, back-propagated) and metadata, as `grpo_microbatch_train_step` returns them.
+    """
+    _check_shapes(policy_log_probs, response_mask, length_normalization, normalize_constant)
+    if min(totals.sequences, totals.response_tokens, totals.longest_response) < 1:
+        raise ValueError(f"an optimizer step needs sequences and response tokens, got {totals}")
+    per_token, loss_metadata = compute_policy_gradient_loss(
+        policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange,
+        **hyperparameters,
+    )
+    mask = response_mask.bool()
+    loss = _normalized_loss(
+        per_token, mask, length_normalization, totals.sequences / len(mask), normalize_constant,
+        longest=totals.longest_response, total_tokens=totals.response_tokens,
+    )
+    loss.backward()
+    metadata = {k: v.detach() for k, v in loss_metadata.items() if v.dim() == 0}
+    if old_log_probs is not None:
+        metadata.update(_ratio_metadata(policy_log_probs, old_log_probs, mask, loss_metadata))
     return loss, metadata

@@ -1,0 +1,147 @@
+"""Micro-batches of any size (grpo.core.train_step.grpo_share_train_step): the optimizer step's
+gradient is the same whatever the partition, and whichever zero-advantage sequences are left out
+for the losses that are 0 at zero advantage; the registry's flag is checked numerically."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo import POLICY_LOSSES, grpo_microbatch_train_step
+from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step
+
+B, T = 8, 7
+LENGTHS = [7, 1, 4, 6, 2, 7, 3, 5]  # response tokens per sequence: unequal, so normalizations differ
+NORMALIZATIONS = ["mean", "constant", "microbatch", "token"]
+HYPERPARAMETERS = {"grpo_clip": {"cliprange": 0.2},
+                   "grpo_clip_higher": {"cliprange_low": 0.2, "cliprange_high": 0.28}}
+PARTITIONS = {
+    "whole": [list(range(B))],
+    "equal halves": [[0, 1, 2, 3], [4, 5, 6, 7]],
+    "unequal, reordered": [[6], [7, 0, 3], [2, 5, 1, 4]],
+}
+
+
+def batch(off_policy: bool, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Per-token log-probs, a right-aligned response mask of LENGTHS, rewards, advantages with two
+    zeros, and old log-probs (equal to the policy's on-policy, shifted off-policy)."""
+    generator = torch.Generator().manual_seed(seed)
+    log_probs = -torch.rand(B, T, generator=generator, dtype=torch.float64).float() * 3
+    mask = torch.zeros(B, T)
+    for row, n in enumerate(LENGTHS):
+        mask[row, T - n:] = 1
+    advantages = torch.tensor([[1.2], [0.0], [-0.7], [0.4], [-1.5], [0.0], [0.9], [-0.3]])
+    old = log_probs + (0.3 * torch.randn(B, T, generator=generator) if off_policy else 0.0)
+    return {"log_probs": log_probs, "mask": mask, "advantages": advantages,
+            "raw_rewards": (advantages > 0).float(), "old_log_probs": old}
+
+
+def step_gradient(loss_type: str, normalization: str, data: dict, micro_batches: list[list[int]],
+                  counted: list[int] | None = None) -> tuple[torch.Tensor, float]:
+    """d(optimizer-step loss)/d(log-probs) and the step's loss, the rows trained in
+    `micro_batches`; `counted` (default: every row) are the rows the step's totals count."""
+    counted = list(range(B)) if counted is None else counted
+    lengths = data["mask"][counted].sum(dim=1)
+    totals = OptimizerStepTotals(len(counted), int(lengths.sum()), int(lengths.max()))
+    leaf = data["log_probs"].clone().requires_grad_(True)
+    step_loss = 0.0
+    for rows in micro_batches:
+        index = torch.tensor(rows)
+        loss, _ = grpo_share_train_step(
+            leaf[index], data["mask"][index], loss_type, totals,
+            raw_rewards=data["raw_rewards"][index], advantages=data["advantages"][index],
+            old_log_probs=data["old_log_probs"][index], length_normalization=normalization,
+            normalize_constant=T, **HYPERPARAMETERS.get(loss_type, {}),
+        )
+        step_loss += loss.item()
+    return leaf.grad, step_loss
+
+
+@pytest.mark.parametrize("off_policy", [False, True], ids=["on-policy", "off-policy"])
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("loss_type", list(POLICY_LOSSES))
+def test_the_step_gradient_is_the_same_for_every_partition(loss_type, normalization, off_policy):
+    data = batch(off_policy)
+    grads = {name: step_gradient(loss_type, normalization, data, parts)
+             for name, parts in PARTITIONS.items()}
+    whole, whole_loss = grads["whole"]
+    assert whole.abs().sum() > 0
+    for name, (grad, loss) in grads.items():
+        torch.testing.assert_close(grad, whole, rtol=1e-6, atol=1e-7, msg=name)
+        assert loss == pytest.approx(whole_loss, rel=1e-6, abs=1e-7), name
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("loss_type", list(POLICY_LOSSES))
+def test_one_micro_batch_of_the_whole_step_is_the_cs336_step(loss_type, normalization):
+    data = batch(off_policy=True)
+    grad, loss = step_gradient(loss_type, normalization, data, PARTITIONS["whole"])
+    leaf = data["log_probs"].clone().requires_grad_(True)
+    reference, _ = grpo_microbatch_train_step(
+        leaf, data["mask"], 1, loss_type, raw_rewards=data["raw_rewards"],
+        advantages=data["advantages"], old_log_probs=data["old_log_probs"],
+        length_normalization=normalization, normalize_constant=T,
+        batch_response_tokens=int(data["mask"].sum()), **HYPERPARAMETERS.get(loss_type, {}),
+    )
+    torch.testing.assert_close(grad, leaf.grad, rtol=1e-6, atol=1e-7)
+    assert loss == pytest.approx(reference.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("normalization", ["mean", "constant"])
+def test_unequal_micro_batches_through_the_cs336_step_would_weight_sequences_unequally(normalization):
+    # why the trainer needs the share: dividing each micro-batch mean by the number of
+    # micro-batches weights a sequence of a 1-sequence micro-batch 3x one of a 3-sequence one
+    data = batch(off_policy=False)
+    expected, _ = step_gradient("reinforce_with_baseline", normalization, data, PARTITIONS["whole"])
+    leaf = data["log_probs"].clone().requires_grad_(True)
+    for rows in PARTITIONS["unequal, reordered"]:
+        index = torch.tensor(rows)
+        grpo_microbatch_train_step(leaf[index], data["mask"][index], 3, "reinforce_with_baseline",
+                                   advantages=data["advantages"][index],
+                                   length_normalization=normalization, normalize_constant=T)
+    assert not torch.allclose(leaf.grad, expected, rtol=1e-3)
+
+
+ZERO_ADVANTAGE_ROWS = [1, 5]
+KEPT = [row for row in range(B) if row not in ZERO_ADVANTAGE_ROWS]
+
+
+@pytest.mark.parametrize("off_policy", [False, True], ids=["on-policy", "off-policy"])
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("loss_type", [n for n, loss in POLICY_LOSSES.items()
+                                       if loss.zero_at_zero_advantage])
+def test_leaving_out_zero_advantage_sequences_keeps_the_gradient(loss_type, normalization,
+                                                                 off_policy):
+    data = batch(off_policy)
+    full, full_loss = step_gradient(loss_type, normalization, data, [list(range(B))])
+    for parts in ([KEPT], [KEPT[:2], KEPT[2:]]):
+        skipped, loss = step_gradient(loss_type, normalization, data, parts)
+        torch.testing.assert_close(skipped, full, rtol=1e-6, atol=1e-7)
+        assert loss == pytest.approx(full_loss, rel=1e-6, abs=1e-7)
+    # the totals must still count them: counting only the trained rows changes the gradient
+    # (for every normalization: "microbatch"'s longest response is a left-out one here)
+    miscounted, _ = step_gradient(loss_type, normalization, data, [KEPT], counted=KEPT)
+    assert not torch.allclose(miscounted, full, rtol=1e-4)
+
+
+def test_no_baseline_is_not_zero_at_zero_advantage_and_must_not_be_skipped():
+    assert not POLICY_LOSSES["no_baseline"].zero_at_zero_advantage
+    data = batch(off_policy=False)
+    data["raw_rewards"][ZERO_ADVANTAGE_ROWS] = 1.0  # all-correct groups: advantage 0, reward 1
+    full, _ = step_gradient("no_baseline", "mean", data, [list(range(B))])
+    skipped, _ = step_gradient("no_baseline", "mean", data, [KEPT])
+    assert not torch.allclose(skipped, full)
+
+
+@pytest.mark.parametrize("loss_type", list(POLICY_LOSSES))
+def test_the_registry_flag_says_what_the_loss_does_at_zero_advantage(loss_type):
+    data = batch(off_policy=True, seed=3)
+    leaf = data["log_probs"].clone().requires_grad_(True)
+    loss = POLICY_LOSSES[loss_type]
+    given = {"raw_rewards": torch.ones(B, 1), "advantages": torch.zeros(B, 1),
+             "old_log_probs": data["old_log_probs"], **HYPERPARAMETERS.get(loss_type, {})}
+    out = loss.fn(policy_log_probs=leaf, **{p: given[name] for name, p in loss.inputs.items()})
+    per_token = out[0] if isinstance(out, tuple) else out
+    per_token.sum().backward()
+    vanishes = bool((per_token == 0).all()) and bool((leaf.grad == 0).all())
+    assert vanishes == loss.zero_at_zero_advantage
