@@ -145,6 +145,13 @@ BAD_VALUES: list[tuple[str, Mapping[str, Any] | Files, str]] = [
      "loss.cliprange_high=-0.28 is out of range"),
     ("std_norm_string", {"std_norm.enabled": "sometimes"},
      "std_norm.enabled='sometimes' is not true or false"),
+    ("precision_unknown", {"model.precision": "fp16"}, "model.precision=fp16 is unknown"),
+    ("micro_batch_tokens_zero", {"model.micro_batch_tokens": 0},
+     "model.micro_batch_tokens=0 is out of range"),
+    ("micro_batch_tokens_below_max_seq_len", {"model.micro_batch_tokens": 63},
+     "model.micro_batch_tokens=63 must be >= model.max_seq_len=64"),
+    ("skip_string", {"skip_zero_advantage": "sometimes"},
+     "skip_zero_advantage='sometimes' is not true or false"),
     ("config_json_not_json", model_config("{not json"), "model.path={dir}: config.json is not "
      "readable JSON"),
     ("config_json_a_list", model_config("[1, 2]"), "model.path={dir}: config.json is not a model "
@@ -193,6 +200,7 @@ GOOD_VALUES: list[tuple[str, Mapping[str, Any]]] = [
     ("betas_bounds", {"optimizer.betas": [0.0, 0.999]}),
     ("cliprange_below_one", {"loss": "grpo_clip", "loss.cliprange": 0.999}),
     ("one_cpu", {"cluster.cpus_per_job": 1}),
+    ("budget_of_one_sequence", {"model.micro_batch_tokens": 64, "skip_zero_advantage": True}),
 ]
 
 GOOD_FILES: list[tuple[str, Files]] = [

@@ -130,6 +130,7 @@ RULES: dict[str, Rule] = {
     # conf/config.yaml
     "seed": _int("the run's seed", 0, SEED_MAX),
     "dry_run": _flag("dry_run"),
+    "skip_zero_advantage": _flag("skip_zero_advantage"),
     "n_grpo_steps": _int("the number of GRPO steps", 1),
     "learning_rate": _number("the AdamW learning rate", 0, **POSITIVE),
     "advantage_eps": _number("the epsilon added to the group std", 0, **POSITIVE,
@@ -168,6 +169,8 @@ RULES: dict[str, Rule] = {
     "model.warmup_target_accuracy": _number("the warm-up's target greedy accuracy", 0, 1,
                                             nullable=True, note="null = warmup_steps only"),
     "model.gradient_checkpointing": _flag("model.gradient_checkpointing"),
+    "model.micro_batch_tokens": _int("the padded tokens of one micro-batch", 1, nullable=True,
+                                     note="null = micro_batch_size sequences a micro-batch"),
     # conf/data/
     "data.max_operand": _int("the toy task's largest operand", 0),
     "data.train_size": _int("the number of training questions", 1),

@@ -116,6 +116,12 @@ def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None
             f"sampling.max_new_tokens={max_new} must be < model.max_seq_len={model.max_seq_len} "
             "(the prompt needs room too)"
         )
+    budget = model.get("micro_batch_tokens")
+    if budget is not None and int(budget) < int(model.max_seq_len):
+        report.errors.append(
+            f"model.micro_batch_tokens={budget} must be >= model.max_seq_len={model.max_seq_len} "
+            "(the longest sequence must fit in one micro-batch)"
+        )
     if model.build is not None:
         if model.build not in BUILDERS:
             report.errors.append(

@@ -14,8 +14,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from grpo.config.validation import check_config
+from grpo.core.losses import POLICY_LOSSES
 from grpo.run.files import RunDirError, read_status
-from grpo.training.batch_plan import BatchPlan
+from grpo.training.batch_plan import BatchPlan, MicroBatching
 
 
 def free_port() -> int:
@@ -37,13 +38,18 @@ def assign_job_ports() -> dict[str, str]:
 
 
 def describe_job(cfg: DictConfig) -> str:
-    """One line: the loss, the batch plan (gradient accumulation, optimizer steps) and the
+    """One line: the batch plan (gradient accumulation or token budget, optimizer steps), whether
+    zero-advantage sequences are left out, the divisor of the `microbatch` normalization, and the
     resources."""
     cluster = cfg.cluster
     resources = f"{cluster.name}: {cluster.gpus_per_job} GPU, {cluster.cpus_per_job} CPU"
     if cluster.name == "slurm":
         resources += f", {cluster.mem_gb} GB, {cluster.time_limit_min} min, partition={cluster.partition}"
-    return f"{BatchPlan.from_config(cfg).describe()}, n_grpo_steps={cfg.n_grpo_steps} | {resources}"
+    micro = MicroBatching.from_config(cfg, POLICY_LOSSES[cfg.loss.name].zero_at_zero_advantage)
+    training = f"{BatchPlan.from_config(cfg).describe(micro)}, {micro.describe_skip()}"
+    if cfg.normalization.name == "microbatch":
+        training += ", normalization=microbatch divides by the optimizer step's longest response"
+    return f"{training}, n_grpo_steps={cfg.n_grpo_steps} | {resources}"
 
 
 def output_root_note(hydra_cfg: DictConfig) -> str | None:

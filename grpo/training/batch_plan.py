@@ -139,11 +139,72 @@ class BatchPlan:
         """The config values (dotted keys) that make this plan on-policy, rollouts unchanged."""
         return {CONFIG_KEYS["epochs"]: 1, CONFIG_KEYS["train_batch_size"]: self.rollout_batch_size}
 
-    def describe(self) -> str:
-        """One line for the dry-run listing."""
+    def describe(self, micro_batching: MicroBatching | None = None) -> str:
+        """One line for the dry-run listing; with a token budget (`micro_batching.tokens`), that
+        budget in place of the fixed gradient accumulation."""
+        if micro_batching is not None and micro_batching.tokens is not None:
+            passes = micro_batching.describe()
+        else:
+            passes = (f"gradient_accumulation_steps={self.gradient_accumulation_steps} "
+                      f"({self.train_batch_size}/{self.micro_batch_size})")
         return (
-            f"gradient_accumulation_steps={self.gradient_accumulation_steps} "
-            f"({self.train_batch_size}/{self.micro_batch_size}), "
-            f"optimizer_steps_per_grpo_step={self.optimizer_steps_per_grpo_step} "
+            f"{passes}, optimizer_steps_per_grpo_step={self.optimizer_steps_per_grpo_step} "
             f"({'off' if self.off_policy else 'on'}-policy)"
         )
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """How an optimizer step's sequences are split into forward/backward passes.
+
+    size: `micro_batch_size`, sequences per micro-batch when `tokens` is None.
+    tokens: `micro_batch_tokens`, a budget of padded tokens per micro-batch (rows x the longest
+        row, each row trimmed after its last response token): sequences are sorted by length,
+        longest first, and each micro-batch takes as many as fit, so short sequences share a
+        micro-batch and pay little padding. None: fixed `size`.
+    skip_zero_advantage: sequences with advantage exactly 0 are left out of the backward pass and
+        of the old-log-prob pass (still counted in the normalization): `skip_zero_advantage` is
+        on and the loss is 0 at zero advantage.
+
+    The trainer weights each micro-batch by its share of the optimizer step
+    (`grpo.core.train_step.grpo_share_train_step`), so the gradient is the same either way.
+    """
+
+    size: int
+    tokens: int | None = None
+    skip_zero_advantage: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], zero_at_zero_advantage: bool) -> MicroBatching:
+        """The micro-batching of a run config (`micro_batch_size`, `model.micro_batch_tokens`,
+        `skip_zero_advantage`) whose loss is, or is not, 0 at zero advantage (the loss registry's
+        `zero_at_zero_advantage`)."""
+        return cls(_select(cfg, "micro_batch_size"), _select(cfg, "model.micro_batch_tokens"),
+                   bool(_select(cfg, "skip_zero_advantage")) and zero_at_zero_advantage)
+
+    def split(self, lengths: list[int]) -> list[list[int]]:
+        """Positions 0..len(lengths)-1 grouped into micro-batches, given each sequence's length
+        in tokens; every position appears once. With a budget, a sequence longer than it gets a
+        micro-batch of its own (the validator keeps the budget >= model.max_seq_len)."""
+        if self.tokens is None:
+            positions = list(range(len(lengths)))
+            return [positions[i : i + self.size] for i in range(0, len(positions), self.size)]
+        groups: list[list[int]] = []
+        for position in sorted(range(len(lengths)), key=lambda p: -lengths[p]):
+            # the group's first sequence is its longest, so its padded size is rows x that length
+            if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= self.tokens:
+                groups[-1].append(position)
+            else:
+                groups.append([position])
+        return groups
+
+    def describe(self) -> str:
+        """The micro-batching in words, for the dry run."""
+        if self.tokens is None:
+            return f"micro-batches of {self.size} sequences"
+        return f"micro-batches of <= {self.tokens} tokens, sequences grouped by length"
+
+    def describe_skip(self) -> str:
+        """Whether zero-advantage sequences are left out, for the dry run."""
+        return ("zero-advantage sequences left out of the backward" if self.skip_zero_advantage
+                else "every sequence trained")

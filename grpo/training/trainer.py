@@ -15,7 +15,11 @@ Each GRPO step (CS336 assignment 5, GRPO algorithm):
      rollout.stale_check_every steps and on the first step after a resume, for engines that
      report log-probs): the check compares them with the engine's log-probs of the same tokens;
   4. training: off_policy.epochs epochs over the rollout batch in optimizer steps of
-     train_batch_size rollouts, each accumulated over micro-batches of micro_batch_size;
+     train_batch_size rollouts, each accumulated over micro-batches (`MicroBatching`:
+     micro_batch_size rollouts, or a model.micro_batch_tokens budget with rollouts grouped by
+     length), each weighted by its share of the optimizer step (`grpo_share_train_step`);
+     rollouts with advantage exactly 0 are left out of the backward when skip_zero_advantage is
+     on and the loss is 0 there (their entropy is still measured, in an inference forward);
   5. weight sync into the engine, evaluation every eval.eval_every steps, metrics, checkpoint.
 
 Wall-clock: `time/elapsed_s` is the run's total (continuing across resumes), `time/elapsed_no_eval_s`
@@ -46,9 +50,9 @@ from submitit.core.utils import UncompletedJobError
 from grpo.core.advantages import compute_group_normalized_rewards
 from grpo.core.log_probs import get_response_log_probs
 from grpo.core.losses import POLICY_LOSSES
-from grpo.core.masking import masked_mean
+from grpo.core.masking import masked_normalize
 from grpo.core.tokenization import tokenize_prompt_and_output
-from grpo.core.train_step import grpo_microbatch_train_step
+from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step
 from grpo.data.datasets import Example, PromptSampler, load_examples
 from grpo.data.prompts import format_prompt, load_prompt_template, reward_fn_for
 from grpo.models.loading import load_policy
@@ -68,7 +72,7 @@ from grpo.run.health import HealthMonitor
 from grpo.run.preemption import PreemptionWatcher
 from grpo.run.reproducibility import make_reproducible
 from grpo.run.tracking import Tracker
-from grpo.training.batch_plan import BatchPlan
+from grpo.training.batch_plan import BatchPlan, MicroBatching
 from grpo.training.evaluation import evaluate, save_samples
 
 log = logging.getLogger(__name__)
@@ -117,6 +121,12 @@ class RolloutBatch:
     raw_rewards: torch.Tensor
     order: torch.Tensor
     old_log_probs: torch.Tensor | None = None
+
+    def lengths(self, index: torch.Tensor) -> list[int]:
+        """Tokens of each row of `index` up to and including its last response token (the width
+        it takes in a micro-batch, `rows` trims after it)."""
+        positions = torch.arange(1, self.response_mask.shape[1] + 1, device=self.response_mask.device)
+        return (self.response_mask[index] * positions).amax(dim=1).long().tolist()
 
     def rows(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
         """The tensors of rows `index`, trimmed after their last response token."""
@@ -169,6 +179,7 @@ class GRPOTrainer:
             model_path=str(cfg.model.path), seed=cfg.seed, max_model_len=cfg.model.max_seq_len,
         )
         self.loss = POLICY_LOSSES[cfg.loss.name]
+        self.micro_batching = MicroBatching.from_config(cfg, self.loss.zero_at_zero_advantage)
         self.loss_hyperparameters = {key: cfg.loss[key] for key in self.loss.hyperparameters}
         self.stale_check_every = (
             int(cfg.rollout.stale_check_every) if ENGINES[cfg.rollout.engine].provides_log_probs else 0
@@ -290,9 +301,17 @@ class GRPOTrainer:
         itself (hf); none for one with its own weights (vLLM casts them at each sync)."""
         return self.precision.autocast(self.device) if self.engine.samples_with_policy else nullcontext()
 
-    def _micro_batches(self, batch: RolloutBatch, rows: torch.Tensor) -> Iterator[dict[str, torch.Tensor]]:
-        for start in range(0, len(rows), self.cfg.micro_batch_size):
-            yield batch.rows(rows[start : start + self.cfg.micro_batch_size])
+    def _split(self, batch: RolloutBatch, rows: torch.Tensor) -> list[torch.Tensor]:
+        """`rows` (indices into the rollout batch) as the index tensors of their micro-batches."""
+        return [rows[torch.tensor(part, device=rows.device)]
+                for part in self.micro_batching.split(batch.lengths(rows))] if len(rows) else []
+
+    def _zero_advantage(self, batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
+        """(len(rows),) bool: the rows left out of the backward (advantage exactly 0, when
+        the micro-batching skips them)."""
+        if not self.micro_batching.skip_zero_advantage:
+            return torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
+        return batch.advantages[rows] == 0
 
     def _stale_check_due(self, step: int) -> bool:
         """Whether this step compares the engine's log-probs with the trainer's: every
@@ -305,17 +324,19 @@ class GRPOTrainer:
         self, batch: RolloutBatch, rollouts: list[Rollout], step: int, timer: PhaseTimer
     ) -> dict[str, float]:
         """The policy's log-probs of the sampled responses before training, micro-batch by
-        micro-batch in training order and shapes: stored as batch.old_log_probs when the loss
-        reads the ratio, compared with the engine's when the stale-weight check is due; not
-        computed at all (no time/old_log_probs_s) when neither needs them."""
+        micro-batch in training order: stored as batch.old_log_probs when the loss reads the
+        ratio, compared with the engine's when the stale-weight check is due; not computed at
+        all (no time/old_log_probs_s) when neither needs them, nor for the rows left out of the
+        backward unless the check is due (they stay 0)."""
         check = self._stale_check_due(step)
         if not (self.loss.uses_ratio or check):
             return {}
         log_probs = torch.zeros_like(batch.response_mask)
+        # the stale-weight check compares every rollout; the loss reads no left-out row's
+        rows = batch.order if check else batch.order[~self._zero_advantage(batch, batch.order)]
         with timer.phase("old_log_probs"), torch.inference_mode():
             self.policy.eval()
-            for start in range(0, len(batch.order), self.cfg.micro_batch_size):
-                index = batch.order[start : start + self.cfg.micro_batch_size]
+            for index in self._split(batch, rows):
                 mb = batch.rows(index)
                 with self.precision.autocast(self.device):
                     lp = get_response_log_probs(self.policy, mb["input_ids"], mb["labels"])["log_probs"]
@@ -353,7 +374,6 @@ class GRPOTrainer:
 
     def _train(self, batch: RolloutBatch, timer: PhaseTimer) -> dict[str, float]:
         cfg = self.cfg
-        gas = self.plan.gradient_accumulation_steps
         stats: dict[str, list[float]] = {}
         add = lambda k, v: stats.setdefault(k, []).append(float(v))  # noqa: E731
         first_microbatch = True
@@ -362,29 +382,55 @@ class GRPOTrainer:
         with timer.phase("train"):
             for positions in self.plan.optimizer_step_slices():
                 rows = batch.order[positions]
-                batch_tokens = float(batch.response_mask[rows].sum())
+                response_lengths = batch.response_mask[rows].sum(dim=1)
+                totals = OptimizerStepTotals(len(rows), max(1, int(response_lengths.sum())),
+                                             max(1, int(response_lengths.max())))
+                left_out = self._zero_advantage(batch, rows)
+                add("train/frac_skipped", left_out.float().mean())
+                entropy_sums: list[torch.Tensor] = []
+                entropy_tokens: list[torch.Tensor] = []
+                ratio_sums: dict[str, list[torch.Tensor]] = {}  # token-weighted, trained rows
+                trained_tokens: list[torch.Tensor] = []
                 step_loss = 0.0
-                for mb in self._micro_batches(batch, rows):
+                for index in self._split(batch, rows[~left_out]):
+                    mb = batch.rows(index)
                     with self.precision.autocast(self.device):
                         out = get_response_log_probs(
                             self.policy, mb["input_ids"], mb["labels"], return_token_entropy=True
                         )
-                    loss, meta = grpo_microbatch_train_step(
-                        out["log_probs"], mb["response_mask"], gas, self.loss.name,
+                    loss, meta = grpo_share_train_step(
+                        out["log_probs"], mb["response_mask"], self.loss.name, totals,
                         raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
                         old_log_probs=mb.get("old_log_probs"),
                         length_normalization=cfg.normalization.name,
-                        normalize_constant=cfg.sampling.max_new_tokens,
-                        batch_response_tokens=batch_tokens, **self.loss_hyperparameters,
+                        normalize_constant=cfg.sampling.max_new_tokens, **self.loss_hyperparameters,
                     )
                     step_loss += loss.item()
-                    add("train/entropy", masked_mean(out["token_entropy"].detach(), mb["response_mask"]))
+                    tokens = mb["response_mask"].sum()
+                    entropy_sums.append(masked_normalize(out["token_entropy"].detach(), mb["response_mask"]))
+                    entropy_tokens.append(tokens)
+                    trained_tokens.append(tokens)
                     for key in ("mean_ratio", "clip_fraction", "approx_kl"):
                         if key in meta:
-                            add(f"train/{key}", meta[key])
+                            ratio_sums.setdefault(key, []).append(meta[key] * tokens)
                     if first_microbatch:
                         stats["train/mean_ratio_first_microbatch"] = [float(meta.get("mean_ratio", 1.0))]
                         first_microbatch = False
+                # the left-out rows' entropy, so that train/entropy covers every sequence
+                for index in self._split(batch, rows[left_out]):
+                    mb = batch.rows(index)
+                    with torch.inference_mode(), self.precision.autocast(self.device):
+                        entropy = get_response_log_probs(
+                            self.policy, mb["input_ids"], mb["labels"], return_token_entropy=True
+                        )["token_entropy"]
+                    entropy_sums.append(masked_normalize(entropy, mb["response_mask"]))
+                    entropy_tokens.append(mb["response_mask"].sum())
+                add("train/entropy", torch.stack(entropy_sums).sum() / torch.stack(entropy_tokens).sum())
+                for key, sums in ratio_sums.items():
+                    add(f"train/{key}", torch.stack(sums).sum() / torch.stack(trained_tokens).sum())
+                for parameter in self.policy.parameters():
+                    if parameter.grad is None:  # every row left out: AdamW must see a zero gradient
+                        parameter.grad = torch.zeros_like(parameter)
                 max_norm = cfg.optimizer.max_grad_norm
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.policy.parameters(), max_norm if max_norm is not None else math.inf
