@@ -36,7 +36,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,12 +306,21 @@ class GRPOTrainer:
         return [rows[torch.tensor(part, device=rows.device)]
                 for part in self.micro_batching.split(batch.lengths(rows))] if len(rows) else []
 
-    def _zero_advantage(self, batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
+    def left_out(self, batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
         """(len(rows),) bool: the rows left out of the backward (advantage exactly 0, when
         the micro-batching skips them)."""
         if not self.micro_batching.skip_zero_advantage:
             return torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
-        return batch.advantages[rows] == 0
+        return (batch.advantages[rows] == 0).to(rows.device)  # rows (the order) stay on the CPU
+
+    def learn(self, batch: RolloutBatch, rollouts: Sequence[Rollout], step: int,
+              timer: PhaseTimer) -> dict[str, float]:
+        """Phases 3 and 4 of GRPO step `step` on its scored rollout batch: old log-probs where
+        needed (and the stale-weight check, given the engine's `rollouts`), then the epochs of
+        optimizer steps; their metrics. bench/step_time.py calls it on synthetic batches."""
+        metrics = self._old_log_probs(batch, rollouts, step, timer)
+        metrics.update(self._train(batch, timer))
+        return metrics
 
     def _stale_check_due(self, step: int) -> bool:
         """Whether this step compares the engine's log-probs with the trainer's: every
@@ -321,7 +330,7 @@ class GRPOTrainer:
         return every > 0 and (step % every == 0 or step == self.start_step + 1)
 
     def _old_log_probs(
-        self, batch: RolloutBatch, rollouts: list[Rollout], step: int, timer: PhaseTimer
+        self, batch: RolloutBatch, rollouts: Sequence[Rollout], step: int, timer: PhaseTimer
     ) -> dict[str, float]:
         """The policy's log-probs of the sampled responses before training, micro-batch by
         micro-batch in training order: stored as batch.old_log_probs when the loss reads the
@@ -333,7 +342,7 @@ class GRPOTrainer:
             return {}
         log_probs = torch.zeros_like(batch.response_mask)
         # the stale-weight check compares every rollout; the loss reads no left-out row's
-        rows = batch.order if check else batch.order[~self._zero_advantage(batch, batch.order)]
+        rows = batch.order if check else batch.order[~self.left_out(batch, batch.order)]
         with timer.phase("old_log_probs"), torch.inference_mode():
             self.policy.eval()
             for index in self._split(batch, rows):
@@ -347,7 +356,7 @@ class GRPOTrainer:
 
     @staticmethod
     def _stale_weight_check(
-        log_probs: torch.Tensor, batch: RolloutBatch, rollouts: list[Rollout]
+        log_probs: torch.Tensor, batch: RolloutBatch, rollouts: Sequence[Rollout]
     ) -> dict[str, float]:
         """Mean over rollouts of the mean |engine - trainer| log-prob of their response tokens.
 
@@ -385,7 +394,7 @@ class GRPOTrainer:
                 response_lengths = batch.response_mask[rows].sum(dim=1)
                 totals = OptimizerStepTotals(len(rows), max(1, int(response_lengths.sum())),
                                              max(1, int(response_lengths.max())))
-                left_out = self._zero_advantage(batch, rows)
+                left_out = self.left_out(batch, rows)
                 add("train/frac_skipped", left_out.float().mean())
                 entropy_sums: list[torch.Tensor] = []
                 entropy_tokens: list[torch.Tensor] = []
@@ -508,8 +517,7 @@ class GRPOTrainer:
                 log.warning(f"run stopped at step {step}: diverged ({err})")
                 break
             batch, metrics = self._score(prompts, rollouts, truths, step, timer)
-            metrics.update(self._old_log_probs(batch, rollouts, step, timer))
-            metrics.update(self._train(batch, timer))
+            metrics.update(self.learn(batch, rollouts, step, timer))
             with timer.phase("weight_sync"):
                 self.engine.sync_weights(self.policy)
             if step == self.start_step + 1:
