@@ -27,6 +27,7 @@ normalization; "microbatch" there divides by the longest response of the optimiz
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -64,6 +65,32 @@ def _normalized_loss(
     divisor = normalize_constant if length_normalization == "constant" else longest
     per_sequence = masked_normalize(per_token, mask, dim=1, normalize_constant=divisor)
     return per_sequence.mean() / batch_divisor
+
+
+def _backward(
+    policy_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_type: LossType,
+    reduce: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    raw_rewards: torch.Tensor | None,
+    advantages: torch.Tensor | None,
+    old_log_probs: torch.Tensor | None,
+    cliprange: float | None,
+    hyperparameters: dict[str, Any],
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The per-token loss, reduced by `reduce(per_token, bool mask)` to the micro-batch loss,
+    back-propagated; the loss and the detached metadata (ratio statistics with old_log_probs)."""
+    per_token, loss_metadata = compute_policy_gradient_loss(
+        policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange,
+        **hyperparameters,
+    )
+    mask = response_mask.bool()
+    loss = reduce(per_token, mask)
+    loss.backward()
+    metadata = {k: v.detach() for k, v in loss_metadata.items() if v.dim() == 0}
+    if old_log_probs is not None:
+        metadata.update(_ratio_metadata(policy_log_probs, old_log_probs, mask, loss_metadata))
+    return loss, metadata
 
 
 def _check_shapes(policy_log_probs: torch.Tensor, response_mask: torch.Tensor,
@@ -163,25 +190,20 @@ def grpo_microbatch_train_step(
     if batch_response_tokens is not None and batch_response_tokens <= 0:
         raise ValueError(f"batch_response_tokens must be positive, got {batch_response_tokens}")
 
-    per_token, loss_metadata = compute_policy_gradient_loss(
-        policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange,
-        **hyperparameters,
-    )
-    mask = response_mask.bool()
-    micro_batch_tokens = mask.sum().clamp(min=1)
-    loss = _normalized_loss(
-        per_token, mask, length_normalization, gradient_accumulation_steps, normalize_constant,
-        longest=mask.sum(dim=1).max().clamp(min=1),  # a tensor: no host-device sync
-        total_tokens=batch_response_tokens if batch_response_tokens is not None else micro_batch_tokens,
-    )
-    if length_normalization == "token" and batch_response_tokens is None:
-        loss = loss / gradient_accumulation_steps  # this micro-batch's own token count
-    loss.backward()
 
-    metadata = {k: v.detach() for k, v in loss_metadata.items() if v.dim() == 0}
-    if old_log_probs is not None:
-        metadata.update(_ratio_metadata(policy_log_probs, old_log_probs, mask, loss_metadata))
-    return loss, metadata
+    def reduce(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        micro_batch_tokens = mask.sum().clamp(min=1)
+        loss = _normalized_loss(
+            per_token, mask, length_normalization, gradient_accumulation_steps, normalize_constant,
+            longest=mask.sum(dim=1).max().clamp(min=1),  # a tensor: no host-device sync
+            total_tokens=batch_response_tokens if batch_response_tokens is not None else micro_batch_tokens,
+        )
+        if length_normalization == "token" and batch_response_tokens is None:
+            loss = loss / gradient_accumulation_steps  # this micro-batch's own token count
+        return loss
+
+    return _backward(policy_log_probs, response_mask, loss_type, reduce, raw_rewards, advantages,
+                     old_log_probs, cliprange, hyperparameters)
 
 
 @dataclass(frozen=True)
@@ -234,17 +256,12 @@ def grpo_share_train_step(
     _check_shapes(policy_log_probs, response_mask, length_normalization, normalize_constant)
     if min(totals.sequences, totals.response_tokens, totals.longest_response) < 1:
         raise ValueError(f"an optimizer step needs sequences and response tokens, got {totals}")
-    per_token, loss_metadata = compute_policy_gradient_loss(
-        policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange,
-        **hyperparameters,
-    )
-    mask = response_mask.bool()
-    loss = _normalized_loss(
-        per_token, mask, length_normalization, totals.sequences / len(mask), normalize_constant,
-        longest=totals.longest_response, total_tokens=totals.response_tokens,
-    )
-    loss.backward()
-    metadata = {k: v.detach() for k, v in loss_metadata.items() if v.dim() == 0}
-    if old_log_probs is not None:
-        metadata.update(_ratio_metadata(policy_log_probs, old_log_probs, mask, loss_metadata))
-    return loss, metadata
+
+    def reduce(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return _normalized_loss(
+            per_token, mask, length_normalization, totals.sequences / len(mask), normalize_constant,
+            longest=totals.longest_response, total_tokens=totals.response_tokens,
+        )
+
+    return _backward(policy_log_probs, response_mask, loss_type, reduce, raw_rewards, advantages,
+                     old_log_probs, cliprange, hyperparameters)
