@@ -34,6 +34,7 @@ METRIC_NAMES = {
     "train/loss": MetricName("Loss", "per optimizer step"),
     "train/approx_kl": MetricName("KL to the sampling policy", "k3 estimate, nats"),
     "train/frac_zero_std_groups": MetricName("Zero-variance groups", "fraction, 0-1", REWARD),
+    "train/frac_skipped": MetricName("Rollouts left out of the backward", "fraction, 0-1", REWARD),
     "time/elapsed_no_eval_s": MetricName("Wall-clock training time", "eval excluded"),
 }
 
