@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,29 @@ def test_sigterm_checkpoints_then_restart(tiny_model_dir: Path, tmp_path: Path, 
     assert not (tmp_path / "metrics.discarded.jsonl").exists()
     assert_same_run(tmp_path, reference)
     assert json.loads((tmp_path / "status.json").read_text())["resumed_from"] == [last + 1]
+
+
+@pytest.mark.slow
+def test_a_second_launch_of_a_running_run_is_refused_and_nothing_is_logged_twice(
+        tiny_model_dir: Path, tmp_path: Path, reference: Path) -> None:
+    first = launch(tmp_path, tiny_model_dir)
+    deadline = time.time() + 240
+    while len(steps(tmp_path)) < 3:  # training, past its step-0 evaluation
+        assert first.poll() is None and time.time() < deadline, first.stdout.read()
+        time.sleep(0.05)
+    first.send_signal(signal.SIGSTOP)  # paused mid-run, holding the lock, however fast it is
+    try:
+        returncode, output = finish(launch(tmp_path, tiny_model_dir))
+        assert first.poll() is None, "the refused launch stopped nothing"
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert returncode == 1, output
+    assert (f"error: {tmp_path} is being trained by another process (pid {first.pid} on "
+            f"{socket.gethostname()} since ") in output
+    returncode, output = finish(first)
+    assert returncode == 0, output
+    assert_same_run(tmp_path, reference, restarts=0)
+    # the lock file names its last holder; nobody holds it now, so a relaunch resumes at once
+    assert json.loads((tmp_path / ".lock").read_text())["pid"] == first.pid
+    returncode, output = finish(launch(tmp_path, tiny_model_dir))
+    assert returncode == 0, output

@@ -40,13 +40,14 @@ def check_writable(run_dir: Path) -> None:
             probe.touch()
             probe.unlink()
         except OSError as err:
-            raise RunDirError(_not_writable(run_dir, directory, err)) from err
+            raise RunDirError(not_writable(run_dir, directory, err)) from err
     metrics = run_dir / "metrics.jsonl"
     if metrics.exists() and not os.access(metrics, os.W_OK):
-        raise RunDirError(_not_writable(run_dir, metrics, PermissionError(13, "Permission denied")))
+        raise RunDirError(not_writable(run_dir, metrics, PermissionError(13, "Permission denied")))
 
 
-def _not_writable(run_dir: Path, path: Path, err: OSError) -> str:
+def not_writable(run_dir: Path, path: Path, err: OSError) -> str:
+    """The refusal for a run directory where `path` cannot be written (`err`)."""
     return (f"the run directory {run_dir} is not writable: {path}: {err.strerror}. Nothing was "
             f"changed; make it writable (e.g. `chmod -R u+w {run_dir}`, or remount the file "
             "system read-write) and start the run again to resume it")

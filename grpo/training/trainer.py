@@ -69,6 +69,7 @@ from grpo.run.checkpoint import (
 )
 from grpo.run.files import MetricsLog, check_writable, read_status, write_status
 from grpo.run.health import HealthMonitor
+from grpo.run.lock import run_lock
 from grpo.run.preemption import PreemptionWatcher
 from grpo.run.reproducibility import make_reproducible
 from grpo.run.tracking import Tracker
@@ -644,19 +645,24 @@ def _is_number(value: Any) -> bool:
 def train(cfg: DictConfig, run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Run (or resume) one GRPO run in `run_dir`; returns its final status.json content.
 
-    An exception marks the run `failed` with the error as reason, then propagates.
+    The run directory's lock (`grpo.run.lock`) is held throughout: a second process training the
+    same directory raises `RunDirLocked` before writing anything. An exception after that marks
+    the run `failed` with the error as reason, then propagates.
     """
     run_dir = Path(run_dir)
-    try:
-        with PreemptionWatcher() as watcher:
-            return GRPOTrainer(cfg, run_dir).run(watcher)
-    except Exception as err:
-        status = read_status(run_dir) or {}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(run_dir):
         try:
-            write_status(
-                run_dir, "failed", last_step=status.get("last_step"), n_grpo_steps=int(cfg.n_grpo_steps),
-                restarts=int(status.get("restarts", 0)), reason=f"{type(err).__name__}: {err}",
-            )
-        except OSError as write_err:
-            log.warning(f"the failure could not be recorded in status.json: {write_err}")
-        raise
+            with PreemptionWatcher() as watcher:
+                return GRPOTrainer(cfg, run_dir).run(watcher)
+        except Exception as err:
+            status = read_status(run_dir) or {}
+            try:
+                write_status(
+                    run_dir, "failed", last_step=status.get("last_step"),
+                    n_grpo_steps=int(cfg.n_grpo_steps), restarts=int(status.get("restarts", 0)),
+                    reason=f"{type(err).__name__}: {err}",
+                )
+            except OSError as write_err:
+                log.warning(f"the failure could not be recorded in status.json: {write_err}")
+            raise
