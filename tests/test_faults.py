@@ -28,10 +28,11 @@ def checkpoint_dirs(run_dir: Path) -> list[str]:
 
 
 def snapshot(run_dir: Path) -> dict[str, str]:
-    """sha256 of every file the run wrote under `run_dir` (not Hydra's `.hydra/` and log)."""
+    """sha256 of every file the run wrote under `run_dir` (not Hydra's `.hydra/` and log, nor the
+    run lock's holder record: every launch writes those, a refused one too)."""
     files = (p for p in sorted(run_dir.rglob("*")) if p.is_file())
     return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in files if p.relative_to(run_dir).parts[0] not in (".hydra", "launch.log")}
+            for p in files if p.relative_to(run_dir).parts[0] not in (".hydra", "launch.log", ".lock")}
 
 
 def restart(run_dir: Path, tiny_model_dir: Path, *overrides: str) -> str:
