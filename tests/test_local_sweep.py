@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -64,7 +65,7 @@ def test_nine_job_sweep_runs_to_completion_on_cpu(tmp_path: Path, tiny_model_dir
     assert summary[11] == f"Report: `make plots SWEEP={sweep}` writes {sweep / 'report.md'} " \
                           f"and {sweep / 'figures'}/"
     assert {p.name for p in sweep.iterdir()} == {*map(str, range(9)), ".submitit",
-                                                   "multirun.yaml", "jobs.json"}
+                                                   "multirun.yaml", "jobs.json", ".lock"}
     assert not [p for p in (sweep / ".submitit").iterdir() if p.is_dir()], "no %j folder"
     for run in runs:
         status = json.loads((run / "status.json").read_text())
@@ -107,6 +108,42 @@ def test_killed_job_is_one_line_of_the_summary(tmp_path: Path, tiny_model_dir: P
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == (
         "error: 1 of 2 runs did not finish (1 failed); see the summary above")
+
+
+@pytest.mark.slow
+def test_a_second_launch_of_a_running_sweep_is_refused_and_runs_nothing(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Two identical `-m` sweeps into one sweep directory: the second exits at once naming the
+    first launcher; the first ends as if alone (each run logged each step once)."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
+               "rollout=hf", f"model.path={tiny_model_dir}", "n_grpo_steps=6",
+               "learning_rate=3e-4,1e-4", f"hydra.sweep.dir={sweep}"]
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.time() + 600
+        while not (sweep / "0" / "metrics.jsonl").exists():
+            assert first.poll() is None and time.time() < deadline, "job 0 never logged a step"
+            time.sleep(0.2)
+        first.send_signal(signal.SIGSTOP)  # the launcher, holding the lock; its jobs go on
+        try:
+            second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        finally:
+            first.send_signal(signal.SIGCONT)
+        out, err = first.communicate(timeout=900)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert second.returncode == 1, second.stderr[-3000:]
+    assert (f"error: {sweep} is being launched by another process (pid {first.pid} on "
+            f"{socket.gethostname()} since ") in second.stderr
+    assert "Traceback" not in second.stderr and "Sweep directory" not in second.stdout
+    assert first.returncode == 0, err[-3000:]
+    assert f"Sweep {sweep}: 2 runs: 2 completed" in out
+    for run in ("0", "1"):
+        rows = [json.loads(x)["step"] for x in (sweep / run / "metrics.jsonl").read_text().splitlines()]
+        assert rows == list(range(7))
 
 
 def only_child(pid: int) -> int:

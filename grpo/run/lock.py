@@ -1,7 +1,8 @@
-"""One writer per run directory: an exclusive lock held while a process trains it.
+"""One writer per run directory, one launcher per sweep directory: an exclusive lock held while
+a process trains a run (`run_lock`) or launches a sweep (`sweep_lock`).
 
-`run_lock(run_dir)` takes an exclusive `fcntl.flock` on `<run_dir>/.lock` without waiting and
-holds it for the block: the kernel releases it when the holder exits, however it ends (SIGKILL,
+Each takes an exclusive `fcntl.flock` on `<directory>/.lock` without waiting and holds it for the
+block: the kernel releases it when the holder exits, however it ends (SIGKILL,
 a crash), so a requeued or relaunched job takes it again. A second process finds it held and
 gets `RunDirLocked`, naming the holder (pid, host, since when) that the holder wrote into the
 file; it has written nothing into the run directory by then.
@@ -20,13 +21,14 @@ import json
 import os
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 from grpo.run.files import RunDirError, not_writable
 
 LOCK_FILE = ".lock"
+WAIT = "wait for it to end (make watch), or stop it first"
 MAX_HOLDER_BYTES = 4096
 """Most of a lock file that is read for the holder's description (a crafted one may be large)."""
 
@@ -45,24 +47,22 @@ def _holder(fd: int) -> str:
 
 
 @contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold `run_dir`'s exclusive lock for the block (see the module docstring)."""
-    path = run_dir / LOCK_FILE
+def _directory_lock(directory: Path, busy: str) -> Iterator[None]:
+    """Hold `directory`'s exclusive lock for the block; RunDirLocked says `directory` is `busy`
+    (a phrase naming the other process's work), then why and what to do."""
+    path = directory / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as err:
         if err.errno != errno.ELOOP:
-            raise RunDirError(not_writable(run_dir, path, err)) from None
-        raise RunDirError(f"the run lock {path} is a symbolic link; remove it (a run directory's "
-                          "files are its own)") from None
+            raise RunDirError(not_writable(directory, path, err)) from None
+        raise RunDirError(f"the lock {path} is a symbolic link; remove it (a run or sweep "
+                          "directory's files are its own)") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunDirLocked(
-                f"{run_dir} is being trained by another process ({_holder(fd)}); two writers "
-                "would log every step twice: wait for it to end (make watch), or stop it first"
-            ) from None
+            raise RunDirLocked(f"{directory} is {busy} ({_holder(fd)}); {WAIT}") from None
         except OSError as err:
             raise RunDirError(f"cannot lock {path}: the filesystem does not support locks "
                               f"({err.strerror}); put paths.output_root on one that does") from None
@@ -73,3 +73,14 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def run_lock(run_dir: Path) -> AbstractContextManager[None]:
+    """Hold `run_dir`'s lock while training it: two writers would log every step twice."""
+    return _directory_lock(run_dir, "being trained by another process")
+
+
+def sweep_lock(sweep_dir: Path) -> AbstractContextManager[None]:
+    """Hold `sweep_dir`'s lock while launching its jobs and waiting for them: a second launch of
+    the same sweep would run every job twice."""
+    return _directory_lock(sweep_dir, "being launched by another process")

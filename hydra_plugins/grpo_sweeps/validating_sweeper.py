@@ -5,7 +5,9 @@ presets, command-line values winning) with a gate in front of the launcher: each
 composed and passed through `grpo.config.validation.check_config`, and a `cluster=slurm` job is
 checked against what its partition's nodes offer (the scheduler is asked once per sweep); one bad
 job stops the whole submission with one message per bad job, and `dry_run=true` lists the jobs and
-launches nothing. A submission that sbatch still refuses ends in one line with sbatch's message.
+launches nothing. The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the
+submission until the launcher has every job's result, so a second launch of the same sweep
+directory exits at once naming the first. A submission that sbatch still refuses ends in one line with sbatch's message.
 Jobs are composed by `grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names
 no loss `loss=grpo_clip`: the listing shows each job's loss, and the launched job lists are those
 composed ones (`get_job_batch`), so what is listed and validated is what runs.
@@ -15,12 +17,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import filter_overrides
 
 from grpo.config.validation import check_config
+from grpo.run.files import RunDirError
+from grpo.run.lock import sweep_lock
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
     get_job_batch,
@@ -88,8 +93,14 @@ class ValidatingSweeper(BasicSweeper):
             print(f"dry run: {len(jobs)} jobs, nothing submitted")
             print("\n".join(lines))
             return []
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
-            return super().sweep(arguments)
+            with sweep_lock(sweep_dir):
+                return super().sweep(arguments)
+        except RunDirError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
         except Exception as err:
             refusal = sbatch_refusal(err)
             if refusal is None:
