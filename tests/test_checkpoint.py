@@ -33,6 +33,9 @@ def model_with(value: float) -> torch.nn.Module:
     return model
 
 
+RUN_CONFIG_TEXT = '{"format": "grpo-run-config/1", "config": {"learning_rate": 0.001}, "hydra": {}}\n'
+
+
 def trainer_state(step: int, optimizer: torch.optim.Optimizer | None = None) -> TrainerState:
     return TrainerState(
         step=step, optimizer=optimizer.state_dict() if optimizer else {}, scheduler={"last_epoch": step},
@@ -47,7 +50,7 @@ def save(run_dir: Path, *steps: int, keep_last: int = 5) -> CheckpointManager:
     """Checkpoints of `steps` whose weights all equal the step number."""
     manager = CheckpointManager(run_dir, keep_last)
     for step in steps:
-        manager.save(model_with(float(step)), trainer_state(step))
+        manager.save(model_with(float(step)), RUN_CONFIG_TEXT, trainer_state(step))
     return manager
 
 
@@ -74,10 +77,11 @@ def test_checkpoint_round_trips_bit_equal_without_pickle(tmp_path: Path) -> None
     optimizer.step()
     state = trainer_state(7, optimizer)
     draws = (random.random(), np.random.rand(), torch.rand(3))
-    path = CheckpointManager(tmp_path, 2).save(model, state)
+    path = CheckpointManager(tmp_path, 2).save(model, RUN_CONFIG_TEXT, state)
 
     assert sorted(p.name for p in path.iterdir()) == [
-        "manifest.json", "model.safetensors", "trainer_state.json", "trainer_state.safetensors"]
+        "manifest.json", "model.safetensors", "run_config.json", "trainer_state.json",
+        "trainer_state.safetensors"]
     assert json.loads((path / "trainer_state.json").read_text())["format"] == "grpo-trainer-state/1"
 
     copy = torch.nn.Linear(4, 3)
@@ -183,11 +187,11 @@ def test_prune_keeps_the_newest_intact_checkpoints(tmp_path: Path) -> None:
     broken = tmp_path / "checkpoints" / "step_000009" / "model.safetensors"
     broken.write_bytes(broken.read_bytes()[:10])
     (tmp_path / "checkpoints" / ".tmp_step_000012").mkdir()  # left by a kill mid-write
-    manager.save(model_with(14.0), trainer_state(14))
+    manager.save(model_with(14.0), RUN_CONFIG_TEXT, trainer_state(14))
     # the damaged step 9 does not count as one of the two kept, so intact step 4 stays
     assert step_dirs(tmp_path) == ["step_000004", "step_000014"]
     assert not (tmp_path / "checkpoints" / ".tmp_step_000012").exists()
-    manager.save(model_with(19.0), trainer_state(19))
+    manager.save(model_with(19.0), RUN_CONFIG_TEXT, trainer_state(19))
     assert step_dirs(tmp_path) == ["step_000014", "step_000019"]
 
 
@@ -195,7 +199,7 @@ def test_checkpoints_of_an_abandoned_later_segment_are_not_pruned(tmp_path: Path
     manager = save(tmp_path, 4, 9, 14, keep_last=1)  # only step 14 is left
     save(tmp_path, 19)
     (tmp_path / "checkpoints" / "latest").write_text("step_000014\n")  # resumed from 14 ...
-    manager.save(model_with(15.0), trainer_state(15))  # ... and checkpointed 15: 19 stays
+    manager.save(model_with(15.0), RUN_CONFIG_TEXT, trainer_state(15))  # ... and checkpointed 15: 19 stays
     assert step_dirs(tmp_path) == ["step_000015", "step_000019"]
 
 

@@ -158,6 +158,7 @@ RULES: dict[str, Rule] = {
     "checkpoint.keep_last": _int("the number of checkpoints kept", 1),
     "checkpoint.save_final_model": _flag("checkpoint.save_final_model"),
     "checkpoint.allow_fresh_start": _flag("checkpoint.allow_fresh_start"),
+    "checkpoint.allow_metrics_gap": _flag("checkpoint.allow_metrics_gap"),
     "health.zero_reward_patience": _int("the zero-reward patience", 0, note="0 = off"),
     "health.min_mean_response_length": _number("the minimum mean response length", 0,
                                                note="0 = off"),

@@ -6,12 +6,13 @@ Layout under `<run_dir>/checkpoints/`:
                                          torch CPU/CUDA), data-sampler position, health streaks,
                                          elapsed-time offsets, optimizer steps, wandb run id
   step_000009/trainer_state.safetensors  the tensors trainer_state.json refers to (grpo.run.state_files)
+  step_000009/run_config.json            the resolved config it was trained with (grpo.run.run_config)
   step_000009/manifest.json              size and sha256 of the files above (grpo.run.manifest)
   latest                                 the name of the newest checkpoint, written after it
 
 Nothing here unpickles: a crafted run directory cannot run code.
 
-Writing: a checkpoint is built under `.tmp_step_N`, its files are flushed and its manifest written
+Writing: a checkpoint is built under a new directory `.tmp_step_N.<random>`, its files are flushed and its manifest written
 last, it is renamed into place, and only then is `latest` replaced (atomically). Older
 checkpoints are pruned to the newest `keep_last` intact ones; the one just written is always kept.
 
@@ -22,8 +23,8 @@ skipped one is logged with its reason. If checkpoints exist but none is usable, 
 start from scratch unless `checkpoint.allow_fresh_start=true` (then they are moved aside to
 `checkpoints.unusable-<time>/`).
 
-Final model: `final_model/` (Hugging Face format plus a manifest) is built under
-`.final_model.tmp` and renamed into place; `final_model_problem` says whether it is whole.
+Final model: `final_model/` (Hugging Face format plus a manifest) is built under a new
+directory `.final_model.<random>` and renamed into place; `final_model_problem` says whether it is whole.
 
 Fault-injection hook (tests/test_faults.py): with `GRPO_TEST_KILL_AT=<step_N|final_model>/<point>`
 in its environment the process SIGKILLs itself at that point of that write; the points are
@@ -38,8 +39,10 @@ import logging
 import os
 import random
 import re
+import secrets
 import shutil
 import signal
+import tempfile
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,8 +54,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from grpo.run.files import RunDirError, atomic_write_text
+from grpo.run.files import RunDirError, atomic_write_text, subdir
 from grpo.run.manifest import fsync_dir, manifest_problem, write_manifest
+from grpo.run.run_config import RUN_CONFIG
 from grpo.run.state_files import StateFileError, load_state, save_state
 
 log = logging.getLogger(__name__)
@@ -83,10 +87,25 @@ def _discard(path: Path) -> None:
     if path.is_symlink():
         path.unlink()
     elif path.exists():
-        trash = path.with_name(f".del_{path.name}")
-        shutil.rmtree(trash, ignore_errors=True)
+        trash = path.with_name(f".del_{path.name}.{secrets.token_hex(4)}")
         path.rename(trash)
         shutil.rmtree(trash, ignore_errors=True)
+
+
+def _new_directory(parent: Path, prefix: str) -> Path:
+    """A new directory `parent/<prefix><random>` (created, never an existing one or a link),
+    readable by others as a checkpoint or model directory should be."""
+    path = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    path.chmod(0o755)
+    return path
+
+
+def _discard_leftover(path: Path) -> None:
+    """Remove a leftover temporary directory (a link planted in its place: the link only)."""
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def rng_state() -> dict[str, Any]:
@@ -141,22 +160,23 @@ class CheckpointManager:
         self.allow_fresh_start = bool(allow_fresh_start)
 
     # ----------------------------------------------------------------------------- writing
-    def save(self, model: torch.nn.Module, state: TrainerState) -> Path:
-        """Write a checkpoint of `model` and `state` (see the module docstring); prune old ones."""
+    def save(self, model: torch.nn.Module, run_config: str, state: TrainerState) -> Path:
+        """Write a checkpoint of `model`, the run's config (`run_config`, the text of
+        grpo.run.run_config's RUN_CONFIG file) and `state` (see the module docstring); prune old
+        ones."""
         name = f"step_{state.step:06d}"
         final = self.dir / name
-        tmp = self.dir / f".tmp_{name}"
         try:
             previous = self._pointer_text()
         except OSError:
             previous = None
         try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+            tmp = _new_directory(subdir(self.run_dir, "checkpoints"), f".tmp_{name}.")
             save_model(model, str(tmp / MODEL_FILE))
             _kill_point(name, "model_written")
             save_state({f.name: getattr(state, f.name) for f in fields(state)},
                        tmp / STATE_JSON, tmp / STATE_TENSORS)
+            (tmp / RUN_CONFIG).write_text(run_config)
             _kill_point(name, "state_written")
             write_manifest(tmp)
             _kill_point(name, "manifest_written")
@@ -166,7 +186,7 @@ class CheckpointManager:
             _kill_point(name, "renamed")
             atomic_write_text(self.dir / LATEST, name + "\n")
             _kill_point(name, "latest_written")
-        except OSError as err:
+        except (OSError, SafetensorError) as err:  # SafetensorError: e.g. the disk is full
             kept = f"checkpoint {previous} is untouched" if previous else "no earlier checkpoint exists"
             raise CheckpointError(
                 f"cannot write checkpoint {name} in {self.dir}: {err}. The run stopped after "
@@ -189,7 +209,7 @@ class CheckpointManager:
             else:
                 _discard(path)
         for leftover in [*self.dir.glob(".del_*"), *self.dir.glob(".tmp_*")]:
-            shutil.rmtree(leftover, ignore_errors=True)
+            _discard_leftover(leftover)
 
     # ----------------------------------------------------------------------------- resuming
     def _checkpoint_dirs(self) -> list[Path]:
@@ -297,8 +317,9 @@ def write_final_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     """Write `run_dir/final_model/` (Hugging Face format and a manifest) atomically, its floating
     point weights in `dtype` (the dtype a user loads; the model itself is left as it is)."""
     final = run_dir / FINAL_MODEL
-    tmp = run_dir / f".{FINAL_MODEL}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    for leftover in run_dir.glob(f".{FINAL_MODEL}.*"):
+        _discard_leftover(leftover)
+    tmp = _new_directory(run_dir, f".{FINAL_MODEL}.")
     state = {name: tensor.to(dtype) if tensor.is_floating_point() else tensor
              for name, tensor in model.state_dict().items()}
     model.save_pretrained(tmp, state_dict=state)

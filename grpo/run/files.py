@@ -1,16 +1,26 @@
-"""A run directory's bookkeeping files: `metrics.jsonl` (one line per GRPO step) and `status.json`.
+"""A run directory's bookkeeping files: `metrics.jsonl` (one line per GRPO step) and `status.json`,
+and the write and read primitives every file of a run directory goes through.
 
 Both are written so that nothing is lost: status is replaced atomically; metrics are appended
 and flushed line by line. On resume, lines of steps after the checkpoint (logged, then lost with
 the crash) are moved to `metrics.discarded.jsonl` so that `metrics.jsonl` holds each step once.
+
+Writes never follow a symbolic link planted in a run directory: appends open with `O_NOFOLLOW`,
+replacements write a temporary file of a unique name (`O_EXCL`) and rename it over the target
+(a rename replaces a link, never writes through it), and `subdir` refuses a link where a
+directory of the run should be. Reads are bounded (`read_json`, `MetricsLog.read`): a file that is
+too large, not UTF-8, not JSON, or nested past Python's recursion limit is a `RunFileError` (a
+`ValueError`) with a one-line message, never a traceback of the parser.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import os
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -21,12 +31,81 @@ from typing import Any
 # it resumes by itself; cancelled: stopped by SIGTERM (scancel, hard time limit, kill) with a
 # checkpoint at its last step: launching the same sweep again resumes it
 STATUSES = ("running", "completed", "diverged", "collapsed", "failed", "preempted", "cancelled")
+MAX_JSON_BYTES = 64 << 20
+"""Largest JSON file of a run directory that is read (a status or manifest is a few kB, a
+checkpoint's trainer-state JSON a few MB)."""
+MAX_STATUS_BYTES = 1 << 20
+"""Largest status.json that is read (it is a few hundred bytes)."""
+MAX_METRICS_BYTES = 1 << 30
+"""Largest metrics.jsonl that is read (a 200-step run's is about 1 MB)."""
 log = logging.getLogger(__name__)
 
 
 class RunDirError(RuntimeError):
     """A run directory the run cannot use as it is; the message says what to fix. Printed
     without a traceback by the job (grpo.sweep.job)."""
+
+
+class RunFileError(ValueError):
+    """A file of a run directory that cannot be read as what it should be; the message says why."""
+
+
+def read_bytes(path: Path, max_bytes: int) -> bytes:
+    """The content of `path`, or RunFileError when it is unreadable or larger than `max_bytes`."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as err:
+        raise RunFileError(f"{path.name} is unreadable ({err.strerror or err})") from None
+    if len(data) > max_bytes:
+        raise RunFileError(f"{path.name} is larger than {max_bytes} bytes") from None
+    return data
+
+
+def parse_json(data: bytes | str, name: str) -> Any:
+    """`data` parsed as JSON; RunFileError (naming `name`) when it is not UTF-8 JSON or nested
+    too deeply to parse."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        what = "nested too deeply" if isinstance(err, RecursionError) else str(err)[:200]
+        raise RunFileError(f"{name} is not readable JSON ({what})") from None
+
+
+def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """`path` parsed as JSON, bounded (see `read_bytes`, `parse_json`)."""
+    return parse_json(read_bytes(path, max_bytes), path.name)
+
+
+def subdir(run_dir: Path, name: str) -> Path:
+    """`run_dir/name`, created if missing; RunDirError when it is a symbolic link or not a
+    directory (writes there would land outside the run directory)."""
+    path = run_dir / name
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        pass
+    if path.is_symlink() or not path.is_dir():
+        what = f"a symbolic link (to {os.readlink(path)})" if path.is_symlink() else "not a directory"
+        raise RunDirError(f"{path} is {what}; a run directory's files are its own: remove it and "
+                          "start the run again")
+    return path
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append `line` and a newline to `path` (created if missing), flushed to disk; never through
+    a symbolic link (RunDirError)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise RunDirError(f"{path} is a symbolic link; a run directory's files are its own: "
+                              "remove it and start the run again") from None
+        raise
+    with os.fdopen(fd, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def check_writable(run_dir: Path) -> None:
@@ -54,13 +133,18 @@ def not_writable(run_dir: Path, path: Path, err: OSError) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write `text` to `path` through a new temporary file of a unique name and a rename (which
+    replaces a symbolic link at `path` rather than writing through it)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _json_value(value: Any) -> Any:
@@ -69,47 +153,68 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+def metrics_row(line: bytes) -> dict[str, Any] | None:
+    """One line of metrics.jsonl as a record (a JSON object with an integer `step` >= 0), or None
+    when it is not one (torn, not UTF-8, crafted)."""
+    try:
+        record = parse_json(line, "a metrics line")
+    except RunFileError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    step = record.get("step")
+    return record if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+
+
 class MetricsLog:
     """Append-only `metrics.jsonl` of a run."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = run_dir / "metrics.jsonl"
+        self.discarded = run_dir / "metrics.discarded.jsonl"
 
-    def read(self) -> list[dict[str, Any]]:
-        """All complete records (a torn last line is skipped)."""
+    def _lines(self) -> list[bytes]:
         if not self.path.exists():
             return []
-        records = []
-        for line in self.path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return records
+        return read_bytes(self.path, MAX_METRICS_BYTES).splitlines()
+
+    def read(self) -> list[dict[str, Any]]:
+        """All records (lines that are not one, e.g. a torn last line, are skipped)."""
+        return [r for r in map(metrics_row, self._lines()) if r is not None]
+
+    def steps_missing(self, last_step: int) -> list[int]:
+        """The steps 0..last_step that have no record."""
+        return sorted(set(range(last_step + 1)) - {r["step"] for r in self.read()})
 
     def truncate_after(self, last_step: int) -> int:
-        """Keep the records of steps <= last_step; move the rest aside. Returns how many moved."""
-        records = self.read()
-        kept = [r for r in records if r["step"] <= last_step]
-        dropped = [r for r in records if r["step"] > last_step]
-        if dropped:
-            with (self.path.parent / "metrics.discarded.jsonl").open("a") as f:
-                f.writelines(json.dumps(r) + "\n" for r in dropped)
-        if dropped or len(kept) != len(records) or (records and self._has_torn_line()):
+        """Keep the records of steps <= last_step; move the rest, and every line that is not a
+        record, to metrics.discarded.jsonl (a warning counts them). Returns how many moved."""
+        lines = self._lines()
+        records = [metrics_row(line) for line in lines]
+        kept = [r for r in records if r is not None and r["step"] <= last_step]
+        dropped = [json.dumps(r) for r in records if r is not None and r["step"] > last_step]
+        unreadable = [line for line, r in zip(lines, records, strict=True) if r is None and line.strip()]
+        if unreadable:
+            log.warning(f"{self.path}: {len(unreadable)} lines are not metrics records (torn, not "
+                        f"UTF-8 or without an integer step); moved to {self.discarded.name}")
+        dropped += [json.dumps({"unreadable_line": line.decode("utf-8", "replace")}) for line in unreadable]
+        for line in dropped:
+            append_line(self.discarded, line)
+        if dropped or (lines and self._has_torn_line()):
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         return len(dropped)
 
     def _has_torn_line(self) -> bool:
-        text = self.path.read_text()
-        return bool(text) and not text.endswith("\n")
+        with self.path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
 
     def append(self, record: dict[str, Any]) -> None:
-        """Append one step's record and flush it to disk."""
-        line = json.dumps({k: _json_value(v) for k, v in record.items()})
-        with self.path.open("a") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append one step's record and flush it to disk (never through a symbolic link)."""
+        append_line(self.path, json.dumps({k: _json_value(v) for k, v in record.items()}))
 
 
 def write_status(
@@ -146,26 +251,40 @@ def write_status(
     atomic_write_text(run_dir / "status.json", json.dumps(payload, indent=2) + "\n")
 
 
+STATUS_FIELDS: dict[str, tuple[type, ...]] = {
+    "status": (str,), "reason": (str, type(None)), "last_step": (int, type(None)),
+    "n_grpo_steps": (int,), "restarts": (int,), "resumed_from": (list,), "updated_at": (str,),
+}
+"""The fields of status.json and their types; a field of another type is dropped on reading."""
+
+
 def _readable_status(run_dir: Path) -> dict[str, Any]:
-    """The status on disk as a dict; empty when missing, torn or not a JSON object."""
+    """The status on disk as a dict of fields of the right types (`STATUS_FIELDS`); empty when
+    missing, torn or not a JSON object."""
     try:
-        status = json.loads((run_dir / "status.json").read_text())
-    except (OSError, ValueError):
+        status = read_json(run_dir / "status.json", MAX_STATUS_BYTES)
+    except RunFileError:
         return {}
-    return status if isinstance(status, dict) else {}
+    return _typed_fields(status) if isinstance(status, dict) else {}
+
+
+def _typed_fields(status: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in status.items() if key in STATUS_FIELDS
+            and isinstance(value, STATUS_FIELDS[key]) and not isinstance(value, bool)}
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:
-    """The run's `status.json`, or None if it has none or it is not a JSON object (a warning)."""
+    """The run's `status.json` (fields of the wrong type dropped, `STATUS_FIELDS`), or None if it
+    has none or it is not a JSON object (a warning)."""
     path = run_dir / "status.json"
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
     try:
-        status = json.loads(path.read_bytes())
+        status = read_json(path, MAX_STATUS_BYTES)
         problem = None if isinstance(status, dict) else "not a JSON object"
-    except (OSError, ValueError) as err:
+    except RunFileError as err:
         problem = str(err)
     if problem is not None:
         log.warning(f"{path} is unreadable ({problem}); it is rewritten, the restart count starts at 0")
         return None
-    return status
+    return _typed_fields(status)

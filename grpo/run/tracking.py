@@ -22,9 +22,12 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from grpo.run.files import RunFileError, read_bytes, subdir
+
 log = logging.getLogger(__name__)
 SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password)", re.IGNORECASE)
 MAX_TAG_CHARS = 64
+MAX_OVERRIDES_BYTES = 1 << 20  # Hydra's overrides.yaml is a few hundred bytes
 
 
 def scrub_secrets(value: Any) -> Any:
@@ -39,7 +42,14 @@ def scrub_secrets(value: Any) -> Any:
 def run_overrides(run_dir: Path) -> list[str]:
     """The Hydra overrides of the run in `run_dir` (empty when it was not started by Hydra)."""
     path = run_dir / ".hydra" / "overrides.yaml"
-    return list(yaml.safe_load(path.read_text()) or []) if path.exists() else []
+    if not path.exists():
+        return []
+    try:
+        overrides = yaml.safe_load(read_bytes(path, MAX_OVERRIDES_BYTES))
+    except (RunFileError, yaml.YAMLError, RecursionError) as err:
+        log.warning(f"{path} is unreadable ({str(err).splitlines()[0][:200]}); wandb gets no tags")
+        return []
+    return [o for o in overrides if isinstance(o, str)] if isinstance(overrides, list) else []
 
 
 class Tracker:
@@ -54,6 +64,7 @@ class Tracker:
             return
         import wandb
 
+        subdir(run_dir, "wandb")  # never a link planted to write elsewhere
         config = scrub_secrets(OmegaConf.to_container(cfg, resolve=True))
         self._init_args = dict(
             project=cfg.logging.wandb_project, entity=cfg.logging.wandb_entity, mode=mode,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from grpo.data.datasets import Example
 from grpo.rollout.base import RolloutEngine, SamplingSettings
+from grpo.run.files import atomic_write_text
 
 RewardFn = Callable[[str, str], dict[str, float]]
 
@@ -43,7 +44,6 @@ def evaluate(
 
 
 def save_samples(path: Path, samples: Sequence[dict[str, object]]) -> None:
-    """Write evaluation samples as jsonl, one response per line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        f.writelines(json.dumps(s) + "\n" for s in samples)
+    """Write evaluation samples as jsonl, one response per line (replacing the file atomically,
+    never through a symbolic link); `path.parent` must exist."""
+    atomic_write_text(path, "".join(json.dumps(s) + "\n" for s in samples))

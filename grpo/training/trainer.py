@@ -67,11 +67,19 @@ from grpo.run.checkpoint import (
     set_rng_state,
     write_final_model,
 )
-from grpo.run.files import MetricsLog, check_writable, read_status, write_status
+from grpo.run.files import (
+    MetricsLog,
+    RunDirError,
+    check_writable,
+    read_status,
+    subdir,
+    write_status,
+)
 from grpo.run.health import HealthMonitor
 from grpo.run.lock import run_lock
 from grpo.run.preemption import PreemptionWatcher
 from grpo.run.reproducibility import make_reproducible
+from grpo.run.run_config import ConfigChanged, check_resume, run_config_text
 from grpo.run.tracking import Tracker
 from grpo.training.batch_plan import BatchPlan, MicroBatching
 from grpo.training.evaluation import evaluate, save_samples
@@ -157,6 +165,9 @@ class GRPOTrainer:
             run_dir, cfg.checkpoint.keep_last, cfg.checkpoint.allow_fresh_start
         )
         resume_point = self.checkpoints.find()  # before the model loads: a refusal comes first
+        if resume_point is not None:
+            self._check_resume(*resume_point)
+        subdir(run_dir, "rollouts")
         self.device = resolve_device(cfg.model.device)
         make_reproducible(int(cfg.seed), int(cfg.cluster.cpus_per_job), self.device)
 
@@ -210,6 +221,26 @@ class GRPOTrainer:
             return bnb.optim.AdamW8bit(self.policy.parameters(), **kwargs)
         return torch.optim.AdamW(self.policy.parameters(), **kwargs)
 
+    def _check_resume(self, checkpoint: Path, state: TrainerState) -> None:
+        """Refuse a resume whose config changes the trained curve (grpo.run.run_config), or
+        whose metrics.jsonl lost steps the checkpoint trained (unless
+        checkpoint.allow_metrics_gap); both before anything is changed."""
+        changed = check_resume(self.cfg, self.run_dir, checkpoint, state.step)
+        if changed:
+            log.warning(f"resuming {self.run_dir} with changed keys (recorded in config_changes.jsonl): "
+                        + ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in changed.items()))
+        missing = MetricsLog(self.run_dir).steps_missing(state.step)
+        if missing and not self.cfg.checkpoint.allow_metrics_gap:
+            shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+            raise RunDirError(
+                f"{self.run_dir}/metrics.jsonl has no record of {len(missing)} of the steps 0-"
+                f"{state.step} that checkpoint {checkpoint.name} trained (steps {shown}): the "
+                "curve would have a gap. Restore metrics.jsonl (e.g. from a backup), or set "
+                "checkpoint.allow_metrics_gap=true to resume with the gap")
+        if missing:
+            log.warning(f"checkpoint.allow_metrics_gap=true: resuming with {len(missing)} steps "
+                        "missing from metrics.jsonl")
+
     def _resume(self, resume_point: tuple[Path, TrainerState] | None) -> None:
         previous = read_status(self.run_dir)
         if previous is not None:
@@ -236,7 +267,7 @@ class GRPOTrainer:
 
     def _save_checkpoint(self, step: int, elapsed: float, elapsed_no_eval: float) -> None:
         self.checkpoints.save(
-            self.policy,
+            self.policy, run_config_text(self.cfg, self.run_dir),
             TrainerState(
                 step=step, optimizer=self.optimizer.state_dict(),
                 scheduler=self.scheduler.state_dict(), sampler=self.sampler.state_dict(),
@@ -646,8 +677,9 @@ def train(cfg: DictConfig, run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Run (or resume) one GRPO run in `run_dir`; returns its final status.json content.
 
     The run directory's lock (`grpo.run.lock`) is held throughout: a second process training the
-    same directory raises `RunDirLocked` before writing anything. An exception after that marks
-    the run `failed` with the error as reason, then propagates.
+    same directory raises `RunDirLocked` before writing anything. A resume with a config that
+    changes the trained curve raises `ConfigChanged` (grpo.run.run_config), changing nothing.
+    Any other exception marks the run `failed` with the error as reason, then propagates.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -655,6 +687,8 @@ def train(cfg: DictConfig, run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         try:
             with PreemptionWatcher() as watcher:
                 return GRPOTrainer(cfg, run_dir).run(watcher)
+        except ConfigChanged:
+            raise  # nothing was changed: the run keeps the status it had
         except Exception as err:
             status = read_status(run_dir) or {}
             try:

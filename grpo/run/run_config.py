@@ -1,0 +1,158 @@
+"""The config a run was trained with, stored in each checkpoint, and what a resume may change.
+
+Each checkpoint holds `run_config.json` (listed in its manifest): `{"format": "grpo-run-config/1",
+"config": <the resolved config, plain JSON>, "hydra": {<name>: <text>}}`, the texts being the run's
+`.hydra/config.yaml`, `overrides.yaml` and `hydra.yaml` as they were when it was written.
+
+A resume compares the resolved config it was launched with against the checkpoint's
+(`compare`): a key of `MAY_CHANGE` may differ (where and how the run runs, is watched, logged
+and stopped; `n_grpo_steps` not below the checkpoint's step), and each such change is recorded in
+`<run>/config_changes.jsonl`; any other difference changes the trained curve and refuses the
+resume (`ConfigChanged`, naming each key with its old and new value), after putting the
+checkpoint's `.hydra/` texts back, so that `.hydra/config.yaml` always describes what was trained.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpo.run.files import RunDirError, append_line, atomic_write_text, read_json
+
+RUN_CONFIG = "run_config.json"
+FORMAT = "grpo-run-config/1"
+HYDRA_FILES = ("config.yaml", "overrides.yaml", "hydra.yaml")
+MAX_HYDRA_FILE_BYTES = 1 << 20
+"""Largest `.hydra/` file stored with a checkpoint (Hydra's are a few kB)."""
+MAY_CHANGE = (
+    "n_grpo_steps", "dry_run", "experiment_name", "logging.", "cluster.", "paths.", "health.",
+    "checkpoint.checkpoint_every", "checkpoint.keep_last", "checkpoint.save_final_model",
+    "checkpoint.allow_fresh_start", "checkpoint.allow_metrics_gap", "eval.n_saved_samples",
+    "rollout.stale_check_every",
+)
+"""Keys (a trailing `.`: every key under it) whose value a resume may change: none of them
+changes the weights, the sampled rollouts or the evaluation of the steps already trained."""
+
+
+class ConfigChanged(RunDirError):
+    """A resume launched with values that would change the trained curve."""
+
+
+@dataclass
+class Comparison:
+    """What differs between the trained config and the new one, as `{key: (old, new)}`."""
+
+    refused: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    allowed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+def resolved(cfg: DictConfig) -> dict[str, Any]:
+    """The run's config with every interpolation resolved, as plain JSON data (no `hydra` node)."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container.pop("hydra", None)
+    return container
+
+
+def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> value of each leaf of nested dicts (lists are leaves)."""
+    if not isinstance(node, dict):
+        return {prefix: node}
+    leaves: dict[str, Any] = {}
+    for key, value in node.items():
+        leaves.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+    return leaves
+
+
+def _may_change(key: str) -> bool:
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in MAY_CHANGE)
+
+
+def _same(old: Any, new: Any) -> bool:
+    if isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new):
+        return True
+    return type(old) is type(new) and old == new or (
+        isinstance(old, int | float) and isinstance(new, int | float)
+        and not isinstance(old, bool) and not isinstance(new, bool) and old == new)
+
+
+def compare(trained: dict[str, Any], new: dict[str, Any], step: int) -> Comparison:
+    """Sort the differences of `new` from `trained` (resolved configs) into refused and allowed,
+    for a resume after GRPO step `step`. A key present on one side only is refused unless it
+    may change; `n_grpo_steps` below `step` is refused."""
+    old_leaves, new_leaves = _leaves(trained), _leaves(new)
+    result = Comparison()
+    absent = "(absent)"
+    for key in sorted(old_leaves.keys() | new_leaves.keys()):
+        old, new_value = old_leaves.get(key, absent), new_leaves.get(key, absent)
+        if _same(old, new_value):
+            continue
+        too_few = key == "n_grpo_steps" and not (isinstance(new_value, int) and new_value >= step)
+        target = result.allowed if _may_change(key) and not too_few else result.refused
+        target[key] = (old, new_value)
+    return result
+
+
+def run_config_text(cfg: DictConfig, run_dir: Path) -> str:
+    """The `run_config.json` of a checkpoint written now (see the module docstring)."""
+    hydra_texts = {}
+    for name in HYDRA_FILES:
+        path = run_dir / ".hydra" / name
+        if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_HYDRA_FILE_BYTES:
+            hydra_texts[name] = path.read_text(errors="replace")
+    return json.dumps({"format": FORMAT, "config": resolved(cfg), "hydra": hydra_texts}) + "\n"
+
+
+def stored(checkpoint: Path) -> dict[str, Any] | None:
+    """The `run_config.json` of a verified checkpoint; None when it has none (written before
+    configs were stored) or it is not one (the caller says so)."""
+    path = checkpoint / RUN_CONFIG
+    if not path.exists():
+        return None
+    try:
+        payload = read_json(path)
+    except ValueError:
+        return None
+    if not (isinstance(payload, dict) and payload.get("format") == FORMAT
+            and isinstance(payload.get("config"), dict) and isinstance(payload.get("hydra"), dict)):
+        return None
+    return payload
+
+
+def _show(value: Any) -> str:
+    return value if value == "(absent)" else json.dumps(value)
+
+
+def check_resume(cfg: DictConfig, run_dir: Path, checkpoint: Path, step: int) -> dict[str, tuple[Any, Any]]:
+    """Refuse (ConfigChanged) a resume from `checkpoint` (after step `step`) whose config differs
+    from the trained one in a key that changes the curve; record the allowed changes. Returns the
+    allowed changes ({} also when the checkpoint stores no config, with a warning by the caller)."""
+    payload = stored(checkpoint)
+    if payload is None:
+        return {}
+    comparison = compare(payload["config"], resolved(cfg), step)
+    if comparison.refused:
+        for name, text in payload["hydra"].items():
+            if name in HYDRA_FILES and isinstance(text, str) and (run_dir / ".hydra").is_dir():
+                atomic_write_text(run_dir / ".hydra" / name, text)
+        lines = "\n".join(f"  - {key}: {_show(old)} -> {_show(new)}"
+                          for key, (old, new) in comparison.refused.items())
+        raise ConfigChanged(
+            f"refusing to resume {run_dir} (checkpoint {checkpoint.name}) with a changed config; "
+            f"these keys change the trained curve (trained -> launched):\n{lines}\n"
+            "Launch it again with the trained values to resume it, or start a new run in a new "
+            "directory for the new values (drop hydra.run.dir / hydra.sweep.dir, or change "
+            "experiment_name). Its .hydra/ files still describe the trained config."
+        )
+    if comparison.allowed:
+        append_line(run_dir / "config_changes.jsonl", json.dumps({
+            "resumed_after_step": step,
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "changes": {key: [old, new] for key, (old, new) in comparison.allowed.items()},
+        }))
+    return comparison.allowed
