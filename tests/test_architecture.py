@@ -45,6 +45,7 @@ PLANTED = [
     ("grpo/grading/rewards.py", "from grpo.data import toy_task", {"layers", "acyclic"}),
     ("grpo/rollout/base.py", "from grpo.models import loading", {"layers"}),
     ("grpo/run/health.py", "from grpo.sweep import overrides", {"layers", "acyclic"}),
+    ("grpo/run/health.py", "from grpo.rollout import base", {"layers"}),  # run sits below rollout
     ("grpo/training/batch_plan.py", "from grpo.config import rules", {"layers", "acyclic"}),
     ("grpo/sweep/overrides.py", "from grpo.chain import stages", {"layers", "acyclic"}),
     ("analysis/collect.py", "import torch", {"analysis"}),

@@ -176,6 +176,33 @@ def test_failed_build_leaves_nothing_behind(
     assert [p.name for p in tmp_path.iterdir()] == [".m.lock"]
 
 
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_one_bit(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) - 100] ^= 0x10  # a weight's bit, far from the safetensors header
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [_truncate, _flip_one_bit], ids=["truncated", "bit_flipped"])
+@pytest.mark.parametrize("victim", ["model.safetensors", "tokenizer.json", model_build.BUILD_INFO_FILE])
+def test_a_damaged_cached_build_is_rebuilt_not_loaded(
+        tmp_path: Path, damage, victim: str, caplog: pytest.LogCaptureFixture) -> None:
+    settings = {"warmup_steps": 1, "warmup_target_accuracy": None}
+    built = tiny.build_tiny_model(tmp_path / "m", **settings)
+    original = {p.name: p.read_bytes() for p in built.iterdir()}
+    assert "manifest.json" in original
+    damage(built / victim)
+    with caplog.at_level("WARNING"):
+        assert tiny.build_tiny_model(built, **settings) == built
+    assert {p.name: p.read_bytes() for p in built.iterdir()} == original  # rebuilt bit-equal
+    # a damaged build_info.json may no longer read as these settings: rebuilt without a word
+    if victim != model_build.BUILD_INFO_FILE:
+        assert f"the cached model in {built} fails its check ({victim}" in caplog.text
+
+
 def test_build_refuses_a_foreign_directory(tmp_path: Path) -> None:
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")

@@ -10,7 +10,10 @@ that are made on this machine rather than downloaded. `ensure_built(model_cfg)` 
 
 A build is written into a temporary sibling directory and renamed into place under an exclusive
 file lock (`.<name>.lock` next to it), so concurrent callers build it once and never see a
-half-written directory; `build_info.json`, written last, records the settings it was made with.
+half-written directory; `build_info.json` records the settings it was made with, and a manifest
+(`grpo.run.manifest`), written last, the size and sha256 of every file. A cached build is used only
+when its settings match and every file matches the manifest; one that does not (truncated,
+bit-flipped, edited) is rebuilt, with a warning saying why.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from typing import Any
 
 import torch
 import transformers
+
+from grpo.run.files import RunFileError, read_json
+from grpo.run.manifest import manifest_problem, write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +94,24 @@ def ensure_built(model_cfg: Mapping[str, Any]) -> Path:
 
 
 def read_build_info(out_dir: Path) -> dict[str, Any] | None:
-    """The settings of the finished build in `out_dir`, or None if there is none."""
+    """The settings of the finished build in `out_dir`, or None if there is none (or it is not
+    readable as one)."""
     try:
-        return json.loads((out_dir / BUILD_INFO_FILE).read_text())["settings"]
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, KeyError):
+        info = read_json(out_dir / BUILD_INFO_FILE)
+    except RunFileError:
         return None
+    return info.get("settings") if isinstance(info, dict) else None
+
+
+def _is_cached(out_dir: Path, settings: dict[str, Any]) -> bool:
+    """Whether `out_dir` holds a finished build with `settings` whose files match its manifest
+    (a warning says why a build with these settings does not)."""
+    if read_build_info(out_dir) != settings:
+        return False
+    problem = manifest_problem(out_dir, (BUILD_INFO_FILE,))
+    if problem is not None:
+        log.warning(f"the cached model in {out_dir} fails its check ({problem}); rebuilding it")
+    return problem is None
 
 
 @contextmanager
@@ -114,19 +133,21 @@ def build_once(
     """Run `build_into(staging_dir, settings)` and move the result to `out_dir`, unless
     `out_dir` already holds a finished build with these settings; returns `out_dir` (resolved).
 
-    `build_into` writes the model into the directory it is given and returns facts about the
-    build, recorded in build_info.json next to the settings. A finished build with other
+    `build_into` writes the model into the directory it is given (plain files) and returns facts
+    about the build, recorded in build_info.json next to the settings; a manifest of every file
+    is written last and checked on each use. A finished build with other
     settings is replaced; any other non-empty directory raises FileExistsError.
     """
     out_dir = Path(out_dir).expanduser().resolve()
-    if read_build_info(out_dir) == settings:
+    if _is_cached(out_dir, settings):
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(out_dir.parent / f".{out_dir.name}.lock"):
         existing = read_build_info(out_dir)
-        if existing == settings:
+        if _is_cached(out_dir, settings):
             return out_dir
-        if existing is None and out_dir.exists() and any(out_dir.iterdir()):
+        damaged_build = (out_dir / BUILD_INFO_FILE).exists()  # ours, unreadable: rebuilt
+        if existing is None and not damaged_build and out_dir.exists() and any(out_dir.iterdir()):
             raise FileExistsError(
                 f"{out_dir} is not empty and holds no model build ({BUILD_INFO_FILE}); "
                 "refusing to overwrite it: point model.path at an empty or new directory"
@@ -140,6 +161,7 @@ def build_once(
             facts = build_into(staging, settings)
             info = {"settings": settings, **facts}
             (staging / BUILD_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+            write_manifest(staging)
             if out_dir.exists():
                 os.rename(out_dir, retired)
             os.rename(staging, out_dir)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from grpo.run.files import atomic_write_text
+from grpo.run.files import RunFileError, atomic_write_text, read_json
 
 MANIFEST = "manifest.json"
 FORMAT = "grpo-manifest/1"
@@ -61,9 +61,9 @@ def _listed_files(directory: Path) -> dict[str, dict[str, Any]] | str:
     if path.is_symlink() or not path.is_file():
         return f"it has no {MANIFEST} (it is written last, so the directory is incomplete)"
     try:
-        manifest = json.loads(path.read_bytes())
-    except (OSError, ValueError) as err:
-        return f"{MANIFEST} is unreadable ({err})"
+        manifest = read_json(path)
+    except RunFileError as err:
+        return str(err)
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or manifest.get("format") != FORMAT:
         return f"{MANIFEST} is not a {FORMAT} manifest"

@@ -22,6 +22,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from grpo.run.files import RunFileError, read_json
+
 FORMAT = "grpo-trainer-state/1"
 
 
@@ -83,9 +85,9 @@ def save_state(state: Mapping[str, Any], json_path: Path, tensors_path: Path) ->
 def load_state(json_path: Path, tensors_path: Path) -> dict[str, Any]:
     """Read back what `save_state` wrote; StateFileError names the file that does not decode."""
     try:
-        payload = json.loads(json_path.read_bytes())
-    except (OSError, ValueError) as err:
-        raise StateFileError(f"{json_path.name} is not readable JSON ({err})") from err
+        payload = read_json(json_path)
+    except RunFileError as err:
+        raise StateFileError(str(err)) from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise StateFileError(f"{json_path.name} is not a {FORMAT} file")
     try:
@@ -94,6 +96,8 @@ def load_state(json_path: Path, tensors_path: Path) -> dict[str, Any]:
         raise StateFileError(f"{tensors_path.name} is not a readable safetensors file ({err})") from err
     try:
         state = _decode(payload.get("state"), tensors)
+    except RecursionError:
+        raise StateFileError(f"{json_path.name} is nested too deeply") from None
     except (StateFileError, TypeError) as err:
         raise StateFileError(f"{json_path.name}: {err}") from err
     if not isinstance(state, dict):
