@@ -72,6 +72,15 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
 
+from grpo.run.files import (
+    MAX_METRICS_BYTES,
+    MAX_STATUS_BYTES,
+    RunFileError,
+    parse_json,
+    read_bytes,
+    read_json,
+    typed_status_fields,
+)
 from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan
 
 LABEL = "config label"
@@ -151,7 +160,10 @@ def read_metrics(path: Path) -> MetricsLog:
     """Read a ``metrics.jsonl``; keep the last occurrence of a step, skip damaged lines."""
     by_step: dict[int, dict[str, Any]] = {}
     n_bad = n_dup = 0
-    text = path.read_text(errors="replace") if path.is_file() else ""
+    try:
+        text = read_bytes(path, MAX_METRICS_BYTES).decode(errors="replace") if path.is_file() else ""
+    except RunFileError:
+        return MetricsLog([], 1, 0)  # too large or unreadable: one bad "line", no rows
     lines = [line for line in text.splitlines() if line.strip()]
     rows = _whole_log(lines, text)
     if rows is not None:  # the common case: every line a row, read in one go
@@ -171,9 +183,9 @@ def _whole_log(lines: list[str], text: str) -> list[dict[str, Any]] | None:
     """Every line as a row (non-finite spellings converted), or None if any line is not one."""
     try:
         rows = json.loads("[" + ",".join(lines) + "]")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
-    if not all(type(row) is dict and type(row.get("step")) is int for row in rows):
+    if not all(type(row) is dict and type(row.get("step")) is int and row["step"] >= 0 for row in rows):
         return None
     if NON_FINITE_TEXT.search(text):
         rows = [_with_floats(row) for row in rows]
@@ -188,10 +200,11 @@ def parse_line(line: str) -> tuple[dict[str, Any] | None, bool]:
     """
     for damaged, text in ((False, line), (True, line[line.rfind("{"):])):
         try:
-            row = json.loads(text)
-        except json.JSONDecodeError:
+            row = parse_json(text, "a metrics line")
+        except RunFileError:
             continue
-        is_row = isinstance(row, dict) and isinstance(row.get("step"), int)
+        step = row.get("step") if isinstance(row, dict) else None
+        is_row = type(step) is int and step >= 0
         return (_with_floats(row) if is_row else None), damaged or not is_row
     return None, True
 
@@ -209,10 +222,11 @@ def read_status(run_dir: Path, has_metrics: bool) -> tuple[dict[str, Any], str |
     if not path.exists():
         return {"status": "unknown" if has_metrics else "pending"}, ("no status.json" if has_metrics else None)
     try:
-        status = json.loads(path.read_bytes())
-    except (OSError, ValueError) as error:
+        status = read_json(path, MAX_STATUS_BYTES)
+    except RunFileError as error:
         return {"status": "unknown"}, f"status.json is unreadable ({error})"
-    if not (isinstance(status, dict) and isinstance(status.get("status"), str)):
+    status = typed_status_fields(status) if isinstance(status, dict) else {}
+    if "status" not in status:
         return {"status": "unknown"}, "status.json holds no status"
     return status, None
 
@@ -239,9 +253,28 @@ class _YamlLoader(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
 _YamlLoader.yaml_implicit_resolvers = get_yaml_loader().yaml_implicit_resolvers
 
 
+MAX_YAML_BYTES = 16 << 20
+"""Largest `.hydra/` file read (Hydra's are a few kB)."""
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of a `.hydra/` file read (Hydra's nest 5 levels)."""
+
+
 def _yaml_data(path: Path) -> Any:
-    """The plain data of a YAML file (None when missing); much faster than OmegaConf.load."""
-    return yaml.load(path.read_text(), Loader=_YamlLoader) if path.is_file() else None
+    """The plain data of a YAML file (None when missing); much faster than OmegaConf.load.
+    RunFileError when it is too large, nested too deeply or not UTF-8; yaml.YAMLError when it is
+    not YAML."""
+    if not path.is_file():
+        return None
+    try:
+        text = read_bytes(path, MAX_YAML_BYTES).decode()
+    except UnicodeDecodeError:
+        raise RunFileError(f"{path.name} is not UTF-8") from None
+    depth = 0  # libyaml's constructor recurses in C: a deeply nested file would crash the process
+    for event in yaml.parse(text, Loader=_YamlLoader):
+        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+        if depth > MAX_YAML_DEPTH:
+            raise RunFileError(f"{path.name} is nested more than {MAX_YAML_DEPTH} levels deep")
+    return yaml.load(text, Loader=_YamlLoader)
 
 
 def _read_hydra(run_dir: Path, name: str, problems: list[str]) -> Any:
@@ -254,7 +287,8 @@ def _read_hydra(run_dir: Path, name: str, problems: list[str]) -> Any:
     try:
         return _yaml_data(path)
     except (OSError, ValueError, yaml.YAMLError) as error:
-        problems.append(f".hydra/{name} is unreadable ({type(error).__name__})")
+        why = error if isinstance(error, RunFileError) else type(error).__name__
+        problems.append(f".hydra/{name} is unreadable ({why})")
         return None
 
 

@@ -265,10 +265,11 @@ def _readable_status(run_dir: Path) -> dict[str, Any]:
         status = read_json(run_dir / "status.json", MAX_STATUS_BYTES)
     except RunFileError:
         return {}
-    return _typed_fields(status) if isinstance(status, dict) else {}
+    return typed_status_fields(status) if isinstance(status, dict) else {}
 
 
-def _typed_fields(status: dict[str, Any]) -> dict[str, Any]:
+def typed_status_fields(status: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a status.json object that are known and of their type (`STATUS_FIELDS`)."""
     return {key: value for key, value in status.items() if key in STATUS_FIELDS
             and isinstance(value, STATUS_FIELDS[key]) and not isinstance(value, bool)}
 
@@ -287,4 +288,4 @@ def read_status(run_dir: Path) -> dict[str, Any] | None:
     if problem is not None:
         log.warning(f"{path} is unreadable ({problem}); it is rewritten, the restart count starts at 0")
         return None
-    return _typed_fields(status)
+    return typed_status_fields(status)

@@ -47,7 +47,7 @@ def run_overrides(run_dir: Path) -> list[str]:
     try:
         overrides = yaml.safe_load(read_bytes(path, MAX_OVERRIDES_BYTES))
     except (RunFileError, yaml.YAMLError, RecursionError) as err:
-        log.warning(f"{path} is unreadable ({str(err).splitlines()[0][:200]}); wandb gets no tags")
+        log.warning(f"{path} is unreadable ({str(err).splitlines()[0][:200]}); its overrides are unknown")
         return []
     return [o for o in overrides if isinstance(o, str)] if isinstance(overrides, list) else []
 
