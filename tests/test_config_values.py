@@ -152,6 +152,28 @@ BAD_VALUES: list[tuple[str, Mapping[str, Any] | Files, str]] = [
      "model.micro_batch_tokens=63 must be >= model.max_seq_len=64"),
     ("skip_string", {"skip_zero_advantage": "sometimes"},
      "skip_zero_advantage='sometimes' is not true or false"),
+    # values that passed the dry run and then crashed the job
+    ("device_unknown", {"model.device": "gpu0"}, "model.device='gpu0': the trained policy's "
+     "device must be auto, cpu, cuda or cuda:N"),
+    ("rollout_dtype_unknown", {"rollout.dtype": "fp8x"}, "rollout.dtype='fp8x': the vLLM "
+     "engine's weight dtype must be one of auto, bfloat16, float16, float32"),
+    ("wandb_mode_typo", {"logging.wandb_mode": "offlin"}, "logging.wandb_mode='offlin': the "
+     "wandb mode must be one of disabled, offline, online"),
+    ("stop_not_strings", {"prompt.stop": [1, 2]}, "prompt.stop=[1, 2]: the stop sequences must be "
+     "a list of at most 16 texts"),
+    ("stop_not_a_list", {"prompt.stop": "</answer>"}, "prompt.stop='</answer>': the stop sequences"),
+    ("temperature_tiny", {"sampling.temperature": 1e-30}, "sampling.temperature=1e-30: a "
+     "temperature below 0.01 makes the logits overflow"),
+    ("temperature_huge", {"sampling.temperature": 1e30}, "sampling.temperature=1e+30 is out of range"),
+    ("eval_temperature_huge", {"eval.temperature": 11}, "eval.temperature=11 is out of range"),
+    ("experiment_outside_outputs", {"experiment_name": "../../elsewhere"},
+     "experiment_name='../../elsewhere': the study's name (a folder under paths.output_root) must "
+     "be a relative path"),
+    ("experiment_absolute", {"experiment_name": "/tmp/x"}, "experiment_name='/tmp/x': the study's"),
+    # values that made the dry run itself unbounded
+    ("toy_operands_unbounded", {"data.max_operand": 10**9}, "data.max_operand=1000000000 is out of range"),
+    ("train_size_unbounded", {"data.train_size": 10**12}, "data.train_size=1000000000000 is out of range"),
+    ("eval_examples_unbounded", {"eval.n_examples": 10**9}, "eval.n_examples=1000000000 is out of range"),
     ("config_json_not_json", model_config("{not json"), "model.path={dir}: config.json is not "
      "readable JSON"),
     ("config_json_a_list", model_config("[1, 2]"), "model.path={dir}: config.json is not a model "
@@ -176,6 +198,8 @@ BAD_FILES: list[tuple[str, Files, str]] = [
      "{dir}/validation.jsonl holds no records"),
     ("data_no_validation_file", data(validation=None), "data.validation_path="
      "{dir}/validation.jsonl does not exist"),
+    ("data_line_too_long", data(GOOD + record("1" * (10 << 20))),
+     "data=math: {dir}/train.jsonl:3: the line is 10485791 bytes; a problem may take at most 1048576"),
     ("data_prompt_too_long", data(GOOD + record("1" * (ROOM - TOY_PROMPT_TOKENS + 1))),
      f"{{dir}}/train.jsonl:3: the prompt (prompt=toy applied) is {ROOM + 1} tokens, more than the "
      f"{ROOM} that model.max_seq_len=64 minus sampling.max_new_tokens=8 leaves;"),
@@ -186,6 +210,10 @@ GOOD_VALUES: list[tuple[str, Mapping[str, Any]]] = [
     ("lr_int", {"learning_rate": 1}),
     ("top_p_one", {"sampling.top_p": 1.0, "eval.top_p": 1}),
     ("greedy", {"sampling.temperature": 0.0, "eval.temperature": 0}),
+    ("temperature_bounds", {"sampling.temperature": 0.01, "eval.temperature": 10}),
+    ("devices_and_modes", {"model.device": "cuda:1", "logging.wandb_mode": "disabled",
+                           "rollout.dtype": "float16", "prompt.stop": []}),
+    ("nested_experiment_name", {"experiment_name": "cs336/lr_sweep-2"}),
     ("every_step", {"eval.eval_every": 1, "checkpoint.checkpoint_every": 1,
                     "logging.progress_every": 1}),
     ("eval_every_beyond_run", {"eval.eval_every": 10_000}),
@@ -346,3 +374,44 @@ def test_every_numeric_key_of_conf_has_a_rule() -> None:
     assert sorted(k for k in keys if rule_for(k) is None and k not in batch_plan_keys) == []
     # and every rule is for a key that exists
     assert sorted(set(RULES) - keys) == []
+
+
+DRY_RUN_BOUND_S = 60.0
+"""Seconds a dry run may take at the largest allowed values (measured: ~6 s on 2 cores)."""
+DRY_RUN_BOUND_MB = 2048
+"""Peak memory in MB of a dry run at the largest allowed values (measured: ~0.7 GB)."""
+_MEASURED = """
+import resource, subprocess, sys, time
+start = time.perf_counter()
+out = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(out.returncode, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.stdout.write(out.stdout + out.stderr)
+"""
+
+
+def _megabyte_questions(folder: Path) -> list[str]:
+    """64 MATH lines, every eighth a question of the largest allowed line (1 MiB)."""
+    big = "1" * ((1 << 20) - 64)
+    text = "".join(record(big if i % 8 == 3 else "1+1") for i in range(64))
+    for split in ("train", "validation"):
+        (folder / f"{split}.jsonl").write_text(text)
+    return ["model=qwen-rehearsal", "data=math", "rollout=hf", "eval.n_examples=64",
+            f"data.train_path={folder / 'train.jsonl'}", f"data.validation_path={folder / 'validation.jsonl'}"]
+
+
+@pytest.mark.parametrize(("make_args", "expected"), [
+    (lambda folder: ["model=tiny", "data=toy", "rollout=hf", "data.max_operand=99",
+                     "data.train_size=1000000", "eval.n_examples=100000"], "dry run: 1 job, nothing started"),
+    (_megabyte_questions, "the prompt (prompt=r1_zero applied) is at least "),
+], ids=["toy_at_every_bound", "megabyte_questions"])
+def test_a_dry_run_at_the_largest_allowed_values_is_bounded_in_time_and_memory(
+        tmp_path: Path, make_args: Callable[[Path], list[str]], expected: str) -> None:
+    command = [sys.executable, str(ROOT / "launch.py"), *make_args(tmp_path), "dry_run=true",
+               f"paths.output_root={tmp_path / 'outputs'}"]
+    out = subprocess.run([sys.executable, "-c", _MEASURED, *command], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    _, seconds, peak_kb = out.stdout.splitlines()[0].split()
+    assert expected in out.stdout, out.stdout[-3000:]
+    assert "Traceback" not in out.stdout
+    assert float(seconds) < DRY_RUN_BOUND_S, f"the dry run took {float(seconds):.1f} s"
+    assert int(peak_kb) / 1024 < DRY_RUN_BOUND_MB, f"the dry run took {int(peak_kb) / 1024:.0f} MB"

@@ -17,6 +17,7 @@ rules that tie keys to the loss, the model or the data live in `grpo.config.vali
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,52 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 SEED_MAX = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
+MAX_TEMPERATURE = 10.0  # beyond it sampling is uniform noise; far beyond, logits / T underflow
+MIN_POSITIVE_TEMPERATURE = 1e-2  # below it (but not 0) logits / T overflow to inf in bf16
+
+
+@dataclass(frozen=True)
+class TextRule:
+    """What a text-valued key may hold: one of `choices`, or a full match of `pattern`; with
+    `is_list`, a list of at most `max_items` such texts, each of 1 to `max_chars` characters."""
+
+    what: str
+    choices: tuple[str, ...] = ()
+    pattern: str = ""
+    pattern_words: str = ""  # `pattern` in words, for messages
+    is_list: bool = False
+    max_items: int = 16
+    max_chars: int = 256
+
+    def describe(self) -> str:
+        one = (f"one of {', '.join(self.choices)}" if self.choices
+               else self.pattern_words if self.pattern
+               else f"a text of 1 to {self.max_chars} characters")
+        return f"a list of at most {self.max_items} texts, each {one}" if self.is_list else one
+
+    def problem(self, value: Any) -> bool:
+        values = value if self.is_list and isinstance(value, list) else [value]
+        if self.is_list and (not isinstance(value, list) or len(value) > self.max_items):
+            return True
+        return not all(isinstance(v, str) and 0 < len(v) <= self.max_chars
+                       and (not self.choices or v in self.choices)
+                       and (not self.pattern or re.fullmatch(self.pattern, v)) for v in values)
+
+
+DEVICE = {"pattern": r"auto|cpu|cuda(:\d{1,2})?", "pattern_words": "auto, cpu, cuda or cuda:N"}
+TEXT_RULES = {
+    "model.device": TextRule("the trained policy's device", **DEVICE),
+    "rollout.device": TextRule("the rollout engine's device", **DEVICE),
+    "rollout.dtype": TextRule("the vLLM engine's weight dtype", ("auto", "bfloat16", "float16", "float32")),
+    "logging.wandb_mode": TextRule("the wandb mode", ("disabled", "offline", "online")),
+    "prompt.stop": TextRule("the stop sequences", is_list=True),
+    "experiment_name": TextRule("the study's name (a folder under paths.output_root)",
+                                pattern=r"(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.=,+-]+(/[A-Za-z0-9_.=,+-]+)*",
+                                pattern_words="a relative path of names of letters, digits and "
+                                              "_.=,+- (no '..', not absolute)", max_chars=128),
+}
+"""The text-valued keys whose bad values would crash a job after it started (or, for
+experiment_name, put its runs outside paths.output_root)."""
 
 
 @dataclass(frozen=True)
@@ -142,15 +189,15 @@ RULES: dict[str, Rule] = {
                                        note="null = no clipping"),
     "optimizer.use_8bit": _flag("optimizer.use_8bit"),
     "optimizer.warmup_steps": _int("the learning-rate warm-up length", 0, note="0 = constant lr"),
-    "sampling.temperature": _number("the rollout sampling temperature", 0, note="0 = greedy"),
+    "sampling.temperature": _number("the rollout sampling temperature", 0, MAX_TEMPERATURE, note="0 = greedy"),
     "sampling.top_p": _number("the nucleus sampling mass", 0, 1, **PROBABILITY_MASS),
     "sampling.min_new_tokens": _int("the minimum response length", 0),
     "sampling.max_new_tokens": _int("the maximum response length", 1),
     "eval.eval_every": _int("the evaluation interval in GRPO steps", 1,
                             note="it has no off value; a value above n_grpo_steps evaluates "
                             "only after the last step"),
-    "eval.n_examples": _int("the number of validation examples", 1),
-    "eval.temperature": _number("the evaluation sampling temperature", 0, note="0 = greedy"),
+    "eval.n_examples": _int("the number of validation examples", 1, 100_000),
+    "eval.temperature": _number("the evaluation sampling temperature", 0, MAX_TEMPERATURE, note="0 = greedy"),
     "eval.top_p": _number("the evaluation nucleus sampling mass", 0, 1, **PROBABILITY_MASS),
     "eval.n_saved_samples": _int("the number of saved evaluation responses", 0),
     "checkpoint.checkpoint_every": _int("the checkpoint interval in GRPO steps", 1,
@@ -173,8 +220,8 @@ RULES: dict[str, Rule] = {
     "model.micro_batch_tokens": _int("the padded tokens of one micro-batch", 1, nullable=True,
                                      note="null = micro_batch_size sequences a micro-batch"),
     # conf/data/
-    "data.max_operand": _int("the toy task's largest operand", 0),
-    "data.train_size": _int("the number of training questions", 1),
+    "data.max_operand": _int("the toy task's largest operand", 0, 99),
+    "data.train_size": _int("the number of training questions", 1, 1_000_000),
     # conf/cluster/
     "cluster.gpus_per_job": _int("the GPUs per job", 0, note="0 = CPU only"),
     "cluster.cpus_per_job": _int("the CPU cores per job", 1),
@@ -231,6 +278,8 @@ def value_errors(cfg: DictConfig) -> list[str]:
     """One line per key of `cfg` whose value breaks its rule (see the module docstring)."""
     errors = []
     for key in _leaf_keys(OmegaConf.to_container(cfg, resolve=False)):
+        if key in TEXT_RULES:
+            continue  # checked below
         rule = rule_for(key)
         if rule is None:
             continue
@@ -245,4 +294,20 @@ def value_errors(cfg: DictConfig) -> list[str]:
         problem = rule.problem(value)
         if problem:
             errors.append(rule.message(key, value, problem))
+    for key, text_rule in TEXT_RULES.items():
+        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if value is None:
+            continue
+        if isinstance(value, ListConfig):
+            value = OmegaConf.to_container(value, resolve=True)
+        if text_rule.problem(value):
+            shown = repr(value) if len(repr(value)) < 80 else repr(value)[:77] + "..."
+            errors.append(f"{key}={shown}: {text_rule.what} must be {text_rule.describe()}; "
+                          f"set {key} to {text_rule.describe()}")
+    for key in ("sampling.temperature", "eval.temperature"):
+        value = OmegaConf.select(cfg, key, default=None)
+        if isinstance(value, int | float) and 0 < value < MIN_POSITIVE_TEMPERATURE:
+            errors.append(f"{key}={value}: a temperature below {MIN_POSITIVE_TEMPERATURE} makes the "
+                          f"logits overflow; set {key}=0 for greedy decoding, or at least "
+                          f"{MIN_POSITIVE_TEMPERATURE}")
     return errors

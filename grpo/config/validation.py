@@ -200,10 +200,17 @@ def _tokenizer(model_build: str | None, path: str, files: tuple) -> PreTrainedTo
 
 @lru_cache(maxsize=4)
 def _prompt_lengths(tokenizer: PreTrainedTokenizerBase, template: str,
-                    questions: tuple[str, ...]) -> tuple[int, ...]:
-    """Tokens of each formatted prompt, special tokens included, as the rollout engines count."""
+                    questions: tuple[str, ...], room: int) -> tuple[tuple[int, bool], ...]:
+    """Tokens of each formatted prompt, special tokens included, as the rollout engines count,
+    and whether the count is exact. A prompt longer than `room` tokens could hold at its
+    tokenizer's longest token is not tokenized (a megabyte question would take seconds and
+    gigabytes): its count is the lower bound characters / longest token, flagged inexact."""
+    longest_token = max(map(len, tokenizer.get_vocab()), default=1)
     prompts = [format_prompt(template, q) for q in questions]
-    return tuple(len(ids) for ids in tokenizer(prompts)["input_ids"])
+    fitting = [p for p in prompts if len(p) <= (room + 1) * longest_token]
+    exact = iter(tokenizer(fitting)["input_ids"]) if fitting else iter(())
+    return tuple((len(next(exact)), True) if len(p) <= (room + 1) * longest_token
+                 else (len(p) // longest_token, False) for p in prompts)
 
 
 def _check_prompt_lengths(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
@@ -227,18 +234,19 @@ def _check_prompt_lengths(cfg: DictConfig, plan: BatchPlan, report: ConfigReport
         examples = [e for split in load_splits(cfg).values() for e in split]
         unique = list({e.question: e for e in examples}.values())
         lengths = _prompt_lengths(tokenizer, load_prompt_template(cfg.prompt.name),
-                                  tuple(e.question for e in unique))
+                                  tuple(e.question for e in unique), room)
     except (OSError, ValueError) as err:
         report.errors.append(f"model.path={model.path}: its tokenizer cannot be loaded or cannot "
                              f"encode the prompts ({err}); restore the model's tokenizer files")
         return
-    too_long = [(n, e) for n, e in zip(lengths, unique, strict=True) if n > room]
+    too_long = [(n, exact, e) for (n, exact), e in zip(lengths, unique, strict=True) if n > room]
     if too_long:
-        n, example = too_long[0]
-        where = example.source or f"data={cfg.data.name} question {example.question!r}"
+        n, exact, example = too_long[0]
+        where = example.source or f"data={cfg.data.name} question {example.question[:80]!r}"
         more = f" (and {len(too_long) - 1} more prompts)" if len(too_long) > 1 else ""
         report.errors.append(
-            f"{where}: the prompt (prompt={cfg.prompt.name} applied) is {n} tokens, more than "
+            f"{where}: the prompt (prompt={cfg.prompt.name} applied) is {'' if exact else 'at least '}"
+            f"{n} tokens, more than "
             f"the {room} that model.max_seq_len={model.max_seq_len} minus "
             f"sampling.max_new_tokens={cfg.sampling.max_new_tokens} leaves{more}; shorten or "
             "remove it, raise model.max_seq_len or lower sampling.max_new_tokens"

@@ -40,6 +40,10 @@ class Example:
     source: str = field(default="", compare=False)
 
 
+MAX_LINE_BYTES = 1 << 20
+"""Longest line of a dataset file: one problem with its solution (MATH's take a few kB)."""
+
+
 def load_examples(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
     """The examples of `split` (`train` or `validation`) of the dataset `data_cfg.name`.
 
@@ -104,6 +108,9 @@ def _load_math(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
             if limit is not None and len(examples) >= limit:
                 break
             where = f"{path}:{line_no}"
+            if len(raw) > MAX_LINE_BYTES:
+                raise ValueError(f"{where}: the line is {len(raw)} bytes; a problem may take at most "
+                                 f"{MAX_LINE_BYTES} (a MATH problem takes a few kB)")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
@@ -115,6 +122,8 @@ def _load_math(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{where}: not valid JSON ({err.msg})") from err
+            except RecursionError:
+                raise ValueError(f"{where}: JSON nested too deeply") from None
             if not isinstance(record, dict):
                 raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
             if record.get(question_field) is None:
