@@ -7,7 +7,6 @@ import contextlib
 import multiprocessing
 import os
 import queue
-import resource
 import signal
 import subprocess
 import sys
@@ -160,18 +159,86 @@ def test_grading_in_worker_processes():
     assert grade_answer("(x+1)^2", "x^2+2x+1")  # the parent's helper is unaffected
 
 
-def test_pathological_input_is_stopped_at_the_cpu_bound_off_the_main_thread():
-    assert grade_answer("(x+1)^2", "x^2+2x+1")  # helper started
-    # sympy would spend minutes (holding the GIL) computing 2^(10^10) when comparing
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        verdict = pool.submit(grade_answer, "1", "2^{10^{10}}", 1.0).result()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # now holds the ended helper's CPU time
-    helper_cpu_s = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+def current_helper() -> subprocess.Popen:
+    """The helper process a single-threaded caller's next call goes to (the one it used last)."""
+    return math_verify_process._HELPERS._idle[-1]._proc
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+HOSTILE_ANSWERS = [  # (ground truth, prediction): sympy would compute for minutes to hours
+    ("1", "2^{10^{10}}"), ("1", "7^{7^{9}}"), ("1", "10^{10^{10}}!"), ("1", "2^{2^{27}}"),
+    ("x", "\\sum_{n=1}^{10^{9}} n^{n}"), ("1", "(10^{100000}+1)^{50}"),
+]
+
+
+@pytest.mark.parametrize(("ground_truth", "predicted"), HOSTILE_ANSWERS)
+def test_a_hostile_answer_is_stopped_well_below_a_second_of_cpu(ground_truth: str, predicted: str):
+    assert grade_answer("(x+1)^2", "x^2+2x+1")  # a helper started and warm
+    helper = current_helper()
+    before = cpu_seconds(helper.pid)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # off the main thread
+        verdict = pool.submit(grade_answer, ground_truth, predicted).result()
     assert verdict is False
-    # its whole life: start-up, the first call, and at most 2 s (a 1 s bound, whole seconds)
-    assert 1.0 <= helper_cpu_s < 10.0, f"the helper used {helper_cpu_s:.1f} CPU s"
-    assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")  # a fresh helper takes over
+    bound = math_verify_process.DEFAULT_TIMEOUT_S * math_verify_process.HARD_LIMIT_FACTOR
+    assert bound < 1.0
+    if helper.poll() is None:  # stopped by the first timer: the helper serves on
+        used = cpu_seconds(helper.pid) - before
+        assert used <= math_verify_process.DEFAULT_TIMEOUT_S + 0.05, f"the call used {used:.2f} CPU s"
+    assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")
+
+
+def test_a_helper_ended_mid_call_counts_as_wrong_and_a_spare_takes_over():
+    """What the second timer does to a computation in C that ignores the first one."""
+    assert grade_answer("(x+1)^2", "x^2+2x+1")
+    helper = current_helper()
+    os.kill(helper.pid, signal.SIGSTOP)  # so that it is mid-call when it is ended
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        verdict = pool.submit(grade_answer, "7", "3+4")
+        time.sleep(0.2)
+        os.kill(helper.pid, signal.SIGKILL)
+        assert verdict.result() is False
+    slot = math_verify_process._HELPERS._idle[-1]
+    assert slot._proc is None and slot._spare is not None, "a spare starts at once"
+    spare = slot._spare
+    assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")
+    assert current_helper() is spare and slot._spare is not None  # and another spare behind it
+
+
+def test_repeated_answers_are_graded_once_and_a_batch_is_graded_in_parallel():
+    from grpo.grading.rewards import _graded, score_batch
+
+    response = "<think>x</think> <answer>\\frac{\\sqrt{8}}{2}</answer>"
+    before = _graded.cache_info()
+    scores = score_batch(r1_zero_reward_fn, [response] * 64, ["\\sqrt{2}"] * 64)
+    assert all(s["reward"] == 1.0 for s in scores)
+    after = _graded.cache_info()
+    assert after.misses - before.misses <= math_verify_process.POOL_SIZE  # threads may race once
+    assert after.hits - before.hits >= 64 - math_verify_process.POOL_SIZE
+    answers = [f"<think>x</think> <answer>{k}\\sqrt{{2}}</answer>" for k in range(2, 10)]
+    scores = score_batch(r1_zero_reward_fn, answers, ["\\sqrt{8}"] * 8)
+    assert [s["reward"] for s in scores] == [1.0] + [0.0] * 7  # in order
+
+
+@pytest.mark.skipif(math_verify_process.POOL_SIZE < 2, reason="one CPU: one helper")
+def test_calls_from_two_threads_run_at_once_on_two_helpers():
+    assert grade_answer("(x+1)^2", "x^2+2x+1")
+    helper = current_helper()
+    os.kill(helper.pid, signal.SIGSTOP)  # its call cannot finish until it is continued
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            stalled = pool.submit(grade_answer, "7", "3+4")
+            time.sleep(0.2)
+            assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")  # on another helper, meanwhile
+            assert not stalled.done()
+            os.kill(helper.pid, signal.SIGCONT)
+            assert stalled.result() is True
+    finally:
+        os.kill(helper.pid, signal.SIGCONT)
 
 
 CALL_BOUND_S = 20.0
@@ -229,23 +296,23 @@ def test_every_reward_call_on_adversarial_megabyte_inputs_returns():
 
 def test_math_verify_helper_ignores_the_signals_meant_for_the_trainer():
     assert grade_answer("(x+1)^2", "x^2+2x+1")  # through math-verify: the helper is running
-    helper = math_verify_process._HELPER._proc
+    helper = current_helper()
     for name in math_verify_process.IGNORED_SIGNALS:  # SLURM's time-limit warning is SIGUSR2
         os.kill(helper.pid, getattr(signal, name))
     assert grade_answer("2\\sqrt{2}", "\\sqrt{8}")
-    assert math_verify_process._HELPER._proc is helper and helper.poll() is None
+    assert current_helper() is helper and helper.poll() is None
 
 
 def test_a_verdict_does_not_depend_on_machine_load():
-    """The bound is CPU time: a helper kept off the CPU (stopped) for three times the bound still
+    """The bound is CPU time: a helper kept off the CPU (stopped) for ten times the bound still
     gives math-verify's verdict, as it does on an idle machine."""
     assert grade_answer("(x+1)^2", "x^2+2x+1")  # helper started
-    helper = math_verify_process._HELPER._proc
+    helper = current_helper()
     os.kill(helper.pid, signal.SIGSTOP)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        verdict = pool.submit(grade_answer, "7", "3+4", 1.0)  # math-verify's stage: 3+4 = 7
+        verdict = pool.submit(grade_answer, "7", "3+4")  # math-verify's stage: 3+4 = 7
         time.sleep(3.0)
         with contextlib.suppress(ProcessLookupError):  # gone if ended on a wall-clock bound
             os.kill(helper.pid, signal.SIGCONT)
         assert verdict.result() is True
-    assert math_verify_process._HELPER._proc is helper, "the helper was replaced"
+    assert current_helper() is helper, "the helper was replaced"

@@ -1,16 +1,20 @@
-"""math-verify's verdict on two answers, in a helper process, in bounded time, from any thread.
+"""math-verify's verdict on two answers, in helper processes, in bounded time, from any thread.
 
 math-verify parses the ground truth first (as the gold), then the prediction, and `verify`
 compares them. Its own timeout uses SIGALRM, which only works in the main thread and cannot
 interrupt a long C-level computation holding the GIL (sympy evaluating `2^{10^{10}}` takes
-minutes), so math-verify runs here with its timeouts off, in a helper process, and a call may
-use `timeout_s` seconds of the helper's CPU time (RLIMIT_CPU: the kernel ends the helper past it;
-the call counts as unequal and a new helper takes over). CPU time, not wall-clock time, so that a
-verdict does not depend on how loaded the machine is: same answers, same rewards.
+minutes), so math-verify runs here with its timeouts off, in a helper process, under two CPU-time
+timers of the helper (CPU time, not wall-clock time, so that a verdict does not depend on how
+loaded the machine is: same answers, same rewards):
+- after `timeout_s` CPU seconds (ITIMER_PROF) a Python exception ends the comparison: the call
+  counts as unequal and the helper serves on (sympy's Python code, the common case);
+- after `HARD_LIMIT_FACTOR` times that (ITIMER_VIRTUAL, default action) the kernel ends the helper,
+  which a computation in C ignoring the first timer needs: the call counts as unequal and a spare
+  helper, started beforehand, takes over at once.
 
-The helper is a plain `subprocess` (no `multiprocessing`), so this also works inside daemonic
-pool workers; each process that asks starts its own helper (a forked child never reuses its
-parent's), and calls from several threads of one process are serialised on it.
+The helpers are plain `subprocess`es (no `multiprocessing`), so this also works inside daemonic
+pool workers; each process that asks starts its own (a forked child never reuses its parent's).
+Up to `POOL_SIZE` calls from different threads run at once, each on its own helper.
 
 This module imports only the standard library at load time, so the helper loads it by path
 without importing torch or the rest of the `grpo` package.
@@ -28,9 +32,16 @@ import sys
 import threading
 import time
 
-DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_TIMEOUT_S = 0.25
 """Default bound, in CPU seconds of the helper, on one math-verify comparison (both parses and
-the verify); whole seconds are enforced, so a call gets between this and one second more."""
+the verify); real MATH answers take a few milliseconds."""
+
+HARD_LIMIT_FACTOR = 2.0
+"""A comparison that ignores the first timer (a computation in C) ends with its helper after
+this many times `timeout_s` CPU seconds."""
+
+POOL_SIZE = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
+"""Helpers of one process: calls from up to this many threads run in parallel."""
 
 STARTUP_TIMEOUT_S = 120.0
 """How long, in seconds, the helper process may take to import math-verify and report ready."""
@@ -77,17 +88,22 @@ def _serve() -> None:
     lines, answer b"1\\n" or b"0\\n"; the kernel ends the process when a call uses more than
     timeout_s CPU seconds."""
     import logging
-    import math
     import resource
+
+    class OutOfTime(BaseException):  # not an Exception: math-verify's handlers must not eat it
+        pass
+
+    def out_of_time(signum: int, frame: object) -> None:
+        raise OutOfTime
 
     logging.disable(logging.CRITICAL)  # math-verify warns about its disabled timeouts
     try:
         resource.setrlimit(resource.RLIMIT_AS, (HELPER_MEMORY_LIMIT_BYTES,) * 2)
     except (ValueError, OSError):  # the hard limit is already lower
         pass
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # ended by SIGXCPU: no core file
-    signal.signal(signal.SIGXCPU, signal.SIG_DFL)
-    hard_cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # ended by a timer: no core file
+    signal.signal(signal.SIGPROF, out_of_time)
+    signal.signal(signal.SIGVTALRM, signal.SIG_DFL)  # terminates the helper
     # math-verify and sympy load parts of themselves on first use: do it before any call is timed
     _math_verify_equal("x+1", "1+x", False)
 
@@ -96,15 +112,15 @@ def _serve() -> None:
     out.flush()
     for line in sys.stdin.buffer:
         ground_truth, predicted, exact_prediction, timeout_s = json.loads(line)
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        cpu_limit = math.ceil(usage.ru_utime + usage.ru_stime + timeout_s)
-        if hard_cpu_limit != resource.RLIM_INFINITY:
-            cpu_limit = min(cpu_limit, hard_cpu_limit)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit, hard_cpu_limit))
         try:
+            signal.setitimer(signal.ITIMER_VIRTUAL, timeout_s * HARD_LIMIT_FACTOR)
+            signal.setitimer(signal.ITIMER_PROF, timeout_s)
             verdict = _math_verify_equal(ground_truth, predicted, exact_prediction)
-        except Exception:  # a parser crash is a wrong answer, not a dead helper
+        except (Exception, OutOfTime):  # a parser crash or no time left: a wrong answer
             verdict = False
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         out.write(b"1\n" if verdict else b"0\n")
         out.flush()
 
@@ -135,89 +151,132 @@ class _HelperTimeout(Exception):
     """The helper did not answer in time."""
 
 
+def _launch() -> subprocess.Popen:
+    """Start a helper process (it reports ready once math-verify is loaded: `_await_ready`)."""
+    # the child starts with the signals blocked (it inherits the mask) and unblocks them only
+    # once it ignores them, so one that arrives while the interpreter starts cannot kill it
+    blocked = [getattr(signal, name) for name in IGNORED_SIGNALS]
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", _BOOTSTRAP, os.path.abspath(__file__), json.dumps(sys.path),
+             ",".join(IGNORED_SIGNALS)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,  # unbuffered: a fork can never inherit (and later flush) half a request
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _await_ready(proc: subprocess.Popen) -> subprocess.Popen:
+    """`proc` once it has reported ready; RuntimeError (the helper killed) if it does not."""
+    try:
+        reply = _read_line(proc, STARTUP_TIMEOUT_S)
+    except _HelperTimeout:
+        reply = None
+    if reply != b"ready":
+        proc.kill()  # no effect when it has already exited (reply b"")
+        exit_code = proc.wait()
+        if reply is None:
+            cause = f"no answer within {STARTUP_TIMEOUT_S} s"
+        elif exit_code < 0:
+            cause = f"killed by signal {-exit_code} while starting"
+        else:
+            cause = f"exit code {exit_code}; is math-verify[antlr4_9_3] installed here?"
+        raise RuntimeError(f"the math-verify grading helper did not start: {cause}")
+    return proc
+
+
+def _end(proc: subprocess.Popen | None) -> None:
+    if proc is not None:
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+
+
 class _MathVerifyHelper:
-    """Owns this process's helper process; restarts it after a timeout or a crash."""
+    """One helper process, restarted after a timeout that ended it or a crash; once one has
+    ended, a spare is kept starting in the background, so the next replacement is ready at once."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
+        self._spare: subprocess.Popen | None = None
+
+    def forget(self) -> None:
+        """In a forked child: drop the parent's processes (only this process's pipe ends close)."""
+        for proc in (self._proc, self._spare):
+            if proc is not None:
+                proc.stdin.close()
+                proc.stdout.close()
+        self._proc = self._spare = None
+
+    def _replace(self) -> None:
+        replaced = self._proc is not None
+        _end(self._proc)
+        self._proc = None
+        spare, self._spare = self._spare, None
+        self._proc = _await_ready(spare if spare is not None and spare.poll() is None else _launch())
+        if replaced or spare is not None:
+            self._spare = _launch()
+
+    def equal(self, ground_truth: str, predicted: str, exact_prediction: bool, timeout_s: float) -> bool:
+        """math-verify's verdict, or False if it needs more than timeout_s CPU seconds."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._replace()
+        request = json.dumps([ground_truth, predicted, exact_prediction, timeout_s]) + "\n"
+        try:
+            _write_all(self._proc.stdin.fileno(), request.encode())
+            reply = _read_line(self._proc, HELPER_WALL_LIMIT_S)
+        except (_HelperTimeout, BrokenPipeError):
+            reply = b""
+        if reply not in (b"0", b"1"):  # ended by the hard timer, or crashed (e.g. out of memory)
+            _end(self._proc)
+            self._proc = None
+            if self._spare is None:
+                self._spare = _launch()
+            return False
+        return reply == b"1"
+
+    def close(self) -> None:
+        _end(self._proc)
+        _end(self._spare)
+        self._proc = self._spare = None
+
+
+class _HelperPool:
+    """Up to POOL_SIZE helpers of this process, each used by one thread at a time."""
+
+    def __init__(self) -> None:
+        self.after_fork_in_child()
 
     def after_fork_in_child(self) -> None:
-        """A forked child must not share its parent's helper (nor a lock held at fork time)."""
+        """A forked child must not share its parent's helpers (nor a lock held at fork time)."""
+        for helper in getattr(self, "_all", []):
+            helper.forget()
         self._lock = threading.Lock()
-        if self._proc is not None:
-            self._proc.stdin.close()  # only this process's copies of the pipe ends
-            self._proc.stdout.close()
-        self._proc = None
+        self._idle: list[_MathVerifyHelper] = []
+        self._all: list[_MathVerifyHelper] = []
+        self._free = threading.Semaphore(POOL_SIZE)
 
-    @staticmethod
-    def _start() -> subprocess.Popen:
-        # the child starts with the signals blocked (it inherits the mask) and unblocks them only
-        # once it ignores them, so one that arrives while the interpreter starts cannot kill it
-        blocked = [getattr(signal, name) for name in IGNORED_SIGNALS]
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-        try:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    _BOOTSTRAP,
-                    os.path.abspath(__file__),
-                    json.dumps(sys.path),
-                    ",".join(IGNORED_SIGNALS),
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                bufsize=0,  # unbuffered: a fork can never inherit (and later flush) half a request
-            )
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        try:
-            reply = _read_line(proc, STARTUP_TIMEOUT_S)
-        except _HelperTimeout:
-            reply = None
-        if reply != b"ready":
-            proc.kill()  # no effect when it has already exited (reply b"")
-            exit_code = proc.wait()
-            if reply is None:
-                cause = f"no answer within {STARTUP_TIMEOUT_S} s"
-            elif exit_code < 0:
-                cause = f"killed by signal {-exit_code} while starting"
-            else:
-                cause = f"exit code {exit_code}; is math-verify[antlr4_9_3] installed here?"
-            raise RuntimeError(f"the math-verify grading helper did not start: {cause}")
-        return proc
-
-    def _stop(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc.stdin.close()
-            self._proc.stdout.close()
-        self._proc = None
-
-    def equal(
-        self, ground_truth: str, predicted: str, exact_prediction: bool, timeout_s: float
-    ) -> bool:
-        """math-verify's verdict, or False if it needs more than timeout_s CPU seconds."""
-        with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._stop()
-                self._proc = self._start()
-            request = json.dumps([ground_truth, predicted, exact_prediction, timeout_s]) + "\n"
+    def equal(self, ground_truth: str, predicted: str, exact_prediction: bool, timeout_s: float) -> bool:
+        with self._free:
+            with self._lock:
+                if not self._idle:
+                    self._all.append(_MathVerifyHelper())
+                    self._idle.append(self._all[-1])
+                helper = self._idle.pop()
             try:
-                _write_all(self._proc.stdin.fileno(), request.encode())
-                reply = _read_line(self._proc, HELPER_WALL_LIMIT_S)
-            except (_HelperTimeout, BrokenPipeError):
-                reply = b""
-            if reply not in (b"0", b"1"):  # out of CPU time, or crashed (e.g. out of memory)
-                self._stop()
-                return False
-            return reply == b"1"
+                return helper.equal(ground_truth, predicted, exact_prediction, timeout_s)
+            finally:
+                with self._lock:
+                    self._idle.append(helper)
 
     def close(self) -> None:
         with self._lock:
-            self._stop()
+            for helper in self._all:
+                helper.close()
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -244,10 +303,10 @@ def _read_line(proc: subprocess.Popen, timeout_s: float) -> bytes:
     return data[:-1]
 
 
-_HELPER = _MathVerifyHelper()
-atexit.register(_HELPER.close)
+_HELPERS = _HelperPool()
+atexit.register(_HELPERS.close)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_HELPER.after_fork_in_child)
+    os.register_at_fork(after_in_child=_HELPERS.after_fork_in_child)
 
 
 def math_verify_equal(
@@ -258,10 +317,11 @@ def math_verify_equal(
 ) -> bool:
     """Whether math-verify finds `predicted` equal to `ground_truth`.
 
-    Safe to call from any thread and from worker processes. A call uses at most about `timeout_s`
-    CPU seconds, plus the helper's start-up (about a second) on a process's first call and on the
-    call after a timeout, plus any wait for other threads' calls (they share one helper). The
-    verdict does not depend on the machine's load (the bound is CPU time, not wall-clock time).
+    Safe to call from any thread and from worker processes. A call uses at most `timeout_s` CPU
+    seconds (`HARD_LIMIT_FACTOR` times that for a computation in C), plus a helper's start-up
+    (about half a second) on a thread's first call, plus any wait while POOL_SIZE other threads'
+    calls run. The verdict does not depend on the machine's load (the bound is CPU time, not
+    wall-clock time).
 
     Args:
         ground_truth: the reference answer (parsed as math-verify's gold), LaTeX without `$`.
@@ -273,4 +333,4 @@ def math_verify_equal(
     Returns:
         math-verify's verdict; False also when a side does not parse or the call times out.
     """
-    return _HELPER.equal(ground_truth, predicted, exact_prediction, timeout_s)
+    return _HELPERS.equal(ground_truth, predicted, exact_prediction, timeout_s)

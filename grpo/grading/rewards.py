@@ -3,14 +3,22 @@
 CS336 semantics: "reward" is 1.0 only when the format is right and the answer is correct; a
 correctly formatted wrong answer gets format_reward 1.0 and reward 0.0; a malformed response gets
 0.0 everywhere. A ground truth may be a string, a number, or a list of acceptable answers.
+
+Answers are graded once per process (`GRADE_CACHE_SIZE` most recent answer, truth pairs: a
+group's repeated answers, and a collapsed policy's identical ones, cost one grading), and
+`score_batch` scores a rollout batch on `POOL_SIZE` threads, each grading on its own math-verify
+helper process.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from grpo.grading.answers import MAX_ANSWER_CHARS, grade_answer
+from grpo.grading.math_verify_process import POOL_SIZE
 
 GroundTruth = str | int | float | Sequence[str]
 RewardFn = Callable[[str, GroundTruth], dict[str, float]]
@@ -97,9 +105,23 @@ def _is_correct(candidates: list[str], ground_truth: GroundTruth) -> bool:
         truth = str(truth)
         if "\\boxed" in truth:  # a full solution as the ground truth: grade against its box
             truth = extract_boxed_answer(truth) or truth
-        if grade_answer(answer, truth):
+        if _graded(answer, truth):
             return True
     return False
+
+
+GRADE_CACHE_SIZE = 1 << 16
+"""Answer, truth pairs whose verdict is kept (a few MB at MATH's answer lengths)."""
+_graded = functools.lru_cache(maxsize=GRADE_CACHE_SIZE)(grade_answer)
+
+
+def score_batch(reward_fn: RewardFn, responses: Sequence[str],
+                ground_truths: Sequence[GroundTruth]) -> list[dict[str, float]]:
+    """`reward_fn(response, truth)` of each pair, in order, on up to POOL_SIZE threads."""
+    if POOL_SIZE == 1 or len(responses) < 2:
+        return [reward_fn(r, t) for r, t in zip(responses, ground_truths, strict=True)]
+    with ThreadPoolExecutor(max_workers=POOL_SIZE) as pool:
+        return list(pool.map(reward_fn, responses, ground_truths))
 
 
 def _scores(formatted: bool, correct: bool) -> dict[str, float]:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from grpo.data.datasets import Example
+from grpo.grading.rewards import score_batch
 from grpo.rollout.base import RolloutEngine, SamplingSettings
 from grpo.run.files import atomic_write_text
 
@@ -27,9 +28,9 @@ def evaluate(
     prompt, response, ground truth and rewards.
     """
     rollouts = [group[0] for group in engine.generate(list(prompts), 1, sampling)]
+    all_scores = score_batch(reward_fn, [r.text for r in rollouts], [e.answer for e in examples])
     samples = []
-    for example, prompt, rollout in zip(examples, prompts, rollouts, strict=True):
-        scores = reward_fn(rollout.text, example.answer)
+    for example, prompt, rollout, scores in zip(examples, prompts, rollouts, all_scores, strict=True):
         samples.append(
             {"prompt": prompt, "response": rollout.text, "ground_truth": example.answer,
              "response_tokens": len(rollout.token_ids), **scores}

@@ -55,6 +55,7 @@ from grpo.core.tokenization import tokenize_prompt_and_output
 from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step
 from grpo.data.datasets import Example, PromptSampler, load_examples
 from grpo.data.prompts import format_prompt, load_prompt_template, reward_fn_for
+from grpo.grading.rewards import score_batch
 from grpo.models.loading import load_policy
 from grpo.models.precision import precision_of
 from grpo.rollout import ENGINES, build_engine
@@ -310,8 +311,11 @@ class GRPOTrainer:
     ) -> tuple[RolloutBatch, dict[str, float]]:
         responses = [r.text for r in rollouts]
         with timer.phase("scoring"):
+            # graded in parallel first; the CS336 function then reads the scores back
+            scores = dict(zip(zip(responses, truths, strict=True),
+                              score_batch(self.reward_fn, responses, truths), strict=True))
             advantages, raw_rewards, meta = compute_group_normalized_rewards(
-                self.reward_fn, responses, truths, self.cfg.group_size,
+                lambda response, truth: scores[response, truth], responses, truths, self.cfg.group_size,
                 self.cfg.advantage_eps, self.cfg.std_norm.enabled,
             )
         tokens = tokenize_prompt_and_output(prompts, responses, self.tokenizer)
