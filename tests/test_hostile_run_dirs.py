@@ -243,3 +243,34 @@ def test_analysis_lists_crafted_runs_as_unusable_and_reports_the_rest(tmp_path: 
     assert ".hydra/config.yaml is unreadable (config.yaml is nested more than 64 levels deep)" in unusable
     assert "sweep/3` (status unknown): status.json holds no status" in unusable
     assert "sweep/4`" in unusable
+
+
+# ------------------------------------------------------------------ a full disk
+_FILE_SIZE_LIMIT = """
+import os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]),) * 2)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("limit", "message"), [
+    (400_000, "error: cannot write checkpoint step_000005 in "),  # the 500 kB weights
+    (5_000, "error: the disk is full (or over quota) writing "),  # a metrics line
+], ids=["checkpoint", "metrics"])
+def test_a_full_disk_stops_the_run_in_one_line_and_a_relaunch_resumes(
+        tmp_path: Path, tiny_model_dir: Path, limit: int, message: str) -> None:
+    """A write past RLIMIT_FSIZE fails as a full disk does (EFBIG instead of ENOSPC)."""
+    from training_runs import N_STEPS, finish, launch, status, steps
+
+    prefix = [sys.executable, "-c", _FILE_SIZE_LIMIT, str(limit)]
+    returncode, output = finish(launch(tmp_path, tiny_model_dir, "logging.wandb_mode=disabled",
+                                       prefix=prefix))
+    assert returncode == 1, output
+    (line,) = [x for x in output.splitlines() if x.startswith("error: ")]
+    assert line.startswith(message) and "Traceback" not in output
+    assert status(tmp_path)["status"] == "failed"
+    returncode, output = finish(launch(tmp_path, tiny_model_dir, "logging.wandb_mode=disabled"))
+    assert returncode == 0, output
+    assert steps(tmp_path) == list(range(N_STEPS + 1))

@@ -39,6 +39,8 @@ MAX_STATUS_BYTES = 1 << 20
 MAX_METRICS_BYTES = 1 << 30
 """Largest metrics.jsonl that is read (a 200-step run's is about 1 MB)."""
 log = logging.getLogger(__name__)
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 class RunDirError(RuntimeError):
@@ -108,6 +110,18 @@ def append_line(path: Path, line: str) -> None:
         os.fsync(f.fileno())
 
 
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""No space left, over quota, file larger than allowed: a write that freeing space fixes."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether `err` (an OSError, or safetensors' error around one) says the disk is full."""
+    if isinstance(err, OSError):
+        return err.errno in DISK_FULL_ERRNOS
+    return any(f"(os error {n})" in str(err) for n in DISK_FULL_ERRNOS) or (
+        err.__cause__ is not None and is_disk_full(err.__cause__))
+
+
 def check_writable(run_dir: Path) -> None:
     """Raise RunDirError unless the run can write where it writes: `run_dir` and its
     `checkpoints/` and `rollouts/` (new files), `metrics.jsonl` (appended). Changes nothing."""
@@ -137,6 +151,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     replaces a symbolic link at `path` rather than writing through it)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # as open() would create it (mkstemp's is private)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

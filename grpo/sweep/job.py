@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from grpo.config.validation import check_config
 from grpo.core.losses import POLICY_LOSSES
-from grpo.run.files import RunDirError, read_status
+from grpo.run.files import RunDirError, is_disk_full, read_status
 from grpo.training.batch_plan import BatchPlan, MicroBatching
 
 
@@ -90,6 +90,13 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
         return train(cfg, run_dir)
     except RunDirError as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as err:
+        if not is_disk_full(err):
+            raise
+        print(f"error: the disk is full (or over quota) writing {run_dir}: {err}. Free space and "
+              "launch the same command again: the run resumes from its last checkpoint",
+              file=sys.stderr)
         sys.exit(1)
     finally:
         status = read_status(run_dir) or {}
