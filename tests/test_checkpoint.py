@@ -247,4 +247,4 @@ def test_manifest_catches_missing_resized_changed_and_foreign_files(tmp_path: Pa
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert manifest_problem(tmp_path) == "manifest.json names '../b.bin', which is not a file of the directory"
     (tmp_path / "manifest.json").write_text("{trunc")
-    assert manifest_problem(tmp_path).startswith("manifest.json is unreadable")
+    assert manifest_problem(tmp_path).startswith("manifest.json is not readable JSON")
