@@ -71,6 +71,7 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
+from omegaconf.errors import OmegaConfBaseException
 
 from grpo.run.files import (
     MAX_METRICS_BYTES,
@@ -303,7 +304,10 @@ def _select(data: Any, key: str) -> Any:
 
 def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
     """Swept keys and values of a sweep from its ``multirun.yaml`` (None when it has none)."""
-    multirun = _load_yaml(sweep_dir / "multirun.yaml")
+    try:
+        multirun = _load_yaml(sweep_dir / "multirun.yaml")
+    except (OSError, ValueError, yaml.YAMLError, RecursionError, OmegaConfBaseException):
+        multirun = None  # unreadable: the swept keys are found from the runs' overrides
     if multirun is None:
         return None
     params = OmegaConf.select(multirun, "hydra.sweeper.params", default=None)

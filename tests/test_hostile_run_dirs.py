@@ -230,6 +230,7 @@ def test_analysis_lists_crafted_runs_as_unusable_and_reports_the_rest(tmp_path: 
     (sweep / "3" / "status.json").write_text('{"status": 5, "last_step": "9", "restarts": []}')
     (sweep / "4" / "metrics.jsonl").unlink()
     (sweep / "4" / "metrics.jsonl").mkdir()
+    (sweep / "multirun.yaml").write_bytes(b"a: " + b"[" * 100_000)  # swept keys from the runs then
     for command in (["plots", "--sweep", str(sweep)], ["watch", "--once", str(sweep)]):
         out = subprocess.run([sys.executable, "-m", "analysis", *command], cwd=ROOT,
                              capture_output=True, text=True, timeout=300)

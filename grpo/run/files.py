@@ -128,10 +128,10 @@ def check_writable(run_dir: Path) -> None:
     for directory in (run_dir, run_dir / "checkpoints", run_dir / "rollouts"):
         if not directory.is_dir():
             continue
-        probe = directory / f".write_probe_{os.getpid()}"
         try:
-            probe.touch()
-            probe.unlink()
+            fd, probe = tempfile.mkstemp(dir=directory, prefix=".write_probe_")  # a new name
+            os.close(fd)
+            os.unlink(probe)
         except OSError as err:
             raise RunDirError(not_writable(run_dir, directory, err)) from err
     metrics = run_dir / "metrics.jsonl"
