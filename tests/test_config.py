@@ -92,6 +92,17 @@ def recipe_values(cfg) -> dict:
     return {key: cfg[key] for key in TOY_RECIPE}
 
 
+def test_the_real_recipe_turns_the_collapse_guards_on() -> None:
+    """Qwen on MATH (the defaults) stops a run whose reward stays 0 or whose responses collapse;
+    the CPU recipe and a preset that sets its own values keep theirs."""
+    cfg = _compose([])
+    assert cfg.hydra.runtime.choices.recipe == "qwen2.5-math-1.5b_math"
+    assert (cfg.health.zero_reward_patience, cfg.health.min_mean_response_length) == (5, 8)
+    assert _compose(["health.zero_reward_patience=0"]).health.zero_reward_patience == 0
+    tiny = _compose(["model=tiny", "data=toy"])
+    assert (tiny.health.zero_reward_patience, tiny.health.min_mean_response_length) == (0, 0)
+
+
 def test_tiny_on_toy_brings_the_cpu_recipe_and_the_data_option_holds_data_only() -> None:
     cfg = _compose(["model=tiny", "data=toy", "rollout=hf"])
     assert recipe_values(cfg) == TOY_RECIPE and cfg.prompt.name == "toy"
