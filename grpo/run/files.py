@@ -79,6 +79,12 @@ def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
     return parse_json(read_bytes(path, max_bytes), path.name)
 
 
+def planted_link(path: Path) -> RunDirError:
+    """The refusal to write through `path`, a symbolic link where a run's own file should be."""
+    return RunDirError(f"{path} is a symbolic link; a run or sweep directory's files are its own: "
+                       "remove it and start again")
+
+
 def subdir(run_dir: Path, name: str) -> Path:
     """`run_dir/name`, created if missing; RunDirError when it is a symbolic link or not a
     directory (writes there would land outside the run directory)."""
@@ -87,10 +93,10 @@ def subdir(run_dir: Path, name: str) -> Path:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         pass
-    if path.is_symlink() or not path.is_dir():
-        what = f"a symbolic link (to {os.readlink(path)})" if path.is_symlink() else "not a directory"
-        raise RunDirError(f"{path} is {what}; a run directory's files are its own: remove it and "
-                          "start the run again")
+    if path.is_symlink():
+        raise planted_link(path)
+    if not path.is_dir():
+        raise RunDirError(f"{path} is not a directory; remove it and start the run again")
     return path
 
 
@@ -101,8 +107,7 @@ def append_line(path: Path, line: str) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as err:
         if err.errno == errno.ELOOP:
-            raise RunDirError(f"{path} is a symbolic link; a run directory's files are its own: "
-                              "remove it and start the run again") from None
+            raise planted_link(path) from None
         raise
     with os.fdopen(fd, "a") as f:
         f.write(line + "\n")

@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from grpo.run.files import RunDirError, not_writable
+from grpo.run.files import RunDirError, not_writable, planted_link
 
 LOCK_FILE = ".lock"
 WAIT = "wait for it to end (make watch), or stop it first"
@@ -56,8 +56,7 @@ def _directory_lock(directory: Path, busy: str) -> Iterator[None]:
     except OSError as err:
         if err.errno != errno.ELOOP:
             raise RunDirError(not_writable(directory, path, err)) from None
-        raise RunDirError(f"the lock {path} is a symbolic link; remove it (a run or sweep "
-                          "directory's files are its own)") from None
+        raise planted_link(path) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

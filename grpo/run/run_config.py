@@ -40,6 +40,10 @@ MAY_CHANGE = (
 changes the weights, the sampled rollouts or the evaluation of the steps already trained."""
 
 
+ABSENT = "(absent)"
+"""The value shown for a key one of the two configs does not have."""
+
+
 class ConfigChanged(RunDirError):
     """A resume launched with values that would change the trained curve."""
 
@@ -87,9 +91,8 @@ def compare(trained: dict[str, Any], new: dict[str, Any], step: int) -> Comparis
     may change; `n_grpo_steps` below `step` is refused."""
     old_leaves, new_leaves = _leaves(trained), _leaves(new)
     result = Comparison()
-    absent = "(absent)"
     for key in sorted(old_leaves.keys() | new_leaves.keys()):
-        old, new_value = old_leaves.get(key, absent), new_leaves.get(key, absent)
+        old, new_value = old_leaves.get(key, ABSENT), new_leaves.get(key, ABSENT)
         if _same(old, new_value):
             continue
         too_few = key == "n_grpo_steps" and not (isinstance(new_value, int) and new_value >= step)
@@ -125,7 +128,7 @@ def stored(checkpoint: Path) -> dict[str, Any] | None:
 
 
 def _show(value: Any) -> str:
-    return value if value == "(absent)" else json.dumps(value)
+    return ABSENT if value == ABSENT else json.dumps(value)
 
 
 def check_resume(cfg: DictConfig, run_dir: Path, checkpoint: Path, step: int) -> dict[str, tuple[Any, Any]]:
