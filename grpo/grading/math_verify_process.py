@@ -6,8 +6,11 @@ interrupt a long C-level computation holding the GIL (sympy evaluating `2^{10^{1
 minutes), so math-verify runs here with its timeouts off, in a helper process, under two CPU-time
 timers of the helper (CPU time, not wall-clock time, so that a verdict does not depend on how
 loaded the machine is: same answers, same rewards):
-- after `timeout_s` CPU seconds (ITIMER_PROF) a Python exception ends the comparison: the call
-  counts as unequal and the helper serves on (sympy's Python code, the common case);
+- after `timeout_s` CPU seconds (ITIMER_PROF) a Python exception ends the comparison, which is
+  tried once more (`ATTEMPTS`): the first use of a part of sympy fills its caches, which costs
+  0.1-0.3 CPU s on a 2-core x86-64 machine (`(x+1)^2` against `x^2+2x+1` in a fresh helper: up
+  to 0.28 s) and the same call then takes milliseconds; a call out of time twice counts as
+  unequal and the helper serves on (sympy's Python code, the common case);
 - after `HARD_LIMIT_FACTOR` times that (ITIMER_VIRTUAL, default action) the kernel ends the helper,
   which a computation in C ignoring the first timer needs: the call counts as unequal and a spare
   helper, started beforehand, takes over at once.
@@ -33,8 +36,13 @@ import threading
 import time
 
 DEFAULT_TIMEOUT_S = 0.25
-"""Default bound, in CPU seconds of the helper, on one math-verify comparison (both parses and
-the verify); real MATH answers take a few milliseconds."""
+"""Default bound, in CPU seconds of the helper, on one attempt at a math-verify comparison (both
+parses and the verify); real MATH answers take a few milliseconds once sympy's caches are warm."""
+
+ATTEMPTS = 2
+"""Attempts at a comparison that runs out of time: the second one finds the caches the first
+filled (a right answer must not be graded wrong because it was the first of its kind). A hostile
+answer thus costs at most ATTEMPTS x timeout_s CPU seconds."""
 
 HARD_LIMIT_FACTOR = 2.0
 """A comparison that ignores the first timer (a computation in C) ends with its helper after
@@ -104,23 +112,29 @@ def _serve() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # ended by a timer: no core file
     signal.signal(signal.SIGPROF, out_of_time)
     signal.signal(signal.SIGVTALRM, signal.SIG_DFL)  # terminates the helper
-    # math-verify and sympy load parts of themselves on first use: do it before any call is timed
-    _math_verify_equal("x+1", "1+x", False)
+    # math-verify and sympy load parts of themselves on first use: do the commonest before any
+    # call is timed (a polynomial's expansion costs most: ~0.2 CPU s)
+    _math_verify_equal("x^2+2x+1", "(x+1)^2", False)
 
     out = sys.stdout.buffer
     out.write(b"ready\n")
     out.flush()
     for line in sys.stdin.buffer:
         ground_truth, predicted, exact_prediction, timeout_s = json.loads(line)
-        try:
-            signal.setitimer(signal.ITIMER_VIRTUAL, timeout_s * HARD_LIMIT_FACTOR)
-            signal.setitimer(signal.ITIMER_PROF, timeout_s)
-            verdict = _math_verify_equal(ground_truth, predicted, exact_prediction)
-        except (Exception, OutOfTime):  # a parser crash or no time left: a wrong answer
-            verdict = False
-        finally:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        verdict = False
+        for _ in range(ATTEMPTS):
+            try:
+                signal.setitimer(signal.ITIMER_VIRTUAL, timeout_s * HARD_LIMIT_FACTOR)
+                signal.setitimer(signal.ITIMER_PROF, timeout_s)
+                verdict = _math_verify_equal(ground_truth, predicted, exact_prediction)
+                break
+            except OutOfTime:  # no time left: once more with the caches it filled
+                continue
+            except Exception:  # a parser crash: a wrong answer
+                break
+            finally:
+                signal.setitimer(signal.ITIMER_PROF, 0)
+                signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         out.write(b"1\n" if verdict else b"0\n")
         out.flush()
 
@@ -317,8 +331,8 @@ def math_verify_equal(
 ) -> bool:
     """Whether math-verify finds `predicted` equal to `ground_truth`.
 
-    Safe to call from any thread and from worker processes. A call uses at most `timeout_s` CPU
-    seconds (`HARD_LIMIT_FACTOR` times that for a computation in C), plus a helper's start-up
+    Safe to call from any thread and from worker processes. A call uses at most `ATTEMPTS` x
+    `timeout_s` CPU seconds (`HARD_LIMIT_FACTOR` times `timeout_s` for a computation in C), plus a helper's start-up
     (about half a second) on a thread's first call, plus any wait while POOL_SIZE other threads'
     calls run. The verdict does not depend on the machine's load (the bound is CPU time, not
     wall-clock time).
@@ -328,7 +342,8 @@ def math_verify_equal(
         predicted: the answer to check, LaTeX without `$`.
         exact_prediction: the prediction is a plain rational number, so it cannot equal an
             irrational ground truth (math-verify alone accepts 6 matching decimals).
-        timeout_s: bound in CPU seconds on the comparison; exceeding it counts as unequal.
+        timeout_s: bound in CPU seconds on one attempt at the comparison; a comparison that
+            exceeds it in each of its `ATTEMPTS` counts as unequal.
 
     Returns:
         math-verify's verdict; False also when a side does not parse or the call times out.
