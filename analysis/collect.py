@@ -70,7 +70,6 @@ import pandas as pd
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo.run.files import (
@@ -80,6 +79,7 @@ from grpo.run.files import (
     parse_json,
     read_bytes,
     read_json,
+    read_yaml,
     typed_status_fields,
 )
 from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan
@@ -247,37 +247,6 @@ def _load_yaml(path: Path) -> DictConfig | ListConfig | None:
     return OmegaConf.load(path) if path.is_file() else None
 
 
-class _YamlLoader(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader):
-    """libyaml's parser with OmegaConf's scalars (``1e-5`` is a float, dates stay text)."""
-
-
-_YamlLoader.yaml_implicit_resolvers = get_yaml_loader().yaml_implicit_resolvers
-
-
-MAX_YAML_BYTES = 16 << 20
-"""Largest `.hydra/` file read (Hydra's are a few kB)."""
-MAX_YAML_DEPTH = 64
-"""Deepest nesting of a `.hydra/` file read (Hydra's nest 5 levels)."""
-
-
-def _yaml_data(path: Path) -> Any:
-    """The plain data of a YAML file (None when missing); much faster than OmegaConf.load.
-    RunFileError when it is too large, nested too deeply or not UTF-8; yaml.YAMLError when it is
-    not YAML."""
-    if not path.is_file():
-        return None
-    try:
-        text = read_bytes(path, MAX_YAML_BYTES).decode()
-    except UnicodeDecodeError:
-        raise RunFileError(f"{path.name} is not UTF-8") from None
-    depth = 0  # libyaml's constructor recurses in C: a deeply nested file would crash the process
-    for event in yaml.parse(text, Loader=_YamlLoader):
-        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
-        if depth > MAX_YAML_DEPTH:
-            raise RunFileError(f"{path.name} is nested more than {MAX_YAML_DEPTH} levels deep")
-    return yaml.load(text, Loader=_YamlLoader)
-
-
 def _read_hydra(run_dir: Path, name: str, problems: list[str]) -> Any:
     """The plain data of ``run_dir/.hydra/<name>``, or None with the reason appended to
     ``problems``."""
@@ -286,7 +255,7 @@ def _read_hydra(run_dir: Path, name: str, problems: list[str]) -> Any:
         problems.append(f".hydra/{name} is missing")
         return None
     try:
-        return _yaml_data(path)
+        return read_yaml(path)
     except (OSError, ValueError, yaml.YAMLError) as error:
         why = error if isinstance(error, RunFileError) else type(error).__name__
         problems.append(f".hydra/{name} is unreadable ({why})")

@@ -8,8 +8,8 @@ the crash) are moved to `metrics.discarded.jsonl` so that `metrics.jsonl` holds 
 Writes never follow a symbolic link planted in a run directory: appends open with `O_NOFOLLOW`,
 replacements write a temporary file of a unique name (`O_EXCL`) and rename it over the target
 (a rename replaces a link, never writes through it), and `subdir` refuses a link where a
-directory of the run should be. Reads are bounded (`read_json`, `MetricsLog.read`): a file that is
-too large, not UTF-8, not JSON, or nested past Python's recursion limit is a `RunFileError` (a
+directory of the run should be. Reads are bounded (`read_json`, `read_yaml`, `MetricsLog.read`): a
+file that is too large, not UTF-8, not JSON (or YAML), or nested too deeply is a `RunFileError` (a
 `ValueError`) with a one-line message, never a traceback of the parser.
 """
 
@@ -24,6 +24,9 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import yaml
+from omegaconf._utils import get_yaml_loader
 
 # running: training (or killed without a word: SIGKILL, node failure); completed: all steps done;
 # diverged / collapsed: stopped by the health checks; failed: stopped by an error (reason);
@@ -77,6 +80,35 @@ def parse_json(data: bytes | str, name: str) -> Any:
 def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
     """`path` parsed as JSON, bounded (see `read_bytes`, `parse_json`)."""
     return parse_json(read_bytes(path, max_bytes), path.name)
+
+
+class _YamlLoader(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader):
+    """libyaml's parser with OmegaConf's scalars (``1e-5`` is a float, dates stay text)."""
+
+
+_YamlLoader.yaml_implicit_resolvers = get_yaml_loader().yaml_implicit_resolvers
+MAX_YAML_BYTES = 16 << 20
+"""Largest YAML file of a run directory read (Hydra's `.hydra/` files are a few kB)."""
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of a YAML file read (Hydra's nest 5 levels)."""
+
+
+def read_yaml(path: Path) -> Any:
+    """The plain data of a YAML file (None when missing); much faster than OmegaConf.load.
+    RunFileError when it is too large, nested too deeply or not UTF-8; yaml.YAMLError when it is
+    not YAML."""
+    if not path.is_file():
+        return None
+    try:
+        text = read_bytes(path, MAX_YAML_BYTES).decode()
+    except UnicodeDecodeError:
+        raise RunFileError(f"{path.name} is not UTF-8") from None
+    depth = 0  # libyaml's constructor recurses in C: a deeply nested file would crash the process
+    for event in yaml.parse(text, Loader=_YamlLoader):
+        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+        if depth > MAX_YAML_DEPTH:
+            raise RunFileError(f"{path.name} is nested more than {MAX_YAML_DEPTH} levels deep")
+    return yaml.load(text, Loader=_YamlLoader)
 
 
 def planted_link(path: Path) -> RunDirError:
