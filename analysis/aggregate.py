@@ -4,6 +4,14 @@ Runs sharing a ``config label`` (they differ only in seed) are reduced to one cu
 step the mean, min and max of the metric over the seeds that logged it, against the step or
 against the mean training wall-clock (evaluation excluded, ``TRAIN_CLOCK``) of those seeds at
 that step.
+
+Ranking (:func:`rank`, what the report, the sweep summary, ``promote`` and the study chain pick
+by): configs with a run stopped early (collapsed, diverged, pruned: ``STOPPED_STATUSES``) are left
+out; the others are compared at the largest GRPO step every one of them reached (the step every
+completed run reached; while none has completed, every run so far), each run's criterion taken
+over its evaluations up to that step, so that a config is never ranked above another for steps
+the other did not get to train. Runs that did not complete (running, failed, cancelled) count
+with what they logged up to that step.
 """
 
 from __future__ import annotations
@@ -20,8 +28,8 @@ from analysis.collect import (
     ELAPSED,
     EVAL_REWARD,
     LABEL,
+    STOPPED_STATUSES,
     TRAIN_CLOCK,
-    UNSTABLE_STATUSES,
     Collection,
     gpu_hours,
 )
@@ -90,7 +98,7 @@ def config_summary(collection: Collection) -> pd.DataFrame:
         "n_with_data": grouped["steps_done"].agg(lambda s: int((s > 0).sum())),
         "seeds": grouped["seed"].agg(lambda s: ", ".join(str(v) for v in sorted(s.dropna()))),
         "statuses": grouped["status"].agg(lambda s: ", ".join(sorted(set(s)))),
-        "unstable": grouped["status"].agg(lambda s: bool(s.isin(UNSTABLE_STATUSES).any())),
+        "stopped": grouped["status"].agg(lambda s: bool(s.isin(STOPPED_STATUSES).any())),
         "final_eval_reward": grouped["final_eval_reward"].mean(),
         "best_eval_reward": grouped["best_eval_reward"].mean(),
         "wall_clock_s": grouped["wall_clock_s"].mean(),
@@ -99,25 +107,35 @@ def config_summary(collection: Collection) -> pd.DataFrame:
     return summary.reindex(collection.labels)
 
 
-def rank_configs(collection: Collection, criterion: Criterion) -> pd.DataFrame:
-    """Configs with a value for ``criterion`` and no diverged/collapsed run, best first."""
-    if criterion not in CRITERIA:
-        raise ValueError(f"criterion must be one of {CRITERIA}, not {criterion!r}")
-    summary = config_summary(collection)
-    ranked = summary[~summary["unstable"] & summary[criterion].notna()]
-    return ranked.sort_values(criterion, ascending=False, kind="stable")
+def run_values_at(collection: Collection, step: float) -> pd.DataFrame:
+    """Each run's ``best_eval_reward`` and ``final_eval_reward`` over its evaluations at GRPO
+    steps up to ``step``: one row per run that has one (index ``run_id``, with its label)."""
+    steps = collection.steps
+    if EVAL_REWARD not in steps:
+        return pd.DataFrame(columns=[LABEL, *CRITERIA])
+    rows = steps.loc[steps[EVAL_REWARD].notna() & (steps["step"] <= step),
+                     ["run_id", LABEL, "step", EVAL_REWARD]].sort_values(["run_id", "step"], kind="stable")
+    grouped = rows.groupby("run_id", sort=False)
+    return pd.DataFrame({LABEL: grouped[LABEL].first(),
+                         "best_eval_reward": grouped[EVAL_REWARD].max(),
+                         "final_eval_reward": grouped[EVAL_REWARD].last()})
 
 
 @dataclass(frozen=True)
 class Ranking:
-    """The configs of a sweep ranked by ``criterion``, best first (:func:`rank_configs`), the
-    configs left out because a run diverged or collapsed (``excluded``: label -> statuses), and
-    the configs that tie or nearly tie with the best one (``near_ties``: label -> why)."""
+    """The configs of a sweep ranked by ``criterion`` at GRPO step ``at_step`` (the largest step
+    every ranked config reached; None when none is ranked), best first: ``table`` is
+    :func:`config_summary`'s rows with the criterion taken at that step. ``excluded`` are the
+    configs left out because a run was stopped early (label -> statuses); ``near_ties`` the
+    configs that tie or nearly tie with the best one (label -> why); ``runs`` each ranked run's
+    values at ``at_step`` (:func:`run_values_at`)."""
 
     criterion: Criterion
     table: pd.DataFrame
     excluded: dict[str, str]
     near_ties: dict[str, str]
+    at_step: int | None = None
+    runs: pd.DataFrame | None = None
 
     @property
     def best(self) -> str | None:
@@ -129,30 +147,42 @@ class Ranking:
         return float(self.table.loc[label, self.criterion])
 
 
-def _seed_range(collection: Collection, label: str, criterion: Criterion) -> tuple[float, float, int]:
-    """Min and max of ``criterion`` over the runs (seeds) of ``label``, and how many have it."""
-    values = collection.runs.loc[collection.runs[LABEL] == label, criterion].dropna()
+def _seed_range(runs: pd.DataFrame, label: str, criterion: Criterion) -> tuple[float, float, int]:
+    """Min and max of ``criterion`` over the ``runs`` (seeds) of ``label``, and how many have it."""
+    values = runs.loc[runs[LABEL] == label, criterion].dropna()
     return float(values.min()), float(values.max()), len(values)
 
 
 def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
          labels: Iterable[str] | None = None, tolerance: float = NEAR_TIE) -> Ranking:
-    """:func:`rank_configs` (over ``labels`` only, when given) with what it left out and the
-    near-ties of the best config: a config whose value is within ``tolerance`` of the best one,
-    or whose range over seeds overlaps the best one's when both have two or more seeds."""
-    ranked = rank_configs(collection, criterion)
+    """The configs (of ``labels`` only, when given) without a run stopped early, ranked by
+    ``criterion`` at the largest step every one of them reached (see the module docstring), with
+    what was left out and the near-ties of the best config: a config whose value is within
+    ``tolerance`` of the best one, or whose range over seeds overlaps the best one's when both
+    have two or more seeds."""
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {CRITERIA}, not {criterion!r}")
     summary = config_summary(collection)
     if labels is not None:
-        keep = set(labels)
-        ranked, summary = ranked[ranked.index.isin(keep)], summary[summary.index.isin(keep)]
-    excluded = summary.loc[summary["unstable"], "statuses"].to_dict()
+        summary = summary[summary.index.isin(set(labels))]
+    excluded = summary.loc[summary["stopped"], "statuses"].to_dict()
+    candidates = summary[~summary["stopped"] & summary[criterion].notna()]
+    runs = collection.runs[collection.runs[LABEL].isin(candidates.index)
+                           & collection.runs[criterion].notna()]
+    completed = runs[runs["status"] == "completed"]
+    reached = (completed if not completed.empty else runs)["steps_done"]
+    at_step = int(reached.min()) if not reached.empty else None
+    values = run_values_at(collection, at_step if at_step is not None else -1)
+    values = values[values[LABEL].isin(candidates.index)]
+    table = candidates.assign(**{criterion: values.groupby(LABEL)[criterion].mean()})
+    ranked = table[table[criterion].notna()].sort_values(criterion, ascending=False, kind="stable")
     near: dict[str, str] = {}
     if not ranked.empty:
         best = ranked.index[0]
         top = ranked.iloc[0][criterion]
-        lo, hi, n = _seed_range(collection, best, criterion)
+        lo, hi, n = _seed_range(values, best, criterion)
         for label, value in ranked[criterion].iloc[1:].items():
-            other_lo, other_hi, other_n = _seed_range(collection, label, criterion)
+            other_lo, other_hi, other_n = _seed_range(values, label, criterion)
             if value == top:
                 near[label] = f"tie: {criterion} {value:.4f} equals the best config's"
             elif top - value <= tolerance:
@@ -161,7 +191,41 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
             elif n > 1 and other_n > 1 and other_hi >= lo and other_lo <= hi:
                 near[label] = (f"near-tie: its seeds' {criterion} {other_lo:.4f}-{other_hi:.4f} "
                                f"overlap the best config's {lo:.4f}-{hi:.4f}")
-    return Ranking(criterion, ranked, excluded, near)
+    return Ranking(criterion, ranked, excluded, near, at_step if not ranked.empty else None, values)
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What a sweep's runs spent (``spent``) against what its full grid would have
+    (``full_grid``: each run that did not complete priced at its own hours per step up to its
+    ``n_grpo_steps``), in ``unit`` (GPU-hours, or CPU-hours for runs without a GPU), and how many
+    runs stopped early, by status (``stopped``)."""
+
+    spent: float
+    full_grid: float
+    unit: str
+    stopped: dict[str, int]
+
+    def describe(self) -> str:
+        """``2 pruned, 1 collapsed; 0.02 CPU-hours spent of the full grid's 0.03 (63%)``."""
+        counts = ", ".join(f"{n} {status}" for status, n in self.stopped.items()) or "none"
+        share = f" ({self.spent / self.full_grid:.0%})" if self.full_grid > 0 else ""
+        return (f"{counts}; {self.spent:.2f} {self.unit} spent of the full grid's "
+                f"{self.full_grid:.2f}{share}")
+
+
+def spend(collection: Collection) -> Spend:
+    """The sweep's :class:`Spend`, over the runs that have metrics."""
+    runs = collection.runs[collection.runs["steps_done"] > 0]
+    on_gpus = (runs["gpu_hours"] > 0).any()
+    hours = runs["gpu_hours" if on_gpus else "cpu_hours"].fillna(0.0)
+    planned = pd.to_numeric(runs["n_grpo_steps"], errors="coerce")
+    short = (runs["status"] != "completed") & (planned > runs["steps_done"])
+    scale = (planned / runs["steps_done"]).where(short, 1.0).fillna(1.0)
+    counts = runs.loc[runs["status"].isin(STOPPED_STATUSES), "status"].value_counts()
+    return Spend(float(hours.sum()), float((hours * scale).sum()),
+                 "GPU-hours" if on_gpus else "CPU-hours",
+                 {status: int(counts[status]) for status in STOPPED_STATUSES if status in counts})
 
 
 def on_policy_labels(collection: Collection) -> list[str]:

@@ -29,7 +29,7 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
     (the truncated last line of a killed run) are skipped and counted in ``n_bad_lines``;
     when a resume appended a row to such a line without a newline in between, that row is
     still read;
-  - ``status.json``: ``{"status": "running"|"completed"|"diverged"|"collapsed"|"failed",
+  - ``status.json``: ``{"status": "running"|"completed"|"diverged"|"collapsed"|"pruned"|"failed",
     "reason", "last_step", "n_grpo_steps", "restarts", "resumed_from", "updated_at"}``.
 
   Any of these may be missing or damaged. A run without a readable ``status.json`` gets status
@@ -37,7 +37,8 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
   has no step rows. What a run lacks (no metrics, a missing or unreadable ``status.json`` or
   ``.hydra/`` file) is listed in its ``problems``.
   GPU-hours are ``time/elapsed_s`` (evaluation included: the GPUs are held for it) of the last
-  step / 3600 x ``cluster.gpus_per_job`` (2 when absent; 0 for CPU runs). Curves and
+  step / 3600 x ``cluster.gpus_per_job`` (2 when absent; 0 for CPU runs); CPU-hours the same
+  x ``cluster.cpus_per_job`` (1 when absent), the measure of runs without a GPU. Curves and
   comparisons against wall-clock use ``TRAIN_CLOCK`` instead, so that evaluation frequency
   does not change a config's speed (runs logged before that clock existed fall back to their
   total clock).
@@ -91,7 +92,10 @@ ELAPSED = "time/elapsed_s"
 TRAIN_CLOCK = "time/elapsed_no_eval_s"
 """Training wall-clock (evaluation excluded): the wall-clock axis of curves and comparisons."""
 UNSTABLE_STATUSES = ("diverged", "collapsed")
-FAILED_STATUSES = ("failed", *UNSTABLE_STATUSES)
+"""Runs a health guard stopped: their curves are no result."""
+STOPPED_STATUSES = (*UNSTABLE_STATUSES, "pruned")
+"""Runs stopped before their last step, by a health guard or by the sweep's pruner: a config with
+one is not ranked (its curve ends early), and the figures mark where each one stopped."""
 DEFAULT_GPUS_PER_JOB = 2
 HYPERPARAMS = (
     "experiment_name",
@@ -110,6 +114,7 @@ HYPERPARAMS = (
     "model.name",
     "data.name",
     "cluster.gpus_per_job",
+    "cluster.cpus_per_job",
     "eval.temperature",
 )
 RUN_ID_COLUMNS = ("run_id", "run_dir", "sweep", "job", "status", LABEL)
@@ -416,6 +421,8 @@ class _Run:
             "steps_done": rows[-1]["step"] if rows else 0,
             "wall_clock_s": wall_clock_s,
             "gpu_hours": gpu_hours(wall_clock_s, gpus) if elapsed else math.nan,
+            "cpu_hours": wall_clock_s / 3600 * _count(self.value("cluster.cpus_per_job"), 1)
+            if elapsed else math.nan,
             "final_eval_reward": evals[-1][1] if evals else math.nan,
             "best_eval_reward": best[1],
             "best_eval_step": best[0],
@@ -435,8 +442,15 @@ def run_values(run_dir: Path, keys: Iterable[str]) -> dict[str, Any]:
 def gpu_hours(elapsed_s: float, gpus_per_job: Any) -> float:
     """GPU-hours of a run after ``elapsed_s`` seconds of wall-clock on ``gpus_per_job`` GPUs
     (:data:`DEFAULT_GPUS_PER_JOB` when it is unknown: None or NaN)."""
-    unknown = gpus_per_job is None or (isinstance(gpus_per_job, float) and math.isnan(gpus_per_job))
-    return elapsed_s / 3600 * (DEFAULT_GPUS_PER_JOB if unknown else gpus_per_job)
+    return elapsed_s / 3600 * _count(gpus_per_job, DEFAULT_GPUS_PER_JOB)
+
+
+def _count(value: Any, default: int) -> float:
+    """A number of GPUs or CPUs from a config value; ``default`` when it is missing or not a
+    number (None, NaN, a crafted string)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return default
+    return value
 
 
 def _is_number(value: Any) -> bool:
@@ -487,7 +501,7 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
 
 def _run_columns(label_keys: Sequence[str]) -> list[str]:
     base = [*RUN_ID_COLUMNS[:-1], "reason", "last_step", "restarts", "updated_at", LABEL]
-    summary = ["off_policy", "steps_done", "wall_clock_s", "gpu_hours", "final_eval_reward",
+    summary = ["off_policy", "steps_done", "wall_clock_s", "gpu_hours", "cpu_hours", "final_eval_reward",
                "best_eval_reward", "best_eval_step", "n_bad_lines", "n_duplicate_steps",
                "problems"]
     extra = [k for k in label_keys if k not in HYPERPARAMS]

@@ -27,9 +27,11 @@ from analysis.report import MISSING, fmt_duration, fmt_number
 
 STYLES = {"running": "cyan", "starting": "cyan", "preempted": "cyan", "pending": "dim",
           "completed": "green",
-          "collapsed": "yellow", "diverged": "magenta", "cancelled": "red", "failed": "bold red"}
+          "collapsed": "yellow", "diverged": "magenta", "pruned": "blue", "cancelled": "red",
+          "failed": "bold red"}
 # which rows a terminal too small for the whole sweep keeps first
-SHOW_FIRST = ("running", "starting", "preempted", "failed", "cancelled", "diverged", "collapsed")
+SHOW_FIRST = ("running", "starting", "preempted", "failed", "cancelled", "diverged", "collapsed",
+              "pruned")
 # a plain line per run each time it gets this fraction of its steps further
 PLAIN_STEP_FRACTION = 0.1
 
@@ -180,7 +182,7 @@ class SweepMonitor:
         logs = [f"#{r.num} {r.log}" for r in rows if r.status == "failed" and r.log]
         if logs:
             lines.append(f"Logs of failed jobs: {'; '.join(logs)}")
-        lines.append(f"Best config: {best_config(sweep)}")
+        lines += best_config(sweep)
         lines.append(report_line(sweep))
         for line in lines:
             self.say(line)
@@ -191,20 +193,31 @@ class SweepMonitor:
         self.console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
-def best_config(sweep_dir: Path) -> str:
-    """The best config by the report's ranking (mean best validation reward over seeds)."""
-    from analysis.aggregate import BEST_CRITERION, rank_configs
+def best_config(sweep_dir: Path) -> list[str]:
+    """The best config by the report's ranking (mean best validation reward over seeds, at the
+    largest step every ranked config reached) and its near-ties; what the runs stopped early
+    (pruned, collapsed, diverged) spent against the full grid."""
+    from analysis.aggregate import rank, spend
     from analysis.collect import collect
 
     try:
-        ranked = rank_configs(collect([sweep_dir]), BEST_CRITERION)
+        collection = collect([sweep_dir])
     except (OSError, ValueError) as error:
-        return f"not ranked ({error})"
-    if ranked.empty:
-        return "none (no run without collapse or divergence has a validation reward)"
-    best = ranked.iloc[0]
-    return (f"{ranked.index[0]}: best eval reward {best['best_eval_reward']:.3f} "
-            f"(mean over {best['n_runs']} run{'s' if best['n_runs'] > 1 else ''})")
+        return [f"Best config: not ranked ({error})"]
+    ranking = rank(collection)
+    lines = []
+    if ranking.best is None:
+        lines.append("Best config: none (no run that was not stopped early has a validation reward)")
+    else:
+        best = ranking.table.iloc[0]
+        lines.append(f"Best config: {ranking.best}: best eval reward {best['best_eval_reward']:.3f} "
+                     f"at step {ranking.at_step} (mean over {best['n_runs']} "
+                     f"run{'s' if best['n_runs'] > 1 else ''})")
+        lines += [f"  {label}: {why}" for label, why in ranking.near_ties.items()]
+    spent = spend(collection)
+    if spent.stopped:
+        lines.append(f"Stopped early: {spent.describe()}")
+    return lines
 
 
 def report_line(sweep_dir: Path) -> str:

@@ -7,14 +7,15 @@ Every plotting function returns the data it drew (:class:`CurveFigure` or
 * ``training``: entropy, response length, gradient norm, clip fraction and training reward
   against the step, each a smoothed curve (centred rolling mean) over its faint raw one;
 * ``heatmaps`` (two or more swept keys): best and final validation reward over two swept keys;
-  a cell whose config had a collapsed or diverged run is hatched grey and named, not coloured
-  as if its number were a genuine result.
+  a cell whose config had a run stopped early (collapsed, diverged or pruned) is hatched grey and
+  named, not coloured as if its number were a genuine result.
 
 Titles and axes name the metric and its unit (:mod:`analysis.metric_names`); each figure
 names the sweep(s) and their date. Runs sharing a config label are drawn as their mean with a
 min-max band over seeds; the colour says the value of the colour key, and every config has its
 own line style and marker, so equal curves stay apart and no line is told by colour alone. A point is drawn at the step it was
-measured; a diverged or collapsed run gets an X at its last measured point.
+measured; a diverged or collapsed run gets an X at its last measured point, a run stopped by the
+sweep's pruner a bar at its last evaluation.
 
 External curves (:mod:`analysis.external`: an expert-iteration run's entropy, say) are drawn
 on the panel of their metric against the step, thick, grey and dashed, named in the legend
@@ -47,12 +48,12 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from analysis.aggregate import BEST_CRITERION, Curve, config_summary, label_curves, rank_configs
+from analysis.aggregate import BEST_CRITERION, Curve, config_summary, label_curves, rank
 from analysis.collect import (
     EVAL_REWARD,
     LABEL,
+    STOPPED_STATUSES,
     TRAIN_CLOCK,
-    UNSTABLE_STATUSES,
     Collection,
     format_value,
     sort_key,
@@ -80,10 +81,12 @@ SPARSE_POINTS = 40
 SMOOTH_FRACTION = 0.05
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "*", "h")
-STOP_MARK = "X"
+STOP_MARKS = {"collapsed": "X", "diverged": "X", "pruned": "|"}
+"""The mark at the point where a run stopped early, by its status (STOPPED_STATUSES)."""
 # legend labels in a grid cell are wrapped at this many characters
 WRAP = 52
-STOPPED = "run stopped: collapsed / diverged (at its last measured point)"
+STOPPED = {"X": "run stopped: collapsed / diverged (at its last measured point)",
+           "|": "run stopped by the sweep's pruner (at its last measured point)"}
 # external curves: grey shades and line styles of their own, thicker than a config's line
 EXTERNAL_COLORS = ("black", "0.45", "0.65")
 EXTERNAL_STYLES = ((0, (6, 2)), (0, (6, 2, 1, 2)), (0, (1, 1.5)))
@@ -94,7 +97,7 @@ SWEEP_TIME = "%Y-%m-%d_%H-%M-%S"
 
 @dataclass(frozen=True)
 class Marker:
-    """A diverged or collapsed run's last measured point of a panel's metric (panel units)."""
+    """The last measured point of a panel's metric (panel units) of a run stopped early."""
 
     run_id: str
     label: str
@@ -172,7 +175,8 @@ class CurveFigure:
 @dataclass(frozen=True)
 class HeatmapFigure:
     """A saved figure of heatmaps: ``grids[name]`` has the row key as index; ``marks[name]``
-    holds, per cell, the unstable statuses (``collapsed``, ``diverged``) of the config shown."""
+    holds, per cell, the statuses of the runs stopped early (``collapsed``, ``diverged``,
+    ``pruned``) of the config shown."""
 
     paths: list[Path]
     grids: dict[str, pd.DataFrame]
@@ -232,7 +236,7 @@ def choose_layout(collection: Collection, facet_key: str | None = None,
         facet_key = facet_key or next((k for k in keys if k != color_key), None)
     else:
         facet_key = None
-    ranked = list(rank_configs(collection, BEST_CRITERION).index) if large else []
+    ranked = list(rank(collection, BEST_CRITERION).table.index) if large else []
     top = ranked[:top_k]
     colors = _palette(_key_values(collection, color_key) if color_key else collection.labels)
     styles = {}
@@ -240,9 +244,9 @@ def choose_layout(collection: Collection, facet_key: str | None = None,
         config = collection.configs[label]
         color = colors[config[color_key] if color_key else label]
         if large:
-            rank = top.index(label) + 1 if label in top else None
-            styles[label] = (Style(color, "-", "", muted=True) if rank is None else
-                             Style(color, *line_shape(rank - 1), rank=rank))
+            place = top.index(label) + 1 if label in top else None
+            styles[label] = (Style(color, "-", "", muted=True) if place is None else
+                             Style(color, *line_shape(place - 1), rank=place))
         else:
             styles[label] = Style(color, *line_shape(index))
     return Layout(color_key, facet_key, top, styles)
@@ -279,8 +283,8 @@ def smooth(y: np.ndarray) -> np.ndarray:
 
 
 def _stop_markers(collection: Collection, metric: str, x: str, scale: float) -> list[Marker]:
-    """The last measured point of ``metric`` of each diverged or collapsed run."""
-    runs = collection.runs[collection.runs["status"].isin(UNSTABLE_STATUSES)]
+    """The last measured point of ``metric`` of each run stopped early (STOPPED_STATUSES)."""
+    runs = collection.runs[collection.runs["status"].isin(STOPPED_STATUSES)]
     if metric not in collection.steps or runs.empty:
         return []
     steps = collection.steps
@@ -333,11 +337,15 @@ def draw_panel(ax: Axes, collection: Collection, layout: Layout, spec: _PanelSpe
                                          zorder=1, rasterized=True, in_layout=False))
         ax.autoscale_view()
     shown = [m for m in markers if m.label in drawn]
-    if shown:  # one artist for all marks: a sweep may have hundreds
-        ax.scatter([m.x for m in shown], [m.y for m in shown], marker=STOP_MARK,
-                   c=[layout.styles[m.label].color for m in shown],
-                   s=[36 if layout.styles[m.label].muted else 81 for m in shown],
-                   edgecolors="black", linewidths=0.6, zorder=4, in_layout=False)
+    for mark in dict.fromkeys(STOP_MARKS[m.status] for m in shown):  # one artist per kind of mark
+        group = [m for m in shown if STOP_MARKS[m.status] == mark]
+        filled = mark != "|"
+        ax.scatter([m.x for m in group], [m.y for m in group], marker=mark,
+                   c=[layout.styles[m.label].color for m in group],
+                   s=[(36 if layout.styles[m.label].muted else 81) * (1 if filled else 2.5)
+                      for m in group],
+                   edgecolors="black" if filled else None, linewidths=0.6 if filled else 2.5,
+                   zorder=4, in_layout=False)
     if not layout.large:
         _say_where_runs_stopped(ax, shown)
     shown_externals = tuple(e for e in externals if e.metric == spec.metric) \
@@ -428,7 +436,7 @@ def _draw_curve(ax: Axes, curve: Curve, y: np.ndarray, style: Style, smoothed: b
 
 
 def _legend(fig: Figure, slot: Axes | None, collection: Collection, layout: Layout,
-            markers: bool, externals: Sequence[External | None]) -> list[str]:
+            marks: Sequence[str], externals: Sequence[External | None]) -> list[str]:
     """The legend: in the grid's free ``slot`` when there is one (labels wrapped to fit), else
     below the axes, where :func:`_figure` reserved room for it. Returns its texts."""
     handles: list[object] = []
@@ -453,9 +461,9 @@ def _legend(fig: Figure, slot: Axes | None, collection: Collection, layout: Layo
             style = layout.styles[label]
             add(Line2D([], [], color=style.color, ls=style.linestyle, marker=style.marker,
                        lw=1.5), label)
-    if markers:
-        add(Line2D([], [], ls="", marker=STOP_MARK, color="gray", ms=9, mec="black", mew=0.6),
-            STOPPED)
+    for mark in marks:
+        edge = {"mec": "black", "mew": 0.6} if mark != "|" else {"mew": 2.5}
+        add(Line2D([], [], ls="", marker=mark, color="gray", ms=9, **edge), STOPPED[mark])
     for index, external in enumerate(externals):  # None: not drawn in this figure
         if external is not None:
             add(Line2D([], [], **external_style(index)), external_legend(external))
@@ -490,10 +498,12 @@ def _figure(n_panels: int, n_cols: int, panel_w: float, panel_h: float, legend_t
 
 
 def _legend_size(collection: Collection, layout: Layout, n_externals: int) -> int:
-    """How many entries the legend will have (an upper bound)."""
+    """How many entries the legend will have (an upper bound: every kind of stop mark)."""
+    marks = len(STOPPED)
     if layout.large:
-        return len(_key_values(collection, layout.color_key)) + len(layout.top) + 2 + n_externals
-    return len(collection.labels) + 1 + n_externals
+        return (len(_key_values(collection, layout.color_key)) + len(layout.top) + 1 + marks
+                + n_externals)
+    return len(collection.labels) + marks + n_externals
 
 
 def _save(fig: Figure, out_dir: Path, name: str, layout: Layout) -> list[Path]:
@@ -523,9 +533,9 @@ def _finish(fig: Figure, slot: Axes | None, collection: Collection, layout: Layo
             externals: Sequence[External]) -> CurveFigure:
     """Add the legend (stop marks and external curves only when some panel shows them),
     save the figure as ``stem.<format>`` and say what was drawn."""
-    has_marks = any(p.markers for p in panels.values())
+    marks = list(dict.fromkeys(STOP_MARKS[m.status] for p in panels.values() for m in p.markers))
     shown = {id(e) for p in panels.values() for e in p.externals}
-    legend = _legend(fig, slot, collection, layout, has_marks,
+    legend = _legend(fig, slot, collection, layout, marks,
                      [e if id(e) in shown else None for e in externals])
     paths = _save(fig, stem.parent, stem.name, layout)
     return CurveFigure(paths, panels, title, legend, _legend_box(fig))
@@ -585,15 +595,15 @@ def plot_training(collection: Collection, out_dir: Path, externals: Sequence[Ext
 def heatmap_cells(collection: Collection, rows_key: str, cols_key: str,
                   name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (rows_key, cols_key) cell: ``name`` (mean over seeds) of the cell's best config,
-    preferring configs without a collapsed or diverged run, and that config's unstable
-    statuses (``""`` when it had none). With two swept keys a cell is one config."""
+    preferring configs without a run stopped early, and the statuses of that config's runs
+    stopped early (``""`` when it had none). With two swept keys a cell is one config."""
     summary = config_summary(collection)
-    unstable = (collection.runs[collection.runs["status"].isin(UNSTABLE_STATUSES)]
+    stopped = (collection.runs[collection.runs["status"].isin(STOPPED_STATUSES)]
                 .groupby(LABEL)["status"].agg(lambda s: ", ".join(sorted(set(s)))))
     cells: dict[tuple[object, object], tuple[bool, float, str]] = {}
     for label, config in collection.configs.items():
         value = float(summary.at[label, name])
-        status = unstable.get(label, "")
+        status = stopped.get(label, "")
         candidate = (not status, -math.inf if math.isnan(value) else value, status)
         key = (config[rows_key], config[cols_key])
         if key not in cells or candidate[:2] > cells[key][:2]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from analysis.collect import ELAPSED, EVAL_REWARD, UNSTABLE_STATUSES, parse_line, read_status
+from analysis.collect import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, parse_line, read_status
 from grpo.run.files import STATUSES, atomic_write_text
 from grpo.run.tracking import run_overrides
 
@@ -39,8 +39,9 @@ TRAIN_REWARD = "train/reward_mean"
 # statuses of a run that is still expected to write: `pending` (not started), `starting` (its
 # job runs but has not written a status yet), and `preempted` runs, which are requeued
 ACTIVE_STATUSES = ("pending", "starting", "running", "preempted")
-# statuses of a run that ran to its end: its results, good or bad
-FINISHED_STATUSES = ("completed", *UNSTABLE_STATUSES)
+# statuses of a run that ended as a result, good or bad: it ran to its end, or a health guard or
+# the sweep's pruner stopped it
+FINISHED_STATUSES = ("completed", *STOPPED_STATUSES)
 # the order of the end-of-sweep counts; statuses outside it are counted after them
 SUMMARY_ORDER = (*FINISHED_STATUSES, "cancelled", "failed")
 # rows over which seconds per step are averaged
@@ -313,7 +314,7 @@ def _float_or_none(value: Any) -> float | None:
 def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -> RunProgress:
     """``run`` with what the scheduler (and, for a finished job, its ``error``) says folded in.
 
-    A run that completed, collapsed or diverged stays so. A job the scheduler cancelled is
+    A run that completed, collapsed, diverged or was pruned stays so. A job the scheduler cancelled is
     ``cancelled``, whatever its status said (a cancelled run may have written ``failed`` or
     nothing at all). Another final status the trainer wrote stands. A job that ended while its
     status was still active is ``failed``, with the job's error or the scheduler's state as the

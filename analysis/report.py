@@ -1,7 +1,8 @@
-"""``report.md`` of a collected sweep: ranges swept, runs, failures, runs with missing or
-unreadable data, best config, whether it reaches the handout's validation-accuracy bar (at which
-step and GPU-hour), the comparison with the on-policy run at equal steps and at equal
-wall-clock, and links to the figures."""
+"""``report.md`` of a collected sweep: ranges swept, runs, the runs stopped early (pruned,
+collapsed, diverged: at which step and why, and the GPU-hours spent against the full grid's),
+failures, runs with missing or unreadable data, best config, whether it reaches the handout's
+validation-accuracy bar (at which step and GPU-hour), the comparison with the on-policy run at
+equal steps and at equal wall-clock, and links to the figures."""
 
 from __future__ import annotations
 
@@ -24,8 +25,16 @@ from analysis.aggregate import (
     on_policy_baseline,
     on_policy_labels,
     rank,
+    spend,
 )
-from analysis.collect import ELAPSED, EVAL_REWARD, FAILED_STATUSES, LABEL, TRAIN_CLOCK, Collection
+from analysis.collect import (
+    ELAPSED,
+    EVAL_REWARD,
+    LABEL,
+    STOPPED_STATUSES,
+    TRAIN_CLOCK,
+    Collection,
+)
 
 MISSING = "–"
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%
@@ -94,16 +103,31 @@ def _runs(collection: Collection) -> list[str]:
     return ["## Runs", "", markdown_table(header, rows)]
 
 
+def _run_line(run: Mapping[str, Any]) -> str:
+    """``- `run` (label, seed 0): **status** at step N: reason``."""
+    return (f"- `{run['run_id']}` ({run[LABEL]}, seed {run['seed']}): **{run['status']}** "
+            f"{_where(_stop_step(run))}: "
+            f"{'no reason given' if is_missing(run['reason']) else ' '.join(run['reason'].split())}")
+
+
+def _stopped(collection: Collection) -> list[str]:
+    """The runs the sweep's pruner or a health guard stopped, and what the sweep spent."""
+    runs = collection.runs
+    stopped = runs[runs["status"].isin(STOPPED_STATUSES)]
+    lines = ["## Runs stopped early", ""]
+    if stopped.empty:
+        return [*lines, "None: every run that ended ran to its last step."]
+    spent = spend(collection)
+    return [*lines, f"Stopped early: {spent.describe()}. The full grid prices each run that did "
+            "not complete at its own hours per step up to its n_grpo_steps. Configs with a run "
+            "stopped early are not ranked.", "", *map(_run_line, stopped.to_dict("records"))]
+
+
 def _failures(collection: Collection) -> list[str]:
     runs = collection.runs
-    failed = runs[runs["status"].isin(FAILED_STATUSES)]
     lines = ["## Failures", ""]
-    lines += [
-        f"- `{run['run_id']}` ({run[LABEL]}, seed {run['seed']}): **{run['status']}** "
-        f"{_where(_stop_step(run))}: "
-        f"{'no reason given' if is_missing(run['reason']) else ' '.join(run['reason'].split())}"
-        for run in failed.to_dict("records")
-    ] or ["None."]
+    lines += [_run_line(run) for run in runs[runs["status"] == "failed"].to_dict("records")
+              ] or ["None."]
     noisy = runs[(runs["n_bad_lines"] > 0) | (runs["n_duplicate_steps"] > 0)]
     lines += [
         f"- note: `{run['run_id']}` had {run['n_bad_lines']} unparsable metrics line(s) "
@@ -126,17 +150,18 @@ def _unusable(collection: Collection) -> list[str]:
 def _best(collection: Collection, ranking: Ranking) -> list[str]:
     ranked, criterion = ranking.table, ranking.criterion
     lines = ["## Best config", ""]
-    rule = (f"Ranked by `{criterion}` (mean over seeds); configs with a diverged or collapsed "
-            "run are excluded.")
+    at = "" if ranking.at_step is None else f" at GRPO step {ranking.at_step}, the largest step every ranked config reached"
+    rule = (f"Ranked by `{criterion}` (mean over seeds){at}; configs with a run stopped early "
+            "(collapsed, diverged, pruned) are excluded.")
     if ranked.empty:
         return [*lines, rule, "", "No config has an evaluation yet."]
     best = ranked.index[0]
-    row = ranked.iloc[0]
+    values = ranking.runs.groupby(LABEL)[["best_eval_reward", "final_eval_reward"]].mean()
     lines += [
         rule, "",
-        f"**Best: {best}**: best eval reward {fmt_number(row['best_eval_reward'])}, "
-        f"final eval reward {fmt_number(row['final_eval_reward'])} over {row['n_with_data']} "
-        "run(s) with metrics.",
+        f"**Best: {best}**: best eval reward {fmt_number(values.at[best, 'best_eval_reward'])}, "
+        f"final eval reward {fmt_number(values.at[best, 'final_eval_reward'])} over "
+        f"{ranked.iloc[0]['n_with_data']} run(s) with metrics.",
         "",
         *(f"- {label}: {why}" for label, why in ranking.near_ties.items()),
         *([""] if ranking.near_ties else []),
@@ -284,6 +309,7 @@ def build_report(collection: Collection, report_dir: Path,
          f"config(s): {status_line}."],
         _ranges(collection),
         _runs(collection),
+        _stopped(collection),
         _failures(collection),
         _unusable(collection),
         _best(collection, ranking),

@@ -132,7 +132,7 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
 
     lines = plans(out)["baselines"]
     assert lines[0] == (f"  learning_rate=1e-05  carried from lr_sweep: best config "
-                        f"learning_rate=1e-05 (best_eval_reward 0.5000, 4 of 6 configs ranked) "
+                        f"learning_rate=1e-05 (best_eval_reward 0.5000 at step 1, 4 of 6 configs ranked) "
                         f"of sweep {lr}")
     assert lines[1:] == [
         "    warning: lr_sweep: learning_rate=2e-05 is a tie: best_eval_reward 0.5000 equals "
@@ -175,7 +175,7 @@ def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> No
         f"results (length_norm has no results: no sweep under {out / 'length_norm'})")
     assert got["length_norm"][1].startswith(
         f"  loss=reinforce_with_baseline  carried from baselines: best config "
-        f"loss=reinforce_with_baseline (best_eval_reward 0.4000, 2 of 2 configs ranked) of "
+        f"loss=reinforce_with_baseline (best_eval_reward 0.4000 at step 0, 2 of 2 configs ranked) of "
         f"sweep {base}")
     # the off-policy sweeps decide the loss themselves (GRPO-Clip), not the baselines winner
     assert "  loss: not carried, this stage decides it" in got["off_policy_broad"]
@@ -183,7 +183,7 @@ def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> No
     clip = got["clip_ablation"]
     focused_missing = f"off_policy_focused has no results: no sweep under {out / 'off_policy_focused'}"
     assert (f"  off_policy.epochs=2  carried from off_policy_broad: best config "
-            f"off_policy.epochs=2, train_batch_size=32 (best_eval_reward 0.6000, 2 of 3 configs "
+            f"off_policy.epochs=2, train_batch_size=32 (best_eval_reward 0.6000 at step 0, 2 of 3 configs "
             f"ranked) of sweep {broad} ({focused_missing})") in clip
     assert any(line.startswith("  train_batch_size=32  carried from off_policy_broad") for line
                in clip)
@@ -196,7 +196,7 @@ def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> No
     assert any(line.startswith("  loss=grpo_clip  carried from off_policy_broad") for line in prompt)
     # a sweep of one config is labelled by its experiment
     assert prompt[0] == (f"  learning_rate=0.0003  carried from lr_sweep: best config lr_sweep "
-                         f"(best_eval_reward 0.5000, 1 of 1 configs ranked) of sweep {lr}")
+                         f"(best_eval_reward 0.5000 at step 0, 1 of 1 configs ranked) of sweep {lr}")
 
     # once focused has results, clip_ablation takes its best off-policy config instead
     focused = craft(out, "off_policy_focused", [
@@ -205,7 +205,7 @@ def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> No
         groups={"loss": "grpo_clip"})
     clip = plans(out)["clip_ablation"]
     assert f"  train_batch_size=64  carried from off_policy_focused: best config " \
-           f"off_policy.epochs=2 (best_eval_reward 0.8000, 1 of 1 configs ranked) of sweep " \
+           f"off_policy.epochs=2 (best_eval_reward 0.8000 at step 0, 1 of 1 configs ranked) of sweep " \
            f"{focused}" in clip
 
 
@@ -236,7 +236,7 @@ def test_no_results_and_resume_in_the_dry_run(tmp_path: Path) -> None:
     assert lines[2:5] == [
         "stage 2/8 baselines:",
         f"  learning_rate=0.0003  carried from lr_sweep: best config lr_sweep "
-        f"(best_eval_reward 0.5000, 1 of 1 configs ranked) of sweep {lr}",
+        f"(best_eval_reward 0.5000 at step 0, 1 of 1 configs ranked) of sweep {lr}",
         f"  resuming its unfinished sweep {base} (2 runs: 1 completed, 1 failed)"]
     assert lines[5].endswith(f"'hydra.sweep.dir=${{paths.output_root}}/${{experiment_name}}/"
                              f"{base.name}'")
@@ -244,7 +244,7 @@ def test_no_results_and_resume_in_the_dry_run(tmp_path: Path) -> None:
     stage3 = lines.index("stage 3/8 length_norm:")
     assert lines[stage3 + 2] == (
         f"  loss=reinforce_with_baseline  carried from baselines: best config "
-        f"loss=reinforce_with_baseline (best_eval_reward 0.4000, 2 of 2 configs ranked) of "
+        f"loss=reinforce_with_baseline (best_eval_reward 0.4000 at step 0, 2 of 2 configs ranked) of "
         f"sweep {base}")
     assert not list(out.glob("length_norm")), "a dry run wrote nothing"
 

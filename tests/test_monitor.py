@@ -263,9 +263,15 @@ def test_summary_names_outcomes_resumes_best_config_and_report(sweep: Path) -> N
     assert lines[5] == "  #4 learning_rate=1e-4 seed=0: cancelled, step 0, cancelled before its first step"
     assert lines[6] == "Resumed: #0 from step 8"
     # the collapsed config is excluded; learning_rate=1e-5 (best 0.2 and 0.4) wins
-    assert lines[7] == ("Best config: learning_rate=1e-5: best eval reward 0.300 "
+    # compared at step 20, where its completed run ended; the running one counts with what it
+    # logged by then (best 0.2 and 0.4)
+    assert lines[7] == ("Best config: learning_rate=1e-5: best eval reward 0.300 at step 20 "
                         "(mean over 2 runs)")
-    assert lines[8] == (f"Report: `make plots SWEEP={sweep}` writes {sweep / 'report.md'} "
+    # 74 s of 2 GPUs spent; the runs that did not complete priced up to the configs' 200 steps:
+    # 23 s x 200/11, 7 s x 200/3 and 3 s x 200/1, plus the completed run's 41 s
+    assert lines[8] == ("Stopped early: 1 collapsed; 0.04 GPU-hours spent of the full grid's "
+                        "0.85 (5%)")
+    assert lines[9] == (f"Report: `make plots SWEEP={sweep}` writes {sweep / 'report.md'} "
                         f"and {sweep / 'figures'}/")
     (sweep / "report.md").write_text("# report")
     assert monitor.summary(rows)[-1] == f"Report: {sweep / 'report.md'}"

@@ -12,7 +12,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from analysis.__main__ import main
-from analysis.aggregate import config_summary, rank_configs
+from analysis.aggregate import config_summary, rank
 from analysis.collect import LABEL, collect
 from analysis.external import GRPO_STEPS, ExternalFormatError, read_external
 from analysis.plots import (
@@ -100,7 +100,7 @@ def test_every_config_has_its_own_line_style_and_marker(small: tuple[Path, dict]
     assert colors["learning_rate=1e-5, off_policy.epochs=1"] != \
         colors["learning_rate=1e-4, off_policy.epochs=1"]
     legend = figures["eval_reward"].legend
-    assert legend == [*layout.styles, STOPPED]
+    assert legend == [*layout.styles, STOPPED["X"]]
 
 
 def test_training_curves_are_smoothed_without_lag(small: tuple[Path, dict]) -> None:
@@ -278,7 +278,7 @@ def test_large_sweep_is_faceted_coloured_and_highlights_the_top(large: tuple) ->
     assert len(collection.labels) > SMALL_SWEEP
     layout = choose_layout(collection)
     assert (layout.color_key, layout.facet_key) == ("learning_rate", "off_policy.epochs")
-    assert layout.top == list(rank_configs(collection, "best_eval_reward").index[:TOP_K])
+    assert layout.top == list(rank(collection, "best_eval_reward").table.index[:TOP_K])
     ranks = {label: s.rank for label, s in layout.styles.items() if not s.muted}
     assert ranks == {label: i + 1 for i, label in enumerate(layout.top)}
     panels = figures["eval_reward"].panels
@@ -294,7 +294,7 @@ def test_large_sweep_is_faceted_coloured_and_highlights_the_top(large: tuple) ->
     legend = figures["eval_reward"].legend
     assert legend[:3] == ["learning_rate=1e-05", "learning_rate=0.0001", "learning_rate=0.001"]
     assert legend[3:8] == [f"#{i + 1} {label}" for i, label in enumerate(layout.top)]
-    assert legend[8:] == ["other configs (faint)", STOPPED]
+    assert legend[8:] == ["other configs (faint)", STOPPED["X"]]
     x0, y0, x1, y1 = figures["eval_reward"].legend_box
     assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
     assert [p.suffix for p in figures["eval_reward"].paths] == [".png"]
@@ -308,7 +308,7 @@ def test_large_sweep_heatmap_shows_the_best_config_per_cell(large: tuple) -> Non
     summary = config_summary(collection)
     configs = pd.DataFrame([{**c, "best": summary.at[label, "best_eval_reward"], LABEL: label}
                             for label, c in collection.configs.items()])
-    stable = configs[~configs[LABEL].isin(summary.index[summary["unstable"]])]
+    stable = configs[~configs[LABEL].isin(summary.index[summary["stopped"]])]
     want = stable.groupby(["off_policy.epochs", "learning_rate"])["best"].max()
     for (epochs, lr), value in want.items():
         assert grid.at[epochs, lr] == pytest.approx(value)

@@ -6,7 +6,7 @@ Each stage is ``python launch.py -m +experiment=<stage> <carried values> <overri
 the launcher the overrides choose (``cluster=slurm`` runs each stage as a SLURM job array); the
 overrides go to every stage and win over carried values. ``dry_run=true`` prints each stage's
 plan (every carried key, its value and the sweep directory it came from) and its jobs, and runs
-nothing. A re-run skips the finished stages (every run completed, collapsed or diverged) and
+nothing. A re-run skips the finished stages (every run completed, collapsed, diverged or pruned) and
 resumes at the first unfinished one: in its latest sweep directory when that sweep ran with the
 same overrides (``<sweep>/chain.json``), its finished runs kept, the others resumed from their
 checkpoints; else in a new sweep directory. The chain stops at a stage that does not finish.

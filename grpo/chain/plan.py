@@ -7,7 +7,7 @@ For every key an earlier stage decides, in chain order, the stage:
   says which carried value it replaces);
 * else carries the value of the best config (:func:`grpo.chain.results.find_winner`) of the
   latest earlier stage that decides the key and has results, naming that stage's sweep
-  directory, its near-ties and the configs left out for a collapsed or diverged run;
+  directory, its near-ties and the configs left out for a run stopped early (collapsed, diverged, pruned);
 * else keeps its default (preset, recipe or config default), saying which stages have no
   results.
 """

@@ -3,11 +3,12 @@
 A stage's sweeps live in ``<paths.output_root>/<experiment_name>/<timestamp>/``; the latest is
 the one whose ``multirun.yaml`` was written last (:func:`analysis.collect.find_latest_sweep`).
 A sweep is **finished** when every one of its jobs (``jobs.json``, else its run directories)
-ended as a result: ``completed``, ``collapsed`` or ``diverged``
+ended as a result: ``completed``, ``collapsed``, ``diverged`` or ``pruned``
 (:data:`analysis.progress.FINISHED_STATUSES`, with what the scheduler says folded in); it is
 **active** while a job may still write (pending, running, preempted and requeued). A stage's
 **winner** is the best config of its latest sweep by :func:`analysis.aggregate.rank`, the
-ranking ``promote`` and the reports use.
+ranking ``promote`` and the reports use: configs with a run stopped early (pruned, collapsed,
+diverged) left out, the others compared at the largest step every one of them reached.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class SweepState:
 
     @property
     def finished(self) -> bool:
-        """Every job ended as a result (completed, collapsed or diverged)."""
+        """Every job ended as a result (completed, collapsed, diverged or pruned)."""
         return bool(self.runs) and all(run.status in FINISHED_STATUSES for run in self.runs)
 
     @property
@@ -60,7 +61,7 @@ def sweep_state(sweep: Path) -> SweepState:
 @dataclass(frozen=True)
 class Winner:
     """The best config of a sweep, the values it had for the asked keys, and its ranking
-    (near-ties and the configs left out for a collapsed or diverged run)."""
+    (near-ties and the configs left out for a run stopped early)."""
 
     sweep: Path
     label: str
@@ -68,10 +69,10 @@ class Winner:
     ranking: Ranking
 
     def describe(self) -> str:
-        """``learning_rate=0.0003 (best_eval_reward 0.2500, 1 of 2 configs ranked)``."""
+        """``learning_rate=0.0003 (best_eval_reward 0.2500 at step 200, 1 of 2 configs ranked)``."""
         n = len(self.ranking.table) + len(self.ranking.excluded)
-        return (f"{self.label} ({self.ranking.criterion} {self.ranking.value(self.label):.4f}, "
-                f"{len(self.ranking.table)} of {n} configs ranked)")
+        return (f"{self.label} ({self.ranking.criterion} {self.ranking.value(self.label):.4f} at "
+                f"step {self.ranking.at_step}, {len(self.ranking.table)} of {n} configs ranked)")
 
 
 def find_winner(sweep: Path, keys: tuple[str, ...], off_policy_only: bool = False
@@ -88,8 +89,8 @@ def find_winner(sweep: Path, keys: tuple[str, ...], off_policy_only: bool = Fals
     if ranking.best is None:
         what = "off-policy config" if off_policy_only else "config"
         excluded = "; ".join(f"{label} ({why})" for label, why in ranking.excluded.items())
-        return (f"no {what} of {sweep} has a validation reward without a collapsed or diverged "
-                f"run" + (f" (excluded: {excluded})" if excluded else ""))
+        return (f"no {what} of {sweep} has a validation reward without a run stopped early "
+                "(collapsed, diverged, pruned)" + (f" (excluded: {excluded})" if excluded else ""))
     best_runs = runs[(runs[LABEL] == ranking.best) & runs["best_eval_reward"].notna()]
     values = run_values(Path(best_runs["run_dir"].iloc[0]), keys)
     return Winner(sweep, ranking.best, values, ranking)

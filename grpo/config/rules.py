@@ -11,7 +11,7 @@ The batch sizes (`rollout_batch_size`, `group_size`, `train_batch_size`, `micro_
 `off_policy.epochs`) are not here: `grpo.training.batch_plan.BatchPlan.errors()` owns their rules, and the
 rules that tie keys to the loss, the model or the data live in `grpo.config.validation`. A key of
 `conf/loss/` without an entry (a new loss's hyperparameter) gets `LOSS_HYPERPARAMETER`. Keys under
-`hydra.` are Hydra's. Pure Python: importing it does not import torch.
+`hydra.` are Hydra's. Pure Python: importing it does not import torch (only the pruner's names).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from grpo.run.pruning import RESOURCES
 
 SEED_MAX = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
 MAX_TEMPERATURE = 10.0  # beyond it sampling is uniform noise; far beyond, logits / T underflow
@@ -65,6 +67,7 @@ TEXT_RULES = {
     "rollout.dtype": TextRule("the vLLM engine's weight dtype", ("auto", "bfloat16", "float16", "float32")),
     "logging.wandb_mode": TextRule("the wandb mode", ("disabled", "offline", "online")),
     "prompt.stop": TextRule("the stop sequences", is_list=True),
+    "pruning.resource": TextRule("what the pruner's rungs count", tuple(RESOURCES)),
     "experiment_name": TextRule("the study's name (a folder under paths.output_root)",
                                 pattern=r"(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.=,+-]+(/[A-Za-z0-9_.=,+-]+)*",
                                 pattern_words="a relative path of names of letters, digits and "
@@ -245,6 +248,11 @@ RULES: dict[str, Rule] = {
     "loss.cliprange_high": _number("the upper clip range epsilon", 0, **POSITIVE),
     # conf/std_norm/
     "std_norm.enabled": _flag("std_norm.enabled"),
+    # conf/pruning/
+    "pruning.min_resource": _int("the first rung of the pruner", 1),
+    "pruning.reduction_factor": _int("the pruner's reduction factor", 2,
+                                     note="1/reduction_factor of the runs go on at each rung"),
+    "pruning.min_early_stopping_rate": _int("the pruner's minimum early-stopping rate", 0),
 }
 """Dotted config key -> its rule. Keys absent from a config (another group's option) are skipped."""
 

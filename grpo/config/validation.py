@@ -27,6 +27,7 @@ from grpo.models.loading import load_tokenizer
 from grpo.models.precision import PRECISIONS, SMALLEST_SAFE_BF16_TRUE_LR
 from grpo.models.tiny import CHARACTERS
 from grpo.rollout import ENGINES
+from grpo.run.pruning import OFF, PRUNERS, PruningSettings
 from grpo.training.batch_plan import BatchPlan
 
 LOW_TEMPERATURE = 0.3
@@ -352,6 +353,44 @@ def _check_precision(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> 
         )
 
 
+def _check_pruning(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    """The pruner exists, its yaml holds exactly its keys, and its rungs fall on evaluations."""
+    pruning = cfg.pruning
+    name = pruning.get("name")
+    if name == OFF:
+        return
+    kind = PRUNERS.get(name)
+    if kind is None:
+        report.errors.append(f"pruning.name={name} is unknown; use pruning=off or one of "
+                             + ", ".join(f"pruning={known}" for known in PRUNERS))
+        return
+    missing = [key for key in kind.keys if key not in pruning]
+    report.errors += [f"pruning.{key} is missing: pruning={name} reads it; set it "
+                      f"(conf/pruning/{name}.yaml holds its default)" for key in missing]
+    report.errors += [f"pruning.{key} is not read by pruning={name}; remove it"
+                      for key in sorted(set(pruning) - {"name", *kind.keys})]
+    if missing:
+        return
+    settings = PruningSettings.from_config(pruning)
+    if kind.step_resource_only and settings.resource != "step":
+        report.errors.append(f"pruning={name} counts its rungs in GRPO steps only (its brackets end "
+                             f"at n_grpo_steps); set pruning.resource=step, or use "
+                             "pruning=successive_halving to count training minutes")
+        return
+    every = int(cfg.eval.eval_every)
+    if settings.resource == "step" and settings.min_resource % every:
+        multiple = every * max(1, round(settings.min_resource / every))
+        report.errors.append(
+            f"pruning.min_resource={settings.min_resource} is not a multiple of "
+            f"eval.eval_every={every}: the pruner compares runs at its rungs, and a rung between "
+            f"two evaluations would be judged on a later one; set pruning.min_resource={multiple} "
+            "(or eval.eval_every to a divisor of it)")
+    elif settings.resource == "step" and settings.first_rung() >= int(cfg.n_grpo_steps):
+        report.warnings.append(
+            f"the pruner's first rung (step {settings.first_rung()}) is not before "
+            f"n_grpo_steps={cfg.n_grpo_steps}: no run will be stopped; lower pruning.min_resource")
+
+
 def _policy_on_cpu(cfg: DictConfig) -> bool:
     """Whether the job's policy trains on the CPU: model.device=cpu, or auto on a job given no
     GPU (cluster.gpus_per_job=0)."""
@@ -367,7 +406,7 @@ def check_config(cfg: DictConfig) -> ConfigReport:
     if report.errors:
         return report
     checks = (_check_loss, _check_sampling, _check_prompt, _check_model, _check_precision, _check_data,
-              _check_tiny_tokenizer, _check_rollout, _check_prompt_lengths)
+              _check_tiny_tokenizer, _check_rollout, _check_pruning, _check_prompt_lengths)
     for check in checks:
         check(cfg, plan, report)
     return report

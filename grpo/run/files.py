@@ -29,11 +29,13 @@ import yaml
 from omegaconf._utils import get_yaml_loader
 
 # running: training (or killed without a word: SIGKILL, node failure); completed: all steps done;
-# diverged / collapsed: stopped by the health checks; failed: stopped by an error (reason);
+# diverged / collapsed: stopped by the health checks; pruned: stopped by the sweep's pruner
+# (grpo.run.pruning) with a checkpoint at its last step; failed: stopped by an error (reason);
 # preempted: stopped by SIGUSR2 or a requeue with a checkpoint at its last step, and requeued:
 # it resumes by itself; cancelled: stopped by SIGTERM (scancel, hard time limit, kill) with a
 # checkpoint at its last step: launching the same sweep again resumes it
-STATUSES = ("running", "completed", "diverged", "collapsed", "failed", "preempted", "cancelled")
+STATUSES = ("running", "completed", "diverged", "collapsed", "pruned", "failed", "preempted",
+            "cancelled")
 MAX_JSON_BYTES = 64 << 20
 """Largest JSON file of a run directory that is read (a status or manifest is a few kB, a
 checkpoint's trainer-state JSON a few MB)."""

@@ -14,6 +14,12 @@ from grpo.run.files import atomic_write_text
 RewardFn = Callable[[str, str], dict[str, float]]
 
 
+def is_evaluation_step(step: int, n_grpo_steps: int, eval_every: int) -> bool:
+    """Whether the policy is evaluated after GRPO step `step`: before the first step (0), every
+    `eval_every` steps, and after the last."""
+    return step % eval_every == 0 or step == n_grpo_steps
+
+
 def evaluate(
     engine: RolloutEngine,
     examples: Sequence[Example],

@@ -22,6 +22,10 @@ Each GRPO step (CS336 assignment 5, GRPO algorithm):
      on and the loss is 0 there (their entropy is still measured, in an inference forward);
   5. weight sync into the engine, evaluation every eval.eval_every steps, metrics, checkpoint.
 
+With pruning on (`pruning=successive_halving`, grpo.run.pruning) each evaluation is reported to the
+sweep's pruner; a run it stops checkpoints that step and ends as `pruned`. A pruned run launched
+again with pruning on stays pruned; with `pruning=off` it trains on from that checkpoint.
+
 Wall-clock: `time/elapsed_s` is the run's total (continuing across resumes), `time/elapsed_no_eval_s`
 the same minus every evaluation's `time/eval_s`: the training wall-clock that comparisons use.
 
@@ -79,11 +83,12 @@ from grpo.run.files import (
 from grpo.run.health import HealthMonitor
 from grpo.run.lock import run_lock
 from grpo.run.preemption import PreemptionWatcher
+from grpo.run.pruning import PruningSettings, RunTrial
 from grpo.run.reproducibility import make_reproducible
 from grpo.run.run_config import ConfigChanged, check_resume, run_config_text
 from grpo.run.tracking import Tracker
 from grpo.training.batch_plan import BatchPlan, MicroBatching
-from grpo.training.evaluation import evaluate, save_samples
+from grpo.training.evaluation import evaluate, is_evaluation_step, save_samples
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +203,8 @@ class GRPOTrainer:
             int(cfg.rollout.stale_check_every) if ENGINES[cfg.rollout.engine].provides_log_probs else 0
         )
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
+        self.pruning = PruningSettings.from_config(cfg.pruning)
+        self.trial: RunTrial | None = None
         self.metrics_log = MetricsLog(run_dir)
 
         self.start_step = 0  # GRPO steps done when this process started
@@ -205,6 +212,7 @@ class GRPOTrainer:
         self.elapsed_offset = 0.0
         self.elapsed_no_eval_offset = 0.0
         self.restarts = 0
+        self.previous_status: str | None = None
         self.wandb_run_id: str | None = None
         self._resume(resume_point)
         self.tracker = Tracker(cfg, run_dir, self.wandb_run_id)
@@ -246,6 +254,7 @@ class GRPOTrainer:
         previous = read_status(self.run_dir)
         if previous is not None:
             self.restarts = int(previous.get("restarts", 0)) + 1
+            self.previous_status = previous.get("status")
         if resume_point is None:
             moved = self.metrics_log.truncate_after(-1)
             if moved:
@@ -527,8 +536,15 @@ class GRPOTrainer:
         cfg = self.cfg
         n_steps = int(cfg.n_grpo_steps)
         last_step = self.start_step or None
+        if self.pruning is not None:
+            self.trial = RunTrial.attach(self.pruning, self.run_dir, n_steps)
         if self.start_step >= n_steps:
             self._complete(last_step, trained_now=False)
+            return read_status(self.run_dir)
+        if self.pruning is not None and self.previous_status == "pruned" and self.start_step > 0:
+            log.warning(f"{self.run_dir} was stopped by the pruner after step {self.start_step}; "
+                        "it stays pruned (launch it with pruning=off to train it on)")
+            self._finish_trial("pruned")
             return read_status(self.run_dir)
         self._status("running", last_step)
         started = time.perf_counter()
@@ -550,6 +566,7 @@ class GRPOTrainer:
                 prompts, rollouts, truths = self._rollout(step, timer)
             except NonFiniteLogitsError as err:
                 self._status("diverged", last_step, reason=f"{err} (sampling step {step})")
+                self._finish_trial("diverged")
                 log.warning(f"run stopped at step {step}: diverged ({err})")
                 break
             batch, metrics = self._score(prompts, rollouts, truths, step, timer)
@@ -559,7 +576,7 @@ class GRPOTrainer:
             if step == self.start_step + 1:
                 timer.metrics["time/weight_sync_s"] += initial_sync_s
             stop = self.health.check(metrics)
-            if stop is None and (step % cfg.eval.eval_every == 0 or step == n_steps):
+            if stop is None and is_evaluation_step(step, n_steps, cfg.eval.eval_every):
                 try:
                     with timer.phase("eval"):
                         metrics.update(self._evaluate(step))
@@ -576,18 +593,23 @@ class GRPOTrainer:
                 "time/elapsed_no_eval_s": self.elapsed_no_eval_offset + now - started - eval_total,
                 "throughput/rollout_tokens_per_s": n_tokens / max(timer.metrics["time/rollout_s"], 1e-9),
             })
+            done = step == n_steps
+            if stop is None and self.trial is not None and not done:
+                reason = self.trial.report(step, metrics)
+                stop = ("pruned", reason) if reason is not None else None
             self.metrics_log.append(metrics)
             last_step = step
             self._progress(step, n_steps, metrics, now - started)
-            done = step == n_steps
             periodic = step % cfg.checkpoint.checkpoint_every == 0
-            if stop is None and (done or periodic or watcher.received):
+            healthy = stop is None or stop[0] == "pruned"  # a pruned run's weights are sound
+            if healthy and (done or periodic or watcher.received or stop is not None):
                 self._save_checkpoint(step, metrics["time/elapsed_s"], metrics["time/elapsed_no_eval_s"])
             if stop is None and watcher.received and not done:
                 return self._stop_for_signal(watcher, step, metrics)
             self.tracker.log(metrics, step)
             if stop is not None:
                 self._status(stop[0], step, reason=stop[1])
+                self._finish_trial(stop[0])
                 log.warning(f"run stopped at step {step}: {stop[0]} ({stop[1]})")
                 break
             self._status("running", step)
@@ -606,12 +628,15 @@ class GRPOTrainer:
                 metrics = self._evaluate(0)
         except NonFiniteLogitsError as err:
             self._status("diverged", None, reason=f"{err} (evaluation before the first step)")
+            self._finish_trial("diverged")
             log.warning(f"run stopped before the first step: diverged ({err})")
             return None
         metrics.update(timer.metrics)
         elapsed = time.perf_counter() - started
         metrics.update({"step": 0, "time/elapsed_s": elapsed,
                         "time/elapsed_no_eval_s": elapsed - timer.metrics["time/eval_s"]})
+        if self.trial is not None:
+            self.trial.report(0, metrics)  # no rung sits at 0: nothing stops here
         self.metrics_log.append(metrics)
         self.tracker.log(metrics, 0)
         return metrics
@@ -627,6 +652,15 @@ class GRPOTrainer:
                 write_final_model(self.policy, self.tokenizer, self.run_dir,
                                   self.precision.weights_dtype)
         self._status("completed", last_step)
+        self._finish_trial("completed")
+
+    def _finish_trial(self, status: str) -> None:
+        """Tell the sweep's pruner how this run ended (its last validation reward when it
+        completed); a run without a trial (pruning off) has nothing to tell."""
+        if self.trial is not None:
+            rewards = [r["eval/reward"] for r in self.metrics_log.read() if "eval/reward" in r]
+            value = rewards[-1] if rewards and isinstance(rewards[-1], int | float) else None
+            self.trial.finish(status, value)
 
     def _stop_for_signal(self, watcher: PreemptionWatcher, step: int, metrics: dict[str, float]) -> dict[str, Any]:
         """After the checkpoint of `step`: write the stop's status, close wandb, hand the signal on.

@@ -5,8 +5,8 @@ and log once submitted), shows the live monitor (:mod:`analysis.monitor`) while 
 and at the end prints the summary: one line per job with its final status, folding in what
 submitit knows (a job cancelled by the scheduler is ``cancelled``, a failed job's error is its
 reason) instead of raising submitit's exceptions. A sweep with a cancelled or failed job ends
-with one line and exit status 1 (:class:`SweepIncomplete`); collapsed and diverged runs are
-results, not errors.
+with one line and exit status 1 (:class:`SweepIncomplete`); collapsed, diverged and pruned runs
+are results, not errors.
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ from grpo.sweep.job import describe_job, output_root_note
 from grpo.sweep.job_loss import ComposedJob, compose_job
 from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
 
+SWEEP_WIDE = ("pruning",)
+"""Config groups that hold for a whole sweep (one pruner compares its runs): never swept."""
+
 
 class ValidatingSweeper(BasicSweeper):
     """BasicSweeper that validates all jobs first; see the module docstring."""
@@ -66,6 +69,12 @@ class ValidatingSweeper(BasicSweeper):
         if note:
             print(f"warning: {note}", file=sys.stderr)
         jobs, swept = self._all_jobs(arguments)
+        wide = sorted(k for k in swept if k.split(".")[0].split("/")[0] in SWEEP_WIDE)
+        if wide:
+            print(f"error: {', '.join(wide)} cannot be swept: pruning holds for the whole "
+                  "sweep (one pruner compares its runs); give one value; nothing was submitted",
+                  file=sys.stderr)
+            sys.exit(2)
         self.composed = {}
         bad, lines = [], []
         resources = ResourceCheck()
