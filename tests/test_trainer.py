@@ -24,7 +24,8 @@ STEP_KEYS = {
     "train/lr", "time/rollout_s", "time/scoring_s", "time/train_s", "time/weight_sync_s",
     "throughput/rollout_tokens_per_s",
 }
-EVAL_KEYS = {"eval/reward", "eval/format_reward", "eval/answer_reward", "eval/mean_response_length"}
+EVAL_KEYS = {"eval/reward", "eval/format_reward", "eval/answer_reward", "eval/mean_response_length",
+             "eval/n_examples"}
 
 
 def toy_config(tiny_model_dir: Path, *overrides: str) -> DictConfig:
@@ -81,7 +82,7 @@ def test_step_zero_is_the_evaluation_of_the_initial_policy(tiny_model_dir: Path,
     direct, _ = evaluate(untrained.engine, untrained.validation, prompts, untrained.reward_fn, sampling)
     assert {k: records[0][k] for k in EVAL_KEYS} == direct
     saved = (tmp_path / "run" / "rollouts" / "eval_step_000000.jsonl").read_text().splitlines()
-    assert len(saved) == 25
+    assert len(saved) == 25 and records[0]["eval/n_examples"] == 25.0
     # 0.0 would also "match" a broken run; the initial policy answers some questions right
     assert 0.0 < direct["eval/reward"] < 1.0
     assert [r["step"] for r in records if EVAL_KEYS <= r.keys()] == [0, 1, 2]

@@ -253,11 +253,20 @@ RULES: dict[str, Rule] = {
     "pruning.reduction_factor": _int("the pruner's reduction factor", 2,
                                      note="1/reduction_factor of the runs go on at each rung"),
     "pruning.min_early_stopping_rate": _int("the pruner's minimum early-stopping rate", 0),
+    "budget.gpu_hours": _number("the sweep's GPU-hour budget", 0, **POSITIVE, nullable=True,
+                                note="null = no limit"),
 }
 """Dotted config key -> its rule. Keys absent from a config (another group's option) are skipped."""
 
 LOSS_HYPERPARAMETER = _number("a loss hyperparameter", 0, **POSITIVE)
 """The rule of a `loss.*` key that has no entry of its own."""
+
+COST_RATES = ("generate_s", "old_log_probs_s", "train_s", "step_s", "eval_s")
+"""The keys of a model preset's `model.cost` besides `max_new_tokens`: the cost model's rates in
+seconds (grpo.sweep.cost); each must be a number >= 0."""
+RULES.update({f"model.cost.{key}": _number(f"the model's cost rate {key}", 0) for key in COST_RATES})
+RULES["model.cost.max_new_tokens"] = _int("the response length the model's cost rates were "
+                                          "measured at", 1)
 
 
 def rule_for(key: str) -> Rule | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedTokenizerBase
 
-from grpo.config.rules import value_errors
+from grpo.config.rules import COST_RATES, value_errors
 from grpo.core.losses import POLICY_LOSSES
 from grpo.core.train_step import LENGTH_NORMALIZATIONS
 from grpo.data.datasets import SPLITS, Example, load_examples
@@ -353,6 +353,14 @@ def _check_precision(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> 
         )
 
 
+def _check_cost(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    """The model preset's `model.cost` holds the cost model's rates (their values are rules')."""
+    cost = cfg.model.get("cost")
+    missing = [key for key in ("max_new_tokens", *COST_RATES) if cost is None or key not in cost]
+    report.errors += [f"model.cost.{key} is missing: the dry run's cost estimate reads it; set it "
+                      f"(conf/model/{cfg.model.name}.yaml holds the presets' figures)" for key in missing]
+
+
 def _check_pruning(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     """The pruner exists, its yaml holds exactly its keys, and its rungs fall on evaluations."""
     pruning = cfg.pruning
@@ -406,7 +414,8 @@ def check_config(cfg: DictConfig) -> ConfigReport:
     if report.errors:
         return report
     checks = (_check_loss, _check_sampling, _check_prompt, _check_model, _check_precision, _check_data,
-              _check_tiny_tokenizer, _check_rollout, _check_pruning, _check_prompt_lengths)
+              _check_tiny_tokenizer, _check_rollout, _check_pruning, _check_cost,
+              _check_prompt_lengths)
     for check in checks:
         check(cfg, plan, report)
     return report

@@ -5,8 +5,8 @@ Each checkpoint holds `run_config.json` (listed in its manifest): `{"format": "g
 `.hydra/config.yaml`, `overrides.yaml` and `hydra.yaml` as they were when it was written.
 
 A resume compares the resolved config it was launched with against the checkpoint's
-(`compare`): a key of `MAY_CHANGE` may differ (where and how the run runs, is watched, logged
-and stopped; `n_grpo_steps` not below the checkpoint's step), and each such change is recorded in
+(`compare`): a key of `MAY_CHANGE` may differ (where and how the run runs, is watched, logged,
+priced and stopped; `n_grpo_steps` not below the checkpoint's step), and each such change is recorded in
 `<run>/config_changes.jsonl`; any other difference changes the trained curve and refuses the
 resume (`ConfigChanged`, naming each key with its old and new value), after putting the
 checkpoint's `.hydra/` texts back, so that `.hydra/config.yaml` always describes what was trained.
@@ -34,7 +34,7 @@ MAY_CHANGE = (
     "n_grpo_steps", "dry_run", "experiment_name", "logging.", "cluster.", "paths.", "health.",
     "checkpoint.checkpoint_every", "checkpoint.keep_last", "checkpoint.save_final_model",
     "checkpoint.allow_fresh_start", "checkpoint.allow_metrics_gap", "eval.n_saved_samples",
-    "rollout.stale_check_every", "pruning.",
+    "rollout.stale_check_every", "pruning.", "budget.", "model.cost.",
 )
 """Keys (a trailing `.`: every key under it) whose value a resume may change: none of them
 changes the weights, the sampled rollouts or the evaluation of the steps already trained."""

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from grpo.config.validation import check_config
 from grpo.core.losses import POLICY_LOSSES
 from grpo.run.files import RunDirError, is_disk_full, read_status
+from grpo.sweep.cost import estimate
 from grpo.training.batch_plan import BatchPlan, MicroBatching
 
 
@@ -66,6 +67,19 @@ def output_root_note(hydra_cfg: DictConfig) -> str | None:
             f"(drop {key} to write under paths.output_root)")
 
 
+def price_single_run(cfg: DictConfig) -> None:
+    """Print the cost of a single run's dry run (grpo.sweep.cost) and refuse (exit 2) a run that
+    would spend more than budget.gpu_hours."""
+    cost, rates = estimate([cfg], parallel=1)
+    if cfg.dry_run:
+        print(f"dry run: 1 job, nothing started\njob {describe_job(cfg)}; ~{cost.jobs[0].describe()}"
+              f"\ncost rates: {rates[0].describe()}")
+    refusal = cost.over_budget(cfg.budget.gpu_hours)
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
+        sys.exit(2)
+
+
 def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     """The task function of launch.py: one GRPO run in the job's Hydra output directory."""
     report = check_config(cfg)
@@ -74,10 +88,11 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     if report.errors:
         print("error: invalid config:\n" + "\n".join(f"  - {e}" for e in report.errors), file=sys.stderr)
         sys.exit(2)
-    if cfg.dry_run:
-        print(f"dry run: 1 job, nothing started\njob {describe_job(cfg)}")
-        return None
     hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.RUN and (cfg.dry_run or cfg.budget.gpu_hours is not None):
+        price_single_run(cfg)  # a sweep's jobs were priced by the sweeper
+    if cfg.dry_run:
+        return None
     note = output_root_note(hydra_cfg) if hydra_cfg.mode == RunMode.RUN else None
     if note:
         print(f"warning: {note}", file=sys.stderr)

@@ -30,8 +30,9 @@ def evaluate(
     """Score one sampled response per example.
 
     Returns (metrics, samples): metrics `eval/reward`, `eval/format_reward`, `eval/answer_reward`
-    (means in [0, 1]) and `eval/mean_response_length` (tokens); samples one dict per example with
-    prompt, response, ground truth and rewards.
+    (means in [0, 1]), `eval/mean_response_length` (tokens) and `eval/n_examples` (how many were
+    evaluated: the dry run's cost model prices evaluations per example); samples one dict per
+    example with prompt, response, ground truth and rewards.
     """
     rollouts = [group[0] for group in engine.generate(list(prompts), 1, sampling)]
     all_scores = score_batch(reward_fn, [r.text for r in rollouts], [e.answer for e in examples])
@@ -47,6 +48,7 @@ def evaluate(
         for key in ("reward", "format_reward", "answer_reward")
     }
     metrics["eval/mean_response_length"] = sum(s["response_tokens"] for s in samples) / n
+    metrics["eval/n_examples"] = float(len(samples))
     return metrics, samples
 
 

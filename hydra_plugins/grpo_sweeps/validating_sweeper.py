@@ -5,7 +5,9 @@ presets, command-line values winning) with a gate in front of the launcher: each
 composed and passed through `grpo.config.validation.check_config`, and a `cluster=slurm` job is
 checked against what its partition's nodes offer (the scheduler is asked once per sweep); one bad
 job stops the whole submission with one message per bad job, and `dry_run=true` lists the jobs and
-launches nothing. The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the
+launches nothing. The dry run also prices every job and the sweep (`grpo.sweep.cost`: the full grid,
+and with pruning on the sweep replayed through its pruner), and a sweep that plans to spend more
+than `budget.gpu_hours` is refused before anything is submitted. The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the
 submission until the launcher has every job's result, so a second launch of the same sweep
 directory exits at once naming the first. A submission that sbatch still refuses ends in one line with sbatch's message.
 Jobs are composed by `grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names
@@ -26,6 +28,7 @@ from hydra.core.utils import filter_overrides
 from grpo.config.validation import check_config
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
+from grpo.sweep.cost import estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
     get_job_batch,
@@ -35,9 +38,10 @@ from grpo.sweep.hydra_compat import (
 from grpo.sweep.job import describe_job, output_root_note
 from grpo.sweep.job_loss import ComposedJob, compose_job
 from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
+from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
 
-SWEEP_WIDE = ("pruning",)
-"""Config groups that hold for a whole sweep (one pruner compares its runs): never swept."""
+SWEEP_WIDE = ("pruning", "budget")
+"""Config groups and sections that hold for a whole sweep (one pruner, one budget): never swept."""
 
 
 class ValidatingSweeper(BasicSweeper):
@@ -64,6 +68,18 @@ class ValidatingSweeper(BasicSweeper):
         """BasicSweeper's next batch, each job with the overrides it was validated with."""
         return [list(self.composed[tuple(o)].overrides) for o in get_job_batch(self)]
 
+    def _parallel(self, n_jobs: int) -> int:
+        """How many jobs the launcher runs at once: a SLURM array's `array_parallelism`, else
+        the local pool's size (1 where this machine lacks the GPUs the jobs ask for)."""
+        launcher = self.config.hydra.launcher
+        if "array_parallelism" in launcher:
+            return max(1, min(n_jobs, int(launcher.array_parallelism)))
+        try:
+            return pool_size(int(launcher.gpus_per_job), int(launcher.cpus_per_job),
+                             launcher.max_parallel_jobs)
+        except RuntimeError:
+            return 1
+
     def sweep(self, arguments: list[str]) -> Any:
         note = output_root_note(self.config.hydra)
         if note:
@@ -71,9 +87,9 @@ class ValidatingSweeper(BasicSweeper):
         jobs, swept = self._all_jobs(arguments)
         wide = sorted(k for k in swept if k.split(".")[0].split("/")[0] in SWEEP_WIDE)
         if wide:
-            print(f"error: {', '.join(wide)} cannot be swept: pruning holds for the whole "
-                  "sweep (one pruner compares its runs); give one value; nothing was submitted",
-                  file=sys.stderr)
+            print(f"error: {', '.join(wide)} cannot be swept: pruning and budget hold for the "
+                  "whole sweep (one pruner compares its runs); give one value; nothing was "
+                  "submitted", file=sys.stderr)
             sys.exit(2)
         self.composed = {}
         bad, lines = [], []
@@ -98,9 +114,19 @@ class ValidatingSweeper(BasicSweeper):
                 file=sys.stderr,
             )
             sys.exit(2)
+        cfgs = [job.cfg for job in self.composed.values()]
+        cost, rates = estimate(cfgs, self._parallel(len(cfgs)))
+        refusal = cost.over_budget(cfgs[0].budget.gpu_hours)
         if self.config.dry_run:
             print(f"dry run: {len(jobs)} jobs, nothing submitted")
-            print("\n".join(lines))
+            print("\n".join(f"{line}; ~{job.describe()}"
+                            for line, job in zip(lines, cost.jobs, strict=True)))
+            print("\n".join(f"cost rates: {r.describe()}" for r in dict.fromkeys(rates)))
+            print("\n".join(cost.lines()))
+        if refusal is not None:
+            print(f"error: {refusal}", file=sys.stderr)
+            sys.exit(2)
+        if self.config.dry_run:
             return []
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,326 @@
+"""What a sweep will cost, said before anything is submitted: hours per job and for the sweep,
+and the budget check (`budget.gpu_hours`).
+
+The cost model (the dry run prints its inputs):
+
+    job seconds  = n_grpo_steps x step seconds + evaluations x validation examples x eval_s
+    step seconds = rollout_batch_size x (generate_s [+ old_log_probs_s])
+                   + off_policy.epochs x rollout_batch_size x train_s + step_s
+
+`old_log_probs_s` counts when the loss reads the probability ratio; evaluations are the step-0
+one, one every eval.eval_every steps and one after the last, each of eval.n_examples examples or
+the validation split, if smaller. The rates come from
+
+1. earlier runs of the same model (`model.name`), engine (`rollout.engine`), GPUs per job and
+   `sampling.max_new_tokens` under `paths.output_root`: the medians over their logged GRPO steps
+   of time/rollout_s + time/scoring_s per rollout, time/old_log_probs_s per rollout,
+   time/train_s per rollout and epoch, the rest of time/step_s, and time/eval_s per evaluated
+   example (eval/n_examples) (the newest MATCHED_RUNS such runs; a rate they never logged comes
+   from 2.);
+2. else the model preset's `model.cost` (conf/model/<name>.yaml), whose comments say where each
+   figure was measured; its per-rollout figures scale with sampling.max_new_tokens over
+   `model.cost.max_new_tokens`.
+
+GPU-hours = seconds / 3600 x cluster.gpus_per_job. A job without GPUs is priced in CPU-hours
+(x cluster.cpus_per_job), and a budget in GPU-hours does not limit it.
+
+With pruning on, the jobs are replayed through the sweep's pruner (`grpo.run.pruning.replay`):
+jobs of the estimated lengths whose validation reward keeps one random rank all run long, launched
+in order, `parallel` at a time, in REPLAY_ORDERS random orders; the mean is the estimate. Its
+worst case is the full grid: the asynchronous pruner stops no run that beats every run before it
+at each rung. `budget.gpu_hours` is checked against what the sweep plans to spend: the full grid,
+or with pruning the replayed estimate.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig
+
+from grpo.config.rules import COST_RATES as RATES
+from grpo.config.validation import load_splits
+from grpo.core.losses import POLICY_LOSSES
+from grpo.run.files import metrics_row, read_yaml
+from grpo.run.pruning import PruningSettings, ReplayJob, replay
+from grpo.training.evaluation import is_evaluation_step
+
+MATCH_KEYS = ("model.name", "rollout.engine", "cluster.gpus_per_job", "sampling.max_new_tokens")
+"""What an earlier run must share with a job for its timings to price the job."""
+SCANNED_RUNS = 256
+"""Newest run directories under paths.output_root whose config is read."""
+MATCHED_RUNS = 16
+"""Newest matching runs whose timings are read."""
+TAIL_BYTES = 2 << 20
+"""The end of a matching run's metrics.jsonl that is read (a few thousand steps)."""
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest `.hydra/config.yaml` of an earlier run that is read (Hydra's are a few kB)."""
+REPLAY_ORDERS = 20
+"""Random launch orders the pruned sweep is replayed in (fewer for large sweeps, see `replayed`)."""
+REPLAY_REPORTS = 4000
+"""Reports to the pruner a dry run's replay may make, over all orders (keeps it within seconds)."""
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Seconds per rollout (`generate_s`, `old_log_probs_s`), per rollout and epoch (`train_s`),
+    per GRPO step (`step_s`) and per validation example (`eval_s`), and where they come from."""
+
+    generate_s: float
+    old_log_probs_s: float
+    train_s: float
+    step_s: float
+    eval_s: float
+    source: str
+
+    def describe(self) -> str:
+        """The rates in words, with their source."""
+        return (f"generate {self.generate_s:.3g} s + old log-probs {self.old_log_probs_s:.3g} s "
+                f"per rollout, train {self.train_s:.3g} s per rollout and epoch, "
+                f"{self.step_s:.3g} s per step, evaluation {self.eval_s:.3g} s per example "
+                f"({self.source})")
+
+
+def _select(data: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(part)
+    return data
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok and value >= 0 else None
+
+
+def preset_rates(cfg: DictConfig) -> dict[str, float]:
+    """The model preset's `model.cost` rates at the job's sampling.max_new_tokens."""
+    cost = cfg.model.cost
+    scale = int(cfg.sampling.max_new_tokens) / int(cost.max_new_tokens)
+    return {key: float(cost[key]) * (1.0 if key == "step_s" else scale) for key in RATES}
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    """The newest run directories (`<experiment>/<timestamp>/<job>/`) under `root`."""
+    try:
+        found = [p.parent for p in root.glob("*/*/*/metrics.jsonl") if p.parent.name.isdigit()]
+        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)[:SCANNED_RUNS]
+    except OSError:
+        return []
+
+
+def _tail_rows(path: Path) -> list[dict[str, Any]]:
+    """The complete metrics records among the last TAIL_BYTES of `path`."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - TAIL_BYTES))
+            lines = f.read(TAIL_BYTES).splitlines()[1:]  # the first may be cut
+    except OSError:
+        return []
+    return [row for row in map(metrics_row, lines) if row is not None]
+
+
+def _row_rates(row: Mapping[str, Any], rollouts: float, epochs: float) -> dict[str, float]:
+    """The rates one metrics row of a run measures (only those it has the timings of)."""
+    t = {key[5:-2]: v for key in row if key.startswith("time/") and key.endswith("_s")
+         and (v := _number(row[key])) is not None}
+    rates = {}
+    if row["step"] >= 1 and {"rollout", "scoring", "train", "step"} <= t.keys():
+        rates["generate_s"] = (t["rollout"] + t["scoring"]) / rollouts
+        rates["train_s"] = t["train"] / (epochs * rollouts)
+        if t.get("old_log_probs"):
+            rates["old_log_probs_s"] = t["old_log_probs"] / rollouts
+        phases = t["rollout"] + t["scoring"] + t["train"] + t.get("old_log_probs", 0) + t.get("eval", 0)
+        rates["step_s"] = max(0.0, t["step"] - phases)
+    examples = _number(row.get("eval/n_examples"))
+    if t.get("eval") and examples:
+        rates["eval_s"] = t["eval"] / examples
+    return rates
+
+
+def measured_rates(cfg: DictConfig, root: Path) -> tuple[dict[str, float], int]:
+    """The median rates over the newest earlier runs under `root` that share `MATCH_KEYS` with
+    `cfg`, and how many runs that was (rates they never logged are absent)."""
+    wanted = [_select(cfg, key) for key in MATCH_KEYS]
+    samples: dict[str, list[float]] = {key: [] for key in RATES}
+    matched = 0
+    for run_dir in _run_dirs(root):
+        path = run_dir / ".hydra" / "config.yaml"
+        try:
+            config = read_yaml(path) if path.stat().st_size <= MAX_CONFIG_BYTES else None
+        except (OSError, ValueError, yaml.YAMLError):  # unreadable or crafted (RunFileError): skip it
+            continue
+        if [_select(config, key) for key in MATCH_KEYS] != wanted:
+            continue
+        sizes = [_number(_select(config, key)) for key in ("rollout_batch_size", "off_policy.epochs")]
+        if not all(sizes):
+            continue
+        rows = _tail_rows(run_dir / "metrics.jsonl")
+        warm = [row for row in rows if row["step"] != 1] or rows  # step 1 warms the engine up
+        for row in warm:
+            for key, value in _row_rates(row, *sizes).items():
+                samples[key].append(value)
+        matched += 1
+        if matched >= MATCHED_RUNS:
+            break
+    return {key: statistics.median(values) for key, values in samples.items() if values}, matched
+
+
+def rates_for(cfg: DictConfig) -> Rates:
+    """The rates that price `cfg`'s job (see the module docstring)."""
+    root = Path(str(cfg.paths.output_root))
+    measured, n_runs = measured_rates(cfg, root)
+    preset = preset_rates(cfg)
+    where = f"conf/model/{cfg.model.name}.yaml's model.cost"
+    if not measured:
+        source = (f"{where}: no earlier run of this model, engine, GPUs per job and "
+                  f"max_new_tokens under {root}")
+    else:
+        missing = [key for key in RATES if key not in measured]
+        source = (f"medians of {n_runs} earlier run(s) of this model, engine, GPUs per job and "
+                  f"max_new_tokens under {root}"
+                  + (f"; {', '.join(missing)} from {where}" if missing else ""))
+    return Rates(**{key: measured.get(key, preset[key]) for key in RATES}, source=source)
+
+
+@dataclass(frozen=True)
+class JobCost:
+    """One job's estimated cost: `step_seconds` per GRPO step, `eval_seconds` per evaluation,
+    over `n_steps` steps; priced in `unit` at `per_hour` of them per wall-clock hour."""
+
+    n_steps: int
+    eval_every: int
+    step_seconds: float
+    eval_seconds: float
+    per_hour: float
+    unit: str
+
+    def seconds_at(self, step: int) -> float:
+        """Wall-clock seconds from the start to the end of GRPO step `step` (evaluations in)."""
+        evaluations = sum(is_evaluation_step(s, self.n_steps, self.eval_every)
+                          for s in range(step + 1))
+        return step * self.step_seconds + evaluations * self.eval_seconds
+
+    @property
+    def seconds(self) -> float:
+        """The whole run's wall-clock seconds."""
+        return self.seconds_at(self.n_steps)
+
+    def hours(self, seconds: float) -> float:
+        """`seconds` of this job's wall-clock in its unit (GPU- or CPU-hours)."""
+        return seconds / 3600 * self.per_hour
+
+    def describe(self) -> str:
+        """``3.30 GPU-hours (50 steps x 85.2 s + 11 evaluations x 174 s, 2 GPUs)``."""
+        n_evals = sum(is_evaluation_step(s, self.n_steps, self.eval_every)
+                      for s in range(self.n_steps + 1))
+        device = "GPU" if self.unit == "GPU-hours" else "CPU"
+        return (f"{self.hours(self.seconds):.2f} {self.unit} ({self.n_steps} steps x "
+                f"{self.step_seconds:.3g} s + {n_evals} evaluations x {self.eval_seconds:.3g} s, "
+                f"{self.per_hour:g} {device}{'s' if self.per_hour != 1 else ''})")
+
+
+def job_cost(cfg: DictConfig, rates: Rates, n_examples: int) -> JobCost:
+    """`cfg`'s job priced at `rates`, evaluating `n_examples` validation examples."""
+    rollouts = int(cfg.rollout_batch_size)
+    per_rollout = rates.generate_s + (
+        rates.old_log_probs_s if POLICY_LOSSES[cfg.loss.name].uses_ratio else 0.0)
+    step = rollouts * per_rollout + int(cfg.off_policy.epochs) * rollouts * rates.train_s + rates.step_s
+    gpus = int(cfg.cluster.gpus_per_job)
+    return JobCost(int(cfg.n_grpo_steps), int(cfg.eval.eval_every), step,
+                   n_examples * rates.eval_s,
+                   float(gpus or int(cfg.cluster.cpus_per_job)), "GPU-hours" if gpus else "CPU-hours")
+
+
+@dataclass(frozen=True)
+class SweepEstimate:
+    """The estimated cost of a sweep's jobs (`jobs`, in launch order), in `unit`: the full grid,
+    and with pruning the replayed estimate (`pruned`, over `orders` launch orders, `parallel`
+    jobs at a time)."""
+
+    jobs: list[JobCost]
+    unit: str
+    pruning: PruningSettings | None
+    pruned: float | None
+    orders: int
+    parallel: int
+
+    @property
+    def full_grid(self) -> float:
+        """Every job to its last step."""
+        return sum(job.hours(job.seconds) for job in self.jobs)
+
+    @property
+    def planned(self) -> float:
+        """What the sweep plans to spend: the replayed estimate with pruning, else the full grid."""
+        return self.pruned if self.pruned is not None else self.full_grid
+
+    def lines(self) -> list[str]:
+        """The dry run's summary lines."""
+        lines = [f"cost: {len(self.jobs)} jobs, {self.full_grid:.2f} {self.unit} for the full grid"]
+        if self.pruning is not None and self.pruned is not None:
+            lines.append(
+                f"cost with {self.pruning.describe(max(j.n_steps for j in self.jobs))}: "
+                f"~{self.pruned:.2f} {self.unit} (the jobs "
+                f"replayed through the pruner in {self.orders} random orders, {self.parallel} at "
+                "a time, each keeping one rank all run long); worst case "
+                f"{self.full_grid:.2f}, the full grid (no run stopped: every run beats those "
+                "before it at each rung)")
+        return lines
+
+    def over_budget(self, budget: float | None) -> str | None:
+        """The refusal when the sweep plans to spend more GPU-hours than `budget`, else None."""
+        if budget is None or self.unit != "GPU-hours" or self.planned <= budget:
+            return None
+        what = "with pruning, replayed" if self.pruned is not None else "the full grid"
+        fix = "" if self.pruned is not None else ", turn pruning on (pruning=successive_halving)"
+        return (f"the sweep's estimated {self.planned:.2f} GPU-hours ({what}) exceed "
+                f"budget.gpu_hours={budget:g}; nothing was submitted. Sweep fewer values, lower "
+                f"n_grpo_steps or eval.n_examples{fix}, or raise budget.gpu_hours")
+
+
+def replayed(jobs: Sequence[JobCost], settings: PruningSettings, parallel: int,
+             seed: int = 0) -> tuple[float, int]:
+    """The mean hours the pruned sweep spends over random launch orders (see the module
+    docstring), and how many orders were replayed. As in a run, the evaluations before the last
+    step are reported."""
+    steps = [[s for s in range(1, job.n_steps) if is_evaluation_step(s, job.n_steps, job.eval_every)]
+             for job in jobs]
+    n_reports = max(1, sum(map(len, steps)))
+    orders = max(1, min(REPLAY_ORDERS, REPLAY_REPORTS // n_reports))
+    rng = random.Random(seed)
+    total = 0.0
+    for _ in range(orders):
+        ranks = [rng.random() for _ in jobs]
+        replay_jobs = [ReplayJob([(settings.resource_of(s, s * job.step_seconds), rank,
+                                   job.seconds_at(s)) for s in job_steps], job.seconds)
+                       for job, job_steps, rank in zip(jobs, steps, ranks, strict=True)]
+        outcomes = replay(settings, max(job.n_steps for job in jobs), replay_jobs, parallel)
+        total += sum(job.hours(o.seconds) for job, o in zip(jobs, outcomes, strict=True))
+    return total / orders, orders
+
+
+def estimate(cfgs: Sequence[DictConfig], parallel: int) -> tuple[SweepEstimate, list[Rates]]:
+    """The cost of a sweep of jobs `cfgs` (valid configs, launched `parallel` at a time), and the
+    rates of each job (jobs sharing `MATCH_KEYS` share them)."""
+    cache: dict[tuple[Any, ...], Rates] = {}
+    rates = []
+    for cfg in cfgs:
+        key = tuple(_select(cfg, k) for k in MATCH_KEYS)
+        if key not in cache:
+            cache[key] = rates_for(cfg)
+        rates.append(cache[key])
+    jobs = [job_cost(cfg, r, len(load_splits(cfg)["validation"])) for cfg, r in zip(cfgs, rates, strict=True)]
+    unit = "GPU-hours" if any(job.unit == "GPU-hours" for job in jobs) else "CPU-hours"
+    settings = PruningSettings.from_config(cfgs[0].pruning) if cfgs else None
+    pruned, orders = (replayed(jobs, settings, parallel) if settings is not None and jobs
+                      else (None, 0))
+    return SweepEstimate(jobs, unit, settings, pruned, orders, parallel), rates

@@ -1,0 +1,192 @@
+"""The dry run's cost model (grpo.sweep.cost): hours per job from visible rates, the rates of
+earlier runs of the same model and sizes where there are some, the pruned sweep replayed through
+its pruner, and the budget that refuses a sweep before anything is submitted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from analysis.synthetic import write_run
+from grpo.run.pruning import PruningSettings
+from grpo.sweep.cost import JobCost, Rates, job_cost, measured_rates, replayed
+
+ROOT = Path(__file__).resolve().parents[1]
+RATES = Rates(generate_s=0.1, old_log_probs_s=0.02, train_s=0.05, step_s=1.0, eval_s=0.1, source="test")
+
+
+def job_config(loss: str = "grpo_clip", epochs: int = 2, gpus: int = 2, **extra: object):
+    return OmegaConf.create({
+        "rollout_batch_size": 256, "off_policy": {"epochs": epochs}, "loss": {"name": loss},
+        "n_grpo_steps": 50, "eval": {"eval_every": 5}, "cluster": {"gpus_per_job": gpus,
+                                                                  "cpus_per_job": 8}, **extra})
+
+
+def test_a_job_costs_its_steps_and_evaluations_on_its_gpus() -> None:
+    cost = job_cost(job_config(), RATES, n_examples=1024)
+    # 256 x (0.1 + 0.02) to sample, grade and take old log-probs (GRPO-Clip reads the ratio),
+    # 2 epochs x 256 x 0.05 to train, 1 s more: 57.32 s a step; 11 evaluations (0, 5, ..., 50)
+    # of 1024 examples x 0.1 s
+    assert cost.step_seconds == pytest.approx(57.32)
+    assert cost.eval_seconds == pytest.approx(102.4)
+    assert cost.seconds == pytest.approx(50 * 57.32 + 11 * 102.4)
+    assert cost.hours(cost.seconds) == pytest.approx(3992.4 / 3600 * 2)
+    assert cost.seconds_at(10) == pytest.approx(10 * 57.32 + 3 * 102.4)
+    assert cost.describe() == "2.22 GPU-hours (50 steps x 57.3 s + 11 evaluations x 102 s, 2 GPUs)"
+    # a loss without the ratio takes no old log-probs; a job without GPUs counts its CPUs
+    on_policy = job_cost(job_config("reinforce_with_baseline", epochs=1, gpus=0), RATES, 1024)
+    assert on_policy.step_seconds == pytest.approx(256 * 0.1 + 256 * 0.05 + 1.0)
+    assert on_policy.unit == "CPU-hours" and on_policy.per_hour == 8
+
+
+MATCH = {"model.name": "qwen2.5-math-1.5b", "rollout.engine": "vllm", "cluster.gpus_per_job": 2,
+         "sampling.max_new_tokens": 1024}
+
+
+def earlier_run(run_dir: Path, rollouts: int, epochs: int, **changes: object) -> None:
+    """A finished run of 12 steps whose phases took, per rollout, 0.2 s to sample and grade,
+    0.04 s for old log-probs and 0.1 s per epoch to train, plus 2 s a step; its evaluations of
+    500 examples 60 s (step 1 is slower: the engine warms up)."""
+    rows = [{"step": 0, "time/eval_s": 60.0, "eval/n_examples": 500.0, "eval/reward": 0.1}]
+    for step in range(1, 13):
+        warm = 3.0 if step == 1 else 1.0
+        phases = {"rollout": 0.15 * rollouts * warm, "scoring": 0.05 * rollouts,
+                  "old_log_probs": 0.04 * rollouts, "train": 0.1 * rollouts * epochs,
+                  "weight_sync": 1.5}
+        evaluation = {"time/eval_s": 60.0, "eval/n_examples": 500.0} if step % 4 == 0 else {}
+        step_s = sum(phases.values()) + 0.5 + evaluation.get("time/eval_s", 0.0)
+        rows.append({"step": step, **{f"time/{k}_s": v for k, v in phases.items()},
+                     "time/step_s": step_s, **evaluation})
+    config = {**{key: value for key, value in MATCH.items()}, **changes,
+              "rollout_batch_size": rollouts, "off_policy.epochs": epochs}
+    write_run(run_dir, config, rows, {"status": "completed"})
+
+
+def test_rates_are_the_medians_of_earlier_runs_of_the_same_model_and_sizes(tmp_path: Path) -> None:
+    earlier_run(tmp_path / "broad" / "2025-01-01_00-00-00" / "0", rollouts=256, epochs=1)
+    earlier_run(tmp_path / "broad" / "2025-01-01_00-00-00" / "1", rollouts=64, epochs=4)
+    # another engine and another response length: not this job's
+    earlier_run(tmp_path / "other" / "2025-01-01_00-00-00" / "0", 256, 1, **{"rollout.engine": "hf"})
+    earlier_run(tmp_path / "other" / "2025-01-01_00-00-00" / "1", 256, 1,
+                **{"sampling.max_new_tokens": 512})
+    # crafted directories are skipped: a config that is no YAML, one nested past the bound, one
+    # too large to read, metrics that are no JSON
+    crafted = tmp_path / "crafted" / "2025-01-01_00-00-00"
+    for i, text in enumerate([": : :\n\t[", "a:\n" + "  " * 100 + "[" * 100, "x: " + "1" * (2 << 20)]):
+        (crafted / str(i) / ".hydra").mkdir(parents=True)
+        (crafted / str(i) / ".hydra" / "config.yaml").write_text(text)
+        (crafted / str(i) / "metrics.jsonl").write_text("{}\n")
+    earlier_run(crafted / "3", 256, 1)
+    (crafted / "3" / "metrics.jsonl").write_bytes(b"\xff\xfe not json\n" * 1000)
+    cfg = OmegaConf.create({"model": {"name": MATCH["model.name"]}, "rollout": {"engine": "vllm"},
+                            "cluster": {"gpus_per_job": 2}, "sampling": {"max_new_tokens": 1024}})
+    rates, n_runs = measured_rates(cfg, tmp_path)
+    assert n_runs == 3  # the two matching runs and the one whose metrics are unreadable
+    assert rates == pytest.approx({"generate_s": 0.2, "old_log_probs_s": 0.04, "train_s": 0.1,
+                                   "step_s": 2.0, "eval_s": 0.12})
+
+
+def test_the_pruned_sweep_is_replayed_through_its_pruner() -> None:
+    jobs = [JobCost(50, 5, 60.0, 100.0, 2.0, "GPU-hours")] * 9
+    full = sum(job.hours(job.seconds) for job in jobs)
+    settings = PruningSettings("successive_halving", "step", min_resource=10, reduction_factor=3)
+    pruned, orders = replayed(jobs, settings, parallel=9)
+    assert orders == 20 and replayed(jobs, settings, parallel=9) == (pruned, orders)
+    # nine at once reach step 10 together: the first goes on, the others only if best so far;
+    # at least the first runs to the end and at most all of them do
+    at_rung = jobs[0].hours(jobs[0].seconds_at(10))
+    assert full / 9 + 8 * at_rung <= pruned < full
+    # keeping the top half of each rung costs more than keeping the top third
+    halving = PruningSettings("successive_halving", "step", min_resource=10, reduction_factor=2)
+    assert pruned < replayed(jobs, halving, parallel=9)[0] < full
+
+
+def launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def handout(tmp_path: Path) -> list[str]:
+    """The real model's sizes with stand-in files: config.json, 300 training and 1024 validation
+    problems (evaluations of eval.n_examples=1024)."""
+    model = tmp_path / "Qwen2.5-Math-1.5B"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    for split, n in (("train", 300), ("validation", 1024)):
+        with (tmp_path / f"{split}.jsonl").open("w") as f:
+            f.writelines(json.dumps({"problem": f"{i}+1?", "answer": str(i + 1)}) + "\n" for i in range(n))
+    return [f"model.path={model}", f"data.train_path={tmp_path / 'train.jsonl'}",
+            f"data.validation_path={tmp_path / 'validation.jsonl'}", "cluster=slurm",
+            "cluster.cpus_per_job=2", "cluster.mem_gb=16",  # what the local test cluster's node has
+            f"paths.output_root={tmp_path / 'outputs'}"]
+
+
+def preset_hours(epochs: int, n_steps: int, n_evals: int) -> float:
+    """A handout-size GRPO-Clip job priced at conf/model/qwen2.5-math-1.5b.yaml's model.cost."""
+    cost = OmegaConf.load(ROOT / "conf" / "model" / "qwen2.5-math-1.5b.yaml").cost
+    step = 256 * (cost.generate_s + cost.old_log_probs_s) + epochs * 256 * cost.train_s + cost.step_s
+    return (n_steps * step + n_evals * 1024 * cost.eval_s) / 3600 * 2
+
+
+def test_the_dry_run_prices_the_off_policy_sweep_and_a_budget_refuses_it(
+        handout: list[str], tmp_path: Path) -> None:
+    out = launch("-m", "+experiment=off_policy_broad", "dry_run=true", *handout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    # epochs 1, 2, 4 x train_batch_size 64, 128, 256; 50 steps, 11 evaluations (eval_every 5)
+    hours = [preset_hours(e, 50, 11) for e in (1, 1, 1, 2, 2, 2, 4, 4, 4)]
+    for job, expected in enumerate(hours):
+        line = next(x for x in lines if x.startswith(f"job #{job} "))
+        assert f"; ~{expected:.2f} GPU-hours (50 steps x " in line, line
+    assert f"cost: 9 jobs, {sum(hours):.2f} GPU-hours for the full grid" in lines
+    assert any(x.startswith("cost rates: ") and "conf/model/qwen2.5-math-1.5b.yaml's model.cost"
+               in x for x in lines)
+    pruned = next(x for x in lines if x.startswith("cost with pruning=successive_halving: rungs at "
+                                                   "10, 30 GRPO steps"))
+    estimate = float(pruned.split("~")[1].split()[0])
+    assert estimate < sum(hours) and f"worst case {sum(hours):.2f}, the full grid" in pruned
+    # a budget between the pruned estimate and the full grid: with pruning it fits ...
+    budget = f"budget.gpu_hours={round((estimate + sum(hours)) / 2, 2):g}"
+    assert launch("-m", "+experiment=off_policy_broad", "dry_run=true", budget, *handout).returncode == 0
+    # ... without, it is refused, and nothing is submitted
+    refused = launch("-m", "+experiment=off_policy_broad", "pruning=off", budget, *handout)
+    assert refused.returncode == 2
+    assert (f"error: the sweep's estimated {sum(hours):.2f} GPU-hours (the full grid) exceed "
+            f"{budget}; nothing was submitted") in refused.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_swept_pruning_or_budget_key_is_refused(handout: list[str]) -> None:
+    out = launch("-m", "+experiment=off_policy_broad", "budget.gpu_hours=10,20", "dry_run=true",
+                 *handout)
+    assert out.returncode == 2
+    assert "error: budget.gpu_hours cannot be swept" in out.stderr
+
+
+def test_the_cost_scan_of_many_crafted_runs_stays_within_seconds(tmp_path: Path) -> None:
+    """300 earlier runs under the output root with 100 kB configs, 40 of them of this job's
+    model and sizes with 4 MB of metrics: the dry run reads at most SCANNED_RUNS configs and the
+    tails of MATCHED_RUNS metrics."""
+    root = tmp_path / "outputs"
+    padding = "".join(f"k{i}: {'x' * 100}\n" for i in range(1_000))
+    matching = ("model: {name: tiny}\nrollout: {engine: hf}\ncluster: {gpus_per_job: 0}\n"
+                "sampling: {max_new_tokens: 8}\nrollout_batch_size: 64\noff_policy: {epochs: 1}\n")
+    row = json.dumps({"step": 5, "time/rollout_s": 0.02, "time/scoring_s": 0.0, "time/train_s": 0.03,
+                      "time/step_s": 0.06}) + "\n"
+    for i in range(300):
+        run = root / "old" / f"2025-01-01_00-00-{i:03d}" / "0"
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "config.yaml").write_text((matching if i % 8 == 0 else "") + padding)
+        (run / "metrics.jsonl").write_text(row * 40_000 if i % 8 == 0 else row)
+    start = time.perf_counter()
+    out = launch("model=tiny", "data=toy", "rollout=hf", "dry_run=true", f"paths.output_root={root}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "medians of 16 earlier run(s) of this model" in out.stdout  # MATCHED_RUNS
+    assert time.perf_counter() - start < 60
