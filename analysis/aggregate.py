@@ -197,8 +197,8 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
 @dataclass(frozen=True)
 class Spend:
     """What a sweep's runs spent (``spent``) against what its full grid would have
-    (``full_grid``: each run that did not complete priced at its own hours per step up to its
-    ``n_grpo_steps``), in ``unit`` (GPU-hours, or CPU-hours for runs without a GPU), and how many
+    (``full_grid``: each run that did not complete priced at its own pace up to its
+    ``n_grpo_steps``, see :func:`spend`), in ``unit`` (GPU-hours, or CPU-hours for runs without a GPU), and how many
     runs stopped early, by status (``stopped``)."""
 
     spent: float
@@ -207,23 +207,29 @@ class Spend:
     stopped: dict[str, int]
 
     def describe(self) -> str:
-        """``2 pruned, 1 collapsed; 0.02 CPU-hours spent of the full grid's 0.03 (63%)``."""
+        """``2 pruned, 1 collapsed; 0.02 CPU-hours spent of an estimated 0.03 for the full grid
+        (63%)``."""
         counts = ", ".join(f"{n} {status}" for status, n in self.stopped.items()) or "none"
         share = f" ({self.spent / self.full_grid:.0%})" if self.full_grid > 0 else ""
-        return (f"{counts}; {self.spent:.2f} {self.unit} spent of the full grid's "
-                f"{self.full_grid:.2f}{share}")
+        return (f"{counts}; {self.spent:.2f} {self.unit} spent of an estimated "
+                f"{self.full_grid:.2f} for the full grid{share}")
 
 
 def spend(collection: Collection) -> Spend:
-    """The sweep's :class:`Spend`, over the runs that have metrics."""
-    runs = collection.runs[collection.runs["steps_done"] > 0]
+    """The sweep's :class:`Spend`, over the runs that have metrics. A run that did not complete
+    is priced at its own pace: its step-0 evaluation once, then its GRPO steps so far scaled up
+    to its n_grpo_steps."""
+    runs = collection.runs[collection.runs["steps_done"] > 0].set_index("run_id")
     on_gpus = (runs["gpu_hours"] > 0).any()
     hours = runs["gpu_hours" if on_gpus else "cpu_hours"].fillna(0.0)
     planned = pd.to_numeric(runs["n_grpo_steps"], errors="coerce")
     short = (runs["status"] != "completed") & (planned > runs["steps_done"])
-    scale = (planned / runs["steps_done"]).where(short, 1.0).fillna(1.0)
+    steps = collection.steps
+    start = steps[steps["step"] == 0].set_index("run_id")[ELAPSED].reindex(runs.index).fillna(0.0)
+    first = hours * (start / runs["wall_clock_s"]).clip(0, 1).fillna(0.0)  # the step-0 evaluation
+    scaled = first + (hours - first) * (planned / runs["steps_done"])
     counts = runs.loc[runs["status"].isin(STOPPED_STATUSES), "status"].value_counts()
-    return Spend(float(hours.sum()), float((hours * scale).sum()),
+    return Spend(float(hours.sum()), float(scaled.where(short, hours).fillna(hours).sum()),
                  "GPU-hours" if on_gpus else "CPU-hours",
                  {status: int(counts[status]) for status in STOPPED_STATUSES if status in counts})
 

@@ -118,8 +118,8 @@ def _stopped(collection: Collection) -> list[str]:
     if stopped.empty:
         return [*lines, "None: every run that ended ran to its last step."]
     spent = spend(collection)
-    return [*lines, f"Stopped early: {spent.describe()}. The full grid prices each run that did "
-            "not complete at its own hours per step up to its n_grpo_steps. Configs with a run "
+    return [*lines, f"Stopped early: {spent.describe()}. The full grid's estimate prices each "
+            "run that did not complete at its own pace up to its n_grpo_steps. Configs with a run "
             "stopped early are not ranked.", "", *map(_run_line, stopped.to_dict("records"))]
 
 

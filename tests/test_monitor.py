@@ -267,10 +267,11 @@ def test_summary_names_outcomes_resumes_best_config_and_report(sweep: Path) -> N
     # logged by then (best 0.2 and 0.4)
     assert lines[7] == ("Best config: learning_rate=1e-5: best eval reward 0.300 at step 20 "
                         "(mean over 2 runs)")
-    # 74 s of 2 GPUs spent; the runs that did not complete priced up to the configs' 200 steps:
-    # 23 s x 200/11, 7 s x 200/3 and 3 s x 200/1, plus the completed run's 41 s
-    assert lines[8] == ("Stopped early: 1 collapsed; 0.04 GPU-hours spent of the full grid's "
-                        "0.85 (5%)")
+    # 74 s of 2 GPUs spent; each run that did not complete priced up to the configs' 200 steps:
+    # its 1 s step-0 evaluation, then 22 s x 200/11, 6 s x 200/3 and 2 s x 200/1; the completed
+    # run's 41 s: 1244 s in all
+    assert lines[8] == ("Stopped early: 1 collapsed; 0.04 GPU-hours spent of an estimated 0.69 "
+                        "for the full grid (6%)")
     assert lines[9] == (f"Report: `make plots SWEEP={sweep}` writes {sweep / 'report.md'} "
                         f"and {sweep / 'figures'}/")
     (sweep / "report.md").write_text("# report")
