@@ -94,20 +94,21 @@ EVAL_SECONDS = 30.0
 
 
 def synthetic_rows(n_steps: int, eval_every: int, quality: float, seed: int,
-                   seconds_per_step: float = 60.0, stop: str | None = None
-                   ) -> list[dict[str, float]]:
+                   seconds_per_step: float = 60.0, stop: str | None = None,
+                   time_constant: float = 0.25) -> list[dict[str, float]]:
     """Plausible GRPO metrics in the trainer's layout: step 0 the evaluation of the initial
     policy (``eval/*`` and timings only), then GRPO steps 1..``n_steps``, evaluated every
     ``eval_every`` steps and at the last; rewards rise towards ``quality`` (in [0, 1]) with
-    seeded noise, every reward clipped to [0, 1]. ``stop`` (a key of :data:`STOPS`) ends the
-    rows early: a ``collapsed`` run's reward falls to 0, a ``diverged`` run's last loss is NaN."""
+    seeded noise, every reward clipped to [0, 1], reaching 63% of it after ``time_constant`` of
+    the steps. ``stop`` (a key of :data:`STOPS`) ends the rows early: a ``collapsed`` run's
+    reward falls to 0, a ``diverged`` run's last loss is NaN."""
     rng = np.random.default_rng(seed)
     rows = [{"step": 0, "time/eval_s": EVAL_SECONDS, "time/elapsed_s": EVAL_SECONDS,
              "time/elapsed_no_eval_s": 0.0, **_eval_metrics(0.0, rng)}]
     elapsed = eval_total = EVAL_SECONDS
     last = n_steps if stop is None else max(2, int(STOPS[stop] * n_steps))
     for step in range(1, last + 1):
-        progress = quality * (1 - np.exp(-step / (n_steps / 4)))
+        progress = quality * (1 - np.exp(-step / (n_steps * time_constant)))
         if stop == "collapsed":
             progress *= max(0.0, 1 - step / (0.6 * last))
         is_eval = step % eval_every == 0 or step == n_steps
@@ -163,14 +164,19 @@ def _reward(value: float) -> float:
 
 def write_grid_sweep(sweep_dir: Path, grid: Mapping[str, Sequence[Any]], n_steps: int = 200,
                      eval_every: int = 10, n_seeds: int = 1,
-                     unstable: Mapping[int, str] | None = None) -> list[dict[str, Any]]:
+                     unstable: Mapping[int, str] | None = None,
+                     data_seed: int | None = None) -> list[dict[str, Any]]:
     """Write a cartesian sweep over ``grid`` (x ``n_seeds`` seeds when above 1) and return each
     job's overrides. Config ``i`` (in grid order) reaches a reward in [0.25, 0.9]; its runs
-    complete, or stop as ``unstable[i]`` (``collapsed`` / ``diverged``)."""
+    complete, or stop as ``unstable[i]`` (``collapsed`` / ``diverged``). With ``data_seed``, the
+    runs' noise is drawn from it and each config learns at its own pace (time constants uniform
+    in [0.1, 0.6] of the run), so that curves cross: a config slow to start may end best."""
     seeds = {"seed": list(range(n_seeds))} if n_seeds > 1 else {}
     task = [f"{key}={','.join(map(str, values))}" for key, values in {**grid, **seeds}.items()]
     write_multirun(sweep_dir, task)
     configs = list(itertools.product(*grid.values()))
+    paces = (np.random.default_rng(data_seed).uniform(0.1, 0.6, len(configs))
+             if data_seed is not None else [0.25] * len(configs))
     jobs = []
     for index, values in enumerate(configs):
         quality = 0.25 + 0.65 * ((index * 37) % len(configs)) / max(len(configs) - 1, 1)
@@ -178,8 +184,10 @@ def write_grid_sweep(sweep_dir: Path, grid: Mapping[str, Sequence[Any]], n_steps
         for seed in range(n_seeds):
             job = len(jobs)
             overrides = dict(zip(grid, values, strict=True)) | ({"seed": seed} if seeds else {})
-            rows = synthetic_rows(n_steps, eval_every, quality, seed=job,
-                                  seconds_per_step=60.0 * (1 + 0.25 * (index % 3)), stop=stop)
+            rows = synthetic_rows(n_steps, eval_every, quality,
+                                  seed=job if data_seed is None else job + 100_003 * (data_seed + 1),
+                                  seconds_per_step=60.0 * (1 + 0.25 * (index % 3)), stop=stop,
+                                  time_constant=float(paces[index]))
             last = rows[-1]["step"]
             status = {"status": stop or "completed", "reason": stop and f"synthetic {stop} run",
                       "last_step": last, "n_grpo_steps": n_steps, "restarts": 0,
