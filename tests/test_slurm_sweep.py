@@ -185,3 +185,31 @@ def test_scheduler_states_know_a_cancelled_queued_array_task(tmp_path: Path) -> 
         assert states[0] in ("PENDING", "RUNNING")
     finally:
         subprocess.run(["scancel", "-n", name], check=False)
+
+
+def test_a_pruned_array_task_ends_pruned_and_is_not_requeued(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Successive halving on SLURM: one array task at a time, so the runs reach the rung at step
+    20 in job order; lr 3e-2 collapses below the run before it and is stopped there. Its task
+    ends as a job that ran to its end (not failed, not requeued), and the sweep exits 0 with the
+    pruned run in its summary."""
+    require_cluster()
+    out = slurm_sweep(tmp_path, tiny_model_dir, "learning_rate=3e-4,3e-2", "n_grpo_steps=60",
+                      "eval.eval_every=20", "pruning=successive_halving", "pruning.min_resource=20",
+                      "hydra.launcher.array_parallelism=1")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    pruned = next(run for run in run_dirs(tmp_path) if run.name == "1")
+    status = json.loads((pruned / "status.json").read_text())
+    assert (status["status"], status["last_step"], status["restarts"]) == ("pruned", 20, 0)
+    assert logged_steps(pruned) == list(range(21))
+    sweep = pruned.parent
+    shown = sweep.relative_to(tmp_path)
+    assert f"Sweep {shown}: 2 runs: 1 completed, 1 pruned" in out.stdout
+    assert "  #1 learning_rate=0.03: pruned, step 20/60" in out.stdout
+    assert "Stopped early: 1 pruned; " in out.stdout  # CPU jobs: priced in CPU-hours
+    assert " CPU-hours spent of an estimated " in out.stdout
+    jobs = json.loads((sweep / "jobs.json").read_text())["jobs"]
+    assert slurm_states({j["num"]: j["job_id"] for j in jobs}) == {0: "COMPLETED", 1: "COMPLETED"}
+    log = next(p for p in job_logs(sweep) if p.name.startswith(jobs[1]["job_id"]))
+    out_log = log.with_name(log.name.replace("_log.err", "_log.out")).read_text()
+    assert out_log.count("Run directory: ") == 1, "one incarnation: the pruned task was not requeued"
+    assert tracebacks(sweep) == []
