@@ -146,6 +146,35 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
     ]
 
 
+def test_pruned_configs_are_left_out_and_the_rest_compared_at_a_common_step(tmp_path: Path) -> None:
+    """The winner of a pruned broad sweep: the configs the pruner stopped (however well they had
+    started) are left out, like collapsed ones, and the others are compared at the largest step
+    every one of them reached, so that a config is not ranked by steps another never trained."""
+    out = tmp_path / "out"
+    broad = craft(out, "off_policy_broad", [
+        ({"off_policy.epochs": 1, "train_batch_size": 64}, [0.1, 0.3, 0.5], "completed"),
+        ({"off_policy.epochs": 2, "train_batch_size": 64}, [0.1, 0.95], "pruned"),
+        ({"off_policy.epochs": 4, "train_batch_size": 64}, [0.1, 0.2, 0.45, 0.99], "completed"),
+        ({"off_policy.epochs": 4, "train_batch_size": 32}, [0.1, 0.6], "collapsed"),
+    ], groups={"loss": "grpo_clip"})
+    ranking = rank(collect([broad]))
+    # epochs 1 stopped at step 2, epochs 4 (batch 64) at 3: both compared up to step 2, where
+    # epochs 4 has 0.45 (its 0.99 at step 3 does not count) and epochs 1 has 0.5
+    assert ranking.at_step == 2
+    assert ranking.best == "off_policy.epochs=1, train_batch_size=64"
+    assert ranking.value("off_policy.epochs=4, train_batch_size=64") == 0.45
+    assert ranking.excluded == {"off_policy.epochs=2, train_batch_size=64": "pruned",
+                                "off_policy.epochs=4, train_batch_size=32": "collapsed"}
+    assert ranking.near_ties == {}
+    prompt = plans(out)["prompt_ablation"]  # the best config overall is carried there
+    assert (f"  off_policy.epochs=1  carried from off_policy_broad: best config "
+            f"off_policy.epochs=1, train_batch_size=64 (best_eval_reward 0.5000 at step 2, 2 of 4 "
+            f"configs ranked) of sweep {broad} (off_policy_focused has no results: no sweep under "
+            f"{out / 'off_policy_focused'})") in prompt
+    assert "    off_policy_broad: off_policy.epochs=2, train_batch_size=64 left out (a run pruned)" \
+        in prompt
+
+
 def test_overlapping_seed_ranges_are_a_near_tie(tmp_path: Path) -> None:
     jobs = [({"learning_rate": lr, "seed": seed}, [reward], "completed")
             for lr, seed, reward in [(1e-5, 0, 0.40), (1e-5, 1, 0.60), (2e-5, 0, 0.45),
