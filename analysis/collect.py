@@ -83,7 +83,7 @@ from grpo.run.files import (
     read_yaml,
     typed_status_fields,
 )
-from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan
+from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan, config_value
 
 LABEL = "config label"
 EVAL_REWARD = "eval/reward"
@@ -267,15 +267,6 @@ def _read_hydra(run_dir: Path, name: str, problems: list[str]) -> Any:
         return None
 
 
-def _select(data: Any, key: str) -> Any:
-    """The value at dotted ``key`` in nested dicts, or None."""
-    for part in key.split("."):
-        if not isinstance(data, dict):
-            return None
-        data = data.get(part)
-    return data
-
-
 def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
     """Swept keys and values of a sweep from its ``multirun.yaml`` (None when it has none)."""
     try:
@@ -349,7 +340,7 @@ class _Run:
         if (path / ".hydra").is_dir():
             config = _read_hydra(path, "config.yaml", problems)
             override_list = _read_hydra(path, "overrides.yaml", problems)
-            choices = _select(_read_hydra(path, "hydra.yaml", problems), "hydra.runtime.choices")
+            choices = config_value(_read_hydra(path, "hydra.yaml", problems), "hydra.runtime.choices")
         else:
             problems.append(".hydra/ is missing (config unknown)")
             config = override_list = choices = None
@@ -379,7 +370,7 @@ class _Run:
         """The run's value for ``key``: group choice, else config value, else override text."""
         if key in self.choices:
             return self.choices[key]
-        value = _select(self.config, key)
+        value = config_value(self.config, key)
         if isinstance(value, str) and "${" in value:  # an interpolation: let OmegaConf resolve it
             value = OmegaConf.select(OmegaConf.create(self.config), key, default=None,
                                      throw_on_resolution_failure=False)

@@ -4,6 +4,7 @@ per test session), an uninterrupted training run to compare resumed runs with, a
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -14,6 +15,19 @@ from grpo.models.loading import resolve_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(__file__).parent / "data"
+
+
+def stand_in_real_paths(folder: Path, n_validation: int = 50) -> list[str]:
+    """A stand-in for the real model (a folder with config.json only) and MATH files of 300
+    training and `n_validation` validation problems in `folder`: the overrides pointing at them."""
+    model = folder / "Qwen2.5-Math-1.5B"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    for split, n in (("train", 300), ("validation", n_validation)):
+        with (folder / f"{split}.jsonl").open("w") as f:
+            f.writelines(json.dumps({"problem": f"{i}+1?", "answer": str(i + 1)}) + "\n" for i in range(n))
+    return [f"model.path={model}", f"data.train_path={folder / 'train.jsonl'}",
+            f"data.validation_path={folder / 'validation.jsonl'}"]
 
 
 def model_conf(name: str, path: Path) -> DictConfig:

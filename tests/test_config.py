@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import stand_in_real_paths
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
@@ -50,16 +51,7 @@ def _compose(overrides: list[str]):
 @pytest.fixture()
 def real_paths(tmp_path: Path) -> list[str]:
     """A stand-in model folder (config.json only) and MATH files, for configs of the real model."""
-    model = tmp_path / "Qwen2.5-Math-1.5B"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
-    for split, n in (("train", 300), ("validation", 50)):
-        with (tmp_path / f"{split}.jsonl").open("w") as f:
-            f.writelines(json.dumps({"problem": f"{i}+1?", "answer": str(i + 1)}) + "\n" for i in range(n))
-    return [
-        f"model.path={model}", f"data.train_path={tmp_path / 'train.jsonl'}",
-        f"data.validation_path={tmp_path / 'validation.jsonl'}", "cluster=slurm",
-    ]
+    return [*stand_in_real_paths(tmp_path), "cluster=slurm"]
 
 
 @pytest.mark.parametrize("preset", PRESETS)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import stand_in_real_paths
 from omegaconf import OmegaConf
 
 from analysis.synthetic import write_run
@@ -116,14 +117,7 @@ def launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def handout(tmp_path: Path) -> list[str]:
     """The real model's sizes with stand-in files: config.json, 300 training and 1024 validation
     problems (evaluations of eval.n_examples=1024)."""
-    model = tmp_path / "Qwen2.5-Math-1.5B"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
-    for split, n in (("train", 300), ("validation", 1024)):
-        with (tmp_path / f"{split}.jsonl").open("w") as f:
-            f.writelines(json.dumps({"problem": f"{i}+1?", "answer": str(i + 1)}) + "\n" for i in range(n))
-    return [f"model.path={model}", f"data.train_path={tmp_path / 'train.jsonl'}",
-            f"data.validation_path={tmp_path / 'validation.jsonl'}", "cluster=slurm",
+    return [*stand_in_real_paths(tmp_path, n_validation=1024), "cluster=slurm",
             "cluster.cpus_per_job=2", "cluster.mem_gb=16",  # what the local test cluster's node has
             f"paths.output_root={tmp_path / 'outputs'}"]
 

@@ -50,6 +50,7 @@ from grpo.config.validation import load_splits
 from grpo.core.losses import POLICY_LOSSES
 from grpo.run.files import metrics_row, read_yaml
 from grpo.run.pruning import PruningSettings, ReplayJob, replay
+from grpo.training.batch_plan import config_value
 from grpo.training.evaluation import is_evaluation_step
 
 MATCH_KEYS = ("model.name", "rollout.engine", "cluster.gpus_per_job", "sampling.max_new_tokens")
@@ -86,14 +87,6 @@ class Rates:
                 f"per rollout, train {self.train_s:.3g} s per rollout and epoch, "
                 f"{self.step_s:.3g} s per step, evaluation {self.eval_s:.3g} s per example "
                 f"({self.source})")
-
-
-def _select(data: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(data, Mapping):
-            return None
-        data = data.get(part)
-    return data
 
 
 def _number(value: Any) -> float | None:
@@ -149,7 +142,7 @@ def _row_rates(row: Mapping[str, Any], rollouts: float, epochs: float) -> dict[s
 def measured_rates(cfg: DictConfig, root: Path) -> tuple[dict[str, float], int]:
     """The median rates over the newest earlier runs under `root` that share `MATCH_KEYS` with
     `cfg`, and how many runs that was (rates they never logged are absent)."""
-    wanted = [_select(cfg, key) for key in MATCH_KEYS]
+    wanted = [config_value(cfg, key) for key in MATCH_KEYS]
     samples: dict[str, list[float]] = {key: [] for key in RATES}
     matched = 0
     for run_dir in _run_dirs(root):
@@ -158,9 +151,9 @@ def measured_rates(cfg: DictConfig, root: Path) -> tuple[dict[str, float], int]:
             config = read_yaml(path) if path.stat().st_size <= MAX_CONFIG_BYTES else None
         except (OSError, ValueError, yaml.YAMLError):  # unreadable or crafted (RunFileError): skip it
             continue
-        if [_select(config, key) for key in MATCH_KEYS] != wanted:
+        if [config_value(config, key) for key in MATCH_KEYS] != wanted:
             continue
-        sizes = [_number(_select(config, key)) for key in ("rollout_batch_size", "off_policy.epochs")]
+        sizes = [_number(config_value(config, key)) for key in ("rollout_batch_size", "off_policy.epochs")]
         if not all(sizes):
             continue
         rows = _tail_rows(run_dir / "metrics.jsonl")
@@ -314,7 +307,7 @@ def estimate(cfgs: Sequence[DictConfig], parallel: int) -> tuple[SweepEstimate, 
     cache: dict[tuple[Any, ...], Rates] = {}
     rates = []
     for cfg in cfgs:
-        key = tuple(_select(cfg, k) for k in MATCH_KEYS)
+        key = tuple(config_value(cfg, k) for k in MATCH_KEYS)
         if key not in cache:
             cache[key] = rates_for(cfg)
         rates.append(cache[key])

@@ -21,9 +21,10 @@ CONFIG_KEYS: dict[str, str] = {
 """BatchPlan field -> the (dotted) config key it is read from."""
 
 
-def _select(cfg: Mapping[str, Any], dotted: str) -> Any:
-    """`cfg[dotted]` for a flat mapping with dotted keys, else the nested lookup; None if absent."""
-    if dotted in cfg:
+def config_value(cfg: Any, dotted: str) -> Any:
+    """`cfg[dotted]` for a flat mapping with dotted keys, else the nested lookup; None where a
+    level is absent or not a mapping (a crafted config)."""
+    if isinstance(cfg, Mapping) and dotted in cfg:
         return cfg[dotted]
     node: Any = cfg
     for part in dotted.split("."):
@@ -55,7 +56,7 @@ class BatchPlan:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> BatchPlan:
         """The plan of a run config (nested, or flat with dotted keys as in `CONFIG_KEYS`)."""
-        return cls(**{name: _select(cfg, key) for name, key in CONFIG_KEYS.items()})
+        return cls(**{name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()})
 
     def errors(self) -> list[str]:
         """What makes the plan impossible, one message per broken rule naming the config keys."""
@@ -179,8 +180,8 @@ class MicroBatching:
         """The micro-batching of a run config (`micro_batch_size`, `model.micro_batch_tokens`,
         `skip_zero_advantage`) whose loss is, or is not, 0 at zero advantage (the loss registry's
         `zero_at_zero_advantage`)."""
-        return cls(_select(cfg, "micro_batch_size"), _select(cfg, "model.micro_batch_tokens"),
-                   bool(_select(cfg, "skip_zero_advantage")) and zero_at_zero_advantage)
+        return cls(config_value(cfg, "micro_batch_size"), config_value(cfg, "model.micro_batch_tokens"),
+                   bool(config_value(cfg, "skip_zero_advantage")) and zero_at_zero_advantage)
 
     def split(self, lengths: list[int]) -> list[list[int]]:
         """Positions 0..len(lengths)-1 grouped into micro-batches, given each sequence's length
