@@ -29,7 +29,8 @@ HOSTILE = ["2^{10^{10}}", "7^{7^{9}}", "10^{10^{10}}!", "2^{2^{27}}", "\\sum_{n=
 
 def hostile_answers() -> None:
     """Per-answer, cached and parallel figures of hostile answers (see the module docstring)."""
-    print(f"\nhostile answers (bound {math_verify_process.DEFAULT_TIMEOUT_S} CPU s, "
+    print(f"\nhostile answers (bound {math_verify_process.DEFAULT_TIMEOUT_S} CPU s an attempt, "
+          f"{math_verify_process.ATTEMPTS} attempts, "
           f"{math_verify_process.POOL_SIZE} helpers)")
     for answer in HOSTILE:
         start = time.perf_counter()
