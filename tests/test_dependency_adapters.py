@@ -1,5 +1,6 @@
 """The adapters around dependency internals (grpo/sweep/hydra_compat.py,
-hydra_plugins/grpo_sweeps/submitit_compat.py) against the installed releases: each internal is exercised for real, and a moved one fails naming the
+hydra_plugins/grpo_sweeps/submitit_compat.py, grpo/run/pruning.py's _reattach) against the
+installed releases: each internal is exercised for real, and a moved one fails naming the
 package and its version."""
 
 from __future__ import annotations
@@ -138,3 +139,23 @@ def test_a_changed_launcher_call_names_the_package_and_its_version(
     with pytest.raises(submitit_compat.SubmititInternalsMoved,
                        match=f"^{LAUNCHER}: BaseSubmititLauncher.__call__"):
         submitit_compat.check_launcher_call()
+
+
+OPTUNA = f"optuna {importlib.metadata.version('optuna')}"
+
+
+def test_optuna_reattaches_a_running_trial_from_its_frozen_copy() -> None:
+    """grpo.run.pruning._reattach: Optuna's `Trial(study, trial_id)` and `FrozenTrial._trial_id`
+    give a handle on a RUNNING trial started elsewhere, whose reports land on that trial."""
+    import optuna
+
+    from grpo.run import pruning
+
+    study = optuna.create_study(direction="maximize")
+    study.ask().report(0.5, 10)
+    (frozen,) = study.get_trials(deepcopy=False)
+    handle = pruning._reattach(study, frozen)
+    handle.report(0.7, 20)
+    assert study.trials[0].intermediate_values == {10: 0.5, 20: 0.7}, (
+        f"{OPTUNA}: a trial re-attached by grpo/run/pruning.py's _reattach did not report to "
+        "its own trial; update it for this release")

@@ -96,7 +96,7 @@ def test_pruned_runs_stop_at_a_rung_stay_pruned_and_train_on_with_pruning_off(
 def test_a_killed_run_reattaches_to_its_trial(tmp_path: Path, tiny_model_dir: Path) -> None:
     run_dir = tmp_path / "sweep" / "0"
     overrides = (f"n_grpo_steps={N_STEPS}", "eval.eval_every=20", "pruning=successive_halving",
-                 "pruning.min_resource=20", "logging.wandb_mode=disabled")
+                 "pruning.min_resource=20")
     proc = launch(run_dir, tiny_model_dir, *overrides)
     kill_after(proc, run_dir, 28, signal.SIGKILL)  # after the step-20 report and checkpoint
     study = open_study(run_dir.parent, SETTINGS, N_STEPS)
