@@ -2,7 +2,8 @@
 
 `files` (metrics, status, atomic writes), `checkpoint` (atomic, verified checkpoints),
 `state_files` (trainer state without pickle), `manifest` (sizes and hashes), `preemption`
-(SLURM signals), `health` (collapse and divergence guards), `tracking` (wandb),
+(SLURM signals), `health` (collapse and divergence guards), `pruning` (the sweep's pruner: an
+Optuna study in the sweep directory, and its replay), `tracking` (wandb),
 `reproducibility` (seeds, threads, deterministic algorithms) and `slurm` (scheduler questions).
 
 Imports: nothing of the project outside this package.
