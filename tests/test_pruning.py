@@ -134,6 +134,12 @@ def test_a_stop_decided_before_a_crash_holds_after_the_restart(tmp_path: Path) -
     restarted = RunTrial.attach(SH, run_dir, 50)
     assert restarted.report(20, {"eval/reward": 0.9}) is None
     assert restarted.report(30, {"eval/reward": 0.9}) == "the pruner stopped it"
+    # a crafted record is no record: the run reports and goes on as the pruner says
+    crafted = run_dir.parent / "1"
+    crafted.mkdir()
+    RunTrial.attach(SH, crafted, 50).trial.set_user_attr(STOP_ATTR, {"resource": "30", "reason": 7})
+    again = RunTrial.attach(SH, crafted, 50)
+    assert again.pruned_at is None and again.report(30, {"eval/reward": 0.95}) is None
 
 
 @pytest.mark.parametrize("damage", ["garbage", "deep", "link"])

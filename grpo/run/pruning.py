@@ -77,12 +77,12 @@ class PruningUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class PrunerKind:
     """One registered pruner: `build(settings, n_grpo_steps)` makes the Optuna pruner; `keys`
-    are the hyperparameters its `conf/pruning/<name>.yaml` holds besides `name`."""
+    are the hyperparameters its `conf/pruning/<name>.yaml` holds besides `name`;
+    `step_resource_only`: its rungs can only count GRPO steps."""
 
     name: str
     build: Callable[[PruningSettings, int], BasePruner]
     keys: tuple[str, ...]
-    summary: str
     step_resource_only: bool = False
 
 
@@ -160,11 +160,9 @@ def _hyperband(settings: PruningSettings, n_grpo_steps: int) -> BasePruner:
 PRUNERS: dict[str, PrunerKind] = {
     kind.name: kind for kind in (
         PrunerKind("successive_halving", _successive_halving,
-                   ("resource", "min_resource", "reduction_factor", "min_early_stopping_rate"),
-                   "asynchronous successive halving (Optuna's SuccessiveHalvingPruner)"),
+                   ("resource", "min_resource", "reduction_factor", "min_early_stopping_rate")),
         PrunerKind("hyperband", _hyperband, ("resource", "min_resource", "reduction_factor"),
-                   "Hyperband: brackets of successive halving up to n_grpo_steps (Optuna's "
-                   "HyperbandPruner)", step_resource_only=True),
+                   step_resource_only=True),
     )
 }
 """Pruner name (`pruning.name`) -> its entry; the validator, the trainer and the dry run read it."""
@@ -207,7 +205,9 @@ class RunTrial:
         self.trial = trial
         self.reported = dict(frozen.intermediate_values) if frozen is not None else {}
         stop = frozen.user_attrs.get(STOP_ATTR) if frozen is not None else None
-        self.pruned_at = stop if isinstance(stop, dict) else None
+        recorded = isinstance(stop, dict) and isinstance(stop.get("resource"), int) \
+            and isinstance(stop.get("reason"), str)
+        self.pruned_at = stop if recorded else None  # a crafted record is no record
 
     @staticmethod
     def attach(settings: PruningSettings, run_dir: Path, n_grpo_steps: int) -> RunTrial | None:
