@@ -80,6 +80,25 @@ class ValidatingSweeper(BasicSweeper):
         except RuntimeError:
             return 1
 
+    def _price(self, cfgs: list[Any], lines: list[str]) -> None:
+        """With dry_run, print each job's line (`lines`) with its estimated cost, the rates and
+        the sweep's total (grpo.sweep.cost); exit 2 when the sweep would spend more than
+        budget.gpu_hours. Nothing is estimated when neither is asked for."""
+        budget = cfgs[0].budget.gpu_hours
+        if not self.config.dry_run and budget is None:
+            return
+        cost, rates = estimate(cfgs, self._parallel(len(cfgs)))
+        if self.config.dry_run:
+            print(f"dry run: {len(cfgs)} jobs, nothing submitted")
+            print("\n".join(f"{line}; ~{job.describe()}"
+                            for line, job in zip(lines, cost.jobs, strict=True)))
+            print("\n".join(f"cost rates: {r.describe()}" for r in dict.fromkeys(rates)))
+            print("\n".join(cost.lines()))
+        refusal = cost.over_budget(budget)
+        if refusal is not None:
+            print(f"error: {refusal}", file=sys.stderr)
+            sys.exit(2)
+
     def sweep(self, arguments: list[str]) -> Any:
         note = output_root_note(self.config.hydra)
         if note:
@@ -114,18 +133,7 @@ class ValidatingSweeper(BasicSweeper):
                 file=sys.stderr,
             )
             sys.exit(2)
-        cfgs = [job.cfg for job in self.composed.values()]
-        cost, rates = estimate(cfgs, self._parallel(len(cfgs)))
-        refusal = cost.over_budget(cfgs[0].budget.gpu_hours)
-        if self.config.dry_run:
-            print(f"dry run: {len(jobs)} jobs, nothing submitted")
-            print("\n".join(f"{line}; ~{job.describe()}"
-                            for line, job in zip(lines, cost.jobs, strict=True)))
-            print("\n".join(f"cost rates: {r.describe()}" for r in dict.fromkeys(rates)))
-            print("\n".join(cost.lines()))
-        if refusal is not None:
-            print(f"error: {refusal}", file=sys.stderr)
-            sys.exit(2)
+        self._price([job.cfg for job in self.composed.values()], lines)
         if self.config.dry_run:
             return []
         sweep_dir = Path(self.config.hydra.sweep.dir)
