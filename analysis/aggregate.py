@@ -211,8 +211,13 @@ class Spend:
         (63%)``."""
         counts = ", ".join(f"{n} {status}" for status, n in self.stopped.items()) or "none"
         share = f" ({self.spent / self.full_grid:.0%})" if self.full_grid > 0 else ""
-        return (f"{counts}; {self.spent:.2f} {self.unit} spent of an estimated "
-                f"{self.full_grid:.2f} for the full grid{share}")
+        return (f"{counts}; {_hours(self.spent)} {self.unit} spent of an estimated "
+                f"{_hours(self.full_grid)} for the full grid{share}")
+
+
+def _hours(hours: float) -> str:
+    """``12.34``, or two significant digits below 0.1 (a CPU sweep's ``0.0014``)."""
+    return f"{hours:.2f}" if hours >= 0.1 else f"{hours:.2g}"
 
 
 def spend(collection: Collection) -> Spend:

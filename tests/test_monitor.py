@@ -270,7 +270,7 @@ def test_summary_names_outcomes_resumes_best_config_and_report(sweep: Path) -> N
     # 74 s of 2 GPUs spent; each run that did not complete priced up to the configs' 200 steps:
     # its 1 s step-0 evaluation, then 22 s x 200/11, 6 s x 200/3 and 2 s x 200/1; the completed
     # run's 41 s: 1244 s in all
-    assert lines[8] == ("Stopped early: 1 collapsed; 0.04 GPU-hours spent of an estimated 0.69 "
+    assert lines[8] == ("Stopped early: 1 collapsed; 0.041 GPU-hours spent of an estimated 0.69 "
                         "for the full grid (6%)")
     assert lines[9] == (f"Report: `make plots SWEEP={sweep}` writes {sweep / 'report.md'} "
                         f"and {sweep / 'figures'}/")
