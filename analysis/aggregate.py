@@ -125,17 +125,15 @@ def run_values_at(collection: Collection, step: float) -> pd.DataFrame:
 class Ranking:
     """The configs of a sweep ranked by ``criterion`` at GRPO step ``at_step`` (the largest step
     every ranked config reached; None when none is ranked), best first: ``table`` is
-    :func:`config_summary`'s rows with the criterion taken at that step. ``excluded`` are the
+    :func:`config_summary`'s rows with both criteria taken at that step. ``excluded`` are the
     configs left out because a run was stopped early (label -> statuses); ``near_ties`` the
-    configs that tie or nearly tie with the best one (label -> why); ``runs`` each ranked run's
-    values at ``at_step`` (:func:`run_values_at`)."""
+    configs that tie or nearly tie with the best one (label -> why)."""
 
     criterion: Criterion
     table: pd.DataFrame
     excluded: dict[str, str]
     near_ties: dict[str, str]
     at_step: int | None = None
-    runs: pd.DataFrame | None = None
 
     @property
     def best(self) -> str | None:
@@ -174,7 +172,8 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
     at_step = int(reached.min()) if not reached.empty else None
     values = run_values_at(collection, at_step if at_step is not None else -1)
     values = values[values[LABEL].isin(candidates.index)]
-    table = candidates.assign(**{criterion: values.groupby(LABEL)[criterion].mean()})
+    means = values.groupby(LABEL)[list(CRITERIA)].mean()
+    table = candidates.assign(**{name: means[name] for name in CRITERIA})
     ranked = table[table[criterion].notna()].sort_values(criterion, ascending=False, kind="stable")
     near: dict[str, str] = {}
     if not ranked.empty:
@@ -191,7 +190,7 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
             elif n > 1 and other_n > 1 and other_hi >= lo and other_lo <= hi:
                 near[label] = (f"near-tie: its seeds' {criterion} {other_lo:.4f}-{other_hi:.4f} "
                                f"overlap the best config's {lo:.4f}-{hi:.4f}")
-    return Ranking(criterion, ranked, excluded, near, at_step if not ranked.empty else None, values)
+    return Ranking(criterion, ranked, excluded, near, at_step if not ranked.empty else None)
 
 
 @dataclass(frozen=True)

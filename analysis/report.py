@@ -150,18 +150,19 @@ def _unusable(collection: Collection) -> list[str]:
 def _best(collection: Collection, ranking: Ranking) -> list[str]:
     ranked, criterion = ranking.table, ranking.criterion
     lines = ["## Best config", ""]
-    at = "" if ranking.at_step is None else f" at GRPO step {ranking.at_step}, the largest step every ranked config reached"
+    at = ("" if ranking.at_step is None
+          else f" at GRPO step {ranking.at_step}, the largest step every ranked config reached")
     rule = (f"Ranked by `{criterion}` (mean over seeds){at}; configs with a run stopped early "
             "(collapsed, diverged, pruned) are excluded.")
     if ranked.empty:
         return [*lines, rule, "", "No config has an evaluation yet."]
     best = ranked.index[0]
-    values = ranking.runs.groupby(LABEL)[["best_eval_reward", "final_eval_reward"]].mean()
+    row = ranked.iloc[0]
     lines += [
         rule, "",
-        f"**Best: {best}**: best eval reward {fmt_number(values.at[best, 'best_eval_reward'])}, "
-        f"final eval reward {fmt_number(values.at[best, 'final_eval_reward'])} over "
-        f"{ranked.iloc[0]['n_with_data']} run(s) with metrics.",
+        f"**Best: {best}**: best eval reward {fmt_number(row['best_eval_reward'])}, "
+        f"final eval reward {fmt_number(row['final_eval_reward'])} over {row['n_with_data']} "
+        "run(s) with metrics.",
         "",
         *(f"- {label}: {why}" for label, why in ranking.near_ties.items()),
         *([""] if ranking.near_ties else []),
