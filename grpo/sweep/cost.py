@@ -196,11 +196,13 @@ class JobCost:
     per_hour: float
     unit: str
 
+    def evaluations(self, step: int) -> int:
+        """Evaluations from the start to the end of GRPO step `step` (the step-0 one included)."""
+        return sum(is_evaluation_step(s, self.n_steps, self.eval_every) for s in range(step + 1))
+
     def seconds_at(self, step: int) -> float:
         """Wall-clock seconds from the start to the end of GRPO step `step` (evaluations in)."""
-        evaluations = sum(is_evaluation_step(s, self.n_steps, self.eval_every)
-                          for s in range(step + 1))
-        return step * self.step_seconds + evaluations * self.eval_seconds
+        return step * self.step_seconds + self.evaluations(step) * self.eval_seconds
 
     @property
     def seconds(self) -> float:
@@ -213,11 +215,10 @@ class JobCost:
 
     def describe(self) -> str:
         """``3.30 GPU-hours (50 steps x 85.2 s + 11 evaluations x 174 s, 2 GPUs)``."""
-        n_evals = sum(is_evaluation_step(s, self.n_steps, self.eval_every)
-                      for s in range(self.n_steps + 1))
         device = "GPU" if self.unit == "GPU-hours" else "CPU"
         return (f"{self.hours(self.seconds):.2f} {self.unit} ({self.n_steps} steps x "
-                f"{self.step_seconds:.3g} s + {n_evals} evaluations x {self.eval_seconds:.3g} s, "
+                f"{self.step_seconds:.3g} s + {self.evaluations(self.n_steps)} evaluations x "
+                f"{self.eval_seconds:.3g} s, "
                 f"{self.per_hour:g} {device}{'s' if self.per_hour != 1 else ''})")
 
 
