@@ -102,6 +102,8 @@ def cmd_promote(args: argparse.Namespace) -> None:
         print(f"  {path}: {text}")
     for label, why in promotion.near_ties.items():
         print(f"warning: {label}: {why} (top1)")
+    for line in promotion.verdicts:
+        print(line)
 
 
 def cmd_watch(args: argparse.Namespace) -> None:

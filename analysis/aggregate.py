@@ -12,17 +12,28 @@ completed run reached; while none has completed, every run so far), each run's c
 over its evaluations up to that step, so that a config is never ranked above another for steps
 the other did not get to train. Runs that did not complete (running, failed, cancelled) count
 with what they logged up to that step.
+
+The criterion is ``late_eval_reward``: the mean of a run's last ``LATE_EVALS`` evaluations up to
+the compared step, step 0 (the policy before training) never counted. The maximum over
+evaluations (``best_eval_reward``, kept as a descriptive column) is the winner's curse: under
+noise alone it sits well above the config's true reward and favours configs evaluated more often;
+the final evaluation alone is one noisy draw. ``python bench/selection_calibration.py`` measures
+both against the late mean (README, "How sure a comparison is"). The ranking carries each
+config's 95% interval and the comparisons with the best config and the on-policy baseline
+(:mod:`analysis.uncertainty`), from the runs' per-problem outcomes (``eval_outcomes/``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from analysis.collect import (
     ELAPSED,
@@ -33,19 +44,40 @@ from analysis.collect import (
     Collection,
     gpu_hours,
 )
+from analysis.uncertainty import (
+    ALPHA,
+    NO_INTERVAL,
+    ConfigData,
+    SweepComparisons,
+    compare_sweep,
+)
+from grpo.run.outcomes import read_many
 
-Criterion = Literal["best_eval_reward", "final_eval_reward"]
-CRITERIA: tuple[Criterion, ...] = ("best_eval_reward", "final_eval_reward")
+Criterion = Literal["late_eval_reward", "best_eval_reward", "final_eval_reward"]
+CRITERIA: tuple[Criterion, ...] = ("late_eval_reward", "best_eval_reward", "final_eval_reward")
 # what "best" means wherever a config is picked (report, sweep summary, promote, the study chain):
-# the highest mean over seeds of each run's best validation reward
-BEST_CRITERION: Criterion = "best_eval_reward"
-# a config within this much validation reward (0-1) of the best one is a near-tie, reported with it
-NEAR_TIE = 0.01
+# the highest mean over seeds of each run's mean validation reward over its last LATE_EVALS
+# evaluations after step 0 (bench/selection_calibration.py: why not the maximum)
+BEST_CRITERION: Criterion = "late_eval_reward"
+# evaluations a run's late_eval_reward averages (fewer when the run has fewer after step 0)
+LATE_EVALS = 5
+CRITERION_TEXT = {
+    "late_eval_reward": f"mean eval reward of each run's last {LATE_EVALS} evaluations after step 0",
+    "best_eval_reward": "best eval reward of each run after step 0",
+    "final_eval_reward": "final eval reward of each run",
+}
+
+
+Band = Literal["range", "ci95"]
+BAND_TEXT = {"range": "band: min-max over seeds",
+             "ci95": "band: 95% interval of the mean (t over seeds; exact binomial over the "
+                     "evaluated responses for one seed)"}
 
 
 @dataclass(frozen=True)
 class Curve:
-    """One config's curve: mean ``y`` over ``n_runs`` seeds with its min-max band."""
+    """One config's curve: mean ``y`` over ``n_runs`` seeds with its band ``lo``-``hi``
+    (:data:`BAND_TEXT`)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -57,13 +89,27 @@ class Curve:
 EMPTY = Curve(np.empty(0), np.empty(0), np.empty(0), np.empty(0), 0)
 
 
-def label_curves(steps: pd.DataFrame, metric: str, x: str = "step") -> dict[str, Curve]:
+def label_curves(steps: pd.DataFrame, metric: str, x: str = "step",
+                 band: Band = "range") -> dict[str, Curve]:
     """The seed-aggregated curve of ``metric`` for every label, against ``step`` or ``TRAIN_CLOCK``
-    (the mean wall-clock of the seeds at each step), in one pass over the frame."""
+    (the mean wall-clock of the seeds at each step), in one pass over the frame; ``band``
+    ``range`` is the min-max over seeds, ``ci95`` the 95% interval of the mean of a 0-1 reward:
+    Student's t over the seeds at a step with two or more, else the exact (Clopper-Pearson)
+    binomial interval over the step's ``eval/n_responses`` (or ``eval/n_examples``) responses
+    with 0/1 rewards (no band where neither is known)."""
     if metric not in steps or x not in steps:
         return {}
-    rows = steps.loc[steps[metric].notna(), list(dict.fromkeys([LABEL, "step", "run_id", metric, x]))]
+    sizes = [c for c in ("eval/n_responses", "eval/n_examples") if c in steps]
+    rows = steps.loc[steps[metric].notna(),
+                     list(dict.fromkeys([LABEL, "step", "run_id", metric, x, *sizes]))]
     stats = rows.groupby([LABEL, "step"], sort=True)[metric].agg(["mean", "min", "max"])
+    if band == "ci95":
+        responses = (rows[sizes].bfill(axis=1).iloc[:, 0] if sizes
+                     else pd.Series(np.nan, index=rows.index))
+        grouped = rows.assign(responses=responses).groupby([LABEL, "step"], sort=True)
+        stats["min"], stats["max"] = _interval_of_mean(
+            stats["mean"].to_numpy(float), grouped[metric].std().to_numpy(float),
+            grouped[metric].count().to_numpy(float), grouped["responses"].first().to_numpy(float))
     if x != "step":
         stats["x"] = rows.groupby([LABEL, "step"], sort=True)[x].mean()
     n_runs = rows.groupby(LABEL)["run_id"].nunique()
@@ -78,6 +124,21 @@ def label_curves(steps: pd.DataFrame, metric: str, x: str = "step") -> dict[str,
     return curves
 
 
+def _interval_of_mean(mean: np.ndarray, std: np.ndarray, n: np.ndarray,
+                      responses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """95% bounds of each point (see :func:`label_curves`), clipped to 0-1; the mean itself
+    where there is no interval."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        half = stats.t.ppf(1 - ALPHA / 2, np.maximum(n - 1, 1)) * std / np.sqrt(n)
+        k = np.round(mean * responses)
+        lo_binomial = np.where(k > 0, stats.beta.ppf(ALPHA / 2, k, responses - k + 1), 0.0)
+        hi_binomial = np.where(k < responses, stats.beta.ppf(1 - ALPHA / 2, k + 1, responses - k), 1.0)
+    single = (n == 1) & np.isfinite(responses) & (responses > 0)
+    lo = np.where(n > 1, mean - half, np.where(single, lo_binomial, mean))
+    hi = np.where(n > 1, mean + half, np.where(single, hi_binomial, mean))
+    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+
+
 def value_at(curve: Curve, x: float) -> float:
     """The curve's ``y`` at its last point (in step order) at or before ``x``, else NaN.
 
@@ -90,15 +151,17 @@ def value_at(curve: Curve, x: float) -> float:
 
 def config_summary(collection: Collection) -> pd.DataFrame:
     """One row per config label (in sorted order): runs, runs with metrics (``n_with_data``),
-    seeds, statuses and mean outcomes (over the runs that have them)."""
+    seeds, statuses and mean outcomes over each run's whole curve (over the runs that have them)."""
     runs = collection.runs
     grouped = runs.groupby(LABEL, sort=False)
+    late = run_values_at(collection, math.inf).groupby(LABEL)["late_eval_reward"].mean()
     summary = pd.DataFrame({
         "n_runs": grouped.size(),
         "n_with_data": grouped["steps_done"].agg(lambda s: int((s > 0).sum())),
         "seeds": grouped["seed"].agg(lambda s: ", ".join(str(v) for v in sorted(s.dropna()))),
         "statuses": grouped["status"].agg(lambda s: ", ".join(sorted(set(s)))),
         "stopped": grouped["status"].agg(lambda s: bool(s.isin(STOPPED_STATUSES).any())),
+        "late_eval_reward": late.reindex(grouped.size().index),
         "final_eval_reward": grouped["final_eval_reward"].mean(),
         "best_eval_reward": grouped["best_eval_reward"].mean(),
         "wall_clock_s": grouped["wall_clock_s"].mean(),
@@ -108,32 +171,41 @@ def config_summary(collection: Collection) -> pd.DataFrame:
 
 
 def run_values_at(collection: Collection, step: float) -> pd.DataFrame:
-    """Each run's ``best_eval_reward`` and ``final_eval_reward`` over its evaluations at GRPO
-    steps up to ``step``: one row per run that has one (index ``run_id``, with its label)."""
+    """Each run's criteria over its evaluations at GRPO steps up to ``step``: one row per run
+    that has one (index ``run_id``, with its label): ``late_eval_reward`` (the mean of the last
+    ``LATE_EVALS`` after step 0, at ``late_steps``), ``best_eval_reward`` (after step 0) and
+    ``final_eval_reward``; a run evaluated only at step 0 has only the last."""
     steps = collection.steps
     if EVAL_REWARD not in steps:
-        return pd.DataFrame(columns=[LABEL, *CRITERIA])
+        return pd.DataFrame(columns=[LABEL, *CRITERIA, "late_steps"])
     rows = steps.loc[steps[EVAL_REWARD].notna() & (steps["step"] <= step),
                      ["run_id", LABEL, "step", EVAL_REWARD]].sort_values(["run_id", "step"], kind="stable")
     grouped = rows.groupby("run_id", sort=False)
+    late = rows[rows["step"] > 0].groupby("run_id", sort=False).tail(LATE_EVALS).groupby("run_id", sort=False)
+    trained = rows[rows["step"] > 0].groupby("run_id", sort=False)
     return pd.DataFrame({LABEL: grouped[LABEL].first(),
-                         "best_eval_reward": grouped[EVAL_REWARD].max(),
-                         "final_eval_reward": grouped[EVAL_REWARD].last()})
+                         "late_eval_reward": late[EVAL_REWARD].mean(),
+                         "best_eval_reward": trained[EVAL_REWARD].max(),
+                         "final_eval_reward": grouped[EVAL_REWARD].last(),
+                         "late_steps": late["step"].agg(tuple)})
 
 
 @dataclass(frozen=True)
 class Ranking:
     """The configs of a sweep ranked by ``criterion`` at GRPO step ``at_step`` (the largest step
     every ranked config reached; None when none is ranked), best first: ``table`` is
-    :func:`config_summary`'s rows with both criteria taken at that step. ``excluded`` are the
+    :func:`config_summary`'s rows with the criteria taken at that step. ``excluded`` are the
     configs left out because a run was stopped early (label -> statuses); ``near_ties`` the
-    configs that tie or nearly tie with the best one (label -> why)."""
+    configs the data cannot tell from the best one, or exact ties where there is no interval
+    (label -> the comparison in words);
+    ``uncertainty`` the intervals and comparisons of :mod:`analysis.uncertainty`."""
 
     criterion: Criterion
     table: pd.DataFrame
     excluded: dict[str, str]
     near_ties: dict[str, str]
     at_step: int | None = None
+    uncertainty: SweepComparisons | None = None
 
     @property
     def best(self) -> str | None:
@@ -144,53 +216,101 @@ class Ranking:
         """``label``'s value of the criterion (mean over seeds)."""
         return float(self.table.loc[label, self.criterion])
 
+    def describe_best(self) -> str:
+        """``lr=3e-4: late eval reward 0.412 [0.381, 0.443] at step 200 (2 seeds)``, the best
+        config's value with its interval (empty when none is ranked)."""
+        if self.best is None:
+            return ""
+        value = f"{self.value(self.best):.3f}"
+        if self.uncertainty is not None:
+            value = self.uncertainty.estimates[self.best].describe()
+        n = int(self.table.iloc[0]["n_with_data"])
+        return (f"{self.best}: {self.criterion.replace('_', ' ')} {value} at step {self.at_step} "
+                f"(mean over {n} run{'s' if n != 1 else ''})")
 
-def _seed_range(runs: pd.DataFrame, label: str, criterion: Criterion) -> tuple[float, float, int]:
-    """Min and max of ``criterion`` over the ``runs`` (seeds) of ``label``, and how many have it."""
-    values = runs.loc[runs[LABEL] == label, criterion].dropna()
-    return float(values.min()), float(values.max()), len(values)
+    def verdict_lines(self) -> list[str]:
+        """How sure the pick is, one line each: the method, then what would resolve a best
+        config the data cannot tell from the runner-up."""
+        if self.uncertainty is None or not self.uncertainty.comparisons:
+            return []
+        if self.uncertainty.method == "none":
+            return [f"No intervals ({NO_INTERVAL}): the pick is a point estimate; run 2 or more "
+                    "seeds per config to know how sure it is."]
+        lines = [f"Intervals: 95%, {self.uncertainty.method_text}."]
+        if self.uncertainty.resolution is not None:
+            lines.append(f"Unclear: the data cannot tell the best config from the runner-up; "
+                         f"{self.uncertainty.resolution}.")
+        return lines
 
 
 def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
-         labels: Iterable[str] | None = None, tolerance: float = NEAR_TIE) -> Ranking:
+         labels: Iterable[str] | None = None) -> Ranking:
     """The configs (of ``labels`` only, when given) without a run stopped early, ranked by
     ``criterion`` at the largest step every one of them reached (see the module docstring), with
-    what was left out and the near-ties of the best config: a config whose value is within
-    ``tolerance`` of the best one, or whose range over seeds overlaps the best one's when both
-    have two or more seeds."""
+    what was left out, each config's interval and the comparisons of
+    :func:`analysis.uncertainty.compare_sweep`; ``near_ties`` are the configs whose comparison
+    with the best one is not distinguishable (or, without an interval, an exact tie)."""
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, not {criterion!r}")
     summary = config_summary(collection)
     if labels is not None:
         summary = summary[summary.index.isin(set(labels))]
     excluded = summary.loc[summary["stopped"], "statuses"].to_dict()
-    candidates = summary[~summary["stopped"] & summary[criterion].notna()]
+    candidates = summary[~summary["stopped"]]
     runs = collection.runs[collection.runs[LABEL].isin(candidates.index)
-                           & collection.runs[criterion].notna()]
+                           & (collection.runs["steps_done"] > 0)]
     completed = runs[runs["status"] == "completed"]
     reached = (completed if not completed.empty else runs)["steps_done"]
     at_step = int(reached.min()) if not reached.empty else None
     values = run_values_at(collection, at_step if at_step is not None else -1)
-    values = values[values[LABEL].isin(candidates.index)]
+    values = values[values[LABEL].isin(candidates.index) & values[criterion].notna()]
     means = values.groupby(LABEL)[list(CRITERIA)].mean()
     table = candidates.assign(**{name: means[name] for name in CRITERIA})
     ranked = table[table[criterion].notna()].sort_values(criterion, ascending=False, kind="stable")
-    near: dict[str, str] = {}
-    if not ranked.empty:
-        best = ranked.index[0]
-        top = ranked.iloc[0][criterion]
-        lo, hi, n = _seed_range(values, best, criterion)
-        for label, value in ranked[criterion].iloc[1:].items():
-            other_lo, other_hi, other_n = _seed_range(values, label, criterion)
-            if value == top:
-                near[label] = f"tie: {criterion} {value:.4f} equals the best config's"
-            elif top - value <= tolerance:
-                near[label] = (f"near-tie: {criterion} {value:.4f} is within {tolerance:g} of "
-                               f"the best config's {top:.4f}")
-            elif n > 1 and other_n > 1 and other_hi >= lo and other_lo <= hi:
-                near[label] = (f"near-tie: its seeds' {criterion} {other_lo:.4f}-{other_hi:.4f} "
-                               f"overlap the best config's {lo:.4f}-{hi:.4f}")
-    return Ranking(criterion, ranked, excluded, near, at_step if not ranked.empty else None)
+    if ranked.empty:
+        return Ranking(criterion, ranked, excluded, {}, None)
+    data = config_data(collection, values, list(ranked.index), criterion)
+    baselines = {label: base for label in ranked.index
+                 if (base := on_policy_baseline(collection, label, list(ranked.index))) is not None}
+    uncertainty = compare_sweep(data, str(ranked.index[0]), baselines, at_step)
+    near = {c.config: c.describe() for c in uncertainty.against_best()
+            if c.verdict == "not distinguishable" or (c.verdict == "no interval" and c.diff == 0)}
+    return Ranking(criterion, ranked, excluded, near, at_step, uncertainty)
+
+
+def config_data(collection: Collection, values: pd.DataFrame, labels: Sequence[str],
+                criterion: Criterion) -> list[ConfigData]:
+    """Each of ``labels``' :class:`analysis.uncertainty.ConfigData`: its runs' ``criterion``
+    values (``values``: :func:`run_values_at`) and, for the late criterion, their per-problem
+    outcomes averaged over the same evaluations (``eval_outcomes/``; None for a config where a
+    run lacks them, or they are of different problems)."""
+    run_dirs = collection.runs.set_index("run_id")["run_dir"]
+    configs = []
+    for label in labels:
+        own = values[values[LABEL] == label]
+        rows, samples, digests, n_evals = [], set(), set(), []
+        for run_id, steps in own["late_steps"].items():
+            if criterion != "late_eval_reward" or not isinstance(steps, tuple):
+                rows = None
+                break
+            found = read_many(Path(run_dirs[run_id]), steps)
+            if len(found) != len(steps) or not found:
+                rows = None
+                break
+            lengths = {len(o.reward) for o in found.values()}
+            digests |= {o.digest for o in found.values()}
+            samples |= {o.samples_per_problem for o in found.values()}
+            if len(lengths) > 1:
+                rows = None
+                break
+            rows.append(np.mean([o.reward for o in found.values()], axis=0))
+            n_evals.append(len(found))
+        usable = rows is not None and len(digests) == 1 and len({len(r) for r in rows}) == 1
+        configs.append(ConfigData(
+            label, own[criterion].to_numpy(float),
+            np.vstack(rows) if usable else None, digests.pop() if usable else None,
+            min(samples) if usable else 1, min(n_evals) if usable else 1))
+    return configs
 
 
 @dataclass(frozen=True)
@@ -246,14 +366,17 @@ def on_policy_labels(collection: Collection) -> list[str]:
     return [label for label in collection.labels if label in labels]
 
 
-def on_policy_baseline(collection: Collection, label: str) -> str | None:
-    """The on-policy config sharing most swept values with ``label`` (first in order on ties)."""
+def on_policy_baseline(collection: Collection, label: str,
+                       among: Sequence[str] | None = None) -> str | None:
+    """The on-policy config (of ``among`` only, when given) sharing most swept values with
+    ``label`` (first in order on ties)."""
     config = collection.configs[label]
 
     def shared(candidate: str) -> int:
         return sum(collection.configs[candidate].get(k) == v for k, v in config.items())
 
-    return max(on_policy_labels(collection), key=shared, default=None)
+    candidates = [c for c in on_policy_labels(collection) if among is None or c in among]
+    return max(candidates, key=shared, default=None)
 
 
 class SweepCurves:

@@ -50,7 +50,8 @@ identity, hyperparameters, swept keys, ``config label``, ``seed``, ``status``, `
 logged metric) and ``runs`` (one row per run, pending ones included, with its summary:
 ``off_policy`` (``grpo.training.batch_plan.BatchPlan.off_policy`` of its batch sizes: more than one
 optimizer step per rollout batch; None when they are missing or invalid), steps done,
-wall-clock, GPU-hours, final and best ``eval/reward``, ``problems``). A sweep directory
+wall-clock, GPU-hours, final and best ``eval/reward`` (best: over the evaluations after
+step 0, which is the policy before training), ``problems``). A sweep directory
 without any run directory is an error. Runs that differ only in
 ``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``.
 """
@@ -388,7 +389,8 @@ class _Run:
         rows = self.log.rows
         evals = [(r["step"], v) for r in rows
                  if (v := r.get(EVAL_REWARD)) is not None and _is_number(v)]
-        best = max(evals, key=lambda e: e[1], default=(None, math.nan))
+        # the best evaluation after training began: step 0 evaluates the initial policy
+        best = max((e for e in evals if e[0] > 0), key=lambda e: e[1], default=(None, math.nan))
         elapsed = [v for r in rows if type(v := r.get(ELAPSED)) is float and math.isfinite(v)
                    or type(v) is int]
         wall_clock_s = max(elapsed, default=math.nan)

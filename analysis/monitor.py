@@ -194,9 +194,10 @@ class SweepMonitor:
 
 
 def best_config(sweep_dir: Path) -> list[str]:
-    """The best config by the report's ranking (mean best validation reward over seeds, at the
-    largest step every ranked config reached) and its near-ties; what the runs stopped early
-    (pruned, collapsed, diverged) spent against the full grid."""
+    """The best config by the report's ranking (mean late validation reward over seeds, at the
+    largest step every ranked config reached) with its interval, every comparison (each config
+    against the best one and its on-policy baseline) and how sure the pick is; what the runs
+    stopped early (pruned, collapsed, diverged) spent against the full grid."""
     from analysis.aggregate import rank, spend
     from analysis.collect import collect
 
@@ -209,11 +210,9 @@ def best_config(sweep_dir: Path) -> list[str]:
     if ranking.best is None:
         lines.append("Best config: none (no run that was not stopped early has a validation reward)")
     else:
-        best = ranking.table.iloc[0]
-        lines.append(f"Best config: {ranking.best}: best eval reward {best['best_eval_reward']:.3f} "
-                     f"at step {ranking.at_step} (mean over {best['n_runs']} "
-                     f"run{'s' if best['n_runs'] > 1 else ''})")
-        lines += [f"  {label}: {why}" for label, why in ranking.near_ties.items()]
+        lines.append(f"Best config: {ranking.describe_best()}")
+        lines += [f"  {c.config}: {c.describe()}" for c in ranking.uncertainty.comparisons]
+        lines += [f"  {line}" for line in ranking.verdict_lines()]
     spent = spend(collection)
     if spent.stopped:
         lines.append(f"Stopped early: {spent.describe()}")

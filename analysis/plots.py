@@ -6,13 +6,16 @@ Every plotting function returns the data it drew (:class:`CurveFigure` or
 * ``eval_reward``: validation reward against the GRPO step and against wall-clock;
 * ``training``: entropy, response length, gradient norm, clip fraction and training reward
   against the step, each a smoothed curve (centred rolling mean) over its faint raw one;
-* ``heatmaps`` (two or more swept keys): best and final validation reward over two swept keys;
+* ``heatmaps`` (two or more swept keys): final and late validation reward (the ranking's criterion)
+  over two swept keys;
   a cell whose config had a run stopped early (collapsed, diverged or pruned) is hatched grey and
   named, not coloured as if its number were a genuine result.
 
 Titles and axes name the metric and its unit (:mod:`analysis.metric_names`); each figure
 names the sweep(s) and their date. Runs sharing a config label are drawn as their mean with a
-min-max band over seeds; the colour says the value of the colour key, and every config has its
+band: for the validation reward the 95% interval of the mean (t over seeds; one seed: the exact
+binomial interval over the evaluation's responses), for training metrics the min-max over seeds,
+as the legend says; the colour says the value of the colour key, and every config has its
 own line style and marker, so equal curves stay apart and no line is told by colour alone. A point is drawn at the step it was
 measured; a diverged or collapsed run gets an X at its last measured point, a run stopped by the
 sweep's pruner a bar at its last evaluation.
@@ -48,7 +51,15 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from analysis.aggregate import BEST_CRITERION, Curve, config_summary, label_curves, rank
+from analysis.aggregate import (
+    BAND_TEXT,
+    BEST_CRITERION,
+    LATE_EVALS,
+    Curve,
+    config_summary,
+    label_curves,
+    rank,
+)
 from analysis.collect import (
     EVAL_REWARD,
     LABEL,
@@ -138,7 +149,7 @@ class Layout:
 class Panel:
     """What one axes shows: ``metric`` against ``x`` (``step``, or wall-clock in ``unit``).
 
-    ``curves`` are the seed means with min-max bands as drawn; ``smoothed`` the smoothed means
+    ``curves`` are the seed means with their bands as drawn; ``smoothed`` the smoothed means
     drawn over faint raw ones (training metrics); ``facet`` the ``(key, value)`` the panel is
     restricted to in a large sweep; ``externals`` the external curves drawn and
     ``external_lines`` their line artists, in the same order (on the panel's axes, or on the
@@ -436,7 +447,7 @@ def _draw_curve(ax: Axes, curve: Curve, y: np.ndarray, style: Style, smoothed: b
 
 
 def _legend(fig: Figure, slot: Axes | None, collection: Collection, layout: Layout,
-            marks: Sequence[str], externals: Sequence[External | None]) -> list[str]:
+            marks: Sequence[str], externals: Sequence[External | None], band: str) -> list[str]:
     """The legend: in the grid's free ``slot`` when there is one (labels wrapped to fit), else
     below the axes, where :func:`_figure` reserved room for it. Returns its texts."""
     handles: list[object] = []
@@ -467,6 +478,7 @@ def _legend(fig: Figure, slot: Axes | None, collection: Collection, layout: Layo
     for index, external in enumerate(externals):  # None: not drawn in this figure
         if external is not None:
             add(Line2D([], [], **external_style(index)), external_legend(external))
+    add(Patch(color="gray", alpha=0.15), band)
     if slot is not None:
         wrapped = [textwrap.fill(t, WRAP, subsequent_indent="    ") for t in texts]
         slot.legend(handles, wrapped, loc="upper left", fontsize="small", frameon=False)
@@ -499,7 +511,7 @@ def _figure(n_panels: int, n_cols: int, panel_w: float, panel_h: float, legend_t
 
 def _legend_size(collection: Collection, layout: Layout, n_externals: int) -> int:
     """How many entries the legend will have (an upper bound: every kind of stop mark)."""
-    marks = len(STOPPED)
+    marks = len(STOPPED) + 1  # and the band's entry
     if layout.large:
         return (len(_key_values(collection, layout.color_key)) + len(layout.top) + 1 + marks
                 + n_externals)
@@ -530,13 +542,13 @@ def _legend_box(fig: Figure) -> tuple[float, float, float, float] | None:
 
 def _finish(fig: Figure, slot: Axes | None, collection: Collection, layout: Layout,
             panels: dict[str, Panel], stem: Path, title: str,
-            externals: Sequence[External]) -> CurveFigure:
-    """Add the legend (stop marks and external curves only when some panel shows them),
-    save the figure as ``stem.<format>`` and say what was drawn."""
+            externals: Sequence[External], band: str) -> CurveFigure:
+    """Add the legend (stop marks and external curves only when some panel shows them, and
+    what the ``band`` is), save the figure as ``stem.<format>`` and say what was drawn."""
     marks = list(dict.fromkeys(STOP_MARKS[m.status] for p in panels.values() for m in p.markers))
     shown = {id(e) for p in panels.values() for e in p.externals}
     legend = _legend(fig, slot, collection, layout, marks,
-                     [e if id(e) in shown else None for e in externals])
+                     [e if id(e) in shown else None for e in externals], band)
     paths = _save(fig, stem.parent, stem.name, layout)
     return CurveFigure(paths, panels, title, legend, _legend_box(fig))
 
@@ -548,8 +560,8 @@ def plot_eval_reward(collection: Collection, out_dir: Path,
     gets one panel per facet value against the step, then the whole sweep against wall-clock."""
     layout = layout or choose_layout(collection)
     title = f"Validation reward · {sweep_title(collection)}"
-    step_curves = label_curves(collection.steps, EVAL_REWARD, "step")
-    clock_curves = label_curves(collection.steps, EVAL_REWARD, TRAIN_CLOCK)
+    step_curves = label_curves(collection.steps, EVAL_REWARD, "step", "ci95")
+    clock_curves = label_curves(collection.steps, EVAL_REWARD, TRAIN_CLOCK, "ci95")
     unit_scale = wall_clock_unit(collection)[1]
     step_marks = _stop_markers(collection, EVAL_REWARD, "step", 1.0)
     clock_marks = _stop_markers(collection, EVAL_REWARD, TRAIN_CLOCK, unit_scale)
@@ -572,7 +584,7 @@ def plot_eval_reward(collection: Collection, out_dir: Path,
             (clock_curves, clock_marks)
         panels[name] = draw_panel(ax, collection, layout, spec, curves, marks, externals)
     return _finish(fig, slot, collection, layout, panels, out_dir / "eval_reward", title,
-                   externals)
+                   externals, BAND_TEXT["ci95"])
 
 
 def plot_training(collection: Collection, out_dir: Path, externals: Sequence[External] = (),
@@ -589,7 +601,7 @@ def plot_training(collection: Collection, out_dir: Path, externals: Sequence[Ext
         spec = _PanelSpec(metric, "step", collection.labels)
         panels[metric] = draw_panel(ax, collection, layout, spec, curves, marks, externals)
     return _finish(fig, slot, collection, layout, panels, out_dir / "training", title,
-                   externals)
+                   externals, BAND_TEXT["range"])
 
 
 def heatmap_cells(collection: Collection, rows_key: str, cols_key: str,
@@ -619,7 +631,8 @@ def heatmap_cells(collection: Collection, rows_key: str, cols_key: str,
 
 def plot_heatmaps(collection: Collection, out_dir: Path,
                   layout: Layout | None = None) -> HeatmapFigure | None:
-    """Final and best validation reward over two swept keys (``heatmaps.*``): the two keys of a
+    """The ranking's late and the final validation reward over two swept keys (``heatmaps.*``):
+    the two keys of a
     2-D sweep, else the facet and colour keys with the best config over the other keys;
     None for a 1-D sweep."""
     if len(collection.label_keys) < 2:
@@ -637,14 +650,13 @@ def plot_heatmaps(collection: Collection, out_dir: Path,
     fig.suptitle(f"Validation reward by config · {sweep_title(collection)}", fontsize="large")
     detail = eval_detail(collection)
     grids, all_marks = {}, {}
-    for ax, name in zip(fig.subplots(1, 2), ("final_eval_reward", "best_eval_reward"),
-                        strict=True):
+    for ax, name in zip(fig.subplots(1, 2), ("final_eval_reward", BEST_CRITERION), strict=True):
         grid, marks = heatmap_cells(collection, rows_key, cols_key, name)
         grids[name], all_marks[name] = grid, marks
         _draw_heatmap(fig, ax, grid, marks)
         ax.set_xlabel(cols_key)
         ax.set_ylabel(rows_key)
-        which = "Final" if name.startswith("final") else "Best"
+        which = "Final" if name.startswith("final") else f"Late (last {LATE_EVALS} evaluations)"
         ax.set_title(f"{which} validation reward ({', '.join(p for p in (detail, '0-1') if p)})"
                      f"\nmean over seeds{over}", fontsize="medium")
     return HeatmapFigure(_save(fig, out_dir, "heatmaps", layout), grids, all_marks)

@@ -39,13 +39,15 @@ NOT_CARRIED_KEYS = ("experiment_name", "n_grpo_steps", "seed", "dry_run", "clust
 
 @dataclass(frozen=True)
 class Promotion:
-    """The written preset, its option files, what each option is (``"label"``) and the
-    near-ties of the best config (label -> why), as :func:`analysis.aggregate.rank` reports."""
+    """The written preset, its option files, what each option is (``"label"``), the configs
+    the data cannot tell from the best one (label -> the comparison) and how sure the pick is
+    (``verdicts``), as :func:`analysis.aggregate.rank` reports."""
 
     preset: Path
     options: list[Path]
     descriptions: list[str]
     near_ties: dict[str, str] = field(default_factory=dict)
+    verdicts: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -174,8 +176,12 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
     if ranked.empty:
         raise ValueError(f"no config has a {criterion} to rank by (and no run stopped early)")
     chosen = list(ranked.index[:top_k])
+    estimates = ranking.uncertainty.estimates if ranking.uncertainty else {}
+    intervals = {label: e.interval() for label, e in estimates.items()}
     options = _options(collection, chosen, [
-        f"{label}  [{criterion}={ranked.loc[label, criterion]:.4f}]" for label in chosen])
+        f"{label}  [{criterion}={ranked.loc[label, criterion]:.4f}"
+        + (f", 95% interval {intervals[label]}" if intervals.get(label) else "") + "]"
+        for label in chosen])
 
     option_dir = conf_dir / "promoted" / name
     option_dir.mkdir(parents=True, exist_ok=True)
@@ -205,6 +211,7 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
         " (each option also sets what its source run had beyond the conf defaults):",
         *(f"#   {option.name}: {option.description}" for option in options),
         *(f"# {label}: {why} (top1)" for label, why in ranking.near_ties.items()),
+        *(f"# {line}" for line in ranking.verdict_lines()),
         f"# Run: -m +experiment={name}",
     ]
     if not any(option.description.endswith("(on-policy baseline)") for option in options):
@@ -220,4 +227,4 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
     preset_path.parent.mkdir(parents=True, exist_ok=True)
     preset_path.write_text("\n".join(header) + "\n" + OmegaConf.to_yaml(preset))
     return Promotion(preset_path, paths, [option.description for option in options],
-                     ranking.near_ties)
+                     ranking.near_ties, ranking.verdict_lines())

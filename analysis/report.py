@@ -1,8 +1,11 @@
 """``report.md`` of a collected sweep: ranges swept, runs, the runs stopped early (pruned,
 collapsed, diverged: at which step and why, and the GPU-hours spent against the full grid's),
-failures, runs with missing or unreadable data, best config, whether it reaches the handout's
-validation-accuracy bar (at which step and GPU-hour), the comparison with the on-policy run at
-equal steps and at equal wall-clock, and links to the figures."""
+failures, runs with missing or unreadable data, best config with each config's 95% interval,
+how sure the comparisons are (each config against the best one and the on-policy baseline:
+difference, interval, p-values, verdict; also written to ``comparisons.csv``), whether the best
+config reaches the handout's validation-accuracy bar (at which step and GPU-hour), the comparison
+with the on-policy run at equal steps and at equal wall-clock, the other metrics' trends, and
+links to the figures."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import pandas as pd
 
 from analysis.aggregate import (
     BEST_CRITERION,
+    CRITERION_TEXT,
     Criterion,
     Ranking,
     SweepCurves,
@@ -35,6 +39,9 @@ from analysis.collect import (
     TRAIN_CLOCK,
     Collection,
 )
+from analysis.metric_names import metric_name
+from analysis.trends import WINDOW, Trend, trends, windows
+from analysis.uncertainty import Comparison
 
 MISSING = "–"
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%
@@ -148,35 +155,112 @@ def _unusable(collection: Collection) -> list[str]:
 
 
 def _best(collection: Collection, ranking: Ranking) -> list[str]:
-    ranked, criterion = ranking.table, ranking.criterion
+    criterion = ranking.criterion
     lines = ["## Best config", ""]
     at = ("" if ranking.at_step is None
           else f" at GRPO step {ranking.at_step}, the largest step every ranked config reached")
-    rule = (f"Ranked by `{criterion}` (mean over seeds){at}; configs with a run stopped early "
-            "(collapsed, diverged, pruned) are excluded.")
-    if ranked.empty:
-        return [*lines, rule, "", "No config has an evaluation yet."]
-    best = ranked.index[0]
-    row = ranked.iloc[0]
-    lines += [
-        rule, "",
-        f"**Best: {best}**: best eval reward {fmt_number(row['best_eval_reward'])}, "
-        f"final eval reward {fmt_number(row['final_eval_reward'])} over {row['n_with_data']} "
-        "run(s) with metrics.",
-        "",
-        *(f"- {label}: {why}" for label, why in ranking.near_ties.items()),
-        *([""] if ranking.near_ties else []),
-    ]
+    rule = (f"Ranked by `{criterion}` ({CRITERION_TEXT[criterion]}, mean over seeds){at}; "
+            "configs with a run stopped early (collapsed, diverged, pruned) are excluded. "
+            "`best eval reward` (the maximum over evaluations after step 0) is descriptive only: "
+            "the maximum of noisy evaluations sits above a config's true reward.")
+    estimates = ranking.uncertainty.estimates if ranking.uncertainty else {}
+    if ranking.best is None:
+        lines += [rule, "", "No config has an evaluation after step 0 yet.", ""]
+    else:
+        lines += [rule, "", f"**Best: {ranking.describe_best()}**.", "",
+                  *(f"- {label}: {why}" for label, why in ranking.near_ties.items()),
+                  *([""] if ranking.near_ties else [])]
     summary = config_summary(collection)
-    header = ["config", "runs", "with metrics", "seeds", "statuses", "mean final eval reward",
-              "mean best eval reward", "mean wall-clock", "GPU-hours"]
+    header = ["config", "runs", "with metrics", "seeds", "statuses",
+              f"{criterion} at step {_fmt_step(ranking.at_step)} [95% interval]",
+              "mean final eval reward", "mean best eval reward", "mean wall-clock", "GPU-hours"]
     rows = [
         [label, s["n_runs"], s["n_with_data"], s["seeds"], s["statuses"],
+         estimates[label].describe() if label in estimates else MISSING,
          fmt_number(s["final_eval_reward"]),
          fmt_number(s["best_eval_reward"]), fmt_duration(s["wall_clock_s"]),
          fmt_number(s["gpu_hours"], 2)]
         for label, s in summary.iterrows()
     ]
+    return [*lines, markdown_table(header, rows)]
+
+
+COMPARISON_COLUMNS = ("config", "reference", "role", "step", "method", "seeds_config",
+                      "seeds_reference", "problems", "samples_per_problem_config",
+                      "samples_per_problem_reference", "difference", "ci_low", "ci_high",
+                      "p_value", "p_adjusted", "verdict")
+
+
+def comparison_frame(ranking: Ranking) -> pd.DataFrame:
+    """One row per comparison of the ranking (:data:`COMPARISON_COLUMNS`): ``comparisons.csv``."""
+    comparisons = ranking.uncertainty.comparisons if ranking.uncertainty else []
+    return pd.DataFrame([_comparison_row(c) for c in comparisons], columns=list(COMPARISON_COLUMNS))
+
+
+def _comparison_row(c: Comparison) -> list[Any]:
+    return [c.config, c.reference, c.role, c.step, c.method, c.n_seeds[0], c.n_seeds[1],
+            c.n_problems, c.samples[0], c.samples[1], c.diff, c.lo, c.hi, c.p_value,
+            c.p_adjusted, c.verdict]
+
+
+def _comparisons(ranking: Ranking) -> list[str]:
+    lines = ["## How sure: comparisons", ""]
+    if ranking.uncertainty is None or not ranking.uncertainty.comparisons:
+        return [*lines, "Nothing to compare: fewer than two configs are ranked."]
+    u = ranking.uncertainty
+    lines += [
+        f"Each config against the best one and against its on-policy baseline, on "
+        f"`{ranking.criterion}` at GRPO step {ranking.at_step}: the difference (config minus "
+        f"reference), its 95% interval and p-value ({u.method_text}), and the p-value "
+        f"adjusted by Holm over all {u.family} pairs of ranked configs, so that at most 5% of "
+        "sweeps call a difference that is not there. A verdict of better or worse needs an "
+        "adjusted p-value below 0.05. Also in `comparisons.csv`.", ""]
+    header = ["config", "reference", "seeds", "problems", "responses per problem",
+              "Δ", "95% interval", "p", "Holm p", "verdict"]
+    rows = [[c.config, f"{c.reference} ({c.role})", f"{c.n_seeds[0]} vs {c.n_seeds[1]}",
+             c.n_problems or MISSING, f"{c.samples[0]} vs {c.samples[1]}", f"{c.diff:+.3f}",
+             MISSING if c.verdict == "no interval" else f"[{c.lo:+.3f}, {c.hi:+.3f}]",
+             fmt_p(c.p_value), fmt_p(c.p_adjusted), f"**{c.verdict}**"]
+            for c in u.comparisons]
+    lines.append(markdown_table(header, rows))
+    if u.resolution is not None:
+        lines += ["", f"**Unclear**: the data cannot tell the best config from the runner-up "
+                  f"({u.against_best()[0].config}). The ranking still picks the best point "
+                  f"estimate. What would resolve it: {u.resolution}."]
+    return lines
+
+
+def fmt_p(p: float) -> str:
+    """A p-value as shown: two significant digits, ``<0.001`` below that, a dash when missing."""
+    if is_missing(p):
+        return MISSING
+    return "<0.001" if p < 0.001 else f"{p:.2g}"
+
+
+def _versus_best(trend: Trend) -> str:
+    if not trend.versus_best:
+        return "(best)"
+    if trend.versus_best == "no test":
+        return "no test (fewer than 2 values in a late window)"
+    return f"{trend.versus_best} (Holm p {fmt_p(trend.p_adjusted)}, noise: {trend.noise})"
+
+
+def _trends(collection: Collection, ranking: Ranking) -> list[str]:
+    lines = ["## Other metrics' trends", ""]
+    if ranking.best is None or not ranking.at_step:
+        return [*lines, "No ranked config yet."]
+    found = trends(collection, list(ranking.table.index), ranking.best, ranking.at_step)
+    if not found:
+        return [*lines, "No training metrics logged."]
+    early, late = windows(ranking.at_step)
+    lines += [f"Each metric's mean over the first {WINDOW:.0%} of GRPO steps (early: "
+              f"{early.start}-{early.stop - 1}) and the last {WINDOW:.0%} up to the compared step "
+              f"(late: {late.start}-{late.stop - 1}), over seeds, and whether a config's late value "
+              "differs from the best config's beyond the noise between seeds (or, with one seed, "
+              "between the late window's steps; Welch's t-test, Holm over configs).", ""]
+    header = ["metric", "config", "early", "late", "change", "late vs the best config"]
+    rows = [[metric_name(t.metric).name, t.label, fmt_number(t.early), fmt_number(t.late),
+             fmt_number(t.change), _versus_best(t)] for t in found]
     return [*lines, markdown_table(header, rows)]
 
 
@@ -225,7 +309,11 @@ def _reaching(reached: pd.DataFrame, run: Mapping[str, Any], bar: float) -> str:
 
 
 def _crossing(first: Mapping[str, Any]) -> str:
-    """``GRPO step 6, 0.13 GPU-hours (3m30s wall-clock), eval reward 0.270``."""
+    """``GRPO step 6, 0.13 GPU-hours (3m30s wall-clock), eval reward 0.270``; at step 0 it says
+    that the bar was met before training."""
+    if first["step"] == 0:
+        return (f"GRPO step 0, before any training (the initial policy already meets the bar), "
+                f"eval reward {fmt_number(first[EVAL_REWARD])}")
     return (f"GRPO step {_fmt_step(first['step'])}, {fmt_number(first['gpu_hours'], 2)} "
             f"GPU-hours ({fmt_duration(first[ELAPSED])} wall-clock), eval reward "
             f"{fmt_number(first[EVAL_REWARD])}")
@@ -296,14 +384,16 @@ def _figures(figures: Mapping[str, Sequence[Path]], report_dir: Path) -> list[st
 
 def build_report(collection: Collection, report_dir: Path,
                  figures: Mapping[str, Sequence[Path]] | None = None,
-                 criterion: Criterion = BEST_CRITERION, bar: float = ACCURACY_BAR) -> str:
+                 criterion: Criterion = BEST_CRITERION, bar: float = ACCURACY_BAR,
+                 ranking: Ranking | None = None) -> str:
     """The markdown text of the report; figure links are relative to ``report_dir``; ``bar``
-    the validation accuracy the best config is checked against."""
+    the validation accuracy the best config is checked against; ``ranking`` the collection's
+    by ``criterion`` (computed when not given)."""
     names = ", ".join(f"`{s.path.name}`" for s in collection.sweeps)
     counts = collection.runs["status"].value_counts()
     status_line = ", ".join(f"{n} {status}" for status, n in counts.items())
     with_data = int((collection.runs["steps_done"] > 0).sum())
-    ranking = rank(collection, criterion)
+    ranking = ranking or rank(collection, criterion)
     sections = [
         [f"# Sweep report: {names}", "",
          f"{len(collection.runs)} run(s) ({with_data} with metrics), {len(collection.labels)} "
@@ -314,8 +404,10 @@ def build_report(collection: Collection, report_dir: Path,
         _failures(collection),
         _unusable(collection),
         _best(collection, ranking),
+        _comparisons(ranking),
         _bar(collection, ranking, bar),
         _comparison(collection),
+        _trends(collection, ranking),
         _figures(figures or {}, report_dir),
     ]
     return "\n\n".join("\n".join(section) for section in sections) + "\n"
@@ -324,7 +416,9 @@ def build_report(collection: Collection, report_dir: Path,
 def write_report(collection: Collection, report_dir: Path,
                  figures: Mapping[str, Sequence[Path]] | None = None,
                  criterion: Criterion = BEST_CRITERION, bar: float = ACCURACY_BAR) -> Path:
-    """Write ``report_dir/report.md`` and return its path."""
+    """Write ``report_dir/report.md`` and ``comparisons.csv`` beside it; return the report's path."""
+    ranking = rank(collection, criterion)
     path = report_dir / "report.md"
-    path.write_text(build_report(collection, report_dir, figures, criterion, bar))
+    path.write_text(build_report(collection, report_dir, figures, criterion, bar, ranking))
+    comparison_frame(ranking).to_csv(report_dir / "comparisons.csv", index=False)
     return path

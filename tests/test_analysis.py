@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 from sweep_factory import EVAL_STEPS, rows, write_scenario, write_simple_sweep
 
 from analysis.__main__ import main
@@ -164,8 +165,12 @@ def test_eval_reward_curves_are_seed_means_with_bands(figures: dict) -> None:
     on_policy = panel.curves[ON_POLICY]
     np.testing.assert_allclose(on_policy.x, steps)
     np.testing.assert_allclose(on_policy.y, 0.35 + 0.02 * steps)
-    np.testing.assert_allclose(on_policy.lo, 0.30 + 0.02 * steps)
-    np.testing.assert_allclose(on_policy.hi, 0.40 + 0.02 * steps)
+    # the band is the 95% interval of the mean over the 2 seeds (0.30 and 0.40 + 0.02 step):
+    # t with 1 degree of freedom, 12.71 x 0.0707 / sqrt(2) = 0.635 either side, clipped to 0-1
+    lo, hi = stats.t.interval(0.95, 1, loc=0.35 + 0.02 * steps, scale=np.std([0.3, 0.4], ddof=1) / np.sqrt(2))
+    np.testing.assert_allclose(on_policy.lo, np.clip(lo, 0, 1))
+    np.testing.assert_allclose(on_policy.hi, np.clip(hi, 0, 1))
+    assert 0.635 < (hi - (0.35 + 0.02 * steps))[0] < 0.6354
     assert on_policy.n_runs == 2
     # job 4 stopped at step 7: the step-9 point is job 3's alone
     np.testing.assert_allclose(panel.curves[OFF_128].y, [0.50, 0.56, 0.62, 0.63])
@@ -188,8 +193,9 @@ def test_every_panel_plots_the_collected_series(figures: dict, coll: Collection)
                 x = rows_.groupby("step")[x_col].mean() / (60 if panel.unit == "minutes" else 1)
                 np.testing.assert_allclose(curve.x, x.to_numpy(float))
                 np.testing.assert_allclose(curve.y, stats["mean"].to_numpy(float))
-                np.testing.assert_allclose(curve.lo, stats["min"].to_numpy(float))
-                np.testing.assert_allclose(curve.hi, stats["max"].to_numpy(float))
+                if name == "training":  # eval reward bands: test_eval_reward_curves_are_...
+                    np.testing.assert_allclose(curve.lo, stats["min"].to_numpy(float))
+                    np.testing.assert_allclose(curve.hi, stats["max"].to_numpy(float))
     assert set(figures["training"].panels) == {
         "train/entropy", "train/mean_response_length", "train/grad_norm",
         "train/clip_fraction", "train/reward_mean"}
@@ -211,7 +217,9 @@ def test_unstable_runs_are_marked_at_their_last_measured_point(figures: dict) ->
 def test_heatmaps_hold_seed_means_and_mark_unstable_configs(figures: dict,
                                                              coll: Collection) -> None:
     grids = figures["heatmaps"].grids
-    want = {"best_eval_reward": [[0.20, 0.53], [0.36, 0.65]],
+    # late: the mean of each run's evaluations after step 0 (at most 5), then over seeds: epochs 1,
+    # tbs 128 is (0.42 + 0.52) / 2; epochs 1, tbs 64 was evaluated only at step 0 (n/a)
+    want = {"late_eval_reward": [[np.nan, 0.47], [0.36, 0.605]],
             "final_eval_reward": [[0.20, 0.53], [0.36, 0.65]]}
     for name, values in want.items():
         assert list(grids[name].index) == [1, 2] and list(grids[name].columns) == [64, 128]
@@ -279,7 +287,11 @@ def test_report_failures_and_best(report: str) -> None:
     assert "**failed** at step 2: CUDA out of memory" in report
     assert "**collapsed** at step 3: reward collapsed" in report
     assert "`exp/2025-06-01_12-00-00/4` had 2 unparsable metrics line(s)" in report
-    assert f"**Best: {OFF_128}**: best eval reward 0.650" in report
+    # late eval reward: runs 3 (0.51, 0.57, 0.63) and 4 (0.61, 0.67) average 0.57 and 0.64; the
+    # seed variance pooled with epochs 1 (0.42, 0.52) is 0.003725 on 2 df: 0.605 -+ 4.303 x
+    # sqrt(0.003725 / 2)
+    assert (f"**Best: {OFF_128}: late eval reward 0.605 [0.419, 0.791] at step 9 (mean over 2 "
+            "runs)**") in report
     configs = {row["config"]: row for row in table(report, "mean best eval reward")}
     assert configs[OFF_64]["mean best eval reward"] == "0.360"
     assert configs[ON_POLICY]["seeds"] == "0, 1"
@@ -310,7 +322,7 @@ def test_report_failure_before_the_first_step(tmp_path: Path) -> None:
               {"status": "failed", "reason": "KeyError: x\n  in y", "last_step": None})
     text = build_report(collect([tmp_path / "s"]), tmp_path / "s")
     assert "**failed** before the first step: KeyError: x in y" in text
-    assert "No config has an evaluation yet." in text
+    assert "No config has an evaluation after step 0 yet." in text
 
 
 def test_report_compares_each_config_with_its_closest_on_policy_run(tmp_path: Path) -> None:
@@ -430,10 +442,10 @@ def test_cli_plots_latest_sweep_with_external(sweep: Path, tmp_path: Path,
 def test_report_lists_runs_it_could_not_use_and_counts_only_runs_with_data(tmp_path: Path) -> None:
     sweep = tmp_path / "s"
     write_multirun(sweep, ["seed=0,1,2,3,4"])
-    done = {"status": "completed", "last_step": 1}
-    for job in range(5):
+    done = {"status": "completed", "last_step": 3}
+    for job in range(5):  # evaluated at steps 0 and 3
         write_run(sweep / str(job), {"seed": job},
-                  None if job == 1 else rows(0, range(2)), None if job == 1 else done)
+                  None if job == 1 else rows(0, range(4)), None if job == 1 else done)
     (sweep / "2" / "status.json").write_text('{"status": "compl')
     shutil.rmtree(sweep / "3" / ".hydra")
     (sweep / "4" / "metrics.jsonl").write_text('{"step": "zero"}\n{"st')
@@ -458,7 +470,7 @@ def test_report_lists_runs_it_could_not_use_and_counts_only_runs_with_data(tmp_p
     # jobs 0, 1, 2 and 4 share the config label; only 0 and 2 have metrics
     configs = {row["config"]: row for row in table(text, "mean best eval reward")}
     assert (configs["synthetic"]["runs"], configs["synthetic"]["with metrics"]) == ("4", "2")
-    assert "over 2 run(s) with metrics." in text
+    assert "(mean over 2 runs)**" in text
     clean = build_report(collect([second_sweep(tmp_path / "b")]), tmp_path)
     assert "None: every run has its config, status and metrics." in clean
 

@@ -175,8 +175,8 @@ def test_criterion_and_derived_baseline(tmp_path: Path, conf: Path) -> None:
 
 
 def test_swept_groups_become_defaults_overrides(tmp_path: Path, conf: Path) -> None:
-    evals = {"grpo_clip,1,128": [0.2], "grpo_clip,2,128": [0.3],
-             "no_baseline,1,128": [0.4], "no_baseline,2,128": [0.8]}
+    evals = {"grpo_clip,1,128": [0.1, 0.2], "grpo_clip,2,128": [0.1, 0.3],
+             "no_baseline,1,128": [0.1, 0.4], "no_baseline,2,128": [0.1, 0.8]}
     coll = collect([hydra_sweep(conf, tmp_path / "s",
                                 ["loss=grpo_clip,no_baseline", "off_policy.epochs=1,2"], evals)])
     assert coll.group_keys == {"loss"}

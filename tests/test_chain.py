@@ -46,14 +46,15 @@ def craft(out: Path, experiment: str, jobs: Sequence[tuple[Mapping[str, Any], Se
                                                              str]],
           groups: Mapping[str, str] | None = None, stamp: str = "2025-01-01_00-00-00") -> Path:
     """A sweep of ``experiment`` under ``out``: per job its overrides, eval rewards (one per
-    step) and final status; ``groups`` are the config-group choices every run had."""
+    GRPO step from step 1, after the step-0 evaluation of the initial policy at 0.05) and final
+    status; ``groups`` are the config-group choices every run had."""
     sweep = out / experiment / stamp
     keys = list(dict.fromkeys(k for overrides, _, _ in jobs for k in overrides))
     write_multirun(sweep, [f"{k}={','.join(dict.fromkeys(str(o[k]) for o, _, _ in jobs))}"
                            for k in keys], config=CRAFTED)
     for num, (overrides, rewards, status) in enumerate(jobs):
         rows = [{"step": s, "time/elapsed_s": 10.0 * (s + 1), "eval/reward": r}
-                for s, r in enumerate(rewards)]
+                for s, r in enumerate([0.05, *rewards])]
         choices = {**(groups or {}), **{k: str(v) for k, v in overrides.items()
                                         if k in ("loss", "normalization", "std_norm", "prompt")}}
         write_run(sweep / str(num), overrides, rows,
@@ -103,44 +104,65 @@ def test_a_bad_chain_names_the_key(tmp_path: Path, text: str, error: str) -> Non
 
 
 def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
+    """Two seeds per config: the seed variance pooled over the 4 ranked configs (4 degrees of
+    freedom) decides which configs the data cannot tell from the best one."""
     out = tmp_path / "out"
     lr = craft(out, "lr_sweep", [
-        ({"learning_rate": 3e-6}, [0.1, 0.30], "completed"),
-        ({"learning_rate": 1e-5}, [0.1, 0.50], "completed"),
-        ({"learning_rate": 2e-5}, [0.1, 0.50], "completed"),    # ties with 1e-5
-        ({"learning_rate": 3e-5}, [0.1, 0.495], "completed"),   # within 0.01 of the best
-        ({"learning_rate": 5e-5}, [0.1, 0.90], "collapsed"),    # highest reward, but collapsed
-        ({"learning_rate": 1e-4}, [0.95], "diverged"),
-    ])
+        ({"learning_rate": lr, "seed": seed}, rewards, status)
+        for lr, per_seed, status in [
+            (3e-6, ([0.25], [0.28125]), "completed"),
+            (1e-5, ([0.5], [0.53125]), "completed"),
+            (2e-5, ([0.484375], [0.546875]), "completed"),   # ties with 1e-5 (mean 0.515625)
+            (3e-5, ([0.46875], [0.5]), "completed"),         # 0.03125 below the best
+            (5e-5, ([0.9], [0.9]), "collapsed"),         # highest reward, but collapsed
+            (1e-4, ([0.95], [0.95]), "diverged")]
+        for seed, rewards in enumerate(per_seed)])
     ranking = rank(collect([lr]))
     assert ranking.best == "learning_rate=1e-05"
+    # pooled variance: (3 x 0.00048828 + 0.0019531) / 4 = 0.00085449; a difference of two
+    # 2-seed means has standard error sqrt(0.00085449) = 0.02923, and t(4) = 2.776
     assert ranking.near_ties == {
-        "learning_rate=2e-05": "tie: best_eval_reward 0.5000 equals the best config's",
-        "learning_rate=3e-05": "near-tie: best_eval_reward 0.4950 is within 0.01 of the best "
-                               "config's 0.5000"}
+        "learning_rate=2e-05": "not distinguishable from the best config: Δ +0.000 "
+                               "[-0.081, +0.081], p 1 (Holm-adjusted 1)",
+        "learning_rate=3e-05": "not distinguishable from the best config: Δ -0.031 "
+                               "[-0.112, +0.050], p 0.35 (Holm-adjusted 1)"}
+    worse = ranking.uncertainty.against_best()[-1]
+    assert (worse.config, worse.verdict) == ("learning_rate=3e-06", "worse")
+    assert worse.diff == pytest.approx(-0.25) and worse.se == pytest.approx(0.029232, abs=1e-6)
+    # p 0.0010 on 4 df, Holm over the 6 pairs of the 4 ranked configs: the smallest times 6
+    assert worse.p_adjusted == pytest.approx(6 * worse.p_value) and worse.p_value < 0.0011
     assert ranking.excluded == {"learning_rate=5e-05": "collapsed",
                                 "learning_rate=0.0001": "diverged"}
 
-    # promote ranks the same way and reports the same near-ties
+    # promote ranks the same way and reports the same near-ties and verdict
     conf = tmp_path / "conf"
     shutil.copytree(ROOT / "conf", conf)
     promotion = promote(collect([lr]), 1, BEST_CRITERION, "lr_top1", conf_dir=conf)
-    assert promotion.descriptions[0].startswith("learning_rate=1e-05  [best_eval_reward=0.5000]")
+    assert promotion.descriptions[0].startswith(
+        "learning_rate=1e-05  [late_eval_reward=0.5156, 95% interval [0.458, 0.573]]")
     assert promotion.near_ties == ranking.near_ties
-    assert ("# learning_rate=2e-05: tie: best_eval_reward 0.5000 equals the best config's "
-            "(top1)\n") in promotion.preset.read_text()
+    preset = promotion.preset.read_text()
+    assert ("# learning_rate=2e-05: not distinguishable from the best config: Δ +0.000 "
+            "[-0.081, +0.081], p 1 (Holm-adjusted 1) (top1)\n") in preset
+    assert "# Unclear: the data cannot tell the best config from the runner-up; " in preset
 
     lines = plans(out)["baselines"]
     assert lines[0] == (f"  learning_rate=1e-05  carried from lr_sweep: best config "
-                        f"learning_rate=1e-05 (best_eval_reward 0.5000 at step 1, 4 of 6 configs ranked) "
-                        f"of sweep {lr}")
-    assert lines[1:] == [
-        "    warning: lr_sweep: learning_rate=2e-05 is a tie: best_eval_reward 0.5000 equals "
-        "the best config's; learning_rate=1e-05 was taken (first in config order on a tie); "
-        "override the key to choose",
-        "    warning: lr_sweep: learning_rate=3e-05 is a near-tie: best_eval_reward 0.4950 is "
-        "within 0.01 of the best config's 0.5000; learning_rate=1e-05 was taken (first in "
-        "config order on a tie); override the key to choose",
+                        f"learning_rate=1e-05 (late_eval_reward 0.5156 [0.4582, 0.5730] at step 1, "
+                        f"4 of 6 configs ranked) of sweep {lr}")
+    taken = ("learning_rate=1e-05 was taken (the highest late_eval_reward, first in config order "
+             "on an exact tie: the chain must go on); override the key to choose")
+    assert lines[1:3] == [
+        f"    warning: lr_sweep: learning_rate=2e-05 is not distinguishable from the best config: "
+        f"Δ +0.000 [-0.081, +0.081], p 1 (Holm-adjusted 1); {taken}",
+        f"    warning: lr_sweep: learning_rate=3e-05 is not distinguishable from the best config: "
+        f"Δ -0.031 [-0.112, +0.050], p 0.35 (Holm-adjusted 1); {taken}"]
+    assert lines[3].startswith("    lr_sweep: Intervals: 95%, t-test on seed means")
+    # the runner-up is 2e-05 at the same mean: no amount of data resolves a difference of 0
+    assert lines[4] == ("    lr_sweep: Unclear: the data cannot tell the best config from the "
+                        "runner-up; the observed difference is 0: no number of seeds or responses "
+                        "would resolve it.")
+    assert lines[5:] == [
         "    lr_sweep: learning_rate=5e-05 left out (a run collapsed)",
         "    lr_sweep: learning_rate=0.0001 left out (a run diverged)",
     ]
@@ -158,32 +180,38 @@ def test_pruned_configs_are_left_out_and_the_rest_compared_at_a_common_step(tmp_
         ({"off_policy.epochs": 4, "train_batch_size": 32}, [0.1, 0.6], "collapsed"),
     ], groups={"loss": "grpo_clip"})
     ranking = rank(collect([broad]))
-    # epochs 1 stopped at step 2, epochs 4 (batch 64) at 3: both compared up to step 2, where
-    # epochs 4 has 0.45 (its 0.99 at step 3 does not count) and epochs 1 has 0.5
-    assert ranking.at_step == 2
+    # epochs 1 stopped at step 3, epochs 4 (batch 64) at 4: both compared up to step 3, where
+    # epochs 4 has the mean of 0.1, 0.2, 0.45 (its 0.99 at step 4 does not count) and epochs 1
+    # that of 0.1, 0.3, 0.5
+    assert ranking.at_step == 3
     assert ranking.best == "off_policy.epochs=1, train_batch_size=64"
-    assert ranking.value("off_policy.epochs=4, train_batch_size=64") == 0.45
+    assert ranking.value("off_policy.epochs=4, train_batch_size=64") == pytest.approx(0.25)
     assert ranking.excluded == {"off_policy.epochs=2, train_batch_size=64": "pruned",
                                 "off_policy.epochs=4, train_batch_size=32": "collapsed"}
     assert ranking.near_ties == {}
     prompt = plans(out)["prompt_ablation"]  # the best config overall is carried there
     assert (f"  off_policy.epochs=1  carried from off_policy_broad: best config "
-            f"off_policy.epochs=1, train_batch_size=64 (best_eval_reward 0.5000 at step 2, 2 of 4 "
+            f"off_policy.epochs=1, train_batch_size=64 (late_eval_reward 0.3000 at step 3, 2 of 4 "
             f"configs ranked) of sweep {broad} (off_policy_focused has no results: no sweep under "
             f"{out / 'off_policy_focused'})") in prompt
     assert "    off_policy_broad: off_policy.epochs=2, train_batch_size=64 left out (a run pruned)" \
         in prompt
 
 
-def test_overlapping_seed_ranges_are_a_near_tie(tmp_path: Path) -> None:
+def test_two_seeds_cannot_tell_configs_apart_after_holm(tmp_path: Path) -> None:
     jobs = [({"learning_rate": lr, "seed": seed}, [reward], "completed")
             for lr, seed, reward in [(1e-5, 0, 0.40), (1e-5, 1, 0.60), (2e-5, 0, 0.45),
                                      (2e-5, 1, 0.47), (3e-5, 0, 0.10), (3e-5, 1, 0.20)]]
     ranking = rank(collect([craft(tmp_path, "lr_sweep", jobs)]))
     assert ranking.best == "learning_rate=1e-05"  # mean 0.50 over 0.46 and 0.15
-    assert ranking.near_ties == {"learning_rate=2e-05": (
-        "near-tie: its seeds' best_eval_reward 0.4500-0.4700 overlap the best config's "
-        "0.4000-0.6000")}
+    # pooled seed variance (0.02 + 0.0002 + 0.005) / 3 = 0.0084 on 3 df: standard error of a
+    # difference sqrt(0.0084) = 0.0917, t(3) = 3.182; 3e-05's p of 0.032 is 0.095 after Holm over
+    # the 3 pairs, so two seeds cannot tell even 0.35 apart from the best
+    assert ranking.near_ties == {
+        "learning_rate=2e-05": "not distinguishable from the best config: Δ -0.040 "
+                               "[-0.332, +0.252], p 0.69 (Holm-adjusted 0.69)",
+        "learning_rate=3e-05": "not distinguishable from the best config: Δ -0.350 "
+                               "[-0.642, -0.058], p 0.032 (Holm-adjusted 0.095)"}
 
 
 def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> None:
@@ -199,12 +227,15 @@ def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> No
          "completed") for (e, t), r in grid], groups={"loss": "grpo_clip"})
     got = plans(out)
     # no results from length_norm or std_norm: their keys keep the stage's default
-    assert got["std_norm"][2] == (
+    assert got["std_norm"][2] == ("    baselines: No intervals (one seed and no per-problem "
+                                  "outcomes (eval_outcomes/)): the pick is a point estimate; run "
+                                  "2 or more seeds per config to know how sure it is.")
+    assert got["std_norm"][3] == (
         f"  normalization=mean  the stage's default: no earlier stage that decides it has "
         f"results (length_norm has no results: no sweep under {out / 'length_norm'})")
     assert got["length_norm"][1].startswith(
         f"  loss=reinforce_with_baseline  carried from baselines: best config "
-        f"loss=reinforce_with_baseline (best_eval_reward 0.4000 at step 0, 2 of 2 configs ranked) of "
+        f"loss=reinforce_with_baseline (late_eval_reward 0.4000 at step 1, 2 of 2 configs ranked) of "
         f"sweep {base}")
     # the off-policy sweeps decide the loss themselves (GRPO-Clip), not the baselines winner
     assert "  loss: not carried, this stage decides it" in got["off_policy_broad"]
@@ -212,7 +243,7 @@ def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> No
     clip = got["clip_ablation"]
     focused_missing = f"off_policy_focused has no results: no sweep under {out / 'off_policy_focused'}"
     assert (f"  off_policy.epochs=2  carried from off_policy_broad: best config "
-            f"off_policy.epochs=2, train_batch_size=32 (best_eval_reward 0.6000 at step 0, 2 of 3 configs "
+            f"off_policy.epochs=2, train_batch_size=32 (late_eval_reward 0.6000 at step 1, 2 of 3 configs "
             f"ranked) of sweep {broad} ({focused_missing})") in clip
     assert any(line.startswith("  train_batch_size=32  carried from off_policy_broad") for line
                in clip)
@@ -225,7 +256,7 @@ def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> No
     assert any(line.startswith("  loss=grpo_clip  carried from off_policy_broad") for line in prompt)
     # a sweep of one config is labelled by its experiment
     assert prompt[0] == (f"  learning_rate=0.0003  carried from lr_sweep: best config lr_sweep "
-                         f"(best_eval_reward 0.5000 at step 0, 1 of 1 configs ranked) of sweep {lr}")
+                         f"(late_eval_reward 0.5000 at step 1, 1 of 1 configs ranked) of sweep {lr}")
 
     # once focused has results, clip_ablation takes its best off-policy config instead
     focused = craft(out, "off_policy_focused", [
@@ -234,7 +265,7 @@ def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> No
         groups={"loss": "grpo_clip"})
     clip = plans(out)["clip_ablation"]
     assert f"  train_batch_size=64  carried from off_policy_focused: best config " \
-           f"off_policy.epochs=2 (best_eval_reward 0.8000 at step 0, 1 of 1 configs ranked) of sweep " \
+           f"off_policy.epochs=2 (late_eval_reward 0.8000 at step 1, 1 of 1 configs ranked) of sweep " \
            f"{focused}" in clip
 
 
@@ -265,7 +296,7 @@ def test_no_results_and_resume_in_the_dry_run(tmp_path: Path) -> None:
     assert lines[2:5] == [
         "stage 2/8 baselines:",
         f"  learning_rate=0.0003  carried from lr_sweep: best config lr_sweep "
-        f"(best_eval_reward 0.5000 at step 0, 1 of 1 configs ranked) of sweep {lr}",
+        f"(late_eval_reward 0.5000 at step 1, 1 of 1 configs ranked) of sweep {lr}",
         f"  resuming its unfinished sweep {base} (2 runs: 1 completed, 1 failed)"]
     assert lines[5].endswith(f"'hydra.sweep.dir=${{paths.output_root}}/${{experiment_name}}/"
                              f"{base.name}'")
@@ -273,7 +304,7 @@ def test_no_results_and_resume_in_the_dry_run(tmp_path: Path) -> None:
     stage3 = lines.index("stage 3/8 length_norm:")
     assert lines[stage3 + 2] == (
         f"  loss=reinforce_with_baseline  carried from baselines: best config "
-        f"loss=reinforce_with_baseline (best_eval_reward 0.4000 at step 0, 2 of 2 configs ranked) of "
+        f"loss=reinforce_with_baseline (late_eval_reward 0.4000 at step 1, 2 of 2 configs ranked) of "
         f"sweep {base}")
     assert not list(out.glob("length_norm")), "a dry run wrote nothing"
 

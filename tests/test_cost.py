@@ -25,7 +25,8 @@ RATES = Rates(generate_s=0.1, old_log_probs_s=0.02, train_s=0.05, step_s=1.0, ev
 def job_config(loss: str = "grpo_clip", epochs: int = 2, gpus: int = 2, **extra: object):
     return OmegaConf.create({
         "rollout_batch_size": 256, "off_policy": {"epochs": epochs}, "loss": {"name": loss},
-        "n_grpo_steps": 50, "eval": {"eval_every": 5}, "cluster": {"gpus_per_job": gpus,
+        "n_grpo_steps": 50, "eval": {"eval_every": 5, "samples_per_problem": 1},
+        "cluster": {"gpus_per_job": gpus,
                                                                   "cpus_per_job": 8}, **extra})
 
 
@@ -39,7 +40,13 @@ def test_a_job_costs_its_steps_and_evaluations_on_its_gpus() -> None:
     assert cost.seconds == pytest.approx(50 * 57.32 + 11 * 102.4)
     assert cost.hours(cost.seconds) == pytest.approx(3992.4 / 3600 * 2)
     assert cost.seconds_at(10) == pytest.approx(10 * 57.32 + 3 * 102.4)
-    assert cost.describe() == "2.22 GPU-hours (50 steps x 57.3 s + 11 evaluations x 102 s, 2 GPUs)"
+    assert cost.describe() == ("2.22 GPU-hours (50 steps x 57.3 s + 11 evaluations x 102 s of "
+                               "1024 problems x 1 response, 2 GPUs)")
+    # 4 responses per problem: each evaluation samples and grades 4 x 1024 responses
+    four = job_cost(job_config(eval={"eval_every": 5, "samples_per_problem": 4}), RATES, 1024)
+    assert four.eval_seconds == pytest.approx(4 * 102.4)
+    assert four.step_seconds == cost.step_seconds
+    assert "11 evaluations x 410 s of 1024 problems x 4 responses" in four.describe()
     # a loss without the ratio takes no old log-probs; a job without GPUs counts its CPUs
     on_policy = job_cost(job_config("reinforce_with_baseline", epochs=1, gpus=0), RATES, 1024)
     assert on_policy.step_seconds == pytest.approx(256 * 0.1 + 256 * 0.05 + 1.0)
@@ -91,6 +98,18 @@ def test_rates_are_the_medians_of_earlier_runs_of_the_same_model_and_sizes(tmp_p
     assert n_runs == 3  # the two matching runs and the one whose metrics are unreadable
     assert rates == pytest.approx({"generate_s": 0.2, "old_log_probs_s": 0.04, "train_s": 0.1,
                                    "step_s": 2.0, "eval_s": 0.12})
+
+
+def test_evaluations_are_priced_per_response(tmp_path: Path) -> None:
+    """A run that sampled 4 responses for each of its 500 problems took 60 s for 2000 responses."""
+    run = tmp_path / "k4" / "2025-01-01_00-00-00" / "0"
+    earlier_run(run, 256, 1)
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().replace('"eval/n_examples": 500.0',
+                                                   '"eval/n_examples": 500.0, "eval/n_responses": 2000.0'))
+    cfg = OmegaConf.create({"model": {"name": MATCH["model.name"]}, "rollout": {"engine": "vllm"},
+                            "cluster": {"gpus_per_job": 2}, "sampling": {"max_new_tokens": 1024}})
+    assert measured_rates(cfg, tmp_path)[0]["eval_s"] == pytest.approx(60 / 2000)
 
 
 def test_the_pruned_sweep_is_replayed_through_its_pruner() -> None:

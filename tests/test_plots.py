@@ -12,7 +12,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from analysis.__main__ import main
-from analysis.aggregate import config_summary, rank
+from analysis.aggregate import BAND_TEXT, config_summary, rank
 from analysis.collect import LABEL, collect
 from analysis.external import GRPO_STEPS, ExternalFormatError, read_external
 from analysis.plots import (
@@ -100,7 +100,8 @@ def test_every_config_has_its_own_line_style_and_marker(small: tuple[Path, dict]
     assert colors["learning_rate=1e-5, off_policy.epochs=1"] != \
         colors["learning_rate=1e-4, off_policy.epochs=1"]
     legend = figures["eval_reward"].legend
-    assert legend == [*layout.styles, STOPPED["X"]]
+    assert legend == [*layout.styles, STOPPED["X"], BAND_TEXT["ci95"]]
+    assert figures["training"].legend[-1] == BAND_TEXT["range"] == "band: min-max over seeds"
 
 
 def test_training_curves_are_smoothed_without_lag(small: tuple[Path, dict]) -> None:
@@ -182,9 +183,9 @@ def test_external_entropy_is_drawn_on_its_own_step_axis(overlaid: tuple,
     assert {to_hex(ei.get_color()), to_hex(grpo.get_color())}.isdisjoint(config_colors)
     assert ei.get_color() != grpo.get_color() and ei.get_linestyle() == "--"
     assert ei.get_linewidth() > 1.5
-    assert figures["training"].legend[-2:] == [
+    assert figures["training"].legend[-3:] == [
         "expert iteration (external; x: EI step, top axis)",
-        "metrics (external; x: GRPO step)"]
+        "metrics (external; x: GRPO step)", BAND_TEXT["range"]]
     x0, y0, x1, y1 = figures["training"].legend_box
     assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
     # the other panels and figures do not show an entropy curve
@@ -294,7 +295,7 @@ def test_large_sweep_is_faceted_coloured_and_highlights_the_top(large: tuple) ->
     legend = figures["eval_reward"].legend
     assert legend[:3] == ["learning_rate=1e-05", "learning_rate=0.0001", "learning_rate=0.001"]
     assert legend[3:8] == [f"#{i + 1} {label}" for i, label in enumerate(layout.top)]
-    assert legend[8:] == ["other configs (faint)", STOPPED["X"]]
+    assert legend[8:] == ["other configs (faint)", STOPPED["X"], BAND_TEXT["ci95"]]
     x0, y0, x1, y1 = figures["eval_reward"].legend_box
     assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
     assert [p.suffix for p in figures["eval_reward"].paths] == [".png"]
@@ -302,11 +303,11 @@ def test_large_sweep_is_faceted_coloured_and_highlights_the_top(large: tuple) ->
 
 def test_large_sweep_heatmap_shows_the_best_config_per_cell(large: tuple) -> None:
     collection, figures = large
-    grid = figures["heatmaps"].grids["best_eval_reward"]
-    marks = figures["heatmaps"].marks["best_eval_reward"]
+    grid = figures["heatmaps"].grids["late_eval_reward"]
+    marks = figures["heatmaps"].marks["late_eval_reward"]
     assert list(grid.index) == [1, 2, 4] and list(grid.columns) == [1e-5, 1e-4, 1e-3]
     summary = config_summary(collection)
-    configs = pd.DataFrame([{**c, "best": summary.at[label, "best_eval_reward"], LABEL: label}
+    configs = pd.DataFrame([{**c, "best": summary.at[label, "late_eval_reward"], LABEL: label}
                             for label, c in collection.configs.items()])
     stable = configs[~configs[LABEL].isin(summary.index[summary["stopped"]])]
     want = stable.groupby(["off_policy.epochs", "learning_rate"])["best"].max()
@@ -325,7 +326,7 @@ def test_small_sweep_of_three_keys_gets_a_heatmap_of_two(tmp_path: Path) -> None
     collection = collect([sweep])
     assert len(collection.labels) == 8 <= SMALL_SWEEP
     heatmaps = plot_all(collection, sweep / "figures")["heatmaps"]
-    grid_ = heatmaps.grids["best_eval_reward"]
+    grid_ = heatmaps.grids["late_eval_reward"]
     # colour key learning_rate (first of the keys with most values) as columns, loss as rows,
     # each cell the best config over off_policy.epochs
     assert list(grid_.columns) == [1e-5, 1e-4] and list(grid_.index) == ["a", "b"]
@@ -333,4 +334,4 @@ def test_small_sweep_of_three_keys_gets_a_heatmap_of_two(tmp_path: Path) -> None
     for (loss, lr), value in grid_.stack().items():
         labels = [lb for lb, c in collection.configs.items()
                   if c["loss"] == loss and c["learning_rate"] == lr]
-        assert value == pytest.approx(summary.loc[labels, "best_eval_reward"].max())
+        assert value == pytest.approx(summary.loc[labels, "late_eval_reward"].max())

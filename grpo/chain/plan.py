@@ -208,10 +208,13 @@ def plan_stage(chain: Chain, index: int, user: UserOverrides, lookup: WinnerLook
 
 
 def _ranking_notes(stage: str, winner: Winner) -> list[str]:
-    """Near-ties of a winner and the configs its ranking left out, one line each."""
-    ties = [f"    warning: {stage}: {label} is a {why}; {winner.label} was taken (first in "
-            "config order on a tie); override the key to choose"
+    """The configs the data cannot tell from a winner, what would resolve it, and the configs
+    its ranking left out, one line each."""
+    rule = (f"{winner.label} was taken (the highest {winner.ranking.criterion}, first in config "
+            "order on an exact tie: the chain must go on)")
+    ties = [f"    warning: {stage}: {label} is {why}; {rule}; override the key to choose"
             for label, why in winner.ranking.near_ties.items()]
+    ties += [f"    {stage}: {line}" for line in winner.ranking.verdict_lines()]
     excluded = [f"    {stage}: {label} left out (a run {statuses})"
                 for label, statuses in winner.ranking.excluded.items()]
     return ties + excluded

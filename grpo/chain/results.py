@@ -13,6 +13,7 @@ diverged) left out, the others compared at the largest step every one of them re
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,10 +70,17 @@ class Winner:
     ranking: Ranking
 
     def describe(self) -> str:
-        """``learning_rate=0.0003 (best_eval_reward 0.2500 at step 200, 1 of 2 configs ranked)``."""
+        """``learning_rate=0.0003 (late_eval_reward 0.2500 [0.2210, 0.2790] at step 200, 1 of 2
+        configs ranked)``: the value with its 95% interval, where there is one."""
         n = len(self.ranking.table) + len(self.ranking.excluded)
-        return (f"{self.label} ({self.ranking.criterion} {self.ranking.value(self.label):.4f} at "
-                f"step {self.ranking.at_step}, {len(self.ranking.table)} of {n} configs ranked)")
+        interval = ""
+        if self.ranking.uncertainty is not None:
+            estimate = self.ranking.uncertainty.estimates[self.label]
+            if not math.isnan(estimate.lo):
+                interval = f" [{estimate.lo:.4f}, {estimate.hi:.4f}]"
+        return (f"{self.label} ({self.ranking.criterion} {self.ranking.value(self.label):.4f}"
+                f"{interval} at step {self.ranking.at_step}, {len(self.ranking.table)} of {n} "
+                "configs ranked)")
 
 
 def find_winner(sweep: Path, keys: tuple[str, ...], off_policy_only: bool = False
@@ -91,6 +99,6 @@ def find_winner(sweep: Path, keys: tuple[str, ...], off_policy_only: bool = Fals
         excluded = "; ".join(f"{label} ({why})" for label, why in ranking.excluded.items())
         return (f"no {what} of {sweep} has a validation reward without a run stopped early "
                 "(collapsed, diverged, pruned)" + (f" (excluded: {excluded})" if excluded else ""))
-    best_runs = runs[(runs[LABEL] == ranking.best) & runs["best_eval_reward"].notna()]
+    best_runs = runs[(runs[LABEL] == ranking.best) & (runs["steps_done"] > 0)]
     values = run_values(Path(best_runs["run_dir"].iloc[0]), keys)
     return Winner(sweep, ranking.best, values, ranking)

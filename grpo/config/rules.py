@@ -200,6 +200,7 @@ RULES: dict[str, Rule] = {
                             note="it has no off value; a value above n_grpo_steps evaluates "
                             "only after the last step"),
     "eval.n_examples": _int("the number of validation examples", 1, 100_000),
+    "eval.samples_per_problem": _int("the number of responses sampled per validation problem", 1, 64),
     "eval.temperature": _number("the evaluation sampling temperature", 0, MAX_TEMPERATURE, note="0 = greedy"),
     "eval.top_p": _number("the evaluation nucleus sampling mass", 0, 1, **PROBABILITY_MASS),
     "eval.n_saved_samples": _int("the number of saved evaluation responses", 0),

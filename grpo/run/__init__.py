@@ -1,7 +1,8 @@
 """The run directory and the job around it: what a run writes, and how it survives.
 
 `files` (metrics, status, atomic writes), `checkpoint` (atomic, verified checkpoints),
-`state_files` (trainer state without pickle), `manifest` (sizes and hashes), `preemption`
+`state_files` (trainer state without pickle), `manifest` (sizes and hashes), `outcomes` (each evaluation's
+per-problem rewards), `preemption`
 (SLURM signals), `health` (collapse and divergence guards), `pruning` (the sweep's pruner: an
 Optuna study in the sweep directory, and its replay), `tracking` (wandb),
 `reproducibility` (seeds, threads, deterministic algorithms) and `slurm` (scheduler questions).

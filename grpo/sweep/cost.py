@@ -3,7 +3,8 @@ and the budget check (`budget.gpu_hours`).
 
 The cost model (the dry run prints its inputs):
 
-    job seconds  = n_grpo_steps x step seconds + evaluations x validation examples x eval_s
+    job seconds  = n_grpo_steps x step seconds
+                   + evaluations x validation examples x eval.samples_per_problem x eval_s
     step seconds = rollout_batch_size x (generate_s [+ old_log_probs_s])
                    + off_policy.epochs x rollout_batch_size x train_s + step_s
 
@@ -15,7 +16,7 @@ the validation split, if smaller. The rates come from
    `sampling.max_new_tokens` under `paths.output_root`: the medians over their logged GRPO steps
    of time/rollout_s + time/scoring_s per rollout, time/old_log_probs_s per rollout,
    time/train_s per rollout and epoch, the rest of time/step_s, and time/eval_s per evaluated
-   example (eval/n_examples) (the newest MATCHED_RUNS such runs; a rate they never logged comes
+   response (eval/n_responses; eval/n_examples in runs logged before it) (the newest MATCHED_RUNS such runs; a rate they never logged comes
    from 2.);
 2. else the model preset's `model.cost` (conf/model/<name>.yaml), whose comments say where each
    figure was measured; its per-rollout figures scale with sampling.max_new_tokens over
@@ -72,7 +73,7 @@ REPLAY_REPORTS = 4000
 @dataclass(frozen=True)
 class Rates:
     """Seconds per rollout (`generate_s`, `old_log_probs_s`), per rollout and epoch (`train_s`),
-    per GRPO step (`step_s`) and per validation example (`eval_s`), and where they come from."""
+    per GRPO step (`step_s`) and per evaluated response (`eval_s`), and where they come from."""
 
     generate_s: float
     old_log_probs_s: float
@@ -85,7 +86,7 @@ class Rates:
         """The rates in words, with their source."""
         return (f"generate {self.generate_s:.3g} s + old log-probs {self.old_log_probs_s:.3g} s "
                 f"per rollout, train {self.train_s:.3g} s per rollout and epoch, "
-                f"{self.step_s:.3g} s per step, evaluation {self.eval_s:.3g} s per example "
+                f"{self.step_s:.3g} s per step, evaluation {self.eval_s:.3g} s per response "
                 f"({self.source})")
 
 
@@ -133,9 +134,9 @@ def _row_rates(row: Mapping[str, Any], rollouts: float, epochs: float) -> dict[s
             rates["old_log_probs_s"] = t["old_log_probs"] / rollouts
         phases = t["rollout"] + t["scoring"] + t["train"] + t.get("old_log_probs", 0) + t.get("eval", 0)
         rates["step_s"] = max(0.0, t["step"] - phases)
-    examples = _number(row.get("eval/n_examples"))
-    if t.get("eval") and examples:
-        rates["eval_s"] = t["eval"] / examples
+    responses = _number(row.get("eval/n_responses", row.get("eval/n_examples")))
+    if t.get("eval") and responses:
+        rates["eval_s"] = t["eval"] / responses
     return rates
 
 
@@ -186,8 +187,9 @@ def rates_for(cfg: DictConfig) -> Rates:
 
 @dataclass(frozen=True)
 class JobCost:
-    """One job's estimated cost: `step_seconds` per GRPO step, `eval_seconds` per evaluation,
-    over `n_steps` steps; priced in `unit` at `per_hour` of them per wall-clock hour."""
+    """One job's estimated cost: `step_seconds` per GRPO step, `eval_seconds` per evaluation
+    (of `eval_responses` responses), over `n_steps` steps; priced in `unit` at `per_hour` of them
+    per wall-clock hour."""
 
     n_steps: int
     eval_every: int
@@ -195,6 +197,7 @@ class JobCost:
     eval_seconds: float
     per_hour: float
     unit: str
+    eval_responses: str = ""
 
     def evaluations(self, step: int) -> int:
         """Evaluations from the start to the end of GRPO step `step` (the step-0 one included)."""
@@ -214,24 +217,28 @@ class JobCost:
         return seconds / 3600 * self.per_hour
 
     def describe(self) -> str:
-        """``3.30 GPU-hours (50 steps x 85.2 s + 11 evaluations x 174 s, 2 GPUs)``."""
+        """``3.30 GPU-hours (50 steps x 85.2 s + 11 evaluations x 174 s of 1024 problems x 1
+        response, 2 GPUs)``."""
         device = "GPU" if self.unit == "GPU-hours" else "CPU"
         return (f"{self.hours(self.seconds):.2f} {self.unit} ({self.n_steps} steps x "
                 f"{self.step_seconds:.3g} s + {self.evaluations(self.n_steps)} evaluations x "
-                f"{self.eval_seconds:.3g} s, "
+                f"{self.eval_seconds:.3g} s{self.eval_responses and ' of ' + self.eval_responses}, "
                 f"{self.per_hour:g} {device}{'s' if self.per_hour != 1 else ''})")
 
 
 def job_cost(cfg: DictConfig, rates: Rates, n_examples: int) -> JobCost:
-    """`cfg`'s job priced at `rates`, evaluating `n_examples` validation examples."""
+    """`cfg`'s job priced at `rates`, evaluating `n_examples` validation examples with
+    eval.samples_per_problem responses each."""
+    k = int(cfg.eval.samples_per_problem)
     rollouts = int(cfg.rollout_batch_size)
     per_rollout = rates.generate_s + (
         rates.old_log_probs_s if POLICY_LOSSES[cfg.loss.name].uses_ratio else 0.0)
     step = rollouts * per_rollout + int(cfg.off_policy.epochs) * rollouts * rates.train_s + rates.step_s
     gpus = int(cfg.cluster.gpus_per_job)
     return JobCost(int(cfg.n_grpo_steps), int(cfg.eval.eval_every), step,
-                   n_examples * rates.eval_s,
-                   float(gpus or int(cfg.cluster.cpus_per_job)), "GPU-hours" if gpus else "CPU-hours")
+                   n_examples * k * rates.eval_s,
+                   float(gpus or int(cfg.cluster.cpus_per_job)), "GPU-hours" if gpus else "CPU-hours",
+                   f"{n_examples} problems x {k} response{'s' if k > 1 else ''}")
 
 
 @dataclass(frozen=True)

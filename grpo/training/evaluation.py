@@ -1,4 +1,6 @@
-"""Validation: sample one response per validation question and score it."""
+"""Validation: sample `samples_per_problem` responses per validation problem and score them; the
+per-problem outcomes of every evaluation are kept (`eval_outcomes/step_XXXXXX.json`, read by
+`grpo.run.outcomes`) so that the analysis can compare two configs on the same problems."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from grpo.data.datasets import Example
 from grpo.grading.rewards import score_batch
 from grpo.rollout.base import RolloutEngine, SamplingSettings
 from grpo.run.files import atomic_write_text
+from grpo.run.outcomes import EvalOutcomes, problems_digest
 
 RewardFn = Callable[[str, str], dict[str, float]]
 
@@ -26,30 +29,41 @@ def evaluate(
     prompts: Sequence[str],
     reward_fn: RewardFn,
     sampling: SamplingSettings,
-) -> tuple[dict[str, float], list[dict[str, object]]]:
-    """Score one sampled response per example.
+    samples_per_problem: int = 1,
+    step: int = 0,
+) -> tuple[dict[str, float], list[dict[str, object]], EvalOutcomes]:
+    """Score `samples_per_problem` sampled responses per example (problem `i` is `examples[i]`).
 
-    Returns (metrics, samples): metrics `eval/reward`, `eval/format_reward`, `eval/answer_reward`
-    (means in [0, 1]), `eval/mean_response_length` (tokens) and `eval/n_examples` (how many were
-    evaluated: the dry run's cost model prices evaluations per example); samples one dict per
-    example with prompt, response, ground truth and rewards.
+    Returns (metrics, samples, outcomes): metrics `eval/reward`, `eval/format_reward`,
+    `eval/answer_reward` (means over every response, in [0, 1]), `eval/mean_response_length`
+    (tokens), `eval/n_examples` (problems evaluated) and `eval/n_responses` (responses sampled:
+    the dry run's cost model prices evaluations per response); samples one dict per response
+    (problem by problem) with problem index, prompt, response, ground truth and rewards;
+    outcomes each problem's mean reward over its responses, the record of this evaluation at
+    GRPO step `step`.
     """
-    rollouts = [group[0] for group in engine.generate(list(prompts), 1, sampling)]
-    all_scores = score_batch(reward_fn, [r.text for r in rollouts], [e.answer for e in examples])
-    samples = []
-    for example, prompt, rollout, scores in zip(examples, prompts, rollouts, all_scores, strict=True):
-        samples.append(
-            {"prompt": prompt, "response": rollout.text, "ground_truth": example.answer,
-             "response_tokens": len(rollout.token_ids), **scores}
-        )
+    groups = engine.generate(list(prompts), samples_per_problem, sampling)
+    pairs = [(i, rollout) for i, group in enumerate(groups) for rollout in group]
+    all_scores = score_batch(reward_fn, [r.text for _, r in pairs],
+                             [examples[i].answer for i, _ in pairs])
+    samples = [
+        {"problem": i, "prompt": prompts[i], "response": rollout.text,
+         "ground_truth": examples[i].answer, "response_tokens": len(rollout.token_ids), **scores}
+        for (i, rollout), scores in zip(pairs, all_scores, strict=True)
+    ]
     n = max(len(samples), 1)
     metrics = {
         f"eval/{key}": sum(float(s[key]) for s in samples) / n
         for key in ("reward", "format_reward", "answer_reward")
     }
     metrics["eval/mean_response_length"] = sum(s["response_tokens"] for s in samples) / n
-    metrics["eval/n_examples"] = float(len(samples))
-    return metrics, samples
+    metrics["eval/n_examples"] = float(len(examples))
+    metrics["eval/n_responses"] = float(len(samples))
+    per_problem = [0.0] * len(examples)
+    for sample in samples:
+        per_problem[sample["problem"]] += float(sample["reward"]) / samples_per_problem
+    outcomes = EvalOutcomes(step, samples_per_problem, problems_digest(examples), tuple(per_problem))
+    return metrics, samples, outcomes
 
 
 def save_samples(path: Path, samples: Sequence[dict[str, object]]) -> None:

@@ -82,6 +82,7 @@ from grpo.run.files import (
 )
 from grpo.run.health import HealthMonitor
 from grpo.run.lock import run_lock
+from grpo.run.outcomes import write_outcomes
 from grpo.run.preemption import PreemptionWatcher
 from grpo.run.pruning import PruningSettings, RunTrial
 from grpo.run.reproducibility import make_reproducible
@@ -519,7 +520,10 @@ class GRPOTrainer:
         prompts = [self.prompt_of(e) for e in self.validation]
         sampling = self._sampling(self.cfg.eval.temperature, self.cfg.eval.top_p, seed=self.cfg.seed)
         with self._sampling_precision():
-            metrics, samples = evaluate(self.engine, self.validation, prompts, self.reward_fn, sampling)
+            metrics, samples, outcomes = evaluate(
+                self.engine, self.validation, prompts, self.reward_fn, sampling,
+                int(self.cfg.eval.samples_per_problem), step)
+        write_outcomes(self.run_dir, outcomes)
         save_samples(
             self.run_dir / "rollouts" / f"eval_step_{step:06d}.jsonl",
             samples[: self.cfg.eval.n_saved_samples],

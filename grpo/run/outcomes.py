@@ -1,0 +1,107 @@
+"""Per-problem outcomes of a run's evaluations: `<run>/eval_outcomes/step_XXXXXX.json`, one file per
+evaluation, written atomically by the trainer (a replayed step after a resume rewrites its file),
+read by the analysis to compare configs on the same problems (`analysis.uncertainty`).
+
+A file holds `{"step": s, "samples_per_problem": k, "problems_digest": "<sha256>", "reward":
+[r_0, ..., r_{N-1}]}`: `r_i` is problem `i`'s mean reward over its `k` responses (problem `i` is
+the `i`-th example of the validation subset, in [0, 1]); `problems_digest` fingerprints the
+questions and answers evaluated, so that only evaluations of the same problems are paired.
+Reading is bounded and strict: a file too large, not JSON, or with a field of the wrong type or
+range is no record (`read_outcomes` returns None), never a crash of the analysis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from grpo.run.files import RunFileError, atomic_write_text, read_json, subdir
+
+OUTCOMES_DIR = "eval_outcomes"
+MAX_PROBLEMS = 100_000
+"""The most problems an evaluation has (`eval.n_examples`' bound): a larger record is crafted."""
+MAX_OUTCOMES_BYTES = 24 * MAX_PROBLEMS + 4096
+"""Largest outcomes file read: each reward is written with at most 6 decimals."""
+DECIMALS = 6
+
+
+class Problem(Protocol):
+    """A validation problem: what `problems_digest` fingerprints."""
+
+    question: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class EvalOutcomes:
+    """One evaluation at GRPO step `step`: `reward[i]` is problem i's mean reward over its
+    `samples_per_problem` responses (0-1); `digest` fingerprints the problems evaluated."""
+
+    step: int
+    samples_per_problem: int
+    digest: str
+    reward: tuple[float, ...]
+
+    def to_json(self) -> str:
+        """The file's text (rewards rounded to `DECIMALS`)."""
+        return json.dumps({"step": self.step, "samples_per_problem": self.samples_per_problem,
+                           "problems_digest": self.digest,
+                           "reward": [round(r, DECIMALS) for r in self.reward]})
+
+
+def problems_digest(problems: Sequence[Problem]) -> str:
+    """sha256 over the questions and answers of `problems`, in order."""
+    digest = hashlib.sha256()
+    for problem in problems:
+        for text in (problem.question, problem.answer):
+            data = text.encode(errors="replace")
+            digest.update(len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()
+
+
+def outcomes_path(run_dir: Path, step: int) -> Path:
+    """Where the outcomes of the evaluation after GRPO step `step` are kept."""
+    return run_dir / OUTCOMES_DIR / f"step_{step:06d}.json"
+
+
+def write_outcomes(run_dir: Path, outcomes: EvalOutcomes) -> None:
+    """Write `outcomes` into the run directory (atomically, never through a planted link)."""
+    subdir(run_dir, OUTCOMES_DIR)
+    atomic_write_text(outcomes_path(run_dir, outcomes.step), outcomes.to_json())
+
+
+def read_outcomes(run_dir: Path, step: int) -> EvalOutcomes | None:
+    """The outcomes of the evaluation after `step`, or None when the file is missing, too large,
+    not JSON, for another step, or holds a field of the wrong type or out of range."""
+    path = outcomes_path(run_dir, step)
+    if not path.is_file():
+        return None
+    try:
+        data = read_json(path, MAX_OUTCOMES_BYTES)
+    except RunFileError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    k, digest, reward = data.get("samples_per_problem"), data.get("problems_digest"), data.get("reward")
+    if (data.get("step") != step or type(data.get("step")) is not int or type(k) is not int
+            or not 1 <= k <= MAX_PROBLEMS or not isinstance(digest, str) or len(digest) != 64
+            or not isinstance(reward, list) or not 1 <= len(reward) <= MAX_PROBLEMS
+            or not all(_is_reward(r) for r in reward)):
+        return None
+    return EvalOutcomes(step, k, digest, tuple(float(r) for r in reward))
+
+
+def read_many(run_dir: Path, steps: Iterable[int]) -> dict[int, EvalOutcomes]:
+    """The readable outcomes of `steps` (step -> outcomes); unreadable ones are left out."""
+    found = {step: read_outcomes(run_dir, step) for step in steps}
+    return {step: outcomes for step, outcomes in found.items() if outcomes is not None}
+
+
+def _is_reward(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and 0.0 <= value <= 1.0)
