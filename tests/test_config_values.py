@@ -93,6 +93,11 @@ BAD_VALUES: list[tuple[str, Mapping[str, Any] | Files, str]] = [
     ("eval_every_zero", {"eval.eval_every": 0}, "eval.eval_every=0 is out of range"),
     ("eval_every_negative", {"eval.eval_every": -5}, "eval.eval_every=-5 is out of range"),
     ("eval_examples_zero", {"eval.n_examples": 0}, "eval.n_examples=0 is out of range"),
+    ("eval_samples_zero", {"eval.samples_per_problem": 0},
+     "eval.samples_per_problem=0 is out of range"),
+    ("eval_samples_greedy", {"eval.samples_per_problem": 4, "eval.temperature": 0.0},
+     "eval.samples_per_problem=4: greedy evaluation (eval.temperature=0) samples the same "
+     "response every time; set eval.samples_per_problem=1, or eval.temperature=1.0"),
     ("saved_samples_negative", {"eval.n_saved_samples": -1},
      "eval.n_saved_samples=-1 is out of range"),
     ("checkpoint_every_zero", {"checkpoint.checkpoint_every": 0},

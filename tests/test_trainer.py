@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from safetensors.torch import load_file
 from wandb_offline import assert_wandb_holds_the_metrics
 
+from grpo.run.outcomes import problems_digest, read_outcomes
 from grpo.training.evaluation import evaluate
 from grpo.training.trainer import GRPOTrainer, train
 
@@ -25,7 +26,7 @@ STEP_KEYS = {
     "throughput/rollout_tokens_per_s",
 }
 EVAL_KEYS = {"eval/reward", "eval/format_reward", "eval/answer_reward", "eval/mean_response_length",
-             "eval/n_examples"}
+             "eval/n_examples", "eval/n_responses"}
 
 
 def toy_config(tiny_model_dir: Path, *overrides: str) -> DictConfig:
@@ -79,10 +80,25 @@ def test_step_zero_is_the_evaluation_of_the_initial_policy(tiny_model_dir: Path,
     untrained = GRPOTrainer(cfg, tmp_path / "untrained")  # loads the same initial weights
     sampling = untrained._sampling(cfg.eval.temperature, cfg.eval.top_p, seed=cfg.seed)
     prompts = [untrained.prompt_of(e) for e in untrained.validation]
-    direct, _ = evaluate(untrained.engine, untrained.validation, prompts, untrained.reward_fn, sampling)
+    direct, _, outcomes = evaluate(untrained.engine, untrained.validation, prompts,
+                                   untrained.reward_fn, sampling)
     assert {k: records[0][k] for k in EVAL_KEYS} == direct
     saved = (tmp_path / "run" / "rollouts" / "eval_step_000000.jsonl").read_text().splitlines()
     assert len(saved) == 25 and records[0]["eval/n_examples"] == 25.0
+    # every problem's reward is kept (eval_outcomes/), the same as the evaluation outside the run
+    kept = read_outcomes(tmp_path / "run", 0)
+    assert kept == outcomes and kept.digest == problems_digest(untrained.validation)
+    assert len(kept.reward) == 25 and set(kept.reward) <= {0.0, 1.0}
+    assert sum(kept.reward) / 25 == pytest.approx(direct["eval/reward"])
+    assert [read_outcomes(tmp_path / "run", s).step for s in (1, 2)] == [1, 2]
+    # three responses per problem: 75 graded, each problem's reward the mean of its three
+    three, samples, per_problem = evaluate(untrained.engine, untrained.validation, prompts,
+                                           untrained.reward_fn, sampling, samples_per_problem=3)
+    assert three["eval/n_responses"] == 75.0 and three["eval/n_examples"] == 25.0
+    assert [s["problem"] for s in samples] == [i for i in range(25) for _ in range(3)]
+    assert set(per_problem.reward) <= {0.0, 1 / 3, 2 / 3, 1.0}
+    assert per_problem.reward[4] == pytest.approx(sum(s["reward"] for s in samples[12:15]) / 3)
+    assert sum(per_problem.reward) / 25 == pytest.approx(three["eval/reward"])
     # 0.0 would also "match" a broken run; the initial policy answers some questions right
     assert 0.0 < direct["eval/reward"] < 1.0
     assert [r["step"] for r in records if EVAL_KEYS <= r.keys()] == [0, 1, 2]

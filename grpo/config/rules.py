@@ -328,4 +328,10 @@ def value_errors(cfg: DictConfig) -> list[str]:
             errors.append(f"{key}={value}: a temperature below {MIN_POSITIVE_TEMPERATURE} makes the "
                           f"logits overflow; set {key}=0 for greedy decoding, or at least "
                           f"{MIN_POSITIVE_TEMPERATURE}")
+    samples = OmegaConf.select(cfg, "eval.samples_per_problem", default=None)
+    if (isinstance(samples, int) and not isinstance(samples, bool) and samples > 1
+            and OmegaConf.select(cfg, "eval.temperature", default=None) == 0):
+        errors.append(f"eval.samples_per_problem={samples}: greedy evaluation (eval.temperature=0) "
+                      "samples the same response every time; set eval.samples_per_problem=1, or "
+                      "eval.temperature=1.0 to sample several")
     return errors
