@@ -70,8 +70,8 @@ CRITERION_TEXT = {
 
 Band = Literal["range", "ci95"]
 BAND_TEXT = {"range": "band: min-max over seeds",
-             "ci95": "band: 95% interval of the mean (t over seeds; exact binomial over the "
-                     "evaluated responses for one seed)"}
+             "ci95": "band: 95% interval of the mean (t over seeds, their variance pooled over "
+                     "configs; one seed: exact binomial over the evaluated responses)"}
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,10 @@ def label_curves(steps: pd.DataFrame, metric: str, x: str = "step",
     """The seed-aggregated curve of ``metric`` for every label, against ``step`` or ``TRAIN_CLOCK``
     (the mean wall-clock of the seeds at each step), in one pass over the frame; ``band``
     ``range`` is the min-max over seeds, ``ci95`` the 95% interval of the mean of a 0-1 reward:
-    Student's t over the seeds at a step with two or more, else the exact (Clopper-Pearson)
-    binomial interval over the step's ``eval/n_responses`` (or ``eval/n_examples``) responses
-    with 0/1 rewards (no band where neither is known)."""
+    Student's t with the seed variance at that step pooled over the configs (where some config
+    has two or more seeds there: the comparisons' assumption of one seed variance), else the
+    exact (Clopper-Pearson) binomial interval over the step's ``eval/n_responses`` (or
+    ``eval/n_examples``) responses with 0/1 rewards (no band where neither is known)."""
     if metric not in steps or x not in steps:
         return {}
     sizes = [c for c in ("eval/n_responses", "eval/n_examples") if c in steps]
@@ -107,9 +108,15 @@ def label_curves(steps: pd.DataFrame, metric: str, x: str = "step",
         responses = (rows[sizes].bfill(axis=1).iloc[:, 0] if sizes
                      else pd.Series(np.nan, index=rows.index))
         grouped = rows.assign(responses=responses).groupby([LABEL, "step"], sort=True)
+        count = grouped[metric].count()
+        # the seed variance at a step, pooled over the configs there (as the comparisons pool it)
+        squares = ((count - 1) * grouped[metric].var().fillna(0.0)).groupby(level=1).sum()
+        df = (count - 1).groupby(level=1).sum()
+        at = stats.index.get_level_values(1)
         stats["min"], stats["max"] = _interval_of_mean(
-            stats["mean"].to_numpy(float), grouped[metric].std().to_numpy(float),
-            grouped[metric].count().to_numpy(float), grouped["responses"].first().to_numpy(float))
+            stats["mean"].to_numpy(float), (squares / df).reindex(at).to_numpy(float),
+            df.reindex(at).to_numpy(float), count.to_numpy(float),
+            grouped["responses"].first().to_numpy(float))
     if x != "step":
         stats["x"] = rows.groupby([LABEL, "step"], sort=True)[x].mean()
     n_runs = rows.groupby(LABEL)["run_id"].nunique()
@@ -124,18 +131,21 @@ def label_curves(steps: pd.DataFrame, metric: str, x: str = "step",
     return curves
 
 
-def _interval_of_mean(mean: np.ndarray, std: np.ndarray, n: np.ndarray,
+def _interval_of_mean(mean: np.ndarray, variance: np.ndarray, df: np.ndarray, n: np.ndarray,
                       responses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """95% bounds of each point (see :func:`label_curves`), clipped to 0-1; the mean itself
-    where there is no interval."""
+    """95% bounds of each point, the mean of ``n`` seeds (see :func:`label_curves`): t on ``df``
+    degrees of freedom with the pooled seed ``variance`` where ``df`` > 0, else the exact
+    binomial over ``responses`` for one seed; clipped to 0-1; the mean itself where there is
+    neither."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        half = stats.t.ppf(1 - ALPHA / 2, np.maximum(n - 1, 1)) * std / np.sqrt(n)
+        half = stats.t.ppf(1 - ALPHA / 2, np.maximum(df, 1)) * np.sqrt(variance / n)
         k = np.round(mean * responses)
         lo_binomial = np.where(k > 0, stats.beta.ppf(ALPHA / 2, k, responses - k + 1), 0.0)
         hi_binomial = np.where(k < responses, stats.beta.ppf(1 - ALPHA / 2, k + 1, responses - k), 1.0)
-    single = (n == 1) & np.isfinite(responses) & (responses > 0)
-    lo = np.where(n > 1, mean - half, np.where(single, lo_binomial, mean))
-    hi = np.where(n > 1, mean + half, np.where(single, hi_binomial, mean))
+    seeds = df > 0
+    single = ~seeds & np.isfinite(responses) & (responses > 0)
+    lo = np.where(seeds, mean - half, np.where(single, lo_binomial, mean))
+    hi = np.where(seeds, mean + half, np.where(single, hi_binomial, mean))
     return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
 
 

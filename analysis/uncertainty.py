@@ -145,15 +145,17 @@ class Comparison:
     samples: tuple[int, int]
 
     def describe(self) -> str:
-        """``worse than the best: Δ -0.031 [-0.052, -0.010], p 0.004 (Holm 0.03)``."""
+        """``worse than the best config: Δ -0.031 [-0.052, -0.010], p 0.004 (Holm-adjusted
+        0.03)``; with one seed per config the caveat that the seed variance is not included."""
         if self.verdict == "no interval":
             tie = "tie with" if self.diff == 0 else "against"
             return f"{tie} the {self.role} config: Δ {self.diff:+.3f}, no interval ({NO_INTERVAL})"
         words = {"better": f"better than the {self.role} config",
                  "worse": f"worse than the {self.role} config",
                  "not distinguishable": f"not distinguishable from the {self.role} config"}
+        caveat = "; one seed: seed-to-seed variance not included" if self.method == "problems" else ""
         return (f"{words[self.verdict]}: Δ {self.diff:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}], "
-                f"p {_p(self.p_value)} (Holm-adjusted {_p(self.p_adjusted)})")
+                f"p {_p(self.p_value)} (Holm-adjusted {_p(self.p_adjusted)}{caveat})")
 
 
 NO_INTERVAL = "one seed and no per-problem outcomes (eval_outcomes/)"

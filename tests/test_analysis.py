@@ -15,6 +15,7 @@ from scipy import stats
 from sweep_factory import EVAL_STEPS, rows, write_scenario, write_simple_sweep
 
 from analysis.__main__ import main
+from analysis.aggregate import BAND_TEXT
 from analysis.collect import (
     LABEL,
     Collection,
@@ -165,12 +166,16 @@ def test_eval_reward_curves_are_seed_means_with_bands(figures: dict) -> None:
     on_policy = panel.curves[ON_POLICY]
     np.testing.assert_allclose(on_policy.x, steps)
     np.testing.assert_allclose(on_policy.y, 0.35 + 0.02 * steps)
-    # the band is the 95% interval of the mean over the 2 seeds (0.30 and 0.40 + 0.02 step):
-    # t with 1 degree of freedom, 12.71 x 0.0707 / sqrt(2) = 0.635 either side, clipped to 0-1
-    lo, hi = stats.t.interval(0.95, 1, loc=0.35 + 0.02 * steps, scale=np.std([0.3, 0.4], ddof=1) / np.sqrt(2))
-    np.testing.assert_allclose(on_policy.lo, np.clip(lo, 0, 1))
-    np.testing.assert_allclose(on_policy.hi, np.clip(hi, 0, 1))
-    assert 0.635 < (hi - (0.35 + 0.02 * steps))[0] < 0.6354
+    # the band is the 95% interval of the mean over its 2 seeds (0.30 and 0.40 + 0.02 step), the
+    # seed variance pooled over the configs at that step: at step 6 epochs 2 / batch 128 has 2
+    # seeds 0.1 apart too, variance 0.005 on 2 df: 0.47 -+ 4.303 x sqrt(0.005 / 2); at step 9
+    # on-policy alone has 2 seeds: 1 df, 12.71 x 0.05 = 0.635 either side, clipped to 0-1
+    assert (on_policy.lo[2], on_policy.hi[2]) == pytest.approx(
+        stats.t.interval(0.95, 2, loc=0.47, scale=0.05))
+    assert 0.2548 < on_policy.lo[2] < 0.2549
+    assert (on_policy.lo[3], on_policy.hi[3]) == (0.0, 1.0)
+    # one seed at step 9 (job 4 stopped at 7) beside a 2-seed config: the pooled variance too
+    assert panel.curves[OFF_128].hi[3] == 1.0
     assert on_policy.n_runs == 2
     # job 4 stopped at step 7: the step-9 point is job 3's alone
     np.testing.assert_allclose(panel.curves[OFF_128].y, [0.50, 0.56, 0.62, 0.63])
@@ -238,7 +243,7 @@ def test_external_curve_and_files(figures: dict, coll: Collection, tmp_path: Pat
     (line,) = figures["eval_reward"].panels["step"].external_lines
     np.testing.assert_allclose(line.get_xydata(), [[0, 0.1], [5, 0.3], [9, 0.5]])
     assert line.axes.get_xlabel() == "GRPO step", "GRPO steps share the sweep's axis"
-    assert figures["eval_reward"].legend[-1] == "paper (external; x: GRPO step)"
+    assert figures["eval_reward"].legend[-2:] == ["paper (external; x: GRPO step)", BAND_TEXT["ci95"]]
     assert figures["eval_reward"].panels["wall_clock"].externals == ()
     assert all(p.externals == () for p in figures["training"].panels.values())
     assert not any("paper" in text for text in figures["training"].legend)
