@@ -51,7 +51,7 @@ from analysis.uncertainty import (
     SweepComparisons,
     compare_sweep,
 )
-from grpo.run.outcomes import read_many
+from grpo.run.outcomes import LATE_EVALS, read_many
 
 Criterion = Literal["late_eval_reward", "best_eval_reward", "final_eval_reward"]
 CRITERIA: tuple[Criterion, ...] = ("late_eval_reward", "best_eval_reward", "final_eval_reward")
@@ -59,8 +59,6 @@ CRITERIA: tuple[Criterion, ...] = ("late_eval_reward", "best_eval_reward", "fina
 # the highest mean over seeds of each run's mean validation reward over its last LATE_EVALS
 # evaluations after step 0 (bench/selection_calibration.py: why not the maximum)
 BEST_CRITERION: Criterion = "late_eval_reward"
-# evaluations a run's late_eval_reward averages (fewer when the run has fewer after step 0)
-LATE_EVALS = 5
 CRITERION_TEXT = {
     "late_eval_reward": f"mean eval reward of each run's last {LATE_EVALS} evaluations after step 0",
     "best_eval_reward": "best eval reward of each run after step 0",

@@ -21,9 +21,15 @@ Printed, each with its Monte Carlo error (standard error over the simulated swee
 * coverage: how often the 95% interval of a fixed pair's difference holds the true difference
   (goal 93-97%), and of the comparisons against the picked best (selected after seeing the data);
 * power: the share of sweeps with one config 5 points better in which each other config is
-  called worse than it.
+  called worse than it;
+* pruning: the same one-seed sweeps replayed through the sweep's successive-halving pruner
+  (grpo.run.pruning.replay, Optuna; rungs at steps 10, 30, 90 of 200, the top third go on, 9 runs
+  at once, launched in a random order): how often the truly better config is still the pick, with each run judged at a rung
+  by its evaluation there (what runs reported before) or by the mean of its evaluations so far
+  (at most the last 5: what RunTrial.report reports), against the unpruned sweep's pick.
 
 Usage: python bench/selection_calibration.py [--sweeps 1000] [--seed-sd 0.01] [--seeds 1,2,3]
+[--no-pruning]
 """
 
 from __future__ import annotations
@@ -42,8 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.aggregate import LATE_EVALS, run_values_at  # noqa: E402
 from analysis.collect import EVAL_REWARD, LABEL  # noqa: E402
-from analysis.uncertainty import ConfigData, compare_sweep, pair_test  # noqa: E402
-from analysis.uncertainty import SeedVariance, method_of  # noqa: E402
+from analysis.uncertainty import (  # noqa: E402
+    ConfigData,
+    SeedVariance,  # noqa: E402
+    compare_sweep,
+    pair_test,
+)
+from grpo.run.outcomes import late_mean  # noqa: E402
+from grpo.run.pruning import PruningSettings, ReplayJob, replay  # noqa: E402
 
 N_CONFIGS = 9
 N_PROBLEMS = 1024
@@ -67,7 +79,7 @@ def simulate(rng: np.random.Generator, effects: np.ndarray, n_seeds: int, seed_s
             rewards = right.mean(axis=1)
             run_id = f"c{c}/s{s}"
             rows += [(run_id, f"config {c}", 0, 0.5)]  # step 0: before training, never counted
-            rows += [(run_id, f"config {c}", int(step), float(r)) for step, r in zip(steps, rewards)]
+            rows += [(run_id, f"config {c}", int(step), float(r)) for step, r in zip(steps, rewards, strict=True)]
             late_rows.append(right[-LATE_EVALS:].mean(axis=0))
             seed_values.append(rewards[-LATE_EVALS:].mean())
         configs.append(ConfigData(f"config {c}", np.array(seed_values), np.vstack(late_rows), DIGEST,
@@ -125,6 +137,39 @@ def scenario(rng: np.random.Generator, n_sweeps: int, n_seeds: int, seed_sd: flo
     return out
 
 
+PRUNER = PruningSettings("successive_halving", "step", min_resource=10, reduction_factor=3)
+
+
+def pruning(rng: np.random.Generator, n_sweeps: int, seed_sd: float, gap: float
+            ) -> dict[str, list[bool]]:
+    """One-seed sweeps (config 0 ``gap`` better) with and without the pruner: does the pick stay
+    the truly better config?"""
+    effects = np.zeros(N_CONFIGS)
+    effects[0] = gap
+    out: dict[str, list[bool]] = {"full": [], "single": [], "mean": []}
+    steps = [int(s) for s in np.arange(1, N_EVALS + 1) * EVAL_EVERY]
+    for _ in range(n_sweeps):
+        frame, _, _ = simulate(rng, effects, 1, seed_sd)
+        series = {label: part.loc[part["step"] > 0, EVAL_REWARD].to_numpy(float)
+                  for label, part in frame.groupby(LABEL, sort=True)}
+        # launched in a random order: which config reports first at a rung is not the best one
+        labels = [f"config {c}" for c in rng.permutation(N_CONFIGS)]
+        late = {label: float(series[label][-LATE_EVALS:].mean()) for label in labels}
+        out["full"].append(max(labels, key=late.get) == "config 0")
+        for rule in ("single", "mean"):
+            jobs = []
+            for label in labels:
+                values = series[label]
+                reported = (values if rule == "single" else  # what RunTrial.report reports
+                            [late_mean(values[:i + 1]) for i in range(len(values))])
+                jobs.append(ReplayJob([(s, float(v), float(s)) for s, v in zip(steps, reported, strict=True)],
+                                      float(steps[-1])))
+            outcomes = replay(PRUNER, steps[-1], jobs, parallel=N_CONFIGS)
+            kept = [label for label, o in zip(labels, outcomes, strict=True) if o.pruned_at is None]
+            out[rule].append(max(kept, key=late.get) == "config 0")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweeps", type=int, default=1000, help="simulated sweeps per scenario")
@@ -132,6 +177,8 @@ def main() -> None:
                         help="seed-to-seed standard deviation of a run's reward (0-1 scale)")
     parser.add_argument("--seeds", default="1,2,3", help="seeds per config, comma-separated")
     parser.add_argument("--rng", type=int, default=0)
+    parser.add_argument("--pruning", action=argparse.BooleanOptionalAction, default=True,
+                        help="also replay one-seed sweeps through the pruner")
     args = parser.parse_args()
     rng = np.random.default_rng(args.rng)
     started = time.perf_counter()
@@ -159,6 +206,14 @@ def main() -> None:
               f"{rate_se(equal['cover_best'] + three['cover_best'])}")
         print(f"  power: a 5-point-worse config called worse than the best: "
               f"{rate_se(five['called'])}")
+    if args.pruning:
+        print(f"\npruning, 1 seed per config ({PRUNER.describe(N_EVALS * EVAL_EVERY)}):")
+        for gap in (0.03, 0.05):
+            result = pruning(rng, args.sweeps, args.seed_sd, gap)
+            print(f"  one config {gap * 100:.0f} points better, it is the pick: unpruned "
+                  f"{rate_se(result['full'])}; pruned, judged by the evaluation at the rung "
+                  f"(before) {rate_se(result['single'])}; judged by the mean of the evaluations so "
+                  f"far {rate_se(result['mean'])}")
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 

@@ -117,8 +117,9 @@ def test_a_restarted_run_reattaches_to_its_trial_in_the_sweep_journal(tmp_path: 
     (sweep / "2").mkdir()
     third = RunTrial.attach(SH, sweep / "2", 50)
     reason = third.report(10, {"eval/reward": 0.1})
-    assert reason == ("the successive_halving pruner stopped it: eval/reward 0.100 ranks 3 of the "
-                      "3 runs measured this far (best 0.600), and the top 1/3 go on")
+    assert reason == ("the successive_halving pruner stopped it: mean eval/reward of its last 5 "
+                      "evaluations 0.100 ranks 3 of the 3 runs measured this far (best 0.600), "
+                      "and the top 1/3 go on")
     third.finish("pruned")
     assert open_study(sweep, SH, 50).trials[2].state == optuna.trial.TrialState.PRUNED
     assert RunTrial.attach(SH, sweep / "2", 50).trial is None  # ended: it reports nothing more
@@ -160,3 +161,23 @@ def test_an_unusable_journal_switches_pruning_off_with_a_warning(
         assert RunTrial.attach(SH, sweep / "0", 50) is None
     assert "pruning is off for" in caplog.text
     assert outside.read_text() == "not the run's\n"
+
+
+def test_a_run_reports_the_mean_of_its_last_evaluations_and_keeps_them_across_a_restart(
+        tmp_path: Path) -> None:
+    """One evaluation's noise would stop good runs (bench/selection_calibration.py): a run
+    reports the mean of its last 5 evaluations after step 0, the ranking's criterion."""
+    run_dir = tmp_path / "sweep" / "0"
+    run_dir.mkdir(parents=True)
+    trial = RunTrial.attach(SH, run_dir, 100)
+    assert trial.report(0, {"eval/reward": 0.05}) is None  # step 0 counts only for itself
+    for step, reward in ((10, 0.2), (20, 0.4), (30, 0.9)):
+        assert trial.report(step, {"eval/reward": reward}) is None
+    assert trial.reported == pytest.approx({0: 0.05, 10: 0.2, 20: 0.3, 30: 0.5})
+    again = RunTrial.attach(SH, run_dir, 100)  # a restart: the evaluations come from the journal
+    assert again.evals == pytest.approx({10: 0.2, 20: 0.4, 30: 0.9})
+    for step, reward in ((40, 0.1), (50, 0.6), (60, 1.0)):
+        again.report(step, {"eval/reward": reward})
+    # step 60: the last 5 of 0.2, 0.4, 0.9, 0.1, 0.6, 1.0
+    assert again.reported[40] == pytest.approx(0.4)
+    assert again.reported[60] == pytest.approx((0.4 + 0.9 + 0.1 + 0.6 + 1.0) / 5)

@@ -22,6 +22,10 @@ from typing import Protocol
 
 from grpo.run.files import RunFileError, atomic_write_text, read_json, subdir
 
+LATE_EVALS = 5
+"""Evaluations after step 0 that a run's late value averages (the last ones, fewer when it has
+fewer): the ranking's criterion (analysis.aggregate) and what a run reports to the sweep's pruner
+(grpo.run.pruning). bench/selection_calibration.py measures why not one evaluation or the maximum."""
 OUTCOMES_DIR = "eval_outcomes"
 MAX_PROBLEMS = 100_000
 """The most problems an evaluation has (`eval.n_examples`' bound): a larger record is crafted."""
@@ -52,6 +56,13 @@ class EvalOutcomes:
         return json.dumps({"step": self.step, "samples_per_problem": self.samples_per_problem,
                            "problems_digest": self.digest,
                            "reward": [round(r, DECIMALS) for r in self.reward]})
+
+
+def late_mean(rewards: Sequence[float]) -> float:
+    """The mean of the last ``LATE_EVALS`` of ``rewards`` (a run's evaluations after step 0, in
+    step order); NaN when there are none."""
+    last = list(rewards)[-LATE_EVALS:]
+    return sum(last) / len(last) if last else math.nan
 
 
 def problems_digest(problems: Sequence[Problem]) -> str:
@@ -91,7 +102,7 @@ def read_outcomes(run_dir: Path, step: int) -> EvalOutcomes | None:
     if (data.get("step") != step or type(data.get("step")) is not int or type(k) is not int
             or not 1 <= k <= MAX_PROBLEMS or not isinstance(digest, str) or len(digest) != 64
             or not isinstance(reward, list) or not 1 <= len(reward) <= MAX_PROBLEMS
-            or not all(_is_reward(r) for r in reward)):
+            or not all(is_reward(r) for r in reward)):
         return None
     return EvalOutcomes(step, k, digest, tuple(float(r) for r in reward))
 
@@ -102,6 +113,7 @@ def read_many(run_dir: Path, steps: Iterable[int]) -> dict[int, EvalOutcomes]:
     return {step: outcomes for step, outcomes in found.items() if outcomes is not None}
 
 
-def _is_reward(value: object) -> bool:
+def is_reward(value: object) -> bool:
+    """Whether `value` is a finite number in [0, 1] (a JSON number, not a bool)."""
     return (isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value) and 0.0 <= value <= 1.0)

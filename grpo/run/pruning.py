@@ -1,8 +1,10 @@
 """Successive halving across a sweep (asynchronous, ASHA-style), run by Optuna's pruners.
 
 Each run of a sweep is one trial of one Optuna study kept in the sweep directory
-(`<sweep>/pruning.journal`). At each evaluation the run reports its validation reward
-(`eval/reward`, 0-1) at its *resource*: the GRPO steps done (`pruning.resource=step`), or the
+(`<sweep>/pruning.journal`). At each evaluation the run reports the mean of its validation
+rewards (`eval/reward`, 0-1) over its last `LATE_EVALS` evaluations after step 0 (the ranking's
+criterion: one evaluation's noise would stop good runs, bench/selection_calibration.py) at its
+*resource*: the GRPO steps done (`pruning.resource=step`), or the
 seconds of training wall-clock, evaluation excluded (`resource=train_minutes`, whose
 `min_resource` is in minutes). It then asks the sweep's pruner whether to go on; a run told to
 stop checkpoints and ends as `pruned` (not failed, not requeued; relaunched with `pruning=off` it
@@ -51,6 +53,7 @@ from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from grpo.run.files import planted_link
+from grpo.run.outcomes import LATE_EVALS, is_reward, late_mean
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -66,6 +69,9 @@ JOURNAL = "pruning.journal"
 STUDY = "sweep"
 JOB_ATTR = "job"
 STOP_ATTR = "pruned_at"
+EVALS_ATTR = "evals"
+"""The trial's user attribute holding the run's evaluations ({step: eval/reward}), so that a
+resumed run averages the same ones."""
 MAX_JOURNAL_BYTES = 64 << 20
 """Largest journal read (a 480-run, 200-step sweep's is about 2 MB)."""
 
@@ -204,6 +210,9 @@ class RunTrial:
         self.study = study
         self.trial = trial
         self.reported = dict(frozen.intermediate_values) if frozen is not None else {}
+        kept = frozen.user_attrs.get(EVALS_ATTR) if frozen is not None else None
+        self.evals = {int(step): float(value) for step, value in kept.items()
+                      if str(step).isdigit() and is_reward(value)} if isinstance(kept, dict) else {}
         stop = frozen.user_attrs.get(STOP_ATTR) if frozen is not None else None
         recorded = isinstance(stop, dict) and isinstance(stop.get("resource"), int) \
             and isinstance(stop.get("reason"), str)
@@ -241,8 +250,9 @@ class RunTrial:
         self.trial = None
 
     def report(self, step: int, metrics: Mapping[str, float]) -> str | None:
-        """Report the evaluation logged in `metrics` after GRPO step `step`; the reason to stop
-        when the pruner says so, else None."""
+        """Report the evaluation logged in `metrics` after GRPO step `step` (as the mean of the
+        run's last `LATE_EVALS` evaluations after step 0); the reason to stop when the pruner
+        says so, else None."""
         if self.trial is None or METRIC not in metrics:
             return None
         resource = self.settings.resource_of(step, metrics.get("time/elapsed_no_eval_s", 0.0))
@@ -250,6 +260,10 @@ class RunTrial:
             return str(self.pruned_at["reason"])  # decided before a restart, not yet recorded
         value = float(metrics[METRIC])
         try:
+            if step > 0 and math.isfinite(value):
+                self.evals[step] = value
+                self.trial.set_user_attr(EVALS_ATTR, {str(s): v for s, v in self.evals.items()})
+                value = late_mean([v for s, v in sorted(self.evals.items()) if s <= step])
             if resource not in self.reported:  # a redone step after a resume: reported already
                 self.trial.report(value, resource)
                 self.reported[resource] = value
@@ -275,7 +289,8 @@ class RunTrial:
         rank = 1 + sum(v > value for v in others)
         where = "" if self.settings.resource == "step" else f" ({resource / 60:.1f} min of training)"
         best = f" (best {max(others):.3f})" if others else ""
-        return (f"the {self.settings.name} pruner stopped it: {METRIC} {value:.3f}{where} ranks "
+        return (f"the {self.settings.name} pruner stopped it: mean {METRIC} of its last "
+                f"{LATE_EVALS} evaluations {value:.3f}{where} ranks "
                 f"{rank} of the {len(others) + 1} runs measured this far{best}, and the top "
                 f"1/{self.settings.reduction_factor} go on")
 
