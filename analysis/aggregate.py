@@ -296,29 +296,28 @@ def config_data(collection: Collection, values: pd.DataFrame, labels: Sequence[s
     configs = []
     for label in labels:
         own = values[values[LABEL] == label]
-        rows, samples, digests, n_evals = [], set(), set(), []
-        for run_id, steps in own["late_steps"].items():
-            if criterion != "late_eval_reward" or not isinstance(steps, tuple):
-                rows = None
-                break
-            found = read_many(Path(run_dirs[run_id]), steps)
-            if len(found) != len(steps) or not found:
-                rows = None
-                break
-            lengths = {len(o.reward) for o in found.values()}
-            digests |= {o.digest for o in found.values()}
-            samples |= {o.samples_per_problem for o in found.values()}
-            if len(lengths) > 1:
-                rows = None
-                break
-            rows.append(np.mean([o.reward for o in found.values()], axis=0))
-            n_evals.append(len(found))
-        usable = rows is not None and len(digests) == 1 and len({len(r) for r in rows}) == 1
+        late = [_late_outcomes(Path(run_dirs[run_id]), steps)
+                if criterion == "late_eval_reward" else None
+                for run_id, steps in own["late_steps"].items()]
+        usable = all(o is not None for o in late) and len({o[1] for o in late}) == 1
         configs.append(ConfigData(
             label, own[criterion].to_numpy(float),
-            np.vstack(rows) if usable else None, digests.pop() if usable else None,
-            min(samples) if usable else 1, min(n_evals) if usable else 1))
+            np.vstack([o[0] for o in late]) if usable else None, late[0][1] if usable else None,
+            min(o[2] for o in late) if usable else 1, min(o[3] for o in late) if usable else 1))
     return configs
+
+
+def _late_outcomes(run_dir: Path, steps: object) -> tuple[np.ndarray, str, int, int] | None:
+    """A run's per-problem rewards averaged over its evaluations at ``steps`` (N,), their
+    problems' digest, the fewest responses per problem and how many evaluations; None unless
+    every one is readable and of the same problems."""
+    if not isinstance(steps, tuple) or not steps:
+        return None
+    found = list(read_many(run_dir, steps).values())
+    if len(found) != len(steps) or len({(o.digest, len(o.reward)) for o in found}) != 1:
+        return None
+    return (np.mean([o.reward for o in found], axis=0), found[0].digest,
+            min(o.samples_per_problem for o in found), len(found))
 
 
 @dataclass(frozen=True)
