@@ -103,3 +103,9 @@ def test_the_comparison_sorts_keys_into_refused_and_allowed() -> None:
     assert compare(trained, {**trained, "n_grpo_steps": 150}, step=150).refused == {}
     assert compare(trained, {**trained, "seed": True}, step=0).refused == {"seed": (0, True)}
     assert compare(trained, {**trained, "learning_rate": 1}, step=0).refused == {"learning_rate": (1e-5, 1)}
+    # a run trained before eval.samples_per_problem existed sampled one response per problem:
+    # resumed with 1 it goes on; with 4 its later evaluations would mean something else
+    later = {**trained, "eval": {**trained["eval"], "samples_per_problem": 1}}
+    assert compare(trained, later, step=150).refused == {}
+    four = {**trained, "eval": {**trained["eval"], "samples_per_problem": 4}}
+    assert compare(trained, four, step=150).refused == {"eval.samples_per_problem": ("(absent)", 4)}

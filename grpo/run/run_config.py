@@ -42,6 +42,9 @@ changes the weights, the sampled rollouts or the evaluation of the steps already
 
 ABSENT = "(absent)"
 """The value shown for a key one of the two configs does not have."""
+ADDED = {"eval.samples_per_problem": 1}
+"""Keys added after runs were trained without them, with the value that does what those runs did:
+a run resumed with that value is not refused for a key its checkpoint lacks."""
 
 
 class ConfigChanged(RunDirError):
@@ -88,12 +91,13 @@ def _same(old: Any, new: Any) -> bool:
 def compare(trained: dict[str, Any], new: dict[str, Any], step: int) -> Comparison:
     """Sort the differences of `new` from `trained` (resolved configs) into refused and allowed,
     for a resume after GRPO step `step`. A key present on one side only is refused unless it
-    may change; `n_grpo_steps` below `step` is refused."""
+    may change, or is a key of `ADDED` at its old behaviour's value; `n_grpo_steps` below `step`
+    is refused."""
     old_leaves, new_leaves = _leaves(trained), _leaves(new)
     result = Comparison()
     for key in sorted(old_leaves.keys() | new_leaves.keys()):
         old, new_value = old_leaves.get(key, ABSENT), new_leaves.get(key, ABSENT)
-        if _same(old, new_value):
+        if _same(old, new_value) or (old == ABSENT and key in ADDED and _same(ADDED[key], new_value)):
             continue
         too_few = key == "n_grpo_steps" and not (isinstance(new_value, int) and new_value >= step)
         target = result.allowed if _may_change(key) and not too_few else result.refused
