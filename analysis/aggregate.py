@@ -51,7 +51,7 @@ from analysis.uncertainty import (
     SweepComparisons,
     compare_sweep,
 )
-from grpo.run.outcomes import LATE_EVALS, read_many
+from grpo.run.outcomes import LATE_EVALS, OUTCOMES_DIR, read_many
 
 Criterion = Literal["late_eval_reward", "best_eval_reward", "final_eval_reward"]
 CRITERIA: tuple[Criterion, ...] = ("late_eval_reward", "best_eval_reward", "final_eval_reward")
@@ -293,9 +293,10 @@ def config_data(collection: Collection, values: pd.DataFrame, labels: Sequence[s
     outcomes averaged over the same evaluations (``eval_outcomes/``; None for a config where a
     run lacks them, or they are of different problems)."""
     run_dirs = collection.runs.set_index("run_id")["run_dir"]
+    by_label = dict(tuple(values.groupby(LABEL, sort=False)))
     configs = []
     for label in labels:
-        own = values[values[LABEL] == label]
+        own = by_label[label]
         late = [_late_outcomes(Path(run_dirs[run_id]), steps)
                 if criterion == "late_eval_reward" else None
                 for run_id, steps in own["late_steps"].items()]
@@ -311,7 +312,7 @@ def _late_outcomes(run_dir: Path, steps: object) -> tuple[np.ndarray, str, int, 
     """A run's per-problem rewards averaged over its evaluations at ``steps`` (N,), their
     problems' digest, the fewest responses per problem and how many evaluations; None unless
     every one is readable and of the same problems."""
-    if not isinstance(steps, tuple) or not steps:
+    if not isinstance(steps, tuple) or not steps or not (run_dir / OUTCOMES_DIR).is_dir():
         return None
     found = list(read_many(run_dir, steps).values())
     if len(found) != len(steps) or len({(o.digest, len(o.reward)) for o in found}) != 1:

@@ -70,8 +70,8 @@ def trends(collection: Collection, labels: Sequence[str], best: str, at_step: in
         early = values[values["step"].isin(early_steps)].groupby(LABEL)[metric].mean()
         late_rows = values[values["step"].isin(late_steps)]
         late = late_rows.groupby(LABEL)[metric].mean()
-        tests = {label: _test(late_rows, metric, label, best) for label in labels
-                 if label != best and label in late.index and best in late.index}
+        tests = _tests(late_rows, metric, [lb for lb in labels if lb != best and lb in late.index],
+                       best) if best in late.index else {}
         tested = {label: t for label, t in tests.items() if not math.isnan(t[0])}
         adjusted = dict(zip(tested, holm([p for p, _ in tested.values()]), strict=True))
         for label in labels:
@@ -92,16 +92,25 @@ def trends(collection: Collection, labels: Sequence[str], best: str, at_step: in
     return out
 
 
-def _test(late_rows: pd.DataFrame, metric: str, label: str, best: str) -> tuple[float, str]:
-    """The p-value of ``label``'s late values against ``best``'s, and the noise it used."""
-    by_run = late_rows.groupby([LABEL, "run_id"])[metric].mean()
-    mine, theirs = by_run.get(label), by_run.get(best)
-    if mine is not None and theirs is not None and len(mine) > 1 and len(theirs) > 1:
-        sample, noise = (mine.to_numpy(float), theirs.to_numpy(float)), "seeds"
-    else:
-        by_step = late_rows.groupby([LABEL, "step"])[metric].mean()
-        sample, noise = (by_step.get(label, pd.Series(dtype=float)).to_numpy(float),
-                         by_step.get(best, pd.Series(dtype=float)).to_numpy(float)), "steps"
-    if min(len(sample[0]), len(sample[1])) < 2 or max(np.ptp(s) for s in sample) <= 1e-9:
-        return math.nan, noise  # too few values, or none vary: no noise to test against
-    return float(stats.ttest_ind(*sample, equal_var=False).pvalue), noise
+def _tests(late_rows: pd.DataFrame, metric: str, labels: Sequence[str], best: str
+           ) -> dict[str, tuple[float, str]]:
+    """Each of ``labels``' p-value against ``best`` and the noise it used: Welch's t-test
+    (scipy.stats.ttest_ind_from_stats, every label at once) on the runs' late means where both
+    have two or more runs, else on the late window's per-step means over runs; NaN where a side
+    has fewer than 2 values or neither varies."""
+    spread = {noise: late_rows.groupby([LABEL, key])[metric].mean().groupby(level=0)
+              .agg(["mean", "std", "count"]) for noise, key in (("seeds", "run_id"), ("steps", "step"))}
+    runs = spread["seeds"]["count"]
+    noise = ["seeds" if runs.get(label, 0) > 1 and runs.get(best, 0) > 1 else "steps"
+             for label in labels]
+    if not labels:
+        return {}
+    # (labels, 3): mean, std, count of each label's values and of the best config's
+    mine = np.array([spread[n].loc[label].to_numpy(float) for n, label in zip(noise, labels, strict=True)])
+    theirs = np.array([spread[n].loc[best].to_numpy(float) for n in noise])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = stats.ttest_ind_from_stats(*mine.T, *theirs.T, equal_var=False).pvalue
+    testable = ((mine[:, 2] > 1) & (theirs[:, 2] > 1)
+                & (np.maximum(mine[:, 1], theirs[:, 1]) > 1e-9))
+    return {label: (float(q) if ok else math.nan, n)
+            for label, q, ok, n in zip(labels, np.asarray(p), testable, noise, strict=True)}
