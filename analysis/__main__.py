@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.aggregate import BEST_CRITERION, CRITERIA
+from analysis.aggregate import BEST_CRITERION, CRITERIA, rank
 from analysis.collect import LABEL, Collection, collect, find_latest_sweep, save_steps
 from analysis.external import GRPO_STEPS
 from analysis.report import ACCURACY_BAR, write_report
@@ -66,13 +66,14 @@ def cmd_plots(args: argparse.Namespace) -> None:
                  for curve in read_external(path, args.external_metric, label, x)]
     collection = _collect(args)
     sweep = collection.sweeps[0].path
-    figures = plot_all(collection, sweep / "figures", externals, args.facet, args.color)
+    ranking = rank(collection, args.criterion)  # once, for the highlights and the report
+    figures = plot_all(collection, sweep / "figures", externals, args.facet, args.color, ranking)
     for figure in figures.values():
         print("wrote " + ", ".join(map(str, figure.paths)))
     print(f"wrote {save_steps(collection, sweep / 'collected')}")
     if not args.no_report:
         paths = {name: figure.paths for name, figure in figures.items()}
-        print(f"wrote {write_report(collection, sweep, paths, args.criterion, args.bar)}")
+        print(f"wrote {write_report(collection, sweep, paths, args.criterion, args.bar, ranking)}")
 
 
 def _per_file(values: list[str], paths: list[Path], option: str,

@@ -33,7 +33,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 from analysis.collect import (
     ELAPSED,
@@ -136,10 +136,10 @@ def _interval_of_mean(mean: np.ndarray, variance: np.ndarray, df: np.ndarray, n:
     binomial over ``responses`` for one seed; clipped to 0-1; the mean itself where there is
     neither."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        half = stats.t.ppf(1 - ALPHA / 2, np.maximum(df, 1)) * np.sqrt(variance / n)
-        k = np.round(mean * responses)
-        lo_binomial = np.where(k > 0, stats.beta.ppf(ALPHA / 2, k, responses - k + 1), 0.0)
-        hi_binomial = np.where(k < responses, stats.beta.ppf(1 - ALPHA / 2, k + 1, responses - k), 1.0)
+        half = special.stdtrit(np.maximum(df, 1), 1 - ALPHA / 2) * np.sqrt(variance / n)
+        k = np.round(mean * responses)  # Clopper-Pearson: quantiles of Beta(k, n-k+1), Beta(k+1, n-k)
+        lo_binomial = np.where(k > 0, special.betaincinv(k, responses - k + 1, ALPHA / 2), 0.0)
+        hi_binomial = np.where(k < responses, special.betaincinv(k + 1, responses - k, 1 - ALPHA / 2), 1.0)
     seeds = df > 0
     single = ~seeds & np.isfinite(responses) & (responses > 0)
     lo = np.where(seeds, mean - half, np.where(single, lo_binomial, mean))

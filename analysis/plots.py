@@ -56,6 +56,7 @@ from analysis.aggregate import (
     BEST_CRITERION,
     LATE_EVALS,
     Curve,
+    Ranking,
     config_summary,
     label_curves,
     rank,
@@ -230,8 +231,10 @@ def _keys_by_size(collection: Collection) -> list[str]:
 
 
 def choose_layout(collection: Collection, facet_key: str | None = None,
-                  color_key: str | None = None, top_k: int = TOP_K) -> Layout:
-    """Colour, facet and highlight choices (see the module docstring).
+                  color_key: str | None = None, top_k: int = TOP_K,
+                  ranking: Ranking | None = None) -> Layout:
+    """Colour, facet and highlight choices (see the module docstring); the highlighted configs
+    are the top of ``ranking`` (the report's; computed when not given).
 
     By default the swept key with the most values colours the lines and, in a large sweep,
     the key with the next most values picks the panel.
@@ -247,7 +250,7 @@ def choose_layout(collection: Collection, facet_key: str | None = None,
         facet_key = facet_key or next((k for k in keys if k != color_key), None)
     else:
         facet_key = None
-    ranked = list(rank(collection, BEST_CRITERION).table.index) if large else []
+    ranked = list((ranking or rank(collection, BEST_CRITERION)).table.index) if large else []
     top = ranked[:top_k]
     colors = _palette(_key_values(collection, color_key) if color_key else collection.labels)
     styles = {}
@@ -690,14 +693,15 @@ def _hatched_cell(i: int, j: int) -> Rectangle:
 
 
 def plot_all(collection: Collection, out_dir: Path, externals: Sequence[External] = (),
-             facet_key: str | None = None, color_key: str | None = None
-             ) -> dict[str, CurveFigure | HeatmapFigure]:
-    """Every figure that applies to ``collection``, keyed by figure name."""
+             facet_key: str | None = None, color_key: str | None = None,
+             ranking: Ranking | None = None) -> dict[str, CurveFigure | HeatmapFigure]:
+    """Every figure that applies to ``collection``, keyed by figure name; a large sweep
+    highlights the top of ``ranking`` (the report's; computed when not given)."""
     for external in externals:
         if external.metric not in (EVAL_REWARD, *TRAINING_METRICS):
             raise ValueError(f"no panel plots {external.metric!r} against the step; "
                              f"choose one of {[EVAL_REWARD, *TRAINING_METRICS]}")
-    layout = choose_layout(collection, facet_key, color_key)
+    layout = choose_layout(collection, facet_key, color_key, ranking=ranking)
     figures: dict[str, CurveFigure | HeatmapFigure] = {
         "eval_reward": plot_eval_reward(collection, out_dir, externals, layout),
         "training": plot_training(collection, out_dir, externals, layout),

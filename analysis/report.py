@@ -415,9 +415,11 @@ def build_report(collection: Collection, report_dir: Path,
 
 def write_report(collection: Collection, report_dir: Path,
                  figures: Mapping[str, Sequence[Path]] | None = None,
-                 criterion: Criterion = BEST_CRITERION, bar: float = ACCURACY_BAR) -> Path:
-    """Write ``report_dir/report.md`` and ``comparisons.csv`` beside it; return the report's path."""
-    ranking = rank(collection, criterion)
+                 criterion: Criterion = BEST_CRITERION, bar: float = ACCURACY_BAR,
+                 ranking: Ranking | None = None) -> Path:
+    """Write ``report_dir/report.md`` and ``comparisons.csv`` beside it (``ranking``: the
+    collection's by ``criterion``, computed when not given); return the report's path."""
+    ranking = ranking or rank(collection, criterion)
     path = report_dir / "report.md"
     path.write_text(build_report(collection, report_dir, figures, criterion, bar, ranking))
     comparison_frame(ranking).to_csv(report_dir / "comparisons.csv", index=False)

@@ -7,7 +7,7 @@ the ranking), late over the last ``WINDOW`` of them (at least ``MIN_WINDOW`` ste
 spread between seeds where both configs have two or more runs with values there (Welch's t-test
 on the runs' late means), else between the steps of the late window (Welch's t-test on the
 per-step means over runs; steps are autocorrelated, so this is the weaker test, and says so).
-p-values are Holm-adjusted over the configs compared for each metric (scipy.stats.ttest_ind).
+p-values are Holm-adjusted over the configs compared for each metric.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 from analysis.collect import LABEL, Collection
 from analysis.uncertainty import ALPHA, holm
@@ -95,9 +95,10 @@ def trends(collection: Collection, labels: Sequence[str], best: str, at_step: in
 def _tests(late_rows: pd.DataFrame, metric: str, labels: Sequence[str], best: str
            ) -> dict[str, tuple[float, str]]:
     """Each of ``labels``' p-value against ``best`` and the noise it used: Welch's t-test
-    (scipy.stats.ttest_ind_from_stats, every label at once) on the runs' late means where both
-    have two or more runs, else on the late window's per-step means over runs; NaN where a side
-    has fewer than 2 values or neither varies."""
+    (every label at once: Welch's t and degrees of freedom, Student's t of scipy.special; the
+    tests check it against scipy.stats.ttest_ind) on the runs' late means where both have two or
+    more runs, else on the late window's per-step means over runs; NaN where a side has fewer
+    than 2 values or neither varies."""
     spread = {noise: late_rows.groupby([LABEL, key])[metric].mean().groupby(level=0)
               .agg(["mean", "std", "count"]) for noise, key in (("seeds", "run_id"), ("steps", "step"))}
     runs = spread["seeds"]["count"]
@@ -109,7 +110,9 @@ def _tests(late_rows: pd.DataFrame, metric: str, labels: Sequence[str], best: st
     mine = np.array([spread[n].loc[label].to_numpy(float) for n, label in zip(noise, labels, strict=True)])
     theirs = np.array([spread[n].loc[best].to_numpy(float) for n in noise])
     with np.errstate(divide="ignore", invalid="ignore"):
-        p = stats.ttest_ind_from_stats(*mine.T, *theirs.T, equal_var=False).pvalue
+        v1, v2 = mine[:, 1] ** 2 / mine[:, 2], theirs[:, 1] ** 2 / theirs[:, 2]
+        df = (v1 + v2) ** 2 / (v1 ** 2 / (mine[:, 2] - 1) + v2 ** 2 / (theirs[:, 2] - 1))
+        p = 2 * special.stdtr(df, -np.abs(mine[:, 0] - theirs[:, 0]) / np.sqrt(v1 + v2))
     testable = ((mine[:, 2] > 1) & (theirs[:, 2] > 1)
                 & (np.maximum(mine[:, 1], theirs[:, 1]) > 1e-9))
     return {label: (float(q) if ok else math.nan, n)

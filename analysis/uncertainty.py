@@ -15,7 +15,8 @@ shared problem difficulty), and how the run went (the seed: data order, sampling
   problems, so problem difficulty cancels between configs, and what is left is the seed-to-seed
   spread, response noise included. That spread is pooled over the sweep's ranked configs (the
   one-way ANOVA / Tukey assumption of one variance; ``df`` = runs - configs), and a difference is
-  a t-test on seed means with that pooled variance (scipy.stats.t). Intervals are honest for
+  a t-test on seed means with that pooled variance (Student's t of scipy.special, the functions
+  scipy.stats.t evaluates). Intervals are honest for
   2-3 seeds because the pooled estimate has more degrees of freedom than any one config.
 * ``problems``: one seed per config. A difference is paired over the same problems
   (scipy.stats.ttest_rel: the difference's standard error over questions, clustered by problem
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 ALPHA = 0.05
 """Level of every interval (95%) and of the family-wise error rate of the verdicts."""
@@ -203,6 +204,8 @@ def estimate(config: ConfigData, method: Method, seeds: SeedVariance) -> Estimat
                         config.n_problems)
     if config.problems is None or config.n_problems < 2:
         return none
+    from scipy import stats  # only here and in pair_test: its import costs make plots a second
+
     values = config.problems.mean(axis=0)
     if config.binary and config.n_seeds == 1:  # one evaluation, one response: exact binomial
         ci = stats.binomtest(int(values.sum()), len(values)).proportion_ci(1 - ALPHA, "exact")
@@ -231,6 +234,8 @@ def pair_test(a: ConfigData, b: ConfigData, method: Method, seeds: SeedVariance)
         return _seed_tests([a, b], [(a.label, b.label)], seeds)[a.label, b.label]
     if method != "problems" or a.digest != b.digest or a.n_problems != b.n_problems:
         return None
+    from scipy import stats
+
     d = a.problems.mean(axis=0) - b.problems.mean(axis=0)
     if np.ptp(d) == 0:
         return PairTest(diff, diff, diff, 0.0, 1.0 if diff == 0 else 0.0)
@@ -247,7 +252,7 @@ def pair_test(a: ConfigData, b: ConfigData, method: Method, seeds: SeedVariance)
 @functools.lru_cache(maxsize=64)
 def t_quantile(df: int) -> float:
     """Student's t quantile of a two-sided 95% interval on ``df`` degrees of freedom."""
-    return float(stats.t.ppf(1 - ALPHA / 2, df))
+    return float(special.stdtrit(df, 1 - ALPHA / 2))
 
 
 def _seed_tests(configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]],
@@ -260,7 +265,8 @@ def _seed_tests(configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]],
     diff = mean[:, 0] - mean[:, 1]
     se = np.sqrt(seeds.variance * (1 / n[:, 0] + 1 / n[:, 1]))
     with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.where(se > 0, 2 * stats.t.sf(np.abs(diff / se), seeds.df), np.where(diff == 0, 1.0, 0.0))
+        p = np.where(se > 0, 2 * special.stdtr(seeds.df, -np.abs(diff / se)),
+                     np.where(diff == 0, 1.0, 0.0))
     half = t_quantile(seeds.df) * se
     return {pair: PairTest(float(d), float(d - h), float(d + h), float(s), float(q))
             for pair, d, h, s, q in zip(pairs, diff, half, se, p, strict=True)}
@@ -351,8 +357,8 @@ def resolve(comparison: Comparison, best: ConfigData, family: int, method: Metho
     diff = abs(comparison.diff)
     if diff == 0:
         return "the observed difference is 0: no number of seeds or responses would resolve it"
-    z_alpha = float(stats.norm.ppf(1 - ALPHA / (2 * family)))
-    z_power = float(stats.norm.ppf(POWER))
+    z_alpha = float(special.ndtri(1 - ALPHA / (2 * family)))
+    z_power = float(special.ndtri(POWER))
     target = diff / (z_alpha + z_power)
     factor = (comparison.se / target) ** 2
     head = (f"to call a difference of {diff:.3f} at {POWER:.0%} power after Holm over {family} "

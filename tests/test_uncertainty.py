@@ -187,3 +187,17 @@ def test_outcomes_of_run_directories_are_paired_and_crafted_ones_refused(tmp_pat
     # outcomes of different problems are not paired
     write_outcomes(sweep / "1", EvalOutcomes(2, 1, "cd" * 32, tuple(weak)))
     assert rank(collect([sweep])).uncertainty.method == "none"
+
+
+def test_one_seed_reward_band_is_the_exact_binomial_interval() -> None:
+    """One run: 24 of 40 responses right at step 10 is Clopper-Pearson's (0.433, 0.751)."""
+    import pandas as pd
+
+    from analysis.aggregate import label_curves
+    from analysis.collect import LABEL
+    steps = pd.DataFrame({LABEL: ["a", "a"], "run_id": ["r", "r"], "step": [0, 10],
+                          "eval/reward": [0.0, 0.6], "eval/n_responses": [40.0, 40.0]})
+    curve = label_curves(steps, "eval/reward", "step", "ci95")["a"]
+    assert (curve.lo[1], curve.hi[1]) == pytest.approx(
+        (stats.beta.ppf(0.025, 24, 17), stats.beta.ppf(0.975, 25, 16)))
+    assert (curve.lo[0], curve.hi[0]) == pytest.approx((0.0, stats.beta.ppf(0.975, 1, 40)))
