@@ -280,7 +280,9 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
     data = config_data(collection, values, list(ranked.index), criterion)
     baselines = {label: base for label in ranked.index
                  if (base := on_policy_baseline(collection, label, list(ranked.index))) is not None}
-    uncertainty = compare_sweep(data, str(ranked.index[0]), baselines, at_step)
+    temperatures = collection.runs.loc[collection.runs[LABEL].isin(ranked.index), "eval.temperature"]
+    greedy = bool(len(temperatures)) and bool((pd.to_numeric(temperatures, errors="coerce") == 0).all())
+    uncertainty = compare_sweep(data, str(ranked.index[0]), baselines, at_step, greedy)
     near = {c.config: c.describe() for c in uncertainty.against_best()
             if c.verdict == "not distinguishable" or (c.verdict == "no interval" and c.diff == 0)}
     return Ranking(criterion, ranked, excluded, near, at_step, uncertainty)

@@ -303,9 +303,10 @@ class SweepComparisons:
 
 
 def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str, str],
-                  step: int | None) -> SweepComparisons:
+                  step: int | None, greedy: bool = False) -> SweepComparisons:
     """Intervals and comparisons of ``configs`` (ranked, best first); ``baselines`` maps a config
-    to its on-policy baseline config (both among ``configs``)."""
+    to its on-policy baseline config (both among ``configs``); ``greedy``: the evaluations were
+    greedy (more responses per problem would repeat the same one)."""
     method = method_of(configs)
     seeds = SeedVariance.pooled(configs)
     by_label = {c.label: c for c in configs}
@@ -326,7 +327,7 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
     resolution = None
     runner_up = next((c for c in comparisons if c.role == "best"), None)
     if runner_up is not None and runner_up.verdict in ("not distinguishable", "no interval"):
-        resolution = resolve(runner_up, by_label[best], max(len(tests), 1), method)
+        resolution = resolve(runner_up, by_label[best], max(len(tests), 1), method, greedy)
     return SweepComparisons(method, describe_method(method, configs), estimates, comparisons,
                             len(tests), resolution)
 
@@ -348,9 +349,11 @@ def _comparison(a: ConfigData, b: ConfigData, role: str, step: int | None, metho
                       else max(a.n_problems, b.n_problems), (a.samples, b.samples))
 
 
-def resolve(comparison: Comparison, best: ConfigData, family: int, method: Method) -> str:
+def resolve(comparison: Comparison, best: ConfigData, family: int, method: Method,
+            greedy: bool = False) -> str:
     """What would tell ``comparison``'s two configs apart at 80% power after the Holm adjustment
-    over ``family`` comparisons, if the true difference were the observed one (the arithmetic)."""
+    over ``family`` comparisons, if the true difference were the observed one (the arithmetic);
+    more responses per problem are offered only where evaluation samples (not ``greedy``)."""
     if method == "none" or math.isnan(comparison.se):
         return ("run 2 or more seeds per config (or keep per-problem outcomes: eval_outcomes/) to "
                 "get an interval at all")
@@ -368,6 +371,9 @@ def resolve(comparison: Comparison, best: ConfigData, family: int, method: Metho
     seeds = max(math.ceil(best.n_seeds * factor), best.n_seeds + 1)
     if method == "seeds":
         return f"{head}: {seeds} seeds per config (the seed-to-seed variance is the noise here)"
+    if greedy:
+        return (f"{head}: {seeds} seeds per config (evaluation is greedy: more responses per "
+                "problem would repeat the same one)")
     samples = max(math.ceil(best.samples * factor), best.samples + 1)
     return (f"{head}: eval.samples_per_problem={samples} (at least: only the response noise "
             f"shrinks with it), or {seeds} seeds per config, which would also measure the "

@@ -201,3 +201,10 @@ def test_one_seed_reward_band_is_the_exact_binomial_interval() -> None:
     assert (curve.lo[1], curve.hi[1]) == pytest.approx(
         (stats.beta.ppf(0.025, 24, 17), stats.beta.ppf(0.975, 25, 16)))
     assert (curve.lo[0], curve.hi[0]) == pytest.approx((0.0, stats.beta.ppf(0.975, 1, 40)))
+
+
+def test_greedy_evaluation_is_not_told_to_sample_more_responses() -> None:
+    a, b = binary_pair()
+    runner_up = compare_sweep([a, b], "a", {}, step=10).comparisons[0]
+    greedy = resolve(runner_up, a, family=8, method="problems", greedy=True)
+    assert "samples_per_problem" not in greedy and "seeds per config (evaluation is greedy" in greedy
