@@ -432,7 +432,7 @@ def _draw_curve(ax: Axes, curve: Curve, y: np.ndarray, style: Style, smoothed: b
     Data artists stay inside the axes: they are left out of the layout computation
     (``in_layout=False``), which otherwise measures every path of a large sweep."""
     width = 2.2 if style.rank is not None else 1.5
-    if curve.n_runs > 1:
+    if np.any(curve.hi > curve.lo):  # a band: seeds, or one seed's interval over its responses
         ax.fill_between(curve.x, curve.lo, curve.hi, color=style.color, alpha=0.15, lw=0,
                         zorder=2, in_layout=False)
     if smoothed:
