@@ -167,19 +167,20 @@ def _p(p: float) -> str:
     return f"{p:.2g}" if p >= 0.001 else "<0.001"
 
 
-def method_of(configs: Sequence[ConfigData]) -> Method:
-    """The test the sweep's data allow (module docstring)."""
-    if SeedVariance.pooled(configs).df > 0:
+def method_of(configs: Sequence[ConfigData], pooled: SeedVariance) -> Method:
+    """The test the sweep's data allow (module docstring; ``pooled``: the configs' seed
+    variance)."""
+    if pooled.df > 0:
         return "seeds"
     if len(configs) > 0 and all(c.problems is not None for c in configs):
         return "problems"
     return "none"
 
 
-def describe_method(method: Method, configs: Sequence[ConfigData]) -> str:
-    """What the intervals of ``method`` cover, in a sentence."""
+def describe_method(method: Method, configs: Sequence[ConfigData], pooled: SeedVariance) -> str:
+    """What the intervals of ``method`` cover, in a sentence (``pooled``: the configs' seed
+    variance)."""
     if method == "seeds":
-        pooled = SeedVariance.pooled(configs)
         return (f"t-test on seed means, the seed-to-seed variance pooled over the "
                 f"{len(configs)} ranked configs ({pooled.df} degrees of freedom); problem "
                 "difficulty cancels between configs evaluated on the same problems")
@@ -236,10 +237,11 @@ def pair_test(a: ConfigData, b: ConfigData, method: Method, seeds: SeedVariance)
         return None
     from scipy import stats
 
-    d = a.problems.mean(axis=0) - b.problems.mean(axis=0)
+    mine, theirs = a.problems.mean(axis=0), b.problems.mean(axis=0)
+    d = mine - theirs
     if np.ptp(d) == 0:
         return PairTest(diff, diff, diff, 0.0, 1.0 if diff == 0 else 0.0)
-    result = stats.ttest_rel(a.problems.mean(axis=0), b.problems.mean(axis=0))
+    result = stats.ttest_rel(mine, theirs)
     ci = result.confidence_interval(1 - ALPHA)
     p = float(result.pvalue)
     if a.binary and b.binary and a.n_seeds == b.n_seeds == 1:  # exact McNemar
@@ -307,8 +309,8 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
     """Intervals and comparisons of ``configs`` (ranked, best first); ``baselines`` maps a config
     to its on-policy baseline config (both among ``configs``); ``greedy``: the evaluations were
     greedy (more responses per problem would repeat the same one)."""
-    method = method_of(configs)
     seeds = SeedVariance.pooled(configs)
+    method = method_of(configs, seeds)
     by_label = {c.label: c for c in configs}
     estimates = {c.label: estimate(c, method, seeds) for c in configs}
     labels = [c.label for c in configs]
@@ -328,7 +330,7 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
     runner_up = next((c for c in comparisons if c.role == "best"), None)
     if runner_up is not None and runner_up.verdict in ("not distinguishable", "no interval"):
         resolution = resolve(runner_up, by_label[best], max(len(tests), 1), method, greedy)
-    return SweepComparisons(method, describe_method(method, configs), estimates, comparisons,
+    return SweepComparisons(method, describe_method(method, configs, seeds), estimates, comparisons,
                             len(tests), resolution)
 
 
