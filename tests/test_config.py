@@ -198,7 +198,39 @@ def test_engines_state_the_gpus_they_need() -> None:
     assert "needs 1 GPU(s)" in check_config(_compose([*base, "rollout.colocate=true"])).errors[0]
     assert check_config(_compose([*base, "cluster.gpus_per_job=2"])).errors == []
     assert check_config(_compose([*base, "rollout.engine=sglang"])).errors == [
-        "rollout.engine=sglang is unknown; use one of rollout=hf, rollout=vllm"]
+        "rollout.engine=sglang is unknown; use one of rollout=hf, rollout=hf_process, rollout=vllm"]
+
+
+def test_staleness_needs_an_engine_that_generates_beside_training() -> None:
+    base = ["model=tiny", "data=toy", "off_policy.staleness=1"]
+    assert check_config(_compose([*base, "rollout=hf"])).errors == [
+        "off_policy.staleness=1 needs generation beside training: rollout=hf samples with the "
+        "trained policy module itself, so it cannot generate while that module trains; use "
+        "rollout=hf_process (its own process, weights and rollout.threads cores) on the CPU, or "
+        "rollout=vllm on a GPU node; or set off_policy.staleness=0"]
+    assert check_config(_compose([*base, "rollout=hf_process"])).errors == [
+        "rollout.threads=1 leaves the trainer none of cluster.cpus_per_job=1 cores; set "
+        "cluster.cpus_per_job=2 (or more), or lower rollout.threads"]
+    process = [*base, "rollout=hf_process", "cluster.cpus_per_job=2"]
+    assert check_config(_compose(process)).errors == []
+    assert check_config(_compose([*process, "model.device=cuda:0", "cluster.gpus_per_job=1"])).errors == [
+        "rollout=hf_process runs on the CPU beside a policy on the CPU; on a GPU node use "
+        "rollout=vllm (its own GPU: rollout.device=cuda:1, cluster.gpus_per_job=2)"]
+    assert check_config(_compose([*process, "sampling.temperature=0"])).errors == [
+        "off_policy.staleness=1 with sampling.temperature=0: greedy rollouts have no sampling "
+        "distribution to correct; set sampling.temperature > 0"]
+    assert check_config(_compose([*process, "off_policy.correction=ppo"])).errors == [
+        "off_policy.correction=ppo is unknown; use one of off_policy.correction=tis, "
+        "off_policy.correction=none"]
+    assert "off_policy.staleness=2" in check_config(_compose([*process, "off_policy.staleness=2"])).errors[0]
+    assert "off_policy.is_cap=0.5" in check_config(_compose([*process, "off_policy.is_cap=0.5"])).errors[0]
+    gpu = [*base, "rollout=vllm", "model.device=cuda:0"]
+    assert check_config(_compose([*gpu, "cluster.gpus_per_job=2"])).errors == []
+    assert check_config(_compose([*gpu, "cluster.gpus_per_job=1", "rollout.colocate=true"])).errors == [
+        "off_policy.staleness=1 needs generation beside training: rollout.colocate=true puts vLLM "
+        "on the policy's GPU, where generation and training would contend for one device; set "
+        "rollout.colocate=false with rollout.device=cuda:1 and cluster.gpus_per_job=2; or set "
+        "off_policy.staleness=0"]
 
 
 def launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

@@ -10,6 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from grpo.core.log_probs import sampling_log_probs
 from grpo.models.loading import load_policy
 from grpo.rollout import build_engine
 from grpo.rollout.base import Rollout, SamplingSettings
@@ -51,15 +52,16 @@ def engine(policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> HFRol
 
 
 def forward_log_probs(
-    policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt: str, rollout: Rollout
+    policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt: str, rollout: Rollout,
+    temperature: float = 1.0, top_p: float = 1.0,
 ) -> torch.Tensor:
-    """(L,) temperature-1 log-probs of the rollout's tokens from one unpadded forward pass."""
+    """(L,) log-probs of the rollout's tokens from one unpadded forward pass, under the
+    sampling distribution of `temperature` and `top_p` (the trainer's mirror)."""
     prompt_ids = tokenizer(prompt)["input_ids"]
     ids = torch.tensor([prompt_ids + rollout.token_ids])
     with torch.no_grad():
-        log_probs = policy(ids).logits[0].float().log_softmax(-1)
-    positions = log_probs[len(prompt_ids) - 1 : -1]
-    return positions.gather(1, torch.tensor(rollout.token_ids)[:, None])[:, 0]
+        logits = policy(ids).logits[:, len(prompt_ids) - 1 : -1].float()
+    return sampling_log_probs(logits, torch.tensor([rollout.token_ids]), temperature, top_p)[0]
 
 
 def test_groups_have_n_rollouts_in_prompt_order(
@@ -167,19 +169,31 @@ def test_seeded_generation_is_deterministic_and_leaves_the_global_rng(
     assert engine.generate(PROMPTS, 4, unseeded) == drawn
 
 
-def test_log_probs_equal_a_forward_pass_at_temperature_one(
+def test_log_probs_are_the_sampling_distributions(
     engine: HFRolloutEngine, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 ) -> None:
-    # processed sampling (temperature, top-p, min length) must not leak into the log-probs
+    # the behaviour policy of the importance correction: temperature and top-p applied, as the
+    # trainer's mirror computes them; not the raw temperature-1 log-probs
     sampling = SamplingSettings(
         temperature=0.7, top_p=0.9, min_new_tokens=2, max_new_tokens=10, seed=9
     )
+    raw_gap = []
     for prompt, group in zip(PROMPTS, engine.generate(PROMPTS, 4, sampling), strict=True):
         for rollout in group:
-            expected = forward_log_probs(policy, tokenizer, prompt, rollout)
+            expected = forward_log_probs(policy, tokenizer, prompt, rollout, 0.7, 0.9)
             torch.testing.assert_close(
                 torch.tensor(rollout.log_probs), expected, atol=1e-5, rtol=0
             )
+            raw = forward_log_probs(policy, tokenizer, prompt, rollout)
+            raw_gap.append((torch.tensor(rollout.log_probs) - raw).abs().mean().item())
+    assert sum(raw_gap) / len(raw_gap) > 0.05
+    # at temperature 1 without a nucleus cut they are the forward pass's own log-softmax
+    plain = SamplingSettings(min_new_tokens=2, max_new_tokens=10, seed=9)
+    for prompt, group in zip(PROMPTS, engine.generate(PROMPTS, 2, plain), strict=True):
+        for rollout in group:
+            torch.testing.assert_close(torch.tensor(rollout.log_probs),
+                                       forward_log_probs(policy, tokenizer, prompt, rollout),
+                                       atol=1e-5, rtol=0)
 
 
 def test_greedy_equals_argmax_decoding(

@@ -96,7 +96,7 @@ def test_llm_kwargs_place_the_engine_and_ask_for_raw_log_probs() -> None:
         "enforce_eager": True,
         "seed": 3,
         "max_model_len": 2048,
-        "logprobs_mode": "raw_logprobs",
+        "logprobs_mode": "processed_logprobs",
     }
     kwargs = llm_kwargs(device_index=1, **{**common, "enable_sleep_mode": False})
     assert kwargs == {
@@ -109,7 +109,7 @@ def test_llm_kwargs_place_the_engine_and_ask_for_raw_log_probs() -> None:
         "enforce_eager": False,
         "seed": 3,
         "max_model_len": 2048,
-        "logprobs_mode": "raw_logprobs",
+        "logprobs_mode": "processed_logprobs",
     }
 
 

@@ -243,6 +243,12 @@ RULES: dict[str, Rule] = {
     "rollout.enable_sleep_mode": _flag("rollout.enable_sleep_mode"),
     "rollout.enforce_eager": _flag("rollout.enforce_eager"),
     "rollout.enable_prefix_caching": _flag("rollout.enable_prefix_caching"),
+    # conf/off_policy/
+    "off_policy.staleness": _int("the rollout staleness in GRPO steps", 0, 1,
+                                 note="0 = on-policy, 1 = generation overlaps training"),
+    "off_policy.is_cap": _number("the truncated importance weight's cap", 1,
+                                 note="weights above it are cut to it; about 2 is usual"),
+    "rollout.threads": _int("the rollout process's cores", 1),
     # conf/loss/
     "loss.cliprange": _number("the clip range epsilon", 0, 1, **CLIP_EPSILON),
     "loss.cliprange_low": _number("the lower clip range epsilon", 0, 1, **CLIP_EPSILON),

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedTokenizerBase
 
 from grpo.config.rules import COST_RATES, value_errors
+from grpo.core.importance import CORRECTIONS
 from grpo.core.losses import POLICY_LOSSES
 from grpo.core.train_step import LENGTH_NORMALIZATIONS
 from grpo.data.datasets import SPLITS, Example, load_examples
@@ -337,6 +338,36 @@ def _check_rollout(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> No
         )
 
 
+def _check_staleness(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    """off_policy.staleness=1 needs an engine that reports log-probs and can generate while the
+    trainer trains; the correction is a known one; the engine's cores leave the trainer some."""
+    off_policy = cfg.off_policy
+    correction = off_policy.get("correction")
+    if correction not in CORRECTIONS:
+        report.errors.append(f"off_policy.correction={correction} is unknown; use one of "
+                             + ", ".join(f"off_policy.correction={known}" for known in CORRECTIONS))
+    engine = ENGINES.get(cfg.rollout.engine)
+    if engine is None:  # _check_rollout names it
+        return
+    threads, cpus = engine.cpu_threads(cfg.rollout), int(cfg.cluster.cpus_per_job)
+    if threads >= cpus:
+        report.errors.append(
+            f"rollout.threads={threads} leaves the trainer none of cluster.cpus_per_job={cpus} "
+            f"cores; set cluster.cpus_per_job={threads + 1} (or more), or lower rollout.threads")
+    if int(off_policy.get("staleness", 0)) == 0:
+        return
+    problem = engine.overlap_problem(cfg.rollout, policy_on_cpu=_policy_on_cpu(cfg))
+    if problem is None and not engine.provides_log_probs:
+        problem = (f"rollout={cfg.rollout.engine} reports no log-probs of the sampled tokens, "
+                   "which the importance correction divides by")
+    if problem is not None:
+        report.errors.append(f"off_policy.staleness=1 needs generation beside training: {problem}; "
+                             "or set off_policy.staleness=0")
+    if float(cfg.sampling.temperature) == 0:
+        report.errors.append("off_policy.staleness=1 with sampling.temperature=0: greedy rollouts "
+                             "have no sampling distribution to correct; set sampling.temperature > 0")
+
+
 def _check_precision(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     name = cfg.model.get("precision")
     if name not in PRECISIONS:
@@ -414,7 +445,7 @@ def check_config(cfg: DictConfig) -> ConfigReport:
     if report.errors:
         return report
     checks = (_check_loss, _check_sampling, _check_prompt, _check_model, _check_precision, _check_data,
-              _check_tiny_tokenizer, _check_rollout, _check_pruning, _check_cost,
+              _check_tiny_tokenizer, _check_rollout, _check_staleness, _check_pruning, _check_cost,
               _check_prompt_lengths)
     for check in checks:
         check(cfg, plan, report)

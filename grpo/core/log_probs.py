@@ -53,9 +53,53 @@ def get_response_log_probs(
         "token_entropy" (only if requested): (batch_size, sequence_length) entropies in nats.
     """
     logits = model(input_ids).logits
-    label_logits = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
-    out = {"log_probs": label_logits - torch.logsumexp(logits, dim=-1)}
+    out = {"log_probs": label_log_probs(logits, labels)}
     if return_token_entropy:
         with torch.no_grad():
             out["token_entropy"] = compute_entropy(logits)
     return out
+
+
+def label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[labels]: (batch_size, sequence_length) from (batch_size,
+    sequence_length, vocab_size) logits and (batch_size, sequence_length) token ids."""
+    label_logits = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+    return label_logits - torch.logsumexp(logits, dim=-1)
+
+
+def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """The logits of the distribution rollouts are sampled from: divided by `temperature`, then
+    cut to the nucleus of mass `top_p` (-inf outside it) by the rule of transformers'
+    `TopPLogitsWarper`: a token is cut when the ascending cumulative probability up to it is
+    <= 1 - top_p, the most likely token never. Shape (..., vocab_size) in and out; float32 unless
+    temperature = top_p = 1, which returns `logits` itself.
+    """
+    if temperature <= 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature > 0 and top_p in (0, 1], got {temperature}, {top_p}")
+    if temperature == 1.0 and top_p == 1.0:
+        return logits
+    scores = logits.float() / temperature
+    if top_p < 1.0:
+        ascending, order = torch.sort(scores, dim=-1)
+        cut = ascending.softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p
+        cut[..., -1] = False
+        scores = scores.masked_fill(cut.scatter(-1, order, cut), float("-inf"))
+    return scores
+
+
+def sampling_log_probs(
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float, top_p: float
+) -> torch.Tensor:
+    """Log-probs of `labels` under the sampling distribution (`sampling_logits`).
+
+    Args:
+        logits: (batch_size, sequence_length, vocab_size) raw logits.
+        labels: (batch_size, sequence_length) token ids.
+        temperature: > 0; temperature = top_p = 1 gives `label_log_probs` exactly.
+        top_p: nucleus mass in (0, 1].
+
+    Returns:
+        (batch_size, sequence_length) natural-log probabilities; -inf for a label outside the
+        nucleus.
+    """
+    return label_log_probs(sampling_logits(logits, temperature, top_p), labels)

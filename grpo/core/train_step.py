@@ -77,13 +77,17 @@ def _backward(
     old_log_probs: torch.Tensor | None,
     cliprange: float | None,
     hyperparameters: dict[str, Any],
+    importance_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The per-token loss, reduced by `reduce(per_token, bool mask)` to the micro-batch loss,
-    back-propagated; the loss and the detached metadata (ratio statistics with old_log_probs)."""
+    """The per-token loss, times `importance_weights` where given, reduced by
+    `reduce(per_token, bool mask)` to the micro-batch loss, back-propagated; the loss and the
+    detached metadata (ratio statistics with old_log_probs)."""
     per_token, loss_metadata = compute_policy_gradient_loss(
         policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange,
         **hyperparameters,
     )
+    if importance_weights is not None:
+        per_token = per_token * importance_weights.detach()
     mask = response_mask.bool()
     loss = reduce(per_token, mask)
     loss.backward()
@@ -228,6 +232,7 @@ def grpo_share_train_step(
     cliprange: float | None = None,
     length_normalization: LengthNormalization = "mean",
     normalize_constant: float | None = None,
+    importance_weights: torch.Tensor | None = None,
     **hyperparameters: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`grpo_microbatch_train_step` for micro-batches of any size: back-propagate this
@@ -249,6 +254,8 @@ def grpo_share_train_step(
             old_log_probs, cliprange, hyperparameters: likewise.
         totals: the optimizer step's sequences, response tokens and longest response.
         length_normalization, normalize_constant: as in `grpo_microbatch_train_step`.
+        importance_weights: (micro_batch_size, sequence_length) per-token weights of the loss,
+            held constant (grpo.core.importance: rollouts sampled by stale weights); None = 1.
 
     Returns:
         loss (0-dim, back-propagated) and metadata, as `grpo_microbatch_train_step` returns them.
@@ -264,4 +271,4 @@ def grpo_share_train_step(
         )
 
     return _backward(policy_log_probs, response_mask, loss_type, reduce, raw_rewards, advantages,
-                     old_log_probs, cliprange, hyperparameters)
+                     old_log_probs, cliprange, hyperparameters, importance_weights)

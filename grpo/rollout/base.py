@@ -44,8 +44,10 @@ class Rollout:
 
     text: the response text (stop string included, EOS and padding excluded).
     token_ids: the sampled response token ids, length L.
-    log_probs: log-probabilities (natural log, temperature 1, no top-p) the engine's weights gave
-      to each sampled token, length L; used to detect stale engine weights. None if unavailable.
+    log_probs: log-probabilities (natural log) the engine's weights gave to each sampled token
+      under the sampling distribution (temperature and top-p applied; temperature 1 when greedy),
+      length L: the behaviour policy's, which the stale-weight check compares with the trainer's
+      and the importance correction of stale rollouts divides by. None if unavailable.
     finish_reason: "stop" (stop string or EOS) or "length" (hit max_new_tokens).
     """
 
@@ -77,6 +79,19 @@ class RolloutEngine(ABC):
         policy trains on the CPU (`policy_on_cpu`) or on a GPU (0: the engine runs on the
         policy's device)."""
         return 0
+
+    @classmethod
+    def cpu_threads(cls, rollout_cfg: Mapping[str, Any]) -> int:
+        """The job's CPU cores the engine takes for itself (the trainer runs on the others)."""
+        return 0
+
+    @classmethod
+    def overlap_problem(cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool) -> str | None:
+        """Why this engine cannot generate while the trainer trains (`off_policy.staleness=1`)
+        with these settings, naming the fix; None when it can (its own weights, and its own
+        device or cores)."""
+        return (f"rollout={rollout_cfg['engine']} has no copy of the weights of its own to "
+                "generate with while the trainer trains")
 
     @classmethod
     def layout_notes(

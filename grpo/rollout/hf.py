@@ -8,8 +8,9 @@ samples from the current weights and `sync_weights` has nothing to copy. Each `g
 2. runs `model.generate` (KV cache on) in eval mode under `torch.inference_mode()`, restoring
    every submodule's training flag afterwards (the model's config, `use_cache` and
    gradient-checkpointing settings are never touched);
-3. records, at every step, the log-softmax of the raw logits (temperature 1, before min-length
-   masking, temperature and top-p) and keeps the entry of the token that was sampled;
+3. records, at every step, the log-softmax of the logits under the sampling distribution
+   (temperature and top-p applied, before min-length masking; temperature 1 when greedy) and
+   keeps the entry of the token that was sampled;
 4. cuts each response before its first EOS token (excluded; `generate` pads finished rows after
    it), or after the first stop string (kept in the text and token ids). The text is decoded
    without special tokens, as vLLM does; a pad token the model samples mid-response is an
@@ -42,6 +43,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from grpo.core.log_probs import sampling_logits
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, RolloutEngine, SamplingSettings
 
 
@@ -90,6 +92,13 @@ class HFRolloutEngine(RolloutEngine):
         return cls(policy, tokenizer, batch_size=int(rollout_cfg["batch_size"]),
                    max_model_len=max_model_len)
 
+    @classmethod
+    def overlap_problem(cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool) -> str | None:
+        """Always: it samples with the trained module itself."""
+        return ("rollout=hf samples with the trained policy module itself, so it cannot generate "
+                "while that module trains; use rollout=hf_process (its own process, weights and "
+                "rollout.threads cores) on the CPU, or rollout=vllm on a GPU node")
+
     def sync_weights(self, policy: torch.nn.Module) -> None:
         """Sample from `policy` from now on; the weights are shared, so nothing is copied."""
         self.policy = policy
@@ -133,7 +142,9 @@ class HFRolloutEngine(RolloutEngine):
             min(sampling.max_new_tokens, self.max_model_len - len(ids)) for ids in prompt_ids
         ]
 
-        recorder = _SampledTokenLogProbs()
+        do_sample = sampling.temperature > 0
+        recorder = (_SampledTokenLogProbs(sampling.temperature, sampling.top_p) if do_sample
+                    else _SampledTokenLogProbs(1.0, 1.0))
         processors: list[LogitsProcessor] = [recorder]
         if sampling.min_new_tokens > 0:
             processors.append(
@@ -144,7 +155,6 @@ class HFRolloutEngine(RolloutEngine):
                     device=str(device),
                 )
             )
-        do_sample = sampling.temperature > 0
         if do_sample and sampling.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(sampling.temperature))
         if do_sample and sampling.top_p < 1.0:
@@ -181,21 +191,26 @@ class HFRolloutEngine(RolloutEngine):
 
 class _SampledTokenLogProbs(LogitsProcessor):
     """First processor of the list: sees the raw logits (B, V) of every step, and keeps the
-    natural-log softmax (temperature 1) of the token sampled at that step, float32.
+    natural-log probability of the token sampled at that step under the sampling distribution
+    (`grpo.core.log_probs.sampling_logits`: temperature and top-p applied, the min-new-tokens
+    mask not), float32; it returns the logits unchanged.
 
     The token sampled at step t is only known at step t + 1 (as the last column of `input_ids`),
     so one (B, V) log-softmax is held back; `finish` gathers the last step. Memory is O(B * V)
     instead of the O(B * T * V) of `generate(output_logits=True)`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, temperature: float, top_p: float) -> None:
+        self.temperature = temperature
+        self.top_p = top_p
         self._steps: list[torch.Tensor] = []
         self._pending: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self._pending is not None:
             self._steps.append(self._pending.gather(1, input_ids[:, -1:]).squeeze(1))
-        self._pending = torch.log_softmax(scores.float(), dim=-1)
+        self._pending = torch.log_softmax(
+            sampling_logits(scores.float(), self.temperature, self.top_p), dim=-1)
         if torch.isnan(self._pending).any():
             raise NonFiniteLogitsError("the policy's logits hold NaN or inf")
         return scores

