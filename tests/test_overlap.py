@@ -1,0 +1,171 @@
+"""One step of overlap (off_policy.staleness=1): which weights sample each batch, the importance
+correction in a real run, a planted log-prob mismatch, and kill / preempt and resume mid-overlap.
+
+The engine is the real `hf_process` one (a spawned process with its own weights) on the tiny
+model; the runs are real `launch.py` runs (tests/training_runs.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import signal
+from contextlib import nullcontext
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from test_trainer import toy_config
+from training_runs import N_STEPS, ROOT, finish, kill_after, latest, launch, steps
+
+from grpo.core.log_probs import sampling_log_probs
+from grpo.data.datasets import PromptSampler, load_examples, toy_examples
+from grpo.models.loading import load_policy
+from grpo.rollout.base import SamplingSettings
+from grpo.rollout.hf_process import HFProcessRolloutEngine
+from grpo.run.checkpoint import CheckpointManager
+from grpo.training import trainer as trainer_module
+from grpo.training.behaviour import LogProbMismatchError
+from grpo.training.overlap import RolloutProducer, RolloutRequest
+from grpo.training.trainer import train
+
+STALE = ("rollout=hf_process", "cluster.cpus_per_job=2", "off_policy.staleness=1")
+
+
+def _request(step: int) -> RolloutRequest:
+    questions = toy_examples(4)[step : step + 2]
+    return RolloutRequest(step, questions, [f"Q: {q.question} A:" for q in questions],
+                          SamplingSettings(temperature=0.8, top_p=0.95, min_new_tokens=3,
+                                           max_new_tokens=6, seed=step))
+
+
+def _log_probs_under(model: torch.nn.Module, tokenizer, prompt: str, token_ids: list[int]) -> torch.Tensor:
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + token_ids])).logits[:, len(prompt_ids) - 1 : -1]
+    return sampling_log_probs(logits, torch.tensor([token_ids]), 0.8, 0.95)[0]
+
+
+@pytest.mark.slow
+def test_the_batch_of_step_t_is_sampled_with_the_weights_before_the_previous_update(
+    tiny_model_dir: Path,
+) -> None:
+    model_cfg = OmegaConf.create({"name": "tiny", "path": str(tiny_model_dir), "precision": "32-true",
+                                  "attn_implementation": None, "gradient_checkpointing": False})
+    policy, tokenizer = load_policy(model_cfg, torch.device("cpu"))
+    engine = HFProcessRolloutEngine(policy, tokenizer, batch_size=16, max_model_len=64, threads=1)
+    producer = RolloutProducer(engine, version=0, group_size=4, staleness=1, draw=_request,
+                               sampling_context=nullcontext)
+    weights = {0: copy.deepcopy(policy)}
+    batches = {}
+    noise = torch.Generator().manual_seed(0)
+    try:
+        for step in (1, 2, 3):
+            batches[step], _ = producer.take(step, 3)
+            with torch.no_grad():  # an "update": every weight moves
+                for parameter in policy.parameters():
+                    parameter.add_(0.05 * torch.randn(parameter.shape, generator=noise))
+            weights[step] = copy.deepcopy(policy)
+            producer.sync(policy, step)
+    finally:
+        producer.close()
+    assert [batches[s].staleness() for s in (1, 2, 3)] == [0, 1, 1]
+    assert [batches[s].policy_version for s in (1, 2, 3)] == [0, 0, 1]
+    for step in (2, 3):
+        # step t trains from the weights of step t-1; its batch came from those of step t-2
+        batch, sampled_with, current = batches[step], weights[step - 2], weights[step - 1]
+        same, other = [], []
+        for prompt, group in zip(batch.request.prompts, batch.groups, strict=True):
+            for rollout in group:
+                engine_lp = torch.tensor(rollout.log_probs)
+                same.append((engine_lp - _log_probs_under(sampled_with, tokenizer, prompt,
+                                                          rollout.token_ids)).abs().max().item())
+                other.append((engine_lp - _log_probs_under(current, tokenizer, prompt,
+                                                           rollout.token_ids)).abs().mean().item())
+        assert max(same) < 1e-4, f"step {step}: the engine's log-probs are not those of w(t-2)"
+        assert sum(other) / len(other) > 0.05, f"step {step}: indistinguishable from w(t-1)"
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def stale_reference(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted staleness-1 run (24 steps, checkpoints every 5)."""
+    run_dir = tmp_path_factory.mktemp("stale-reference")
+    returncode, output = finish(launch(run_dir, tiny_model_dir, *STALE))
+    assert returncode == 0, output
+    return run_dir
+
+
+@pytest.mark.slow
+def test_a_stale_run_logs_its_staleness_and_importance_weights(stale_reference: Path) -> None:
+    rows = _rows(stale_reference)[1:]
+    assert [r["train/staleness"] for r in rows] == [0.0] + [1.0] * (N_STEPS - 1)
+    assert "train/is_weight_mean" not in rows[0] and rows[0]["rollout/engine_logprob_abs_diff"] < 1e-4
+    means = [r["train/is_weight_mean"] for r in rows[1:]]
+    capped = [r["train/is_capped_fraction"] for r in rows[1:]]
+    assert all(0.5 < m < 1.5 for m in means) and any(m != 1.0 for m in means)
+    assert all(0.0 <= c < 0.5 for c in capped)
+    assert all(r["time/rollout_wait_s"] >= 0 and r["time/rollout_s"] > 0 for r in rows)
+
+
+def _sampler_after(draws: int) -> dict:
+    """The state of the trainer's prompt sampler (toy task, 8 questions a step, seed 0) after
+    `draws` steps' draws."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["model=tiny", "data=toy"])
+    data = {**OmegaConf.to_container(cfg.data, resolve=True), "validation_size": cfg.eval.n_examples}
+    sampler = PromptSampler(load_examples(data, "train"), 8, 0)
+    for _ in range(draws):
+        sampler.next_batch()
+    return sampler.state_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_or_preempted_mid_overlap_resumes_without_losing_or_repeating_a_step(
+    tiny_model_dir: Path, tmp_path: Path, stale_reference: Path, sig: int
+) -> None:
+    proc = launch(tmp_path, tiny_model_dir, *STALE)
+    kill_after(proc, tmp_path, 13, sig)
+    checkpointed = int(latest(tmp_path)[len("step_"):])
+    state = CheckpointManager(tmp_path, keep_last=2).find()[1]
+    # the checkpoint's sampler has drawn the trained steps' questions, not the in-flight batch's
+    assert state.sampler == _sampler_after(checkpointed)
+    returncode, output = finish(launch(tmp_path, tiny_model_dir, *STALE))
+    assert returncode == 0, output
+    assert steps(tmp_path) == list(range(N_STEPS + 1))
+    rows, reference = _rows(tmp_path), _rows(stale_reference)
+    resumed = checkpointed + 1
+    # the first step after the resume has nothing in flight: it samples on-policy
+    assert [r["train/staleness"] for r in rows[1:]] == [
+        0.0 if step in (1, resumed) else 1.0 for step in range(1, N_STEPS + 1)]
+    # up to the checkpoint the curve is the uninterrupted run's, bit for bit
+    for row, ref in zip(rows[1 : resumed], reference[1 : resumed], strict=True):
+        assert row["train/reward_mean"] == ref["train/reward_mean"]
+        assert row["train/loss"] == ref["train/loss"]
+
+
+@pytest.mark.slow
+def test_a_planted_temperature_mismatch_stops_a_corrected_run(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the trainer's mirror of the sampling distribution planted at the wrong temperature: on the
+    # first (on-policy) batch the engine's log-probs disagree with it, and the run stops there
+    # rather than train with wrong importance weights
+    real = trainer_module.sampling_log_probs
+    monkeypatch.setattr(trainer_module, "sampling_log_probs",
+                        lambda logits, labels, temperature, top_p: real(logits, labels, 0.3, top_p))
+    cfg = toy_config(tiny_model_dir, *STALE, "sampling.temperature=0.9", "n_grpo_steps=3")
+    with pytest.raises(LogProbMismatchError, match="nats .mean. on a batch sampled with the trainer's own"):
+        train(cfg, tmp_path / "planted")
+    status = json.loads((tmp_path / "planted" / "status.json").read_text())
+    assert status["status"] == "failed" and status["last_step"] is None
+    # unplanted, the same config trains
+    monkeypatch.undo()
+    assert train(cfg, tmp_path / "clean")["status"] == "completed"
+    first = _rows(tmp_path / "clean")[1]
+    assert first["rollout/engine_logprob_abs_diff"] < 1e-4
