@@ -23,6 +23,7 @@ from analysis.aggregate import BEST_CRITERION, rank
 from analysis.collect import collect
 from analysis.promote import promote
 from analysis.synthetic import write_multirun, write_run
+from grpo.chain.__main__ import budget_lines
 from grpo.chain.plan import UserOverrides, plan_stage, winner_lookup
 from grpo.chain.stages import load_chain
 
@@ -387,3 +388,38 @@ def test_second_stage_carries_the_learning_rate_of_a_real_sweep_and_resumes(
     # all finished: a third run has nothing to do
     third = chain("--stages", "lr_sweep,baselines", *common)
     assert third.returncode == 0 and f"stage 2/8 baselines: finished: {base}" in third.stdout
+
+
+def test_the_dry_run_totals_the_chain_beside_the_handouts_budget_per_study() -> None:
+    chain = load_chain("cs336")
+    budgets = dict(chain.budgets)
+    assert budgets == {"grpo_learning_rate": 6, "grpo_baselines": 2, "grpo_length_normalization": 2,
+                       "grpo_group_standard_deviation": 2, "grpo_off_policy_sweep": 12,
+                       "grpo_off_policy_clip_ablation": 2, "grpo_prompt_ablation": 2}
+    assert sum(budgets.values()) == 28
+    # the broad and focused off-policy sweeps answer one problem: their estimates add up
+    estimates = {i: {"planned": 1.5 * (i + 1), "unit": "GPU-hours"} for i in range(8)}
+    estimates[0] = None  # a stage that wrote no estimate (finished, or refused) is not priced
+    lines = budget_lines(chain, estimates)
+    assert lines[1].split() == ["grpo_learning_rate", "-", "of", "6"]
+    assert lines[2].split() == ["grpo_baselines", "3.00", "of", "2", "1.5x", "the", "budget"]
+    assert lines[5].split() == ["grpo_off_policy_sweep", "16.50", "of", "12", "1.4x", "the", "budget"]
+    assert lines[-1].split() == ["whole", "chain", "52.50", "of", "28", "1.9x", "the", "budget"]
+    within = budget_lines(chain, {1: {"planned": 0.5, "unit": "GPU-hours"}})
+    assert within[2].split()[1:] == ["0.50", "of", "2", "within", "budget"]
+    assert within[-1].split()[2:] == ["0.50", "of", "28", "within", "budget"]
+
+
+def test_a_chain_names_a_budget_for_every_study(tmp_path: Path) -> None:
+    (tmp_path / "chain").mkdir()
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "lr_sweep.yaml").write_text("# @package _global_\n")
+    (tmp_path / "chain" / "c.yaml").write_text(
+        "budgets: {a: 1}\nstages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n"
+        "    study: b\n")
+    with pytest.raises(ValueError, match="no budget for the stages' study b"):
+        load_chain("c", tmp_path)
+    (tmp_path / "chain" / "c.yaml").write_text(
+        "budgets: {b: -1}\nstages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n")
+    with pytest.raises(ValueError, match="GPU-hours"):
+        load_chain("c", tmp_path)

@@ -27,7 +27,7 @@ def job_config(loss: str = "grpo_clip", epochs: int = 2, gpus: int = 2, **extra:
         "rollout_batch_size": 256, "off_policy": {"epochs": epochs}, "loss": {"name": loss},
         "n_grpo_steps": 50, "eval": {"eval_every": 5, "samples_per_problem": 1},
         "cluster": {"gpus_per_job": gpus,
-                                                                  "cpus_per_job": 8}, **extra})
+                                                                  "cpus_per_job": 8}} | extra)
 
 
 def test_a_job_costs_its_steps_and_evaluations_on_its_gpus() -> None:
@@ -51,6 +51,21 @@ def test_a_job_costs_its_steps_and_evaluations_on_its_gpus() -> None:
     on_policy = job_cost(job_config("reinforce_with_baseline", epochs=1, gpus=0), RATES, 1024)
     assert on_policy.step_seconds == pytest.approx(256 * 0.1 + 256 * 0.05 + 1.0)
     assert on_policy.unit == "CPU-hours" and on_policy.per_hour == 8
+
+
+def test_an_overlapped_step_costs_the_longer_of_generation_and_training_plus_the_sync() -> None:
+    # staleness 1: generation (256 x 0.1 = 25.6 s) runs beside old log-probs and training
+    # (256 x (0.02 + 2 x 0.05) = 30.72 s): 30.72 + 1 s a step, not 57.32
+    overlapped = job_cost(job_config(off_policy={"epochs": 2, "staleness": 1, "correction": "tis"}),
+                          RATES, 1024)
+    assert overlapped.step_seconds == pytest.approx(31.72)
+    # the correction needs old log-probs even for a loss without the ratio; generation is longer
+    on_policy = job_cost(job_config("reinforce_with_baseline", off_policy={
+        "epochs": 1, "staleness": 1, "correction": "tis"}), RATES, 1024)
+    assert on_policy.step_seconds == pytest.approx(max(25.6, 256 * (0.02 + 0.05)) + 1.0)
+    uncorrected = job_cost(job_config("reinforce_with_baseline", off_policy={
+        "epochs": 1, "staleness": 1, "correction": "none"}), RATES, 1024)
+    assert uncorrected.step_seconds == pytest.approx(25.6 + 1.0)
 
 
 MATCH = {"model.name": "qwen2.5-math-1.5b", "rollout.engine": "vllm", "cluster.gpus_per_job": 2,

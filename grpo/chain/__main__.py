@@ -5,8 +5,9 @@
 Each stage is ``python launch.py -m +experiment=<stage> <carried values> <overrides>``, through
 the launcher the overrides choose (``cluster=slurm`` runs each stage as a SLURM job array); the
 overrides go to every stage and win over carried values. ``dry_run=true`` prints each stage's
-plan (every carried key, its value and the sweep directory it came from) and its jobs, and runs
-nothing. A re-run skips the finished stages (every run completed, collapsed, diverged or pruned) and
+plan (every carried key, its value and the sweep directory it came from) and its jobs with their
+estimated cost, then the whole chain's estimate beside the budget of each study
+(``budgets`` in the chain's yaml: the handout's H100-hours), and runs nothing. A re-run skips the finished stages (every run completed, collapsed, diverged or pruned) and
 resumes at the first unfinished one: in its latest sweep directory when that sweep ran with the
 same overrides (``<sweep>/chain.json``), its finished runs kept, the others resumed from their
 checkpoints; else in a new sweep directory. The chain stops at a stage that does not finish.
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -36,8 +39,9 @@ from grpo.chain.plan import (
     winner_lookup,
 )
 from grpo.chain.results import SweepState, latest_sweep, sweep_state
-from grpo.chain.stages import CONF_DIR, load_chain
+from grpo.chain.stages import CONF_DIR, Chain, load_chain
 from grpo.run.files import atomic_write_text
+from grpo.sweep.cost import ESTIMATE_FILE_ENV
 from grpo.sweep.overrides import check_overrides
 
 LAUNCH = CONF_DIR.parent / "launch.py"
@@ -65,15 +69,18 @@ def new_sweep_dir(root: Path) -> Path:
     return path
 
 
-def launch(plan: StagePlan, user: UserOverrides, sweep: Path, dry_run: bool) -> int:
-    """Run the stage's sweep into ``sweep`` (``launch.py -m``); its exit status."""
+def launch(plan: StagePlan, user: UserOverrides, sweep: Path, dry_run: bool,
+           estimate_file: Path | None = None) -> int:
+    """Run the stage's sweep into ``sweep`` (``launch.py -m``); its exit status. A dry run
+    writes its estimate to ``estimate_file`` (grpo.sweep.cost.ESTIMATE_FILE_ENV)."""
     overrides = [*plan.overrides(user),
                  f"hydra.sweep.dir=${{paths.output_root}}/${{experiment_name}}/{sweep.name}"]
     print("  $ python launch.py -m " + " ".join(map(shlex.quote, overrides)), flush=True)
     if not dry_run:
         sweep.mkdir(parents=True, exist_ok=True)
         atomic_write_text(sweep / RECORD, plan.record(user))
-    returncode = subprocess.run([sys.executable, str(LAUNCH), "-m", *overrides]).returncode
+    env = {**os.environ, ESTIMATE_FILE_ENV: str(estimate_file)} if estimate_file else None
+    returncode = subprocess.run([sys.executable, str(LAUNCH), "-m", *overrides], env=env).returncode
     if not dry_run and not (sweep / "multirun.yaml").exists():  # nothing ran: leave no trace
         (sweep / RECORD).unlink(missing_ok=True)
         if not any(sweep.iterdir()):
@@ -102,6 +109,7 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
         print(f"chain {chain.name}, dry run: each stage's plan from the results on disk now; "
               "nothing is run")
     lookup = winner_lookup(chain, user)
+    estimates: dict[int, dict | None] = {}
     for index in indices:
         stage = chain.stages[index]
         head = f"stage {index + 1}/{len(chain.stages)} {stage.experiment}"
@@ -124,20 +132,66 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
         elif state is not None:
             print(f"  its latest sweep {state.sweep} is unfinished ({state.counts()}) but ran "
                   f"with other overrides (see its {RECORD}): a new sweep {target}")
-        returncode = launch(plan, user, target, dry_run)
         if dry_run:
+            with tempfile.TemporaryDirectory() as scratch:
+                estimate_file = Path(scratch) / "estimate.json"
+                returncode = launch(plan, user, target, dry_run, estimate_file)
+                estimates[index] = read_estimate(estimate_file)
             if returncode:
                 return returncode
             continue
+        returncode = launch(plan, user, target, dry_run)
         ended = sweep_state(target) if target.is_dir() else None
         if returncode or ended is None or not ended.finished:
             print(f"chain {chain.name} stopped: {head} did not finish"
                   + (f" ({ended.counts()})" if ended else "")
                   + "; run the same command again to resume it", file=sys.stderr)
             return returncode or 1
-    if not dry_run:
+    if dry_run:
+        print("\n".join(budget_lines(chain, estimates)))
+    else:
         print(f"chain {chain.name}: " + ", ".join(chain.names[i] for i in indices) + " finished")
     return 0
+
+
+def read_estimate(path: Path) -> dict | None:
+    """A stage's dry-run estimate ({"planned", "unit"}), or None where it wrote none."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    planned = data.get("planned") if isinstance(data, dict) else None
+    return data if isinstance(planned, int | float) and isinstance(data.get("unit"), str) else None
+
+
+def budget_lines(chain: Chain, estimates: dict[int, dict | None]) -> list[str]:
+    """The chain's estimate, study by study beside its budget, and in all: stages estimated
+    now (`estimates`, by stage index; finished stages are not), in their unit."""
+    budgets = dict(chain.budgets)
+    studies: dict[str, list[int]] = {}
+    for index, stage in enumerate(chain.stages):
+        studies.setdefault(stage.study or stage.experiment, []).append(index)
+    units = {e["unit"] for e in estimates.values() if e}
+    unit = units.pop() if len(units) == 1 else "hours"
+    lines = [f"chain {chain.name}: estimated cost by study ({unit}; finished stages are not "
+             "priced), beside the handout's budget (H100-hours)"]
+    total = 0.0
+    for study, indices in studies.items():
+        priced = [estimates[i]["planned"] for i in indices if estimates.get(i)]
+        hours = sum(priced)
+        total += hours
+        shown = f"{hours:8.2f}" if priced else "       -"
+        budget = budgets.get(study)
+        verdict = ("" if budget is None or not priced else
+                   f"  {hours / budget:.1f}x the budget" if hours > budget else "  within budget")
+        lines.append(f"  {study:<32}{shown}  of {'-' if budget is None else f'{budget:g}':>4}{verdict}")
+    all_budget = sum(budgets.values())
+    lines.append(f"  {'whole chain':<32}{total:8.2f}  of {all_budget:>4g}"
+                 + (f"  {total / all_budget:.1f}x the budget" if all_budget and total > all_budget
+                    else "  within budget" if all_budget else ""))
+    if len(units) > 1 or (unit != "GPU-hours" and estimates):
+        lines.append("  (stages priced in CPU-hours are not comparable with the budget's GPU-hours)")
+    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:

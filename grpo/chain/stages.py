@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from grpo.training.batch_plan import CONFIG_KEYS
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-STAGE_KEYS = ("experiment", "decides", "off_policy_only")
+STAGE_KEYS = ("experiment", "decides", "off_policy_only", "study")
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class Stage:
     experiment: str
     decides: tuple[str, ...]
     off_policy_only: bool = False
+    study: str | None = None
 
     def decides_batch_plan(self) -> bool:
         """Whether the stage decides a key of the batch plan (epochs, train batch size, ...)."""
@@ -35,10 +36,12 @@ class Stage:
 
 @dataclass(frozen=True)
 class Chain:
-    """The stages of a chain, in the order they run."""
+    """The stages of a chain, in the order they run, and the compute budget of each study
+    (GPU-hours; a study may span several stages)."""
 
     name: str
     stages: tuple[Stage, ...]
+    budgets: tuple[tuple[str, float], ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -82,9 +85,27 @@ def load_chain(name: str, conf_dir: Path = CONF_DIR) -> Chain:
         if not isinstance(decides, list) or not decides or not all(
                 isinstance(key, str) for key in decides):
             raise ValueError(f"{where} ({experiment}): `decides` must be a non-empty list of keys")
-        stages.append(Stage(experiment, tuple(decides), bool(entry.get("off_policy_only", False))))
+        study = entry.get("study")
+        if study is not None and not isinstance(study, str):
+            raise ValueError(f"{where} ({experiment}): `study` must be a name")
+        stages.append(Stage(experiment, tuple(decides), bool(entry.get("off_policy_only", False)),
+                            study))
     names = [stage.experiment for stage in stages]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ValueError(f"{path}: stage(s) {', '.join(twice)} appear more than once")
-    return Chain(name, tuple(stages))
+    return Chain(name, tuple(stages), _budgets(data.get("budgets"), stages, path))
+
+
+def _budgets(data: object, stages: list[Stage], path: Path) -> tuple[tuple[str, float], ...]:
+    """The `budgets` mapping (study -> GPU-hours > 0), naming every stage's study."""
+    if data is None:
+        return ()
+    if not isinstance(data, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in data.values()):
+        raise ValueError(f"{path}: `budgets` must map each study to its GPU-hours (> 0)")
+    unknown = sorted({s.study for s in stages if s.study is not None} - set(data))
+    if unknown:
+        raise ValueError(f"{path}: no budget for the stages' study {', '.join(unknown)}; add it "
+                         "to `budgets`")
+    return tuple((str(study), float(hours)) for study, hours in data.items())

@@ -5,17 +5,22 @@ The cost model (the dry run prints its inputs):
 
     job seconds  = n_grpo_steps x step seconds
                    + evaluations x validation examples x eval.samples_per_problem x eval_s
-    step seconds = rollout_batch_size x (generate_s [+ old_log_probs_s])
-                   + off_policy.epochs x rollout_batch_size x train_s + step_s
+    step seconds = generate + train + step_s, with one step of overlap (off_policy.staleness=1)
+                   max(generate, train) + step_s, where
+    generate     = rollout_batch_size x generate_s
+    train        = rollout_batch_size x ([old_log_probs_s +] off_policy.epochs x train_s)
 
-`old_log_probs_s` counts when the loss reads the probability ratio; evaluations are the step-0
+`old_log_probs_s` counts when the loss reads the probability ratio or a stale batch is corrected
+(staleness 1 with off_policy.correction other than none); `step_s` holds the weight sync; evaluations are the step-0
 one, one every eval.eval_every steps and one after the last, each of eval.n_examples examples or
 the validation split, if smaller. The rates come from
 
 1. earlier runs of the same model (`model.name`), engine (`rollout.engine`), GPUs per job and
    `sampling.max_new_tokens` under `paths.output_root`: the medians over their logged GRPO steps
    of time/rollout_s + time/scoring_s per rollout, time/old_log_probs_s per rollout,
-   time/train_s per rollout and epoch, the rest of time/step_s, and time/eval_s per evaluated
+   time/train_s per rollout and epoch, the rest of time/step_s (in an overlapped run, the step
+   less the trainer's own phases: the wait for the generation, scoring, old log-probs, training,
+   evaluation), and time/eval_s per evaluated
    response (eval/n_responses; eval/n_examples in runs logged before it) (the newest MATCHED_RUNS such runs; a rate they never logged comes
    from 2.);
 2. else the model preset's `model.cost` (conf/model/<name>.yaml), whose comments say where each
@@ -35,6 +40,7 @@ or with pruning the replayed estimate.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -48,6 +54,7 @@ from omegaconf import DictConfig
 
 from grpo.config.rules import COST_RATES as RATES
 from grpo.config.validation import load_splits
+from grpo.core.importance import CORRECTIONS
 from grpo.core.losses import POLICY_LOSSES
 from grpo.run.files import metrics_row, read_yaml
 from grpo.run.pruning import PruningSettings, ReplayJob, replay
@@ -64,6 +71,9 @@ TAIL_BYTES = 2 << 20
 """The end of a matching run's metrics.jsonl that is read (a few thousand steps)."""
 MAX_CONFIG_BYTES = 1 << 20
 """Largest `.hydra/config.yaml` of an earlier run that is read (Hydra's are a few kB)."""
+ESTIMATE_FILE_ENV = "GRPO_DRY_RUN_ESTIMATE"
+"""Where a dry run also writes its estimate as JSON ({"planned", "full_grid", "unit"}), when this
+environment variable names a file: the chain's dry run sums its stages' from there."""
 REPLAY_ORDERS = 20
 """Random launch orders the pruned sweep is replayed in (fewer for large sweeps, see `replayed`)."""
 REPLAY_REPORTS = 4000
@@ -132,7 +142,9 @@ def _row_rates(row: Mapping[str, Any], rollouts: float, epochs: float) -> dict[s
         rates["train_s"] = t["train"] / (epochs * rollouts)
         if t.get("old_log_probs"):
             rates["old_log_probs_s"] = t["old_log_probs"] / rollouts
-        phases = t["rollout"] + t["scoring"] + t["train"] + t.get("old_log_probs", 0) + t.get("eval", 0)
+        # an overlapped step waited rollout_wait for a generation that ran beside it
+        waited = t.get("rollout_wait", t["rollout"])
+        phases = waited + t["scoring"] + t["train"] + t.get("old_log_probs", 0) + t.get("eval", 0)
         rates["step_s"] = max(0.0, t["step"] - phases)
     responses = _number(row.get("eval/n_responses", row.get("eval/n_examples")))
     if t.get("eval") and responses:
@@ -231,9 +243,13 @@ def job_cost(cfg: DictConfig, rates: Rates, n_examples: int) -> JobCost:
     eval.samples_per_problem responses each."""
     k = int(cfg.eval.samples_per_problem)
     rollouts = int(cfg.rollout_batch_size)
-    per_rollout = rates.generate_s + (
-        rates.old_log_probs_s if POLICY_LOSSES[cfg.loss.name].uses_ratio else 0.0)
-    step = rollouts * per_rollout + int(cfg.off_policy.epochs) * rollouts * rates.train_s + rates.step_s
+    overlapped = int(cfg.off_policy.get("staleness", 0)) > 0
+    corrected = overlapped and CORRECTIONS.get(cfg.off_policy.get("correction")) is not None
+    old_log_probs = POLICY_LOSSES[cfg.loss.name].uses_ratio or corrected
+    generate = rollouts * rates.generate_s
+    train = rollouts * ((rates.old_log_probs_s if old_log_probs else 0.0)
+                        + int(cfg.off_policy.epochs) * rates.train_s)
+    step = (max(generate, train) if overlapped else generate + train) + rates.step_s
     gpus = int(cfg.cluster.gpus_per_job)
     return JobCost(int(cfg.n_grpo_steps), int(cfg.eval.eval_every), step,
                    n_examples * k * rates.eval_s,
@@ -276,6 +292,11 @@ class SweepEstimate:
                 f"{self.full_grid:.2f}, the full grid (no run stopped: every run beats those "
                 "before it at each rung)")
         return lines
+
+    def write(self, path: Path) -> None:
+        """Write {"planned", "full_grid", "unit"} to `path` as JSON (ESTIMATE_FILE_ENV)."""
+        path.write_text(json.dumps({"planned": self.planned, "full_grid": self.full_grid,
+                                    "unit": self.unit}))
 
     def over_budget(self, budget: float | None) -> str | None:
         """The refusal when the sweep plans to spend more GPU-hours than `budget`, else None."""

@@ -17,6 +17,7 @@ composed ones (`get_job_batch`), so what is listed and validated is what runs.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +29,7 @@ from hydra.core.utils import filter_overrides
 from grpo.config.validation import check_config
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
-from grpo.sweep.cost import estimate
+from grpo.sweep.cost import ESTIMATE_FILE_ENV, estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
     get_job_batch,
@@ -94,6 +95,8 @@ class ValidatingSweeper(BasicSweeper):
                             for line, job in zip(lines, cost.jobs, strict=True)))
             print("\n".join(f"cost rates: {r.describe()}" for r in dict.fromkeys(rates)))
             print("\n".join(cost.lines()))
+            if os.environ.get(ESTIMATE_FILE_ENV):
+                cost.write(Path(os.environ[ESTIMATE_FILE_ENV]))
         refusal = cost.over_budget(budget)
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)
