@@ -49,7 +49,7 @@ from grpo.models.rehearsal import QWEN25_MATH_15B, write_qwen_tokenizer
 from grpo.training.trainer import GRPOTrainer, PhaseTimer, RolloutBatch, train
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = ("rollout", "scoring", "old_log_probs", "train", "weight_sync", "eval")
+PHASES = ("rollout", "rollout_wait", "scoring", "old_log_probs", "train", "weight_sync", "eval")
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
 """Dense bf16 tensor-core peaks (TFLOP/s) by a name in `torch.cuda.get_device_name()`."""
 

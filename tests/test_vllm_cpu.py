@@ -229,3 +229,24 @@ def test_rehearsal_run_with_vllm(vllm_installed: None, rehearsal_model_dir: Path
     # both share, so every step has a value. (All-wrong groups leave the weights unchanged here;
     # stale weights are the toy run's check.)
     assert_engine_log_probs_match_trainer(read_metrics(tmp_path), n_steps=3)
+
+
+@pytest.mark.slow
+def test_toy_run_with_vllm_and_one_step_of_overlap(vllm_installed: None, tiny_model_dir: Path,
+                                                    tmp_path: Path) -> None:
+    """`launch.py model=tiny data=toy rollout=vllm off_policy.staleness=1`, sampled at
+    temperature 0.8 and top-p 0.95: vLLM generates the next batch in a thread while the trainer
+    trains; its processed log-probs are the behaviour policy of the importance weights."""
+    out = launch("model=tiny", "data=toy", "rollout=vllm", f"model.path={tiny_model_dir}",
+                 "n_grpo_steps=30", "rollout.dtype=float32", "off_policy.staleness=1",
+                 "sampling.temperature=0.8", "sampling.top_p=0.95", f"hydra.run.dir={tmp_path}")
+    assert "Run completed" in out.stdout + out.stderr
+    records = [r for r in read_metrics(tmp_path) if r["step"] > 0]
+    assert [r["train/staleness"] for r in records] == [0.0] + [1.0] * 29
+    # step 1 is on-policy: vLLM's log-probs under temperature 0.8 and top-p 0.95 equal the
+    # trainer's mirror (raw log-probs would differ by far more than float32 noise)
+    assert records[0]["rollout/engine_logprob_abs_diff"] < 1e-3
+    weights = [r["train/is_weight_mean"] for r in records[1:]]
+    print(f"\nimportance weight means with vLLM, staleness 1: {[round(w, 4) for w in weights]}")
+    assert all(0.7 < w < 1.3 for w in weights) and any(w != 1.0 for w in weights)
+    assert all(0 <= r["train/is_capped_fraction"] < 0.2 for r in records[1:])
