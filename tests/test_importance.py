@@ -78,3 +78,23 @@ def test_sampling_log_probs_at_temperature_one_are_the_raw_ones() -> None:
     assert torch.equal(sampling_log_probs(logits, labels, 1.0, 1.0), label_log_probs(logits, labels))
     with pytest.raises(ValueError, match="temperature"):
         sampling_log_probs(logits, labels, 0.0, 1.0)
+
+
+def test_engine_log_probs_sit_on_the_common_prefix_of_sampled_and_trained_tokens() -> None:
+    from grpo.rollout.base import Rollout
+    from grpo.training.behaviour import engine_log_probs, stale_weight_check
+
+    labels = torch.tensor([[9, 9, 1, 2, 3, 0], [9, 4, 5, 6, 0, 0], [9, 9, 9, 7, 8, 0]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 0, 0], [0, 0, 0, 1, 1, 0]]).float()
+    rollouts = [Rollout("a", [1, 2, 3], [-0.1, -0.2, -0.3]),
+                Rollout("b", [4, 7, 6, 1], [-0.4, -0.5, -0.6, -0.7]),  # differs at its 2nd token
+                Rollout("c", [7, 8], None)]
+    aligned = engine_log_probs(labels, mask, rollouts)
+    nan = float("nan")
+    torch.testing.assert_close(aligned, torch.tensor([[nan, nan, -0.1, -0.2, -0.3, nan],
+                                                      [nan, -0.4, nan, nan, nan, nan],
+                                                      [nan] * 6]), equal_nan=True)
+    trainer = torch.tensor([[0, 0, -0.2, -0.2, -0.1, 0], [0, -0.4, 0, 0, 0, 0], [0.0] * 6])
+    # per rollout: mean |diff| 0.1 over 3 tokens, 0 over 1; the third has none: mean 0.05
+    assert stale_weight_check(trainer, aligned) == {
+        "rollout/engine_logprob_abs_diff": pytest.approx(0.05)}

@@ -76,6 +76,7 @@ class HFProcessRolloutEngine(RolloutEngine):
         )
         self._process.start()
         child_conn.close()
+        self._trainer_cores = _keep_first_cores(threads)
         self._call("ready")
         self.sync_weights(policy)
 
@@ -151,6 +152,20 @@ class HFProcessRolloutEngine(RolloutEngine):
             self._process.join()
         self._conn.close()
         self._process = None
+        if self._trainer_cores is not None:
+            os.sched_setaffinity(0, self._trainer_cores)
+
+
+def _keep_first_cores(threads: int) -> set[int] | None:
+    """Run this process (the trainer) on its cores but the last `threads` (the child's); returns
+    the cores it had, which `close` gives back; None where it cannot choose or has too few."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) <= threads:
+        return None
+    os.sched_setaffinity(0, cores[:-threads])
+    return set(cores)
 
 
 def _pin_last_cores(threads: int) -> None:

@@ -33,17 +33,31 @@ class LogProbMismatchError(RuntimeError):
 def engine_log_probs(
     labels: torch.Tensor, response_mask: torch.Tensor, rollouts: Sequence[Rollout]
 ) -> torch.Tensor:
-    """(B, T) the engine's log-prob of each response token of `labels` (rows in rollout order),
-    on each rollout's common prefix with the sampled tokens; NaN elsewhere."""
+    """(B, T) the engine's log-prob of each response token of `labels` (rows in rollout order,
+    each response one contiguous span of `response_mask`), on each rollout's common prefix with
+    the sampled tokens; NaN elsewhere. Vectorized: one padded (B, L) tensor of the sampled tokens
+    and their log-probs is compared with the trainer's tokens at the same response offsets."""
     aligned = torch.full(labels.shape, float("nan"), dtype=torch.float32, device=labels.device)
-    for i, rollout in enumerate(rollouts):
-        if rollout.log_probs is None or len(rollout.log_probs) != len(rollout.token_ids):
-            continue
-        positions = (response_mask[i] > 0).nonzero().squeeze(-1)
-        tokens = labels[i, positions].tolist()
-        pairs = zip(tokens, rollout.token_ids, strict=False)
-        n = sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], pairs))
-        aligned[i, positions[:n]] = torch.tensor(rollout.log_probs[:n], device=labels.device)
+    usable = [r.log_probs is not None and len(r.log_probs) == len(r.token_ids) for r in rollouts]
+    width = max((len(r.token_ids) for r, ok in zip(rollouts, usable, strict=True) if ok), default=0)
+    if width == 0:
+        return aligned
+    pads = [width - len(r.token_ids) if ok else width for r, ok in zip(rollouts, usable, strict=True)]
+    tokens = torch.tensor([(r.token_ids if ok else []) + [-1] * pad for r, ok, pad
+                           in zip(rollouts, usable, pads, strict=True)], device=labels.device)
+    values = torch.tensor([(r.log_probs if ok else []) + [0.0] * pad for r, ok, pad
+                           in zip(rollouts, usable, pads, strict=True)], dtype=torch.float32,
+                          device=labels.device)
+    response = response_mask > 0
+    start = response.float().argmax(dim=1)  # first response position of each row
+    length = response.sum(dim=1)
+    offsets = torch.arange(width, device=labels.device)
+    positions = (start[:, None] + offsets).clamp(max=labels.shape[1] - 1)
+    trainer_tokens = labels.gather(1, positions)
+    same = (trainer_tokens == tokens) & (offsets < length[:, None])
+    prefix = same.long().cumprod(dim=1).bool()  # the common prefix of the two sequences
+    rows = prefix.nonzero(as_tuple=True)[0]
+    aligned[rows, positions[prefix]] = values[prefix]
     return aligned
 
 

@@ -439,21 +439,22 @@ class GRPOTrainer:
                 if (check or correct) and mirrored is not log_probs:
                     mirrored[index, : lp.shape[1]] = sampling_log_probs(
                         logits, mb["labels"], temperature, top_p).float()
-        if self.loss.uses_ratio:
-            batch.old_log_probs = log_probs
-        if not (check or correct):
-            return {}
-        behaviour = engine_log_probs(batch.labels, batch.response_mask, rollouts)
-        metrics = stale_weight_check(mirrored, behaviour) if check else {}
-        if self.correction is not None:
-            check_on_policy(metrics)
-        if correct:
-            weights, capped = self.correction(mirrored, behaviour, float(self.cfg.off_policy.is_cap))
-            batch.importance_weights = weights
-            trained_rows = batch.order[~self.left_out(batch, batch.order)]
-            trained = torch.zeros_like(batch.response_mask)
-            trained[trained_rows] = batch.response_mask[trained_rows]
-            metrics.update(importance_metrics(weights, capped, trained))
+            if self.loss.uses_ratio:
+                batch.old_log_probs = log_probs
+            if not (check or correct):
+                return {}
+            behaviour = engine_log_probs(batch.labels, batch.response_mask, rollouts)
+            metrics = stale_weight_check(mirrored, behaviour) if check else {}
+            if self.correction is not None:
+                check_on_policy(metrics)
+            if correct:
+                cap = float(self.cfg.off_policy.is_cap)
+                weights, capped = self.correction(mirrored, behaviour, cap)
+                batch.importance_weights = weights
+                trained_rows = batch.order[~self.left_out(batch, batch.order)]
+                trained = torch.zeros_like(batch.response_mask)
+                trained[trained_rows] = batch.response_mask[trained_rows]
+                metrics.update(importance_metrics(weights, capped, trained))
         return metrics
 
     def _train(self, batch: RolloutBatch, timer: PhaseTimer) -> dict[str, float]:
