@@ -12,7 +12,6 @@ prefix of the two token sequences of each rollout, where both saw the same conte
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import torch
