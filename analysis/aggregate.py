@@ -370,7 +370,8 @@ def spend(collection: Collection) -> Spend:
 
 def on_policy_labels(collection: Collection) -> list[str]:
     """Labels of the on-policy configs: one optimizer step per rollout batch (one epoch and
-    ``train_batch_size == rollout_batch_size``; ``BatchPlan.off_policy`` is False)."""
+    ``train_batch_size == rollout_batch_size``; ``BatchPlan.off_policy`` is False) whose
+    rollouts are not stale (``off_policy.staleness`` 0: the ``off_policy`` column of the runs)."""
     runs = collection.runs
     labels = set(runs.loc[runs["off_policy"].eq(False), LABEL])
     return [label for label in collection.labels if label in labels]

@@ -49,7 +49,8 @@ Output
 identity, hyperparameters, swept keys, ``config label``, ``seed``, ``status``, ``step``, every
 logged metric) and ``runs`` (one row per run, pending ones included, with its summary:
 ``off_policy`` (``grpo.training.batch_plan.BatchPlan.off_policy`` of its batch sizes: more than one
-optimizer step per rollout batch; None when they are missing or invalid), steps done,
+optimizer step per rollout batch; or rollouts one step stale, ``off_policy.staleness=1``; None
+when the batch sizes are missing or invalid), steps done,
 wall-clock, GPU-hours, final and best ``eval/reward`` (best: over the evaluations after
 step 0, which is the policy before training), ``problems``). A sweep directory
 without any run directory is an error. Runs that differ only in
@@ -111,6 +112,7 @@ HYPERPARAMS = (
     "normalization.name",
     "std_norm.enabled",
     "off_policy.epochs",
+    "off_policy.staleness",
     "prompt.name",
     "model.name",
     "data.name",
@@ -380,9 +382,14 @@ class _Run:
         return self.overrides.get(key)
 
     def off_policy(self) -> bool | None:
-        """``BatchPlan.off_policy`` of the run's batch sizes; None when they are missing or invalid."""
+        """``BatchPlan.off_policy`` of the run's batch sizes, or True for rollouts one step stale
+        (``off_policy.staleness`` above 0; runs from before the key: 0); None when the batch
+        sizes are missing or invalid."""
         plan = BatchPlan.from_config({key: self.value(key) for key in CONFIG_KEYS.values()})
-        return None if plan.errors() else plan.off_policy
+        if plan.errors():
+            return None
+        staleness = self.value("off_policy.staleness")
+        return plan.off_policy or (isinstance(staleness, int) and staleness > 0)
 
     def summary(self, label_keys: Sequence[str]) -> dict[str, Any]:
         """The run's row of the ``runs`` frame."""

@@ -324,8 +324,10 @@ def _comparison(collection: Collection) -> list[str]:
     baselines = on_policy_labels(collection)
     if not baselines:
         return [*lines, "No on-policy run (`off_policy.epochs == 1` and "
-                "`train_batch_size == rollout_batch_size`) in this sweep; nothing to compare."]
-    rule = "(`off_policy.epochs == 1`, `train_batch_size == rollout_batch_size`)"
+                "`train_batch_size == rollout_batch_size`, `off_policy.staleness == 0`) in this "
+                "sweep; nothing to compare."]
+    rule = ("(`off_policy.epochs == 1`, `train_batch_size == rollout_batch_size`, "
+            "`off_policy.staleness == 0`)")
     if len(baselines) == 1:
         lines.append(f"On-policy config: **{baselines[0]}** {rule}.")
     else:

@@ -494,3 +494,15 @@ def test_cli_refuses_a_sweep_without_runs(content: str, tmp_path: Path) -> None:
                                        "directory 0/, 1/, ...): nothing to collect; pass the "
                                        "directory of a sweep")
     assert sorted(p.name for p in sweep.iterdir()) == ([] if content == "empty" else ["multirun.yaml"])
+
+
+def test_stale_rollouts_are_not_the_on_policy_baseline(tmp_path: Path) -> None:
+    steps = [{"step": s, "eval/reward": 0.2 + 0.1 * s, "time/elapsed_no_eval_s": 10.0 * s}
+             for s in range(3)]
+    write_multirun(tmp_path, ["off_policy.staleness=0,1"])
+    for staleness in (0, 1):
+        write_run(tmp_path / str(staleness), {"off_policy.staleness": staleness}, steps,
+                  {"status": "completed"})
+    runs = collect([tmp_path]).runs
+    off_policy = dict(zip(runs["off_policy.staleness"], runs["off_policy"], strict=True))
+    assert off_policy == {0: False, 1: True}
