@@ -25,10 +25,11 @@ from grpo.models.loading import load_policy
 from grpo.rollout.base import SamplingSettings
 from grpo.rollout.hf_process import HFProcessRolloutEngine
 from grpo.run.checkpoint import CheckpointManager
+from grpo.run.preemption import PreemptionWatcher
 from grpo.training import trainer as trainer_module
 from grpo.training.behaviour import LogProbMismatchError
 from grpo.training.overlap import RolloutProducer, RolloutRequest
-from grpo.training.trainer import train
+from grpo.training.trainer import GRPOTrainer, train
 
 STALE = ("rollout=hf_process", "cluster.cpus_per_job=2", "off_policy.staleness=1")
 
@@ -169,3 +170,31 @@ def test_a_planted_temperature_mismatch_stops_a_corrected_run(
     assert train(cfg, tmp_path / "clean")["status"] == "completed"
     first = _rows(tmp_path / "clean")[1]
     assert first["rollout/engine_logprob_abs_diff"] < 1e-4
+
+
+@pytest.mark.slow
+def test_weights_taken_in_the_training_forward_equal_a_separate_old_log_prob_pass(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    # one optimizer step per GRPO step, a ratio-free loss, temperature 1: pi_old is the training
+    # forward's own log-prob, so the pass before training is skipped; the curve is the same
+    curves = {}
+    for inline in (True, False):
+        cfg = toy_config(tiny_model_dir, *STALE, "n_grpo_steps=8", "eval.eval_every=4")
+        trainer = GRPOTrainer(cfg, tmp_path / str(inline))
+        assert trainer.weights_in_train_pass
+        trainer.weights_in_train_pass = inline
+        try:
+            with PreemptionWatcher() as watcher:
+                assert trainer.run(watcher)["status"] == "completed"
+        finally:
+            trainer.producer.close()
+        curves[inline] = _rows(tmp_path / str(inline))[1:]
+    keys = ("train/loss", "train/is_weight_mean", "train/is_capped_fraction", "train/grad_norm",
+            "train/reward_mean")
+    for with_pass, in_forward in zip(curves[False], curves[True], strict=True):
+        for key in keys:
+            if key in with_pass:
+                assert in_forward[key] == pytest.approx(with_pass[key], rel=1e-6, abs=1e-9), key
+    assert "time/old_log_probs_s" not in curves[True][3] and "time/old_log_probs_s" in curves[False][3]
+    assert any(r["train/is_weight_mean"] != 1.0 for r in curves[True][1:])

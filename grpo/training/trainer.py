@@ -7,13 +7,18 @@ and shuffles with the seeds of index s - 1, so the curves are those of the 0-bas
 
 Each GRPO step (CS336 assignment 5, GRPO algorithm):
   1. rollout: sample rollout_batch_size / group_size training questions and group_size responses
-     each from the rollout engine (which holds the current policy weights);
+     each from the rollout engine (which holds the current policy weights; with
+     off_policy.staleness=1 this batch was generated during the previous step, with the weights
+     before it: grpo.training.overlap);
   2. scoring: rewards and group-normalized advantages;
   3. old_log_probs: log-probs of the sampled responses under the policy that sampled them,
      computed under `torch.inference_mode()` only when the loss reads the probability ratio
      (`PolicyLoss.uses_ratio`) or the stale-weight check runs this step (every
      rollout.stale_check_every steps and on the first step after a resume, for engines that
      report log-probs): the check compares them with the engine's log-probs of the same tokens;
+     with off_policy.staleness=1 a stale batch's importance weights pi_old / pi_behaviour
+     (grpo.training.behaviour, grpo.core.importance) are taken here, or, where the step trains
+     once on unchanged weights with a ratio-free loss at temperature 1, in the training forward;
   4. training: off_policy.epochs epochs over the rollout batch in optimizer steps of
      train_batch_size rollouts, each accumulated over micro-batches (`MicroBatching`:
      micro_batch_size rollouts, or a model.micro_batch_tokens budget with rollouts grouped by
@@ -135,7 +140,9 @@ class RolloutBatch:
     input_ids, labels: (B, T) token ids, right-padded; response_mask: (B, T) 1.0 on response
     tokens of labels; advantages, raw_rewards: (B,); old_log_probs: (B, T) or None;
     importance_weights: (B, T) per-token loss weights of a stale batch (grpo.core.importance) or
-    None; order: (B,) the seeded permutation in which rows are trained.
+    None; behaviour_log_probs: (B, T) the engine's log-probs, NaN where it gave none, when the
+    weights are taken in the training forward instead; order: (B,) the seeded permutation in
+    which rows are trained.
     """
 
     input_ids: torch.Tensor
@@ -146,6 +153,7 @@ class RolloutBatch:
     order: torch.Tensor
     old_log_probs: torch.Tensor | None = None
     importance_weights: torch.Tensor | None = None
+    behaviour_log_probs: torch.Tensor | None = None
 
     def lengths(self, index: torch.Tensor) -> list[int]:
         """Tokens of each row of `index` up to and including its last response token (the width
@@ -168,6 +176,8 @@ class RolloutBatch:
             picked["old_log_probs"] = self.old_log_probs[index, :length]
         if self.importance_weights is not None:
             picked["importance_weights"] = self.importance_weights[index, :length]
+        if self.behaviour_log_probs is not None:
+            picked["behaviour_log_probs"] = self.behaviour_log_probs[index, :length]
         return picked
 
 
@@ -217,6 +227,12 @@ class GRPOTrainer:
         )
         self.staleness = int(cfg.off_policy.staleness)
         self.correction = CORRECTIONS[cfg.off_policy.correction] if self.staleness else None
+        # pi_old of the importance weight is the training forward's own (detached) log-prob where
+        # the step trains once on unchanged weights, with a loss without the ratio, at the raw
+        # distribution (temperature 1, no top-p): no separate old-log-prob pass is needed then
+        self.weights_in_train_pass = (
+            not self.loss.uses_ratio and not self.plan.off_policy
+            and (float(cfg.sampling.temperature), float(cfg.sampling.top_p)) == (1.0, 1.0))
         self._sampler_before: dict[int, dict[str, int]] = {}  # step -> sampler state before its draw
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.pruning = PruningSettings.from_config(cfg.pruning)
@@ -420,6 +436,9 @@ class GRPOTrainer:
         (they stay 0)."""
         check = self._stale_check_due(step, staleness)
         correct = self.correction is not None and staleness > 0
+        if correct and self.weights_in_train_pass:  # check is never due on a stale batch
+            batch.behaviour_log_probs = engine_log_probs(batch.labels, batch.response_mask, rollouts)
+            return {}
         if not (self.loss.uses_ratio or check or correct):
             return {}
         temperature, top_p = float(self.cfg.sampling.temperature), float(self.cfg.sampling.top_p)
@@ -483,11 +502,20 @@ class GRPOTrainer:
                         out = get_response_log_probs(
                             self.policy, mb["input_ids"], mb["labels"], return_token_entropy=True
                         )
+                    weights = mb.get("importance_weights")
+                    if "behaviour_log_probs" in mb:  # pi_old: this forward, before any update
+                        weights, capped = self.correction(
+                            out["log_probs"].detach().float(), mb["behaviour_log_probs"],
+                            float(cfg.off_policy.is_cap))
+                        mask = mb["response_mask"]
+                        ratio_sums.setdefault("is_weight_mean", []).append((weights * mask).sum())
+                        ratio_sums.setdefault("is_capped_fraction", []).append(
+                            (capped.float() * mask).sum())
                     loss, meta = grpo_share_train_step(
                         out["log_probs"], mb["response_mask"], self.loss.name, totals,
                         raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
                         old_log_probs=mb.get("old_log_probs"),
-                        importance_weights=mb.get("importance_weights"),
+                        importance_weights=weights,
                         length_normalization=cfg.normalization.name,
                         normalize_constant=cfg.sampling.max_new_tokens, **self.loss_hyperparameters,
                     )
