@@ -19,7 +19,7 @@ from grpo.sweep.overrides import check_overrides
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-CPU_PRESETS = ("demo", "toy")  # the tiny model: no model or data paths needed
+CPU_PRESETS = ("demo", "toy", "overlap_toy")  # the tiny model: no model or data paths needed
 SINGLE_RUN_PRESETS = ("toy",)  # no swept keys
 LEAF_KEY = re.compile(r"^\s*[\w.\-/+]+:\s*\S")  # a key with a value on its own line
 
