@@ -98,3 +98,16 @@ def test_engine_log_probs_sit_on_the_common_prefix_of_sampled_and_trained_tokens
     # per rollout: mean |diff| 0.1 over 3 tokens, 0 over 1; the third has none: mean 0.05
     assert stale_weight_check(trainer, aligned) == {
         "rollout/engine_logprob_abs_diff": pytest.approx(0.05)}
+
+
+def test_the_minimum_length_masks_the_end_token_before_temperature_and_top_p() -> None:
+    # vocabulary [EOS, a, b]; at the first position EOS cannot be sampled (too early)
+    logits = torch.tensor([[[2.0, 1.0, 0.0], [2.0, 1.0, 0.0]]])
+    labels = torch.tensor([[1, 1]])
+    too_early = torch.tensor([[True, False]])
+    got = sampling_log_probs(logits, labels, 0.5, 1.0, too_early, (0,))[0]
+    # first: softmax([2, 0] / 0.5) over {a, b}; second: over all three
+    assert got[0].item() == pytest.approx(2.0 - math.log(math.exp(2.0) + 1.0))
+    assert got[1].item() == pytest.approx(2.0 - math.log(math.exp(4.0) + math.exp(2.0) + 1.0))
+    # a nucleus of 0.85 after the mask keeps only a (p 0.88) at the first position
+    assert sampling_log_probs(logits, labels, 0.5, 0.85, too_early, (0,))[0, 0].item() == 0.0

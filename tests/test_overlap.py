@@ -23,6 +23,7 @@ from grpo.core.log_probs import sampling_log_probs
 from grpo.data.datasets import PromptSampler, load_examples, toy_examples
 from grpo.models.loading import load_policy
 from grpo.rollout.base import SamplingSettings
+from grpo.rollout.hf import eos_token_ids
 from grpo.rollout.hf_process import HFProcessRolloutEngine
 from grpo.run.checkpoint import CheckpointManager
 from grpo.run.preemption import PreemptionWatcher
@@ -45,7 +46,9 @@ def _log_probs_under(model: torch.nn.Module, tokenizer, prompt: str, token_ids: 
     prompt_ids = tokenizer(prompt)["input_ids"]
     with torch.no_grad():
         logits = model(torch.tensor([prompt_ids + token_ids])).logits[:, len(prompt_ids) - 1 : -1]
-    return sampling_log_probs(logits, torch.tensor([token_ids]), 0.8, 0.95)[0]
+    too_early = torch.arange(len(token_ids))[None] < 3  # min_new_tokens of _request
+    return sampling_log_probs(logits, torch.tensor([token_ids]), 0.8, 0.95, too_early,
+                              tuple(eos_token_ids(model, tokenizer)))[0]
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from grpo.core.log_probs import sampling_log_probs
 from grpo.models.loading import load_policy
 from grpo.rollout import build_engine
 from grpo.rollout.base import Rollout, SamplingSettings
-from grpo.rollout.hf import HFRolloutEngine
+from grpo.rollout.hf import HFRolloutEngine, eos_token_ids
 
 PROMPTS = ["Q: 1+2 A:", "Q: 3+4 A:", "Q: 22+0 A:"]
 ANSWER_CLOSE = "</answer>"
@@ -53,15 +53,17 @@ def engine(policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> HFRol
 
 def forward_log_probs(
     policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt: str, rollout: Rollout,
-    temperature: float = 1.0, top_p: float = 1.0,
+    temperature: float = 1.0, top_p: float = 1.0, min_new_tokens: int = 0,
 ) -> torch.Tensor:
     """(L,) log-probs of the rollout's tokens from one unpadded forward pass, under the
-    sampling distribution of `temperature` and `top_p` (the trainer's mirror)."""
+    sampling distribution of `min_new_tokens`, `temperature` and `top_p` (the trainer's mirror)."""
     prompt_ids = tokenizer(prompt)["input_ids"]
     ids = torch.tensor([prompt_ids + rollout.token_ids])
     with torch.no_grad():
         logits = policy(ids).logits[:, len(prompt_ids) - 1 : -1].float()
-    return sampling_log_probs(logits, torch.tensor([rollout.token_ids]), temperature, top_p)[0]
+    too_early = torch.arange(len(rollout.token_ids))[None] < min_new_tokens
+    return sampling_log_probs(logits, torch.tensor([rollout.token_ids]), temperature, top_p,
+                              too_early, tuple(eos_token_ids(policy, tokenizer)))[0]
 
 
 def test_groups_have_n_rollouts_in_prompt_order(
@@ -180,15 +182,15 @@ def test_log_probs_are_the_sampling_distributions(
     raw_gap = []
     for prompt, group in zip(PROMPTS, engine.generate(PROMPTS, 4, sampling), strict=True):
         for rollout in group:
-            expected = forward_log_probs(policy, tokenizer, prompt, rollout, 0.7, 0.9)
+            expected = forward_log_probs(policy, tokenizer, prompt, rollout, 0.7, 0.9, 2)
             torch.testing.assert_close(
                 torch.tensor(rollout.log_probs), expected, atol=1e-5, rtol=0
             )
             raw = forward_log_probs(policy, tokenizer, prompt, rollout)
             raw_gap.append((torch.tensor(rollout.log_probs) - raw).abs().mean().item())
     assert sum(raw_gap) / len(raw_gap) > 0.05
-    # at temperature 1 without a nucleus cut they are the forward pass's own log-softmax
-    plain = SamplingSettings(min_new_tokens=2, max_new_tokens=10, seed=9)
+    # at temperature 1 without a nucleus cut or a minimum length they are the forward pass's own
+    plain = SamplingSettings(max_new_tokens=10, seed=9)
     for prompt, group in zip(PROMPTS, engine.generate(PROMPTS, 2, plain), strict=True):
         for rollout in group:
             torch.testing.assert_close(torch.tensor(rollout.log_probs),

@@ -88,18 +88,29 @@ def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float) -> t
 
 
 def sampling_log_probs(
-    logits: torch.Tensor, labels: torch.Tensor, temperature: float, top_p: float
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float, top_p: float,
+    too_early: torch.Tensor | None = None, end_ids: tuple[int, ...] = (),
 ) -> torch.Tensor:
-    """Log-probs of `labels` under the sampling distribution (`sampling_logits`).
+    """Log-probs of `labels` under the sampling distribution: the minimum-length rule first
+    (`end_ids` cannot be sampled where `too_early`, as vLLM's min_tokens and transformers'
+    MinNewTokensLengthLogitsProcessor do), then `sampling_logits`.
 
     Args:
         logits: (batch_size, sequence_length, vocab_size) raw logits.
         labels: (batch_size, sequence_length) token ids.
-        temperature: > 0; temperature = top_p = 1 gives `label_log_probs` exactly.
+        temperature: > 0; temperature = top_p = 1 without a mask gives `label_log_probs` exactly.
         top_p: nucleus mass in (0, 1].
+        too_early: (batch_size, sequence_length) bool, the positions before the minimum response
+            length; None: none.
+        end_ids: the token ids that end a response (EOS), masked there.
 
     Returns:
         (batch_size, sequence_length) natural-log probabilities; -inf for a label outside the
         nucleus.
     """
+    if too_early is not None and end_ids and bool(too_early.any()):
+        logits = logits.float().clone()
+        rows, positions = too_early.nonzero(as_tuple=True)
+        for token in end_ids:
+            logits[rows, positions, token] = float("-inf")
     return label_log_probs(sampling_logits(logits, temperature, top_p), labels)

@@ -8,9 +8,9 @@ samples from the current weights and `sync_weights` has nothing to copy. Each `g
 2. runs `model.generate` (KV cache on) in eval mode under `torch.inference_mode()`, restoring
    every submodule's training flag afterwards (the model's config, `use_cache` and
    gradient-checkpointing settings are never touched);
-3. records, at every step, the log-softmax of the logits under the sampling distribution
-   (temperature and top-p applied, before min-length masking; temperature 1 when greedy) and
-   keeps the entry of the token that was sampled;
+3. records, at every step, the log-softmax of the scores the token is sampled from (the
+   min-length mask, temperature and top-p applied; the raw logits when greedy) and keeps the
+   entry of the token that was sampled;
 4. cuts each response before its first EOS token (excluded; `generate` pads finished rows after
    it), or after the first stop string (kept in the text and token ids). The text is decoded
    without special tokens, as vLLM does; a pad token the model samples mid-response is an
@@ -43,7 +43,6 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from grpo.core.log_probs import sampling_logits
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, RolloutEngine, SamplingSettings
 
 
@@ -127,7 +126,7 @@ class HFRolloutEngine(RolloutEngine):
     ) -> list[Rollout]:
         """Generate one response for each of the B prompts in `prompt_ids` (token-id lists)."""
         tok = self.tokenizer
-        eos_ids = _eos_ids(self.policy, tok)
+        eos_ids = eos_token_ids(self.policy, tok)
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos_ids[0]
         stop_token_ids, stop_strings = _split_stops(tok, sampling.stop)
 
@@ -143,9 +142,8 @@ class HFRolloutEngine(RolloutEngine):
         ]
 
         do_sample = sampling.temperature > 0
-        recorder = (_SampledTokenLogProbs(sampling.temperature, sampling.top_p) if do_sample
-                    else _SampledTokenLogProbs(1.0, 1.0))
-        processors: list[LogitsProcessor] = [recorder]
+        recorder = _SampledTokenLogProbs()
+        processors: list[LogitsProcessor] = []
         if sampling.min_new_tokens > 0:
             processors.append(
                 MinNewTokensLengthLogitsProcessor(
@@ -159,6 +157,7 @@ class HFRolloutEngine(RolloutEngine):
             processors.append(TemperatureLogitsWarper(sampling.temperature))
         if do_sample and sampling.top_p < 1.0:
             processors.append(TopPLogitsWarper(sampling.top_p))
+        processors.append(recorder)  # last: it sees the distribution the token is drawn from
 
         sequences = self.policy.generate(
             input_ids=input_ids.to(device),
@@ -190,27 +189,24 @@ class HFRolloutEngine(RolloutEngine):
 
 
 class _SampledTokenLogProbs(LogitsProcessor):
-    """First processor of the list: sees the raw logits (B, V) of every step, and keeps the
-    natural-log probability of the token sampled at that step under the sampling distribution
-    (`grpo.core.log_probs.sampling_logits`: temperature and top-p applied, the min-new-tokens
-    mask not), float32; it returns the logits unchanged.
+    """Last processor of the list: sees the scores (B, V) every step samples from (min-length
+    mask, temperature and top-p applied, as vLLM's processed log-probs), and keeps the
+    natural-log probability of the token sampled at that step, float32; it returns the scores
+    unchanged.
 
     The token sampled at step t is only known at step t + 1 (as the last column of `input_ids`),
     so one (B, V) log-softmax is held back; `finish` gathers the last step. Memory is O(B * V)
     instead of the O(B * T * V) of `generate(output_logits=True)`.
     """
 
-    def __init__(self, temperature: float, top_p: float) -> None:
-        self.temperature = temperature
-        self.top_p = top_p
+    def __init__(self) -> None:
         self._steps: list[torch.Tensor] = []
         self._pending: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self._pending is not None:
             self._steps.append(self._pending.gather(1, input_ids[:, -1:]).squeeze(1))
-        self._pending = torch.log_softmax(
-            sampling_logits(scores.float(), self.temperature, self.top_p), dim=-1)
+        self._pending = torch.log_softmax(scores.float(), dim=-1)
         if torch.isnan(self._pending).any():
             raise NonFiniteLogitsError("the policy's logits hold NaN or inf")
         return scores
@@ -363,7 +359,7 @@ class _PrefixHasStop(Sequence[bool]):
         return _first_stop_end(text, self._stops) is not None
 
 
-def _eos_ids(policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+def eos_token_ids(policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The tokenizer's EOS id followed by any other EOS ids of the policy's generation config."""
     ids = [tokenizer.eos_token_id]
     configured = getattr(getattr(policy, "generation_config", None), "eos_token_id", None)

@@ -18,7 +18,8 @@ Each GRPO step (CS336 assignment 5, GRPO algorithm):
      report log-probs): the check compares them with the engine's log-probs of the same tokens;
      with off_policy.staleness=1 a stale batch's importance weights pi_old / pi_behaviour
      (grpo.training.behaviour, grpo.core.importance) are taken here, or, where the step trains
-     once on unchanged weights with a ratio-free loss at temperature 1, in the training forward;
+     once on unchanged weights with a ratio-free loss from the raw distribution (temperature 1,
+     no top-p, no minimum length), in the training forward;
   4. training: off_policy.epochs epochs over the rollout batch in optimizer steps of
      train_batch_size rollouts, each accumulated over micro-batches (`MicroBatching`:
      micro_batch_size rollouts, or a model.micro_batch_tokens budget with rollouts grouped by
@@ -69,6 +70,7 @@ from grpo.models.loading import load_policy
 from grpo.models.precision import precision_of
 from grpo.rollout import ENGINES, build_engine
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
+from grpo.rollout.hf import eos_token_ids
 from grpo.run.checkpoint import (
     CheckpointManager,
     TrainerState,
@@ -228,11 +230,10 @@ class GRPOTrainer:
         self.staleness = int(cfg.off_policy.staleness)
         self.correction = CORRECTIONS[cfg.off_policy.correction] if self.staleness else None
         # pi_old of the importance weight is the training forward's own (detached) log-prob where
-        # the step trains once on unchanged weights, with a loss without the ratio, at the raw
-        # distribution (temperature 1, no top-p): no separate old-log-prob pass is needed then
-        self.weights_in_train_pass = (
-            not self.loss.uses_ratio and not self.plan.off_policy
-            and (float(cfg.sampling.temperature), float(cfg.sampling.top_p)) == (1.0, 1.0))
+        # the step trains once on unchanged weights, with a loss without the ratio, sampled from
+        # the raw distribution: no separate old-log-prob pass is needed then
+        self.weights_in_train_pass = not self.loss.uses_ratio and not self.plan.off_policy and (
+            self._raw_sampling())
         self._sampler_before: dict[int, dict[str, int]] = {}  # step -> sampler state before its draw
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.pruning = PruningSettings.from_config(cfg.pruning)
@@ -411,6 +412,12 @@ class GRPOTrainer:
         metrics.update(self._train(batch, timer))
         return metrics
 
+    def _raw_sampling(self) -> bool:
+        """Whether rollouts are sampled from the raw distribution: temperature 1, no top-p, no
+        minimum length (the engine's log-probs are then the plain log-softmax)."""
+        s = self.cfg.sampling
+        return (float(s.temperature), float(s.top_p), int(s.min_new_tokens)) == (1.0, 1.0, 0)
+
     def _stale_check_due(self, step: int, staleness: int) -> bool:
         """Whether this step compares the engine's log-probs with the trainer's: on a batch
         sampled with the current weights only, every rollout.stale_check_every steps and on the
@@ -443,8 +450,12 @@ class GRPOTrainer:
             return {}
         temperature, top_p = float(self.cfg.sampling.temperature), float(self.cfg.sampling.top_p)
         log_probs = torch.zeros_like(batch.response_mask)
-        # log-probs under the sampling distribution: the same values at temperature 1, top-p 1
-        mirrored = log_probs if (temperature, top_p) == (1.0, 1.0) else torch.zeros_like(log_probs)
+        # log-probs under the sampling distribution: the same values when it is the raw one
+        mirrored = log_probs if self._raw_sampling() else torch.zeros_like(log_probs)
+        # the response positions where the minimum length kept EOS from being sampled
+        position = batch.response_mask.cumsum(dim=1) - 1
+        too_early = (batch.response_mask > 0) & (position < int(self.cfg.sampling.min_new_tokens))
+        end_ids = tuple(eos_token_ids(self.policy, self.tokenizer))
         # the stale-weight check compares every rollout; the loss reads no left-out row's
         rows = batch.order if check else batch.order[~self.left_out(batch, batch.order)]
         with timer.phase("old_log_probs"), torch.inference_mode():
@@ -457,7 +468,8 @@ class GRPOTrainer:
                 log_probs[index, : lp.shape[1]] = lp.float()
                 if (check or correct) and mirrored is not log_probs:
                     mirrored[index, : lp.shape[1]] = sampling_log_probs(
-                        logits, mb["labels"], temperature, top_p).float()
+                        logits, mb["labels"], temperature, top_p,
+                        too_early[index, : lp.shape[1]], end_ids).float()
             if self.loss.uses_ratio:
                 batch.old_log_probs = log_probs
             if not (check or correct):
