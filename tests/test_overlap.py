@@ -23,7 +23,7 @@ from grpo.core.log_probs import sampling_log_probs
 from grpo.data.datasets import PromptSampler, load_examples, toy_examples
 from grpo.models.loading import load_policy
 from grpo.rollout.base import SamplingSettings
-from grpo.rollout.hf import eos_token_ids
+from grpo.rollout.hf import min_length_end_ids
 from grpo.rollout.hf_process import HFProcessRolloutEngine
 from grpo.run.checkpoint import CheckpointManager
 from grpo.run.preemption import PreemptionWatcher
@@ -48,7 +48,7 @@ def _log_probs_under(model: torch.nn.Module, tokenizer, prompt: str, token_ids: 
         logits = model(torch.tensor([prompt_ids + token_ids])).logits[:, len(prompt_ids) - 1 : -1]
     too_early = torch.arange(len(token_ids))[None] < 3  # min_new_tokens of _request
     return sampling_log_probs(logits, torch.tensor([token_ids]), 0.8, 0.95, too_early,
-                              tuple(eos_token_ids(model, tokenizer)))[0]
+                              min_length_end_ids(model, tokenizer, ()))[0]
 
 
 @pytest.mark.slow
@@ -162,7 +162,8 @@ def test_a_planted_temperature_mismatch_stops_a_corrected_run(
     # rather than train with wrong importance weights
     real = trainer_module.sampling_log_probs
     monkeypatch.setattr(trainer_module, "sampling_log_probs",
-                        lambda logits, labels, temperature, top_p: real(logits, labels, 0.3, top_p))
+                        lambda logits, labels, temperature, top_p, *mask: real(
+                            logits, labels, 0.3, top_p, *mask))
     cfg = toy_config(tiny_model_dir, *STALE, "sampling.temperature=0.9", "n_grpo_steps=3")
     with pytest.raises(LogProbMismatchError, match="nats .mean. on a batch sampled with the trainer's own"):
         train(cfg, tmp_path / "planted")
@@ -179,11 +180,13 @@ def test_a_planted_temperature_mismatch_stops_a_corrected_run(
 def test_weights_taken_in_the_training_forward_equal_a_separate_old_log_prob_pass(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    # one optimizer step per GRPO step, a ratio-free loss, temperature 1: pi_old is the training
-    # forward's own log-prob, so the pass before training is skipped; the curve is the same
+    # one optimizer step per GRPO step, a ratio-free loss, the raw distribution (temperature 1,
+    # no minimum length): pi_old is the training forward's own log-prob, so the pass before
+    # training is skipped; the curve is the same
     curves = {}
     for inline in (True, False):
-        cfg = toy_config(tiny_model_dir, *STALE, "n_grpo_steps=8", "eval.eval_every=4")
+        cfg = toy_config(tiny_model_dir, *STALE, "n_grpo_steps=8", "eval.eval_every=4",
+                         "sampling.min_new_tokens=0")
         trainer = GRPOTrainer(cfg, tmp_path / str(inline))
         assert trainer.weights_in_train_pass
         trainer.weights_in_train_pass = inline

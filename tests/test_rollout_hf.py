@@ -14,7 +14,7 @@ from grpo.core.log_probs import sampling_log_probs
 from grpo.models.loading import load_policy
 from grpo.rollout import build_engine
 from grpo.rollout.base import Rollout, SamplingSettings
-from grpo.rollout.hf import HFRolloutEngine, eos_token_ids
+from grpo.rollout.hf import HFRolloutEngine, min_length_end_ids
 
 PROMPTS = ["Q: 1+2 A:", "Q: 3+4 A:", "Q: 22+0 A:"]
 ANSWER_CLOSE = "</answer>"
@@ -63,7 +63,7 @@ def forward_log_probs(
         logits = policy(ids).logits[:, len(prompt_ids) - 1 : -1].float()
     too_early = torch.arange(len(rollout.token_ids))[None] < min_new_tokens
     return sampling_log_probs(logits, torch.tensor([rollout.token_ids]), temperature, top_p,
-                              too_early, tuple(eos_token_ids(policy, tokenizer)))[0]
+                              too_early, min_length_end_ids(policy, tokenizer, ()))[0]
 
 
 def test_groups_have_n_rollouts_in_prompt_order(

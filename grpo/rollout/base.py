@@ -132,6 +132,11 @@ class RolloutEngine(ABC):
     def _generate(self, prompts: list[str], n: int, sampling: SamplingSettings) -> list[list[Rollout]]:
         """`generate` for a non-empty prompt list and n >= 1."""
 
+    def min_length_end_ids(self, stop: Sequence[str]) -> tuple[int, ...]:
+        """The token ids this engine keeps from being sampled before sampling.min_new_tokens
+        (given the prompt's `stop` strings): the minimum-length mask its log-probs include."""
+        return ()
+
     @abstractmethod
     def sync_weights(self, policy: torch.nn.Module) -> None:
         """Make the engine sample from `policy`'s current weights (a no-op where they are shared)."""

@@ -91,6 +91,10 @@ class HFRolloutEngine(RolloutEngine):
         return cls(policy, tokenizer, batch_size=int(rollout_cfg["batch_size"]),
                    max_model_len=max_model_len)
 
+    def min_length_end_ids(self, stop: Sequence[str]) -> tuple[int, ...]:
+        """EOS and the single-token stop strings (MinNewTokensLengthLogitsProcessor's ids)."""
+        return min_length_end_ids(self.policy, self.tokenizer, stop)
+
     @classmethod
     def overlap_problem(cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool) -> str | None:
         """Always: it samples with the trained module itself."""
@@ -357,6 +361,13 @@ class _PrefixHasStop(Sequence[bool]):
     def __getitem__(self, k: int) -> bool:  # type: ignore[override]
         text = self._tokenizer.decode(self._tokens[:k], skip_special_tokens=True)
         return _first_stop_end(text, self._stops) is not None
+
+
+def min_length_end_ids(
+    policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, stop: Sequence[str]
+) -> tuple[int, ...]:
+    """The ids `_generate_chunk` masks before min_new_tokens: EOS ids and single-token stops."""
+    return tuple(eos_token_ids(policy, tokenizer) + _split_stops(tokenizer, stop)[0])
 
 
 def eos_token_ids(policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import multiprocessing.connection
 import os
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ from transformers import (
 )
 
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, RolloutEngine, SamplingSettings
-from grpo.rollout.hf import HFRolloutEngine
+from grpo.rollout.hf import HFRolloutEngine, min_length_end_ids
 
 NOT_ON_GPU = ("rollout=hf_process runs on the CPU beside a policy on the CPU; on a GPU node use "
               "rollout=vllm (its own GPU: rollout.device=cuda:1, cluster.gpus_per_job=2)")
@@ -76,6 +76,7 @@ class HFProcessRolloutEngine(RolloutEngine):
         )
         self._process.start()
         child_conn.close()
+        self._policy, self._tokenizer = policy, tokenizer
         self._trainer_cores = _keep_first_cores(threads)
         self._call("ready")
         self.sync_weights(policy)
@@ -127,6 +128,10 @@ class HFProcessRolloutEngine(RolloutEngine):
         kind, text = payload
         raise (NonFiniteLogitsError if kind == NonFiniteLogitsError.__name__ else RuntimeError)(
             text if kind == NonFiniteLogitsError.__name__ else f"{kind} in the rollout process: {text}")
+
+    def min_length_end_ids(self, stop: Sequence[str]) -> tuple[int, ...]:
+        """As the hf engine's, whose code the child runs."""
+        return min_length_end_ids(self._policy, self._tokenizer, stop)
 
     def _generate(self, prompts: list[str], n: int, sampling: SamplingSettings) -> list[list[Rollout]]:
         """Sample `n` responses per prompt in the child; len(prompts) groups of `n` Rollouts."""

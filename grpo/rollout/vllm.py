@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from grpo.rollout import vllm_adapter
 from grpo.rollout.base import Rollout, RolloutEngine, SamplingSettings
@@ -123,6 +123,7 @@ class VLLMRolloutEngine(RolloutEngine):
             if cuda:
                 torch.cuda.set_device(caller_device)
         self._dtype = vllm_adapter.engine_dtype(self.llm)
+        self._eos_ids = _eos_ids(tokenizer, model_path)
 
     provides_log_probs = True
 
@@ -218,6 +219,11 @@ class VLLMRolloutEngine(RolloutEngine):
         rollouts = [r for output in outputs for r in to_rollouts(output, per_request)]
         return [rollouts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
+    def min_length_end_ids(self, stop: Sequence[str]) -> tuple[int, ...]:
+        """vLLM's min_tokens masks its stop token ids: the tokenizer's EOS and the EOS ids of
+        the model's generation_config.json (stop strings only stop after min_tokens)."""
+        return self._eos_ids
+
     def sync_weights(self, policy: torch.nn.Module) -> None:
         """Copy `policy`'s current weights into the engine (in place) and clear its prefix cache.
 
@@ -246,6 +252,19 @@ class VLLMRolloutEngine(RolloutEngine):
             gc.collect()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
+
+
+def _eos_ids(tokenizer: PreTrainedTokenizerBase, model_path: str) -> tuple[int, ...]:
+    """The tokenizer's EOS id and those of `model_path`'s generation config, if it has one."""
+    ids = [tokenizer.eos_token_id]
+    try:
+        configured = GenerationConfig.from_pretrained(model_path).eos_token_id
+    except (OSError, ValueError):
+        configured = None
+    for token in [configured] if isinstance(configured, int) else configured or []:
+        if token not in ids:
+            ids.append(token)
+    return tuple(ids)
 
 
 def _check_device(device: torch.device, sleep_level: int) -> None:

@@ -70,7 +70,6 @@ from grpo.models.loading import load_policy
 from grpo.models.precision import precision_of
 from grpo.rollout import ENGINES, build_engine
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
-from grpo.rollout.hf import eos_token_ids
 from grpo.run.checkpoint import (
     CheckpointManager,
     TrainerState,
@@ -455,7 +454,7 @@ class GRPOTrainer:
         # the response positions where the minimum length kept EOS from being sampled
         position = batch.response_mask.cumsum(dim=1) - 1
         too_early = (batch.response_mask > 0) & (position < int(self.cfg.sampling.min_new_tokens))
-        end_ids = tuple(eos_token_ids(self.policy, self.tokenizer))
+        end_ids = self.engine.min_length_end_ids(tuple(self.cfg.prompt.stop))
         # the stale-weight check compares every rollout; the loss reads no left-out row's
         rows = batch.order if check else batch.order[~self.left_out(batch, batch.order)]
         with timer.phase("old_log_probs"), torch.inference_mode():
