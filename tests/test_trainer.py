@@ -209,15 +209,15 @@ def test_nonfinite_loss_stops_every_later_optimizer_step(tiny_model_dir: Path, t
     NaN advantage in rows order[32:]; epoch 2 must not step again on order[:32]."""
     import torch
 
-    from grpo.training.trainer import GRPOTrainer, PhaseTimer
+    from grpo.training.trainer import GRPOTrainer, PhaseTimer, _flatten
 
     cfg = toy_config(tiny_model_dir, "n_grpo_steps=1", "loss=grpo_clip", "off_policy.epochs=2",
                      "train_batch_size=32", "micro_batch_size=16")
     trainer = GRPOTrainer(cfg, tmp_path)
     timer = PhaseTimer(trainer.device)
-    prompts, rollouts, truths = trainer._rollout(0, timer)
-    batch, _ = trainer._score(prompts, rollouts, truths, 0, timer)
-    trainer._old_log_probs(batch, rollouts, 0, timer)
+    prompts, rollouts, truths = _flatten(trainer._rollout(1, timer), cfg.group_size)
+    batch, _ = trainer._score(prompts, rollouts, truths, 1, timer)
+    trainer._old_log_probs(batch, rollouts, 1, timer, staleness=0)
     batch.advantages[batch.order[40]] = float("nan")  # second optimizer step of each epoch
     after_each_step: list[dict[str, torch.Tensor]] = []
     trainer.optimizer.register_step_post_hook(lambda *_: after_each_step.append(
@@ -267,13 +267,15 @@ def test_stale_weight_check_compares_the_common_prefix_of_sampled_and_retokenize
     import torch
 
     from grpo.rollout.base import Rollout
-    from grpo.training.trainer import GRPOTrainer, RolloutBatch
+    from grpo.training.behaviour import engine_log_probs, stale_weight_check
 
     labels = torch.tensor([[5, 7, 8, 0], [5, 9, 9, 9], [5, 6, 0, 0], [5, 4, 4, 0]])
     mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1], [0, 1, 0, 0], [0, 1, 1, 0]],
                         dtype=torch.float32)
-    batch = RolloutBatch(input_ids=labels, labels=labels, response_mask=mask,
-                         advantages=torch.zeros(4), raw_rewards=torch.zeros(4), order=torch.arange(4))
+
+    def check(rows: list[int], rollouts: list[Rollout]) -> dict[str, float]:
+        return stale_weight_check(trainer[rows], engine_log_probs(labels[rows], mask[rows], rollouts))
+
     trainer = torch.tensor([[0.0, -1.0, -2.0, 0.0], [0.0, -1.0, -1.0, -1.0],
                             [0.0, -3.0, 0.0, 0.0], [0.0, -2.0, -2.0, 0.0]])
     rollouts = [
@@ -283,11 +285,11 @@ def test_stale_weight_check_compares_the_common_prefix_of_sampled_and_retokenize
         Rollout("c", [6, 1], log_probs=[-3.25, -9.0]),     # 0.25
         Rollout("d", [3, 4], log_probs=[-7.0, -7.0]),      # first tokens differ: left out
     ]
-    diff = GRPOTrainer._stale_weight_check(trainer, batch, rollouts)
+    diff = check([0, 1, 2, 3], rollouts)
     assert diff["rollout/engine_logprob_abs_diff"] == pytest.approx((0.5 + 1 / 3 + 0.25) / 3)
     rollouts[0] = Rollout("a", [7, 8], log_probs=None)  # an engine without log-probs
-    assert GRPOTrainer._stale_weight_check(trainer, batch, rollouts[:1]) == {}
-    assert GRPOTrainer._stale_weight_check(trainer, batch, [rollouts[0], rollouts[3]]) == {}
+    assert check([0], rollouts[:1]) == {}
+    assert check([0, 3], [rollouts[0], rollouts[3]]) == {}
 
 
 @pytest.mark.slow
