@@ -450,11 +450,12 @@ class GRPOTrainer:
         temperature, top_p = float(self.cfg.sampling.temperature), float(self.cfg.sampling.top_p)
         log_probs = torch.zeros_like(batch.response_mask)
         # log-probs under the sampling distribution: the same values when it is the raw one
-        mirrored = log_probs if self._raw_sampling() else torch.zeros_like(log_probs)
-        # the response positions where the minimum length kept EOS from being sampled
-        position = batch.response_mask.cumsum(dim=1) - 1
-        too_early = (batch.response_mask > 0) & (position < int(self.cfg.sampling.min_new_tokens))
-        end_ids = self.engine.min_length_end_ids(tuple(self.cfg.prompt.stop))
+        mirror = (check or correct) and not self._raw_sampling()
+        mirrored = torch.zeros_like(log_probs) if mirror else log_probs
+        if mirror:  # the response positions where the minimum length kept EOS from being sampled
+            position = batch.response_mask.cumsum(dim=1) - 1
+            too_early = (batch.response_mask > 0) & (position < int(self.cfg.sampling.min_new_tokens))
+            end_ids = self.engine.min_length_end_ids(tuple(self.cfg.prompt.stop))
         # the stale-weight check compares every rollout; the loss reads no left-out row's
         rows = batch.order if check else batch.order[~self.left_out(batch, batch.order)]
         with timer.phase("old_log_probs"), torch.inference_mode():
@@ -465,7 +466,7 @@ class GRPOTrainer:
                     logits = self.policy(mb["input_ids"]).logits
                     lp = label_log_probs(logits, mb["labels"])
                 log_probs[index, : lp.shape[1]] = lp.float()
-                if (check or correct) and mirrored is not log_probs:
+                if mirror:
                     mirrored[index, : lp.shape[1]] = sampling_log_probs(
                         logits, mb["labels"], temperature, top_p,
                         too_early[index, : lp.shape[1]], end_ids).float()
