@@ -19,6 +19,10 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
     on read);
   - ``.hydra/overrides.yaml``: the job's overrides, a YAML list of ``key=value`` strings;
   - ``.hydra/hydra.yaml``: ``hydra.runtime.choices`` says which swept keys are config groups;
+  - ``checkpoints/step_N/run_config.json``: the same three texts as they were when the newest
+    checkpoint was written; where ``.hydra/config.yaml`` differs from them in a key that changes
+    the curve (rewritten after it trained) or is lost, these are read instead and the run's
+    ``problems`` say so;
   - ``metrics.jsonl``: append-only, one JSON object per step with ``step`` (GRPO steps done:
     0 is the evaluation of the initial policy, before any update, with ``eval/*`` only; 1..N
     the GRPO steps), ``time/elapsed_s`` (wall-clock since the start, continuing across resumes),
@@ -80,11 +84,13 @@ from grpo.run.files import (
     MAX_STATUS_BYTES,
     RunFileError,
     parse_json,
+    parse_yaml,
     read_bytes,
     read_json,
     read_yaml,
     typed_status_fields,
 )
+from grpo.run.run_config import RUN_CONFIG, compare, trained_record
 from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan, config_value
 
 LABEL = "config label"
@@ -270,6 +276,38 @@ def _read_hydra(run_dir: Path, name: str, problems: list[str]) -> Any:
         return None
 
 
+def _trained_record(run_dir: Path, problems: list[str]) -> dict[str, Any] | None:
+    """The plain data of the `.hydra/` texts stored with the run's newest checkpoint
+    (grpo.run.run_config.trained_record) when ``.hydra/config.yaml`` differs from them in a key
+    that changes the trained curve (grpo.run.run_config.compare: it was rewritten after training,
+    by an older version or by hand) or cannot be read: what trained wins, and ``problems`` says
+    so. None when they agree or no checkpoint stores them."""
+    found = trained_record(run_dir)
+    if found is None:
+        return None
+    checkpoint, texts = found
+    source = f"checkpoints/{checkpoint}/{RUN_CONFIG}"
+    try:
+        data = {name: parse_yaml(text, f"{source} ({name})") for name, text in texts.items()}
+    except (ValueError, yaml.YAMLError) as error:
+        problems.append(f"the config stored in {source} is unreadable ({type(error).__name__})")
+        return None
+    try:
+        record = read_yaml(run_dir / ".hydra" / "config.yaml")
+    except (ValueError, yaml.YAMLError):
+        record = None
+    trained = data.get("config.yaml")
+    if not (isinstance(trained, dict) and isinstance(record, dict)):
+        why = "is missing or unreadable"
+    elif differences := compare(trained, record, step=0).refused:
+        why = f"differs from what trained ({', '.join(sorted(differences)[:5])})"
+    else:
+        return None
+    problems.append(f".hydra/config.yaml {why}: the config stored with checkpoint {checkpoint} "
+                    f"({source}) is read instead")
+    return data
+
+
 def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
     """Swept keys and values of a sweep from its ``multirun.yaml`` (None when it has none)."""
     try:
@@ -340,7 +378,11 @@ class _Run:
     @staticmethod
     def read(sweep: Path, path: Path) -> _Run:
         problems: list[str] = []
-        if (path / ".hydra").is_dir():
+        trained = _trained_record(path, problems)
+        if trained is not None:
+            config, override_list = trained.get("config.yaml"), trained.get("overrides.yaml")
+            choices = config_value(trained.get("hydra.yaml"), "hydra.runtime.choices")
+        elif (path / ".hydra").is_dir():
             config = _read_hydra(path, "config.yaml", problems)
             override_list = _read_hydra(path, "overrides.yaml", problems)
             choices = config_value(_read_hydra(path, "hydra.yaml", problems), "hydra.runtime.choices")

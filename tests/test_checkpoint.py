@@ -18,10 +18,10 @@ from grpo.run.checkpoint import (
     CheckpointError,
     CheckpointManager,
     TrainerState,
-    checkpoint_step,
     rng_state,
     set_rng_state,
 )
+from grpo.run.checkpoint_names import checkpoint_step
 from grpo.run.manifest import manifest_problem, write_manifest
 
 

@@ -1,7 +1,9 @@
 """A resume compares the config it was launched with against the one stored in the checkpoint
 (grpo.run.run_config): keys that change the trained curve are refused, naming old and new values,
 with nothing changed and `.hydra/` describing the trained config; keys that may change are
-recorded; a metrics.jsonl that lost trained steps refuses the resume unless allowed."""
+recorded; a metrics.jsonl that lost trained steps refuses the resume unless allowed. A launch
+refused by the run's lock and a dry run pointed at a run rewrite nothing of its record, and the
+analysis reads what trained where a record was rewritten all the same."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import pytest
 import yaml
 from training_runs import N_STEPS, finish, launch, status, steps
 
+from analysis.collect import collect
+from grpo.run.lock import run_lock
 from grpo.run.run_config import compare
 
 
@@ -48,6 +52,37 @@ def test_a_resume_that_changes_the_curve_is_refused_and_changes_nothing(
     assert "Traceback" not in output
     assert snapshot(trained) == before, "a refused resume changed the run directory"
     assert status(trained)["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_a_launch_refused_by_the_lock_and_a_dry_run_rewrite_nothing(trained: Path, tiny_model_dir: Path) -> None:
+    before = snapshot(trained)
+    with run_lock(trained):  # as the process training this directory holds it (flock)
+        returncode, output = finish(launch(trained, tiny_model_dir, "learning_rate=0.002", "loss=grpo_clip"))
+    assert returncode == 1 and f"error: {trained} is" in output and "Traceback" not in output, output
+    returncode, output = finish(launch(trained, tiny_model_dir, "learning_rate=0.002", "dry_run=true"))
+    assert returncode == 0 and "dry run: 1 job, nothing started" in output, output
+    assert snapshot(trained) == before, "a launch that did not train rewrote the run directory"
+    assert yaml.safe_load((trained / ".hydra" / "config.yaml").read_text())["learning_rate"] == 0.0003
+
+
+@pytest.mark.slow
+def test_the_analysis_reads_what_trained_where_the_record_was_rewritten(
+        trained: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "sweep" / "0"
+    shutil.move(trained, run_dir)
+    (record := run_dir / ".hydra" / "config.yaml").write_text(
+        record.read_text().replace("learning_rate: 0.0003", "learning_rate: 0.002"))
+    (run,) = collect([run_dir.parent]).runs.to_dict("records")
+    assert run["learning_rate"] == 0.0003
+    assert (".hydra/config.yaml differs from what trained (learning_rate): the config stored with "
+            f"checkpoint step_{N_STEPS:06d}") in run["problems"]
+    record.unlink()
+    (run,) = collect([run_dir.parent]).runs.to_dict("records")
+    assert run["learning_rate"] == 0.0003 and ".hydra/config.yaml is missing or unreadable" in run["problems"]
+    (run_dir / "checkpoints").rename(run_dir / "moved")  # nothing stored: the record is all there is
+    (run,) = collect([run_dir.parent]).runs.to_dict("records")
+    assert run["learning_rate"] is None and ".hydra/config.yaml is missing" in run["problems"]
 
 
 @pytest.mark.slow

@@ -38,7 +38,6 @@ import copy
 import logging
 import os
 import random
-import re
 import secrets
 import shutil
 import signal
@@ -54,6 +53,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from grpo.run.checkpoint_names import CHECKPOINT_NAME, CHECKPOINTS, checkpoint_dirs, checkpoint_step
 from grpo.run.files import RunDirError, atomic_write_text, subdir
 from grpo.run.manifest import fsync_dir, manifest_problem, write_manifest
 from grpo.run.run_config import RUN_CONFIG
@@ -66,7 +66,6 @@ MODEL_FILE = "model.safetensors"
 STATE_JSON = "trainer_state.json"
 STATE_TENSORS = "trainer_state.safetensors"
 CHECKPOINT_FILES = (MODEL_FILE, STATE_JSON, STATE_TENSORS)
-CHECKPOINT_NAME = re.compile(r"step_(\d{6,})")
 LEGACY_PICKLE = "trainer_state.pt"
 FINAL_MODEL = "final_model"
 KILL_AT_ENV = "GRPO_TEST_KILL_AT"
@@ -145,17 +144,12 @@ class TrainerState:
     wandb_run_id: str | None
 
 
-def checkpoint_step(path: Path) -> int:
-    """The GRPO step of checkpoint directory `path` (`step_000009` -> 9)."""
-    return int(path.name[len("step_"):])
-
-
 class CheckpointManager:
     """Saves, verifies, finds and prunes the checkpoints of one run directory."""
 
     def __init__(self, run_dir: Path, keep_last: int, allow_fresh_start: bool = False) -> None:
         self.run_dir = run_dir
-        self.dir = run_dir / "checkpoints"
+        self.dir = run_dir / CHECKPOINTS
         self.keep_last = max(int(keep_last), 1)
         self.allow_fresh_start = bool(allow_fresh_start)
 
@@ -200,7 +194,7 @@ class CheckpointManager:
         """Keep the newest `keep_last` intact checkpoints up to `keep` (always kept itself);
         remove older and damaged ones; later ones (of a run segment abandoned by a fallback) stay."""
         kept = 0
-        for path in self._checkpoint_dirs():
+        for path in checkpoint_dirs(self.run_dir):
             if checkpoint_step(path) > checkpoint_step(keep):
                 continue
             intact = path == keep or manifest_problem(path, CHECKPOINT_FILES, hashes=False) is None
@@ -212,13 +206,6 @@ class CheckpointManager:
             _discard_leftover(leftover)
 
     # ----------------------------------------------------------------------------- resuming
-    def _checkpoint_dirs(self) -> list[Path]:
-        """Entries named like checkpoints (whatever they are), newest first."""
-        if not self.dir.is_dir():
-            return []
-        paths = [p for p in self.dir.iterdir() if CHECKPOINT_NAME.fullmatch(p.name)]
-        return sorted(paths, key=checkpoint_step, reverse=True)
-
     def _pointer_text(self) -> str | None:
         """The content of `latest` (stripped, at most 200 characters), or None without one."""
         try:
@@ -237,7 +224,7 @@ class CheckpointManager:
         except OSError as err:
             return None, f"{LATEST} is unreadable ({err})"
         if text is None:
-            return None, None if not self._checkpoint_dirs() else f"{LATEST} is missing"
+            return None, None if not checkpoint_dirs(self.run_dir) else f"{LATEST} is missing"
         if not CHECKPOINT_NAME.fullmatch(text):
             return None, (f"{LATEST} holds {text!r}, not the name of a checkpoint in "
                           f"{self.dir} (step_NNNNNN); refused")
@@ -269,7 +256,7 @@ class CheckpointManager:
         module docstring for the rules."""
         pointed, refused = self._pointed()
         skipped = [refused] if refused else []
-        candidates = ([pointed] if pointed else []) + [p for p in self._checkpoint_dirs() if p != pointed]
+        candidates = ([pointed] if pointed else []) + [p for p in checkpoint_dirs(self.run_dir) if p != pointed]
         for path in candidates:
             state = self._read_state(path)
             if isinstance(state, str):

@@ -105,11 +105,17 @@ def read_yaml(path: Path) -> Any:
         text = read_bytes(path, MAX_YAML_BYTES).decode()
     except UnicodeDecodeError:
         raise RunFileError(f"{path.name} is not UTF-8") from None
+    return parse_yaml(text, path.name)
+
+
+def parse_yaml(text: str, name: str) -> Any:
+    """The plain data of YAML `text` (of file `name`, for messages); RunFileError when it is
+    nested too deeply, yaml.YAMLError when it is not YAML."""
     depth = 0  # libyaml's constructor recurses in C: a deeply nested file would crash the process
     for event in yaml.parse(text, Loader=_YamlLoader):
         depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
         if depth > MAX_YAML_DEPTH:
-            raise RunFileError(f"{path.name} is nested more than {MAX_YAML_DEPTH} levels deep")
+            raise RunFileError(f"{name} is nested more than {MAX_YAML_DEPTH} levels deep")
     return yaml.load(text, Loader=_YamlLoader)
 
 

@@ -4,12 +4,19 @@ Each checkpoint holds `run_config.json` (listed in its manifest): `{"format": "g
 "config": <the resolved config, plain JSON>, "hydra": {<name>: <text>}}`, the texts being the run's
 `.hydra/config.yaml`, `overrides.yaml` and `hydra.yaml` as they were when it was written.
 
+The run's record of its config, `<run>/.hydra/` (Hydra's three files, so that Hydra's tools and
+`make plots` read it), is written by the run itself (`write_record`), never by Hydra
+(`hydra.output_subdir: null`): only once the run's lock is held and its resume accepted, so that a
+refused launch or a dry run pointed at a run directory rewrites nothing of what trained.
+
 A resume compares the resolved config it was launched with against the checkpoint's
 (`compare`): a key of `MAY_CHANGE` may differ (where and how the run runs, is watched, logged,
 priced and stopped; `n_grpo_steps` not below the checkpoint's step), and each such change is recorded in
 `<run>/config_changes.jsonl`; any other difference changes the trained curve and refuses the
-resume (`ConfigChanged`, naming each key with its old and new value), after putting the
-checkpoint's `.hydra/` texts back, so that `.hydra/config.yaml` always describes what was trained.
+resume (`ConfigChanged`, naming each key with its old and new value), before the record is
+written, so that `.hydra/config.yaml` describes what was trained. A reader that finds the record
+and the newest checkpoint's stored texts apart (a run directory written by an older version, or
+edited) reads the checkpoint's (`trained_record`).
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo.run.files import RunDirError, append_line, atomic_write_text, read_json
+from grpo.run.checkpoint_names import checkpoint_dirs
+from grpo.run.files import RunDirError, append_line, atomic_write_text, read_json, subdir
 
 RUN_CONFIG = "run_config.json"
+RECORD_DIR = ".hydra"
 FORMAT = "grpo-run-config/1"
 HYDRA_FILES = ("config.yaml", "overrides.yaml", "hydra.yaml")
 MAX_HYDRA_FILE_BYTES = 1 << 20
@@ -110,10 +119,34 @@ def run_config_text(cfg: DictConfig, run_dir: Path) -> str:
     """The `run_config.json` of a checkpoint written now (see the module docstring)."""
     hydra_texts = {}
     for name in HYDRA_FILES:
-        path = run_dir / ".hydra" / name
+        path = run_dir / RECORD_DIR / name
         if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_HYDRA_FILE_BYTES:
             hydra_texts[name] = path.read_text(errors="replace")
     return json.dumps({"format": FORMAT, "config": resolved(cfg), "hydra": hydra_texts}) + "\n"
+
+
+def write_record(run_dir: Path, texts: dict[str, str]) -> None:
+    """Write the run's record `<run_dir>/.hydra/<name>` for each of `HYDRA_FILES` in `texts`, each
+    file atomically; the caller holds the run's lock and has accepted its resume."""
+    record = subdir(run_dir, RECORD_DIR)
+    for name in HYDRA_FILES:
+        if name in texts:
+            atomic_write_text(record / name, texts[name])
+
+
+def trained_record(run_dir: Path) -> tuple[str, dict[str, str]] | None:
+    """`(checkpoint name, {file name: text})`: the `.hydra/` texts stored with the newest
+    checkpoint that stores any (read, not verified: its weights are not hashed); None when no
+    checkpoint does."""
+    for checkpoint in checkpoint_dirs(run_dir):
+        payload = stored(checkpoint) if checkpoint.is_dir() and not checkpoint.is_symlink() else None
+        if payload is None:
+            continue
+        texts = {name: text for name, text in payload["hydra"].items()
+                 if name in HYDRA_FILES and isinstance(text, str)}
+        if texts:
+            return checkpoint.name, texts
+    return None
 
 
 def stored(checkpoint: Path) -> dict[str, Any] | None:
@@ -145,9 +178,6 @@ def check_resume(cfg: DictConfig, run_dir: Path, checkpoint: Path, step: int) ->
         return {}
     comparison = compare(payload["config"], resolved(cfg), step)
     if comparison.refused:
-        for name, text in payload["hydra"].items():
-            if name in HYDRA_FILES and isinstance(text, str) and (run_dir / ".hydra").is_dir():
-                atomic_write_text(run_dir / ".hydra" / name, text)
         lines = "\n".join(f"  - {key}: {_show(old)} -> {_show(new)}"
                           for key, (old, new) in comparison.refused.items())
         raise ConfigChanged(

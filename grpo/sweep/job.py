@@ -11,7 +11,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpo.config.validation import check_config
 from grpo.core.losses import POLICY_LOSSES
@@ -80,6 +80,16 @@ def price_single_run(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
+def config_record(cfg: DictConfig) -> dict[str, str]:
+    """The texts of the run's `.hydra/` record, as Hydra would write them (config.yaml: the job's
+    config; hydra.yaml: Hydra's; overrides.yaml: the job's overrides). Hydra writes none
+    (`hydra.output_subdir: null`): the run writes them once it holds its directory
+    (grpo.run.run_config.write_record)."""
+    hydra_cfg = HydraConfig.instance().cfg
+    return {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
+            "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task)}
+
+
 def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     """The task function of launch.py: one GRPO run in the job's Hydra output directory."""
     report = check_config(cfg)
@@ -102,7 +112,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     print(f"Run directory: {run_dir}", flush=True)
     try:
-        return train(cfg, run_dir)
+        return train(cfg, run_dir, record=config_record(cfg))
     except RunDirError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)

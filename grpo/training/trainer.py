@@ -92,7 +92,7 @@ from grpo.run.outcomes import write_outcomes
 from grpo.run.preemption import PreemptionWatcher
 from grpo.run.pruning import PruningSettings, RunTrial
 from grpo.run.reproducibility import make_reproducible
-from grpo.run.run_config import ConfigChanged, check_resume, run_config_text
+from grpo.run.run_config import ConfigChanged, check_resume, run_config_text, write_record
 from grpo.run.tracking import Tracker
 from grpo.training.batch_plan import BatchPlan, MicroBatching
 from grpo.training.behaviour import (
@@ -185,7 +185,7 @@ class RolloutBatch:
 class GRPOTrainer:
     """Holds the state of one run; `run()` executes it. See the module docstring."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+    def __init__(self, cfg: DictConfig, run_dir: Path, record: dict[str, str] | None = None) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -196,6 +196,8 @@ class GRPOTrainer:
         resume_point = self.checkpoints.find()  # before the model loads: a refusal comes first
         if resume_point is not None:
             self._check_resume(*resume_point)
+        if record is not None:  # accepted: the run's record describes what trains from here on
+            write_record(run_dir, record)
         subdir(run_dir, "rollouts")
         self.device = resolve_device(cfg.model.device)
         engine_threads = ENGINES[cfg.rollout.engine].cpu_threads(cfg.rollout)
@@ -801,12 +803,15 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) or (torch.is_tensor(value) and value.numel() == 1)
 
 
-def train(cfg: DictConfig, run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+def train(cfg: DictConfig, run_dir: str | os.PathLike[str],
+          record: dict[str, str] | None = None) -> dict[str, Any]:
     """Run (or resume) one GRPO run in `run_dir`; returns its final status.json content.
 
     The run directory's lock (`grpo.run.lock`) is held throughout: a second process training the
     same directory raises `RunDirLocked` before writing anything. A resume with a config that
     changes the trained curve raises `ConfigChanged` (grpo.run.run_config), changing nothing.
+    `record` (`.hydra/` file name -> text, grpo.sweep.job.config_record) is written as the run's
+    record once the resume is accepted (None: the record is left as it is).
     Any other exception marks the run `failed` with the error as reason, then propagates.
     """
     run_dir = Path(run_dir)
@@ -814,7 +819,7 @@ def train(cfg: DictConfig, run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     with run_lock(run_dir):
         try:
             with PreemptionWatcher() as watcher:
-                trainer = GRPOTrainer(cfg, run_dir)
+                trainer = GRPOTrainer(cfg, run_dir, record)
                 try:
                     return trainer.run(watcher)
                 finally:
