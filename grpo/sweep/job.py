@@ -93,12 +93,18 @@ def config_record(cfg: DictConfig) -> dict[str, str]:
 def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     """The task function of launch.py: one GRPO run in the job's Hydra output directory."""
     report = check_config(cfg)
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.RUN and cfg.pruning.name != "off":
+        report.errors.append(
+            f"pruning={cfg.pruning.name}: a pruner compares the runs of one sweep (one Optuna "
+            "study in the sweep directory); a single run has no runs to be compared with and "
+            "would share a study with whatever ran beside it. Launch the runs as a sweep (-m), "
+            "or set pruning=off")
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if report.errors:
         print("error: invalid config:\n" + "\n".join(f"  - {e}" for e in report.errors), file=sys.stderr)
         sys.exit(2)
-    hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.RUN and (cfg.dry_run or cfg.budget.gpu_hours is not None):
         price_single_run(cfg)  # a sweep's jobs were priced by the sweeper
     if cfg.dry_run:
