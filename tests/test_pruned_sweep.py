@@ -6,14 +6,16 @@ own trial."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
 import pytest
-from training_runs import kill_after, launch, steps
+from training_runs import RUN_ARGS, steps
 
 from grpo.run.pruning import PruningSettings, open_study
 
@@ -95,16 +97,22 @@ def test_pruned_runs_stop_at_a_rung_stay_pruned_and_train_on_with_pruning_off(
 @pytest.mark.slow
 def test_a_killed_run_reattaches_to_its_trial(tmp_path: Path, tiny_model_dir: Path) -> None:
     run_dir = tmp_path / "sweep" / "0"
-    overrides = (f"n_grpo_steps={N_STEPS}", "eval.eval_every=20", "pruning=successive_halving",
-                 "pruning.min_resource=20")
-    proc = launch(run_dir, tiny_model_dir, *overrides)
-    kill_after(proc, run_dir, 28, signal.SIGKILL)  # after the step-20 report and checkpoint
+    # a sweep of one job (a single run refuses a pruner), in run_dir
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", *RUN_ARGS, f"model.path={tiny_model_dir}",
+               f"hydra.sweep.dir={run_dir.parent}", f"n_grpo_steps={N_STEPS}", "eval.eval_every=20",
+               "pruning=successive_halving", "pruning.min_resource=20"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    while len(steps(run_dir)) < 28:  # after the step-20 report and checkpoint
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.05)
+    os.kill(json.loads((run_dir / ".lock").read_text())["pid"], signal.SIGKILL)  # the job itself
+    proc.communicate(timeout=120)
     study = open_study(run_dir.parent, SETTINGS, N_STEPS)
     (trial,) = study.trials
     assert trial.state == optuna.trial.TrialState.RUNNING and set(trial.intermediate_values) == {0, 20}
-    proc = launch(run_dir, tiny_model_dir, *overrides)
-    output, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, output
+    output = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    output, returncode = output.stdout + output.stderr, output.returncode
+    assert returncode == 0, output
     (trial,) = open_study(run_dir.parent, SETTINGS, N_STEPS).trials
     assert trial.state == optuna.trial.TrialState.COMPLETE and trial.user_attrs["job"] == "0"
     assert set(trial.intermediate_values) == {0, 20, 40}
