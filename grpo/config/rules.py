@@ -11,7 +11,8 @@ The batch sizes (`rollout_batch_size`, `group_size`, `train_batch_size`, `micro_
 `off_policy.epochs`) are not here: `grpo.training.batch_plan.BatchPlan.errors()` owns their rules, and the
 rules that tie keys to the loss, the model or the data live in `grpo.config.validation`. A key of
 `conf/loss/` without an entry (a new loss's hyperparameter) gets `LOSS_HYPERPARAMETER`. Keys under
-`hydra.` are Hydra's. Pure Python: importing it does not import torch (only the pruner's names).
+`hydra.` are Hydra's. Pure Python: importing it does not import torch (only the pruner's names and the batch plan's
+bound `MAX_INT`, which every integer key obeys).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo.run.pruning import RESOURCES
+from grpo.training.batch_plan import MAX_INT
 
 SEED_MAX = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
 MAX_TEMPERATURE = 10.0  # beyond it sampling is uniform noise; far beyond, logits / T underflow
@@ -35,7 +37,8 @@ MIN_POSITIVE_TEMPERATURE = 1e-2  # below it (but not 0) logits / T overflow to i
 @dataclass(frozen=True)
 class TextRule:
     """What a text-valued key may hold: one of `choices`, or a full match of `pattern`; with
-    `is_list`, a list of at most `max_items` such texts, each of 1 to `max_chars` characters."""
+    `is_list`, a list of at most `max_items` such texts, each of 1 to `max_chars` characters;
+    null only where `nullable` (meaning what `note` says)."""
 
     what: str
     choices: tuple[str, ...] = ()
@@ -44,14 +47,19 @@ class TextRule:
     is_list: bool = False
     max_items: int = 16
     max_chars: int = 256
+    nullable: bool = False
+    note: str = ""
 
     def describe(self) -> str:
         one = (f"one of {', '.join(self.choices)}" if self.choices
                else self.pattern_words if self.pattern
                else f"a text of 1 to {self.max_chars} characters")
-        return f"a list of at most {self.max_items} texts, each {one}" if self.is_list else one
+        text = f"a list of at most {self.max_items} texts, each {one}" if self.is_list else one
+        return f"null or {text}" if self.nullable else text
 
     def problem(self, value: Any) -> bool:
+        if value is None:
+            return not self.nullable
         values = value if self.is_list and isinstance(value, list) else [value]
         if self.is_list and (not isinstance(value, list) or len(value) > self.max_items):
             return True
@@ -61,6 +69,12 @@ class TextRule:
 
 
 DEVICE = {"pattern": r"auto|cpu|cuda(:\d{1,2})?", "pattern_words": "auto, cpu, cuda or cuda:N"}
+PATH = {"pattern": r"(?!.*[^/]{256})[^\x00]+", "max_chars": 4096,
+        "pattern_words": "a path of at most 4096 characters, each name at most 255"}
+NAME = {"pattern": r"[A-Za-z0-9_.+-]+", "max_chars": 128,
+        "pattern_words": "a name of letters, digits and _.+- (at most 128 characters)"}
+FIELD = {"pattern": r"[A-Za-z_][A-Za-z0-9_]*", "max_chars": 64,
+         "pattern_words": "a field name of letters, digits and _"}
 TEXT_RULES = {
     "model.device": TextRule("the trained policy's device", **DEVICE),
     "rollout.device": TextRule("the rollout engine's device", **DEVICE),
@@ -72,7 +86,38 @@ TEXT_RULES = {
                                 pattern=r"(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.=,+-]+(/[A-Za-z0-9_.=,+-]+)*",
                                 pattern_words="a relative path of names of letters, digits and "
                                               "_.=,+- (no '..', not absolute)", max_chars=128),
+    "model.name": TextRule("the model's name (cost rates and labels are matched on it)", **NAME),
+    "model.path": TextRule("the model's folder", **PATH),
+    "model.attn_implementation": TextRule(
+        "the attention kernel", ("eager", "sdpa", "flash_attention_2"), nullable=True,
+        note="null = transformers' default"),
+    "data.name": TextRule("the dataset's name", **NAME),
+    "data.train_path": TextRule("the training data file", **PATH),
+    "data.validation_path": TextRule("the validation data file", **PATH),
+    "data.question_field": TextRule("the data's question field", **FIELD),
+    "data.answer_field": TextRule("the data's answer field", **FIELD),
+    "data.solution_field": TextRule("the data's worked-solution field", **FIELD),
+    "cluster.name": TextRule("where the jobs run", ("local", "slurm")),
+    "paths.output_root": TextRule("the folder of every study", **PATH),
+    "paths.cache_dir": TextRule("the folder of built models", **PATH),
+    "logging.wandb_project": TextRule("the wandb project", max_chars=128),
+    "cluster.partition": TextRule("the SLURM partition", **NAME, nullable=True,
+                                  note="null = the cluster's default"),
+    "cluster.account": TextRule("the SLURM account", **NAME, nullable=True, note="null = none"),
+    "cluster.qos": TextRule("the SLURM quality of service", **NAME, nullable=True,
+                            note="null = the default"),
+    "logging.wandb_entity": TextRule("the wandb entity", max_chars=128, nullable=True,
+                                     note="null = your default entity"),
 }
+REGISTRY_KEYS = {"loss.name": "loss", "normalization.name": "normalization", "prompt.name": "prompt",
+                 "pruning.name": "pruning", "rollout.engine": "rollout", "model.build": "model.build",
+                 "model.precision": "model.precision", "off_policy.correction": "off_policy.correction"}
+"""Keys whose values are a registry's names (key -> how messages name it), checked against the
+registry by grpo.config.validation; here only that each is a text (model.build: or null, a
+downloaded model), so that the registry lookup never sees another type."""
+TEXT_RULES.update({key: TextRule(f"{shown}'s name", max_chars=128, nullable=key == "model.build",
+                                 note="null = a downloaded model at model.path" if key == "model.build" else "")
+                   for key, shown in REGISTRY_KEYS.items()})
 """The text-valued keys whose bad values would crash a job after it started (or, for
 experiment_name, put its runs outside paths.output_root)."""
 
@@ -159,7 +204,7 @@ def _show(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def _int(what: str, low: int | None = None, high: int | None = None, **extra: Any) -> Rule:
+def _int(what: str, low: int | None = None, high: int = MAX_INT, **extra: Any) -> Rule:
     return Rule(what, int, low, high, **extra)
 
 
@@ -238,7 +283,7 @@ RULES: dict[str, Rule] = {
     "rollout.gpu_memory_utilization": _number("vLLM's share of its GPU's memory", 0, 1,
                                               low_open=True),
     "rollout.sleep_level": _int("the vLLM sleep level", 0, 2),
-    "rollout.cpu_kv_cache_gb": _number("vLLM's KV cache in GiB on the CPU", 0, low_open=True),
+    "rollout.cpu_kv_cache_gb": _number("vLLM's KV cache in GiB on the CPU", 0, 4096, low_open=True),
     "rollout.colocate": _flag("rollout.colocate"),
     "rollout.enable_sleep_mode": _flag("rollout.enable_sleep_mode"),
     "rollout.enforce_eager": _flag("rollout.enforce_eager"),
@@ -292,7 +337,7 @@ def _leaf_keys(node: dict, prefix: str = "") -> Iterator[str]:
         key = f"{prefix}{name}"
         if key == "hydra":
             continue
-        if isinstance(child, dict):
+        if isinstance(child, dict) and child:
             yield from _leaf_keys(child, f"{key}.")
         else:
             yield key
@@ -301,7 +346,8 @@ def _leaf_keys(node: dict, prefix: str = "") -> Iterator[str]:
 def value_errors(cfg: DictConfig) -> list[str]:
     """One line per key of `cfg` whose value breaks its rule (see the module docstring)."""
     errors = []
-    for key in _leaf_keys(OmegaConf.to_container(cfg, resolve=False)):
+    keys = list(_leaf_keys(OmegaConf.to_container(cfg, resolve=False)))
+    for key in keys:
         if key in TEXT_RULES:
             continue  # checked below
         rule = rule_for(key)
@@ -319,15 +365,21 @@ def value_errors(cfg: DictConfig) -> list[str]:
         if problem:
             errors.append(rule.message(key, value, problem))
     for key, text_rule in TEXT_RULES.items():
-        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
-        if value is None:
+        if key not in keys:
+            continue  # another group option's key
+        try:
+            value = OmegaConf.select(cfg, key, throw_on_missing=True)
+        except OmegaConfBaseException as err:
+            errors.append(f"{key} cannot be read ({type(err).__name__}: {str(err).splitlines()[0]}); "
+                          f"set {key} to {text_rule.describe()}")
             continue
-        if isinstance(value, ListConfig):
+        if isinstance(value, ListConfig | DictConfig):
             value = OmegaConf.to_container(value, resolve=True)
         if text_rule.problem(value):
-            shown = repr(value) if len(repr(value)) < 80 else repr(value)[:77] + "..."
+            shown = _show(value) if len(_show(value)) < 80 else _show(value)[:77] + "..."
+            note = f" ({text_rule.note})" if text_rule.note else ""
             errors.append(f"{key}={shown}: {text_rule.what} must be {text_rule.describe()}; "
-                          f"set {key} to {text_rule.describe()}")
+                          f"set {key} to {text_rule.describe()}{note}")
     for key in ("sampling.temperature", "eval.temperature"):
         value = OmegaConf.select(cfg, key, default=None)
         if isinstance(value, int | float) and 0 < value < MIN_POSITIVE_TEMPERATURE:

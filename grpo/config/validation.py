@@ -448,5 +448,11 @@ def check_config(cfg: DictConfig) -> ConfigReport:
               _check_tiny_tokenizer, _check_rollout, _check_staleness, _check_pruning, _check_cost,
               _check_prompt_lengths)
     for check in checks:
-        check(cfg, plan, report)
+        try:
+            check(cfg, plan, report)
+        except Exception as err:  # noqa: BLE001 -- the validator reports, it never tracebacks
+            report.errors.append(
+                f"the config could not be checked ({check.__name__.removeprefix('_check_')}: "
+                f"{type(err).__name__}: {str(err)[:200]}); a value the rules above let through "
+                "breaks it: please report it with the command line")
     return report

@@ -34,6 +34,10 @@ def config_value(cfg: Any, dotted: str) -> Any:
     return node
 
 
+MAX_INT = 2**31 - 1
+"""The largest integer any config key may hold (a C int: thread counts, tensor sizes, loop
+bounds); grpo.config.rules bounds every integer key by it."""
+
 @dataclass(frozen=True)
 class BatchPlan:
     """The batch sizes of one run (counts of rollouts) and what follows from them.
@@ -61,11 +65,12 @@ class BatchPlan:
     def errors(self) -> list[str]:
         """What makes the plan impossible, one message per broken rule naming the config keys."""
         bad = [
-            f"{CONFIG_KEYS[f.name]}={getattr(self, f.name)} must be a positive integer"
+            f"{CONFIG_KEYS[f.name]}={getattr(self, f.name)} must be a positive integer "
+            f"(at most {MAX_INT})"
             for f in fields(self)
             if isinstance(getattr(self, f.name), bool)
             or not isinstance(getattr(self, f.name), int)
-            or getattr(self, f.name) < 1
+            or not 1 <= getattr(self, f.name) <= MAX_INT
         ]
         if bad:
             return bad
