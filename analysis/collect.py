@@ -79,6 +79,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from analysis.metric_names import METRIC_NAMES, REWARD
 from grpo.run.files import (
     MAX_METRICS_BYTES,
     MAX_STATUS_BYTES,
@@ -90,6 +91,7 @@ from grpo.run.files import (
     read_yaml,
     typed_status_fields,
 )
+from grpo.run.outcomes import is_reward
 from grpo.run.run_config import RUN_CONFIG, compare, trained_record
 from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan, config_value
 
@@ -396,7 +398,11 @@ class _Run:
             problems.append(".hydra/overrides.yaml holds unparsable overrides")
             overrides = {}
         log = read_metrics(path / "metrics.jsonl")
-        if not log.rows:
+        bad_reward = _bad_reward(log.rows)
+        if bad_reward is not None:
+            problems.append(f"metrics.jsonl: {bad_reward}: no metric of this run is used")
+            log = MetricsLog([], log.n_bad_lines, log.n_duplicate_steps)
+        elif not log.rows:
             metrics = path / "metrics.jsonl"
             problems.append("metrics.jsonl holds no step" if metrics.exists() else "no metrics.jsonl")
         status, status_problem = read_status(path, bool(log.rows))
@@ -493,6 +499,21 @@ def _count(value: Any, default: int) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         return default
     return value
+
+
+REWARD_KEYS = tuple(key for key, name in METRIC_NAMES.items() if name.bounds == REWARD and "reward" in key)
+"""The logged rewards (and reward parts), each a number in [0, 1] by construction."""
+
+
+def _bad_reward(rows: Sequence[dict[str, Any]]) -> str | None:
+    """The first logged reward that is not a number in [0, 1] (``grpo.run.outcomes.is_reward``:
+    a NaN, an infinity, a value out of range, a text), in words; None when every one is. A run
+    that logged one is crafted or broken, and none of its metrics can be trusted."""
+    for row in rows:
+        for key in REWARD_KEYS:
+            if key in row and not is_reward(row[key]):
+                return f"step {row['step']} logged {key}={row[key]!r}, not a reward in [0, 1]"
+    return None
 
 
 def _is_number(value: Any) -> bool:

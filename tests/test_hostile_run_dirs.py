@@ -246,6 +246,29 @@ def test_analysis_lists_crafted_runs_as_unusable_and_reports_the_rest(tmp_path: 
     assert "sweep/4`" in unusable
 
 
+@pytest.mark.parametrize(("key", "text"), [("eval/reward", '"inf"'), ("eval/reward", "1.5"),
+                                           ("train/reward_mean", '"nan"'), ("eval/reward", '"0.9"')])
+def test_a_run_that_logged_a_reward_outside_0_1_is_unusable_not_a_result(
+        tmp_path: Path, key: str, text: str) -> None:
+    sweep = tmp_path / "sweep"
+    write_grid_sweep(sweep, {"learning_rate": [1e-5, 3e-5, 1e-4]}, n_steps=20, eval_every=5)
+    metrics = sweep / "1" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    row = json.loads(lines[-1])
+    row[key] = "__BAD__"  # the last (evaluated) step
+    lines[-1] = json.dumps(row).replace('"__BAD__"', text)
+    metrics.write_text("\n".join(lines) + "\n")
+    out = subprocess.run([sys.executable, "-m", "analysis", "plots", "--sweep", str(sweep)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    report = (sweep / "report.md").read_text()
+    unusable = report[report.index("## Runs with missing or unreadable data"):]
+    assert ("sweep/1`" in unusable and f"step 20 logged {key}=" in unusable
+            and "not a reward in [0, 1]: no metric of this run is used" in unusable), unusable
+    rest = "\n".join(line for line in report.splitlines() if "not a reward in [0, 1]" not in line)
+    assert not any(bad in rest for bad in ("inf", "nan", "1.5", "0.9\n")), rest
+
+
 # ------------------------------------------------------------------ a full disk
 _FILE_SIZE_LIMIT = """
 import os, resource, signal, sys
