@@ -55,9 +55,14 @@ def test_rules_name_the_keys() -> None:
         "train_batch_size=64 must be divisible by micro_batch_size=3 "
         "(gradient_accumulation_steps = train_batch_size / micro_batch_size)"]
     assert plan(epochs=0, micro="2").errors() == [  # type: ignore[arg-type]
-        "micro_batch_size=2 must be a positive integer",
-        "off_policy.epochs=0 must be a positive integer"]
-    assert plan(epochs=True).errors() == ["off_policy.epochs=True must be a positive integer"]
+        "micro_batch_size=2 must be a positive integer (at most 2147483647)",
+        "off_policy.epochs=0 must be a positive integer (at most 2147483647)"]
+    assert plan(epochs=True).errors() == ["off_policy.epochs=True must be a positive integer (at most 2147483647)"]
+    assert plan(epochs=2**31).errors() == [
+        "off_policy.epochs=2147483648 must be a positive integer (at most 2147483647)"]
+    assert plan(epochs=2**31 - 1).errors() == []
+    # a token budget cuts micro-batches by tokens: micro_batch_size need not divide train_batch_size
+    assert plan(micro=3).errors(token_budget=True) == []
 
 
 def test_from_nested_config_and_from_flat_dotted_keys() -> None:
@@ -67,7 +72,7 @@ def test_from_nested_config_and_from_flat_dotted_keys() -> None:
             "micro_batch_size": 16, "off_policy.epochs": 2}
     assert BatchPlan.from_config(cfg) == BatchPlan.from_config(flat) == BatchPlan(64, 8, 32, 16, 2)
     assert BatchPlan.from_config({"rollout_batch_size": 64}).errors()[0] == (
-        "group_size=None must be a positive integer")
+        "group_size=None must be a positive integer (at most 2147483647)")
     on_policy = BatchPlan.from_config({**flat, **BatchPlan.from_config(flat).on_policy_settings()})
     assert on_policy.train_batch_size == 64 and not on_policy.off_policy
 

@@ -234,6 +234,9 @@ GOOD_VALUES: list[tuple[str, Mapping[str, Any]]] = [
     ("cliprange_below_one", {"loss": "grpo_clip", "loss.cliprange": 0.999}),
     ("one_cpu", {"cluster.cpus_per_job": 1}),
     ("budget_of_one_sequence", {"model.micro_batch_tokens": 64, "skip_zero_advantage": True}),
+    # a token budget cuts the micro-batches: micro_batch_size is unused, need not divide 32
+    ("token_budget_ignores_micro_batch_size", {"model.micro_batch_tokens": 100000,
+                                               "train_batch_size": 32, "micro_batch_size": 48}),
 ]
 
 GOOD_FILES: list[tuple[str, Files]] = [

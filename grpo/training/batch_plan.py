@@ -62,8 +62,10 @@ class BatchPlan:
         """The plan of a run config (nested, or flat with dotted keys as in `CONFIG_KEYS`)."""
         return cls(**{name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()})
 
-    def errors(self) -> list[str]:
-        """What makes the plan impossible, one message per broken rule naming the config keys."""
+    def errors(self, token_budget: bool = False) -> list[str]:
+        """What makes the plan impossible, one message per broken rule naming the config keys.
+        With `token_budget` (`model.micro_batch_tokens` set) micro-batches are cut by tokens, so
+        `train_batch_size` need not be a multiple of `micro_batch_size`, which is unused."""
         bad = [
             f"{CONFIG_KEYS[f.name]}={getattr(self, f.name)} must be a positive integer "
             f"(at most {MAX_INT})"
@@ -88,7 +90,7 @@ class BatchPlan:
                 f"rollout_batch_size={rollout} must be divisible by train_batch_size={train} "
                 "(each epoch is a whole number of optimizer steps)"
             )
-        if train % micro:
+        if train % micro and not token_budget:
             errors.append(
                 f"train_batch_size={train} must be divisible by micro_batch_size={micro} "
                 "(gradient_accumulation_steps = train_batch_size / micro_batch_size)"
