@@ -86,6 +86,17 @@ def test_the_analysis_reads_what_trained_where_the_record_was_rewritten(
 
 
 @pytest.mark.slow
+def test_a_completed_run_relaunched_trains_nothing_and_counts_no_restart(
+        trained: Path, tiny_model_dir: Path) -> None:
+    before = status(trained)
+    returncode, output = finish(launch(trained, tiny_model_dir))
+    assert returncode == 0, output
+    after = status(trained)
+    assert after["status"] == "completed" and after["restarts"] == before["restarts"] == 0
+    assert steps(trained) == list(range(N_STEPS + 1))
+
+
+@pytest.mark.slow
 def test_keys_that_may_change_are_allowed_and_recorded(trained: Path, tiny_model_dir: Path) -> None:
     returncode, output = finish(launch(trained, tiny_model_dir, f"n_grpo_steps={N_STEPS + 2}",
                                        "logging.progress_every=5", "health.zero_reward_patience=50"))

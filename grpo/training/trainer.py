@@ -616,6 +616,8 @@ class GRPOTrainer:
         if self.pruning is not None:
             self.trial = RunTrial.attach(self.pruning, self.run_dir, n_steps)
         if self.start_step >= n_steps:
+            if self.previous_status == "completed":  # nothing trains again: no restart to count
+                self.restarts -= 1
             self._complete(last_step, trained_now=False)
             return read_status(self.run_dir)
         if self.pruning is not None and self.previous_status == "pruned" and self.start_step > 0:
