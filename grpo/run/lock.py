@@ -54,9 +54,16 @@ def _directory_lock(directory: Path, busy: str) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as err:
-        if err.errno != errno.ELOOP:
-            raise RunDirError(not_writable(directory, path, err)) from None
-        raise planted_link(path) from None
+        if err.errno == errno.ELOOP:
+            raise planted_link(path) from None
+        if err.errno == errno.EISDIR:
+            raise RunDirError(f"{path} is a directory, not the lock file of {directory}: move it "
+                              f"aside (`mv {path} {path}.aside`) and launch again") from None
+        if err.errno == errno.EACCES and path.exists():
+            raise RunDirError(f"{path} cannot be opened for reading and writing ({err.strerror}): "
+                              f"give it back its permissions (`chmod u+rw {path}`) and launch "
+                              "again") from None
+        raise RunDirError(not_writable(directory, path, err)) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
