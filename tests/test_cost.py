@@ -218,3 +218,11 @@ def test_the_cost_scan_of_many_crafted_runs_stays_within_seconds(tmp_path: Path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "medians of 16 earlier run(s) of this model" in out.stdout  # MATCHED_RUNS
     assert time.perf_counter() - start < 60
+
+
+def test_a_gpu_hour_budget_on_a_cpu_sweep_says_it_is_not_enforced(tmp_path: Path) -> None:
+    out = launch("-m", "model=tiny", "data=toy", "rollout=hf", "seed=0,1", "budget.gpu_hours=0.001",
+                 "dry_run=true", f"paths.output_root={tmp_path}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert ("budget.gpu_hours=0.001 is not enforced: the jobs use no GPU (cluster.gpus_per_job=0)"
+            in out.stderr)
