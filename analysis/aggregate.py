@@ -359,6 +359,8 @@ def spend(collection: Collection) -> Spend:
     planned = pd.to_numeric(runs["n_grpo_steps"], errors="coerce")
     short = (runs["status"] != "completed") & (planned > runs["steps_done"])
     steps = collection.steps
+    if runs.empty or "step" not in steps:  # no run has metrics (none started, or none usable)
+        return Spend(0.0, 0.0, "CPU-hours", {})
     start = steps[steps["step"] == 0].set_index("run_id")[ELAPSED].reindex(runs.index).fillna(0.0)
     first = hours * (start / runs["wall_clock_s"]).clip(0, 1).fillna(0.0)  # the step-0 evaluation
     scaled = first + (hours - first) * (planned / runs["steps_done"])

@@ -24,6 +24,7 @@ from rich.text import Text
 
 from analysis.progress import SUMMARY_ORDER, RunProgress, SweepProgress, scheduler_states
 from analysis.report import MISSING, fmt_duration, fmt_number
+from grpo.run.pruning import journal_problem
 
 STYLES = {"running": "cyan", "starting": "cyan", "preempted": "cyan", "pending": "dim",
           "completed": "green",
@@ -182,6 +183,9 @@ class SweepMonitor:
         logs = [f"#{r.num} {r.log}" for r in rows if r.status == "failed" and r.log]
         if logs:
             lines.append(f"Logs of failed jobs: {'; '.join(logs)}")
+        problem = journal_problem(sweep)
+        if problem is not None:
+            lines.append(f"Pruning: off for every run that read the journal: {problem}")
         lines += best_config(sweep)
         lines.append(report_line(sweep))
         for line in lines:

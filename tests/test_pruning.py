@@ -4,6 +4,7 @@ and a journal that cannot be used never stops a run."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -13,7 +14,10 @@ from pathlib import Path
 
 import optuna
 import pytest
+from rich.console import Console
 
+from analysis.monitor import SweepMonitor
+from analysis.progress import SweepProgress
 from grpo.run.pruning import (
     JOURNAL,
     STOP_ATTR,
@@ -21,6 +25,7 @@ from grpo.run.pruning import (
     ReplayJob,
     ReplayOutcome,
     RunTrial,
+    journal_problem,
     open_study,
     replay,
 )
@@ -161,6 +166,19 @@ def test_an_unusable_journal_switches_pruning_off_with_a_warning(
         assert RunTrial.attach(SH, sweep / "0", 50) is None
     assert "pruning is off for" in caplog.text
     assert outside.read_text() == "not the run's\n"
+    # the sweep's summary says it too (not only the job's log), and reading changes nothing
+    before = journal.read_bytes() if damage != "link" else None
+    problem = journal_problem(sweep)
+    assert problem is not None and str(journal) in problem
+    assert (journal.read_bytes() if damage != "link" else None) == before
+    lines = SweepMonitor(SweepProgress(sweep), Console(file=io.StringIO())).summary([])
+    assert f"Pruning: off for every run that read the journal: {problem}" in lines
+
+
+def test_a_sound_journal_is_no_problem(tmp_path: Path) -> None:
+    RunTrial.attach(SH, tmp_path / "0", 50)
+    assert (tmp_path / JOURNAL).is_file() and journal_problem(tmp_path) is None
+    assert journal_problem(tmp_path / "elsewhere") is None
 
 
 def test_a_run_reports_the_mean_of_its_last_evaluations_and_keeps_them_across_a_restart(

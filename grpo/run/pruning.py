@@ -174,20 +174,44 @@ PRUNERS: dict[str, PrunerKind] = {
 """Pruner name (`pruning.name`) -> its entry; the validator, the trainer and the dry run read it."""
 
 
-def open_study(sweep_dir: Path, settings: PruningSettings, n_grpo_steps: int) -> optuna.Study:
-    """The sweep's study (created by the first run that asks); PruningUnavailable when its
-    journal is a planted link, too large or unreadable."""
-    path = sweep_dir / JOURNAL
+def _storage(path: Path) -> JournalStorage:
+    """The journal at `path`, replayed; PruningUnavailable when it is a planted link, too large
+    or unreadable."""
     if path.is_symlink():
         raise PruningUnavailable(str(planted_link(path)))
     if path.is_file() and path.stat().st_size > MAX_JOURNAL_BYTES:
         raise PruningUnavailable(f"{path} is larger than {MAX_JOURNAL_BYTES} bytes")
     try:
-        storage = JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
+        return JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
+    except Exception as err:  # noqa: BLE001 -- Optuna replaying a torn or crafted journal
+        raise PruningUnavailable(f"{path} cannot be read ({type(err).__name__}: {err})") from None
+
+
+def open_study(sweep_dir: Path, settings: PruningSettings, n_grpo_steps: int) -> optuna.Study:
+    """The sweep's study (created by the first run that asks); PruningUnavailable when its
+    journal is a planted link, too large or unreadable."""
+    storage = _storage(sweep_dir / JOURNAL)
+    try:
         return optuna.create_study(study_name=STUDY, storage=storage, direction="maximize",
                                    pruner=settings.pruner(n_grpo_steps), load_if_exists=True)
     except Exception as err:  # noqa: BLE001 -- Optuna replaying a torn or crafted journal
-        raise PruningUnavailable(f"{path} cannot be read ({type(err).__name__}: {err})") from None
+        raise PruningUnavailable(f"{sweep_dir / JOURNAL} cannot be read ({type(err).__name__}: "
+                                 f"{err})") from None
+
+
+def journal_problem(sweep_dir: Path) -> str | None:
+    """Why the sweep's journal cannot be used (each run that read it trained without pruning),
+    or None when it can or there is none. Reads, never writes."""
+    path = sweep_dir / JOURNAL
+    if not (path.is_file() or path.is_symlink()):
+        return None
+    try:
+        _storage(path).get_all_studies()
+    except PruningUnavailable as err:
+        return str(err)
+    except Exception as err:  # noqa: BLE001 -- Optuna on a crafted journal
+        return f"{path} cannot be read ({type(err).__name__}: {err})"
+    return None
 
 
 def _reattach(study: optuna.Study, frozen: FrozenTrial) -> Trial:
