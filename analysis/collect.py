@@ -398,9 +398,9 @@ class _Run:
             problems.append(".hydra/overrides.yaml holds unparsable overrides")
             overrides = {}
         log = read_metrics(path / "metrics.jsonl")
-        bad_reward = _bad_reward(log.rows)
-        if bad_reward is not None:
-            problems.append(f"metrics.jsonl: {bad_reward}: no metric of this run is used")
+        unusable = bad_reward(log.rows)
+        if unusable is not None:
+            problems.append(f"metrics.jsonl: {unusable}: no metric of this run is used")
             log = MetricsLog([], log.n_bad_lines, log.n_duplicate_steps)
         elif not log.rows:
             metrics = path / "metrics.jsonl"
@@ -505,7 +505,7 @@ REWARD_KEYS = tuple(key for key, name in METRIC_NAMES.items() if name.bounds == 
 """The logged rewards (and reward parts), each a number in [0, 1] by construction."""
 
 
-def _bad_reward(rows: Sequence[dict[str, Any]]) -> str | None:
+def bad_reward(rows: Sequence[dict[str, Any]]) -> str | None:
     """The first logged reward that is not a number in [0, 1] (``grpo.run.outcomes.is_reward``:
     a NaN, an infinity, a value out of range, a text), in words; None when every one is. A run
     that logged one is crafted or broken, and none of its metrics can be trusted."""

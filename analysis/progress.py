@@ -30,7 +30,14 @@ from typing import Any
 
 import yaml
 
-from analysis.collect import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, parse_line, read_status
+from analysis.collect import (
+    ELAPSED,
+    EVAL_REWARD,
+    STOPPED_STATUSES,
+    bad_reward,
+    parse_line,
+    read_status,
+)
 from grpo.run.files import STATUSES, atomic_write_text
 from grpo.run.tracking import run_overrides
 
@@ -145,6 +152,7 @@ class MetricsTail:
         self.last: dict[str, Any] | None = None
         self.last_eval: tuple[int, float] | None = None
         self.recent: deque[tuple[int, float]] = deque(maxlen=RATE_WINDOW)
+        self.unusable: str | None = None  # a logged reward outside [0, 1], as collect says it
 
     def update(self) -> None:
         """Parse the complete lines appended since the last call."""
@@ -170,6 +178,7 @@ class MetricsTail:
         if self.recent and row["step"] <= self.recent[-1][0]:
             self.recent.clear()  # a step logged again: timing restarts
         self.last = row
+        self.unusable = self.unusable or bad_reward([row])
         if _finite(row.get(EVAL_REWARD)):
             self.last_eval = (row["step"], float(row[EVAL_REWARD]))
         if _finite(row.get(ELAPSED)):
@@ -274,7 +283,8 @@ class SweepProgress:
         run_dir = self.sweep_dir / str(job.num)
         tail = self._tails.setdefault(job.num, MetricsTail(run_dir / "metrics.jsonl"))
         tail.update()
-        status, _ = read_status(run_dir, has_metrics=tail.last is not None)
+        usable = tail.last is not None and tail.unusable is None  # counted as the report counts
+        status, _ = read_status(run_dir, has_metrics=usable)
         name = status["status"] if isinstance(status["status"], str) else repr(status["status"])
         name = "running" if name == "unknown" else name  # metrics but no status.json yet
         n_steps = _int_or_none(status.get("n_grpo_steps"))
@@ -284,10 +294,12 @@ class SweepProgress:
         active = name in ACTIVE_STATUSES
         return RunProgress(
             num=job.num, label=label, run_dir=run_dir, status=name,
-            reason=_str_or_none(status.get("reason")), steps_done=steps_done, n_steps=n_steps,
-            train_reward=_float_or_none(tail.last.get(TRAIN_REWARD)) if tail.last else None,
-            eval_reward=tail.last_eval[1] if tail.last_eval else None,
-            eval_step=tail.last_eval[0] if tail.last_eval else None,
+            reason=(f"metrics unusable: {tail.unusable}" if tail.unusable
+                    else _str_or_none(status.get("reason"))),
+            steps_done=steps_done, n_steps=n_steps,
+            train_reward=_float_or_none(tail.last.get(TRAIN_REWARD)) if usable else None,
+            eval_reward=tail.last_eval[1] if usable and tail.last_eval else None,
+            eval_step=tail.last_eval[0] if usable and tail.last_eval else None,
             seconds_per_step=per_step,
             eta_s=per_step * left if active and per_step is not None and left else None,
             restarts=_int_or_none(status.get("restarts")) or 0,

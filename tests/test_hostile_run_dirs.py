@@ -14,6 +14,7 @@ import pytest
 import torch
 from test_checkpoint import RUN_CONFIG_TEXT, trainer_state
 
+from analysis.progress import SweepProgress
 from analysis.synthetic import write_grid_sweep
 from grpo.models.build import read_build_info
 from grpo.run.checkpoint import CheckpointManager, write_final_model
@@ -261,6 +262,10 @@ def test_a_run_that_logged_a_reward_outside_0_1_is_unusable_not_a_result(
     out = subprocess.run([sys.executable, "-m", "analysis", "plots", "--sweep", str(sweep)], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    # the live monitor counts as the report does: no reward shown for the run, the reason said
+    (run,) = [r for r in SweepProgress(sweep).read() if r.num == 1]
+    assert run.eval_reward is None and run.train_reward is None
+    assert run.reason is not None and f"step 20 logged {key}=" in run.reason
     report = (sweep / "report.md").read_text()
     unusable = report[report.index("## Runs with missing or unreadable data"):]
     assert ("sweep/1`" in unusable and f"step 20 logged {key}=" in unusable
