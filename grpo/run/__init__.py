@@ -1,6 +1,8 @@
 """The run directory and the job around it: what a run writes, and how it survives.
 
 `files` (metrics, status, atomic writes), `checkpoint` (atomic, verified checkpoints),
+`checkpoint_names` (where checkpoints are and how they are named, torch-free), `run_config` (the
+config stored with each checkpoint, and the run's `.hydra/` record),
 `state_files` (trainer state without pickle), `manifest` (sizes and hashes), `outcomes` (each evaluation's
 per-problem rewards), `preemption`
 (SLURM signals), `health` (collapse and divergence guards), `pruning` (the sweep's pruner: an
