@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -295,3 +296,13 @@ def test_build_engine_hf_and_unknown(
     assert engine.max_model_len == MAX_MODEL_LEN
     with pytest.raises(ValueError, match="rollout.engine"):
         build_engine(OmegaConf.create({"engine": "sglang"}), **kwargs)
+
+
+def test_a_stop_the_tokenizer_cannot_encode_never_stops_a_response(
+        engine: HFRolloutEngine, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    """`prompt.stop=['é']` on the tiny model crashed the run (WordLevel: missing [UNK])."""
+    sampling = SamplingSettings(temperature=0.0, max_new_tokens=8, seed=0)
+    plain = engine.generate(PROMPTS, 1, sampling)
+    with_stop = engine.generate(PROMPTS, 1, replace(sampling, stop=("é",)))
+    assert [g[0].token_ids for g in with_stop] == [g[0].token_ids for g in plain]
+    assert min_length_end_ids(policy, tokenizer, ["é"]) == min_length_end_ids(policy, tokenizer, [])

@@ -385,11 +385,17 @@ def _split_stops(
     tokenizer: PreTrainedTokenizerBase, stops: Sequence[str]
 ) -> tuple[list[int], list[str]]:
     """Split stop strings into single-token stops (ids, which end generation like an EOS but are
-    kept) and multi-token ones (handled by `_StopStrings`)."""
+    kept) and multi-token ones (handled by `_StopStrings`). A stop the tokenizer cannot encode
+    (a character outside the tiny model's vocabulary) is matched as text: the model never writes
+    it, so it never stops a response."""
     token_ids: list[int] = []
     strings: list[str] = []
     for stop in stops:
-        ids = tokenizer.encode(stop, add_special_tokens=False)
+        try:
+            ids = tokenizer.encode(stop, add_special_tokens=False)
+        except Exception:  # noqa: BLE001 -- tokenizers' errors have no common type
+            strings.append(stop)
+            continue
         if len(ids) == 1 and tokenizer.decode(ids) == stop:
             token_ids.append(ids[0])
         else:
