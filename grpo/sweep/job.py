@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo.config.validation import check_config
 from grpo.core.losses import POLICY_LOSSES
 from grpo.run.files import RunDirError, is_disk_full, read_status
+from grpo.run.pruning import OFF
 from grpo.sweep.cost import estimate
 from grpo.training.batch_plan import BatchPlan, MicroBatching
 
@@ -94,7 +95,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     """The task function of launch.py: one GRPO run in the job's Hydra output directory."""
     report = check_config(cfg)
     hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode == RunMode.RUN and cfg.pruning.name != "off":
+    if hydra_cfg.mode == RunMode.RUN and cfg.pruning.name != OFF:
         report.errors.append(
             f"pruning={cfg.pruning.name}: a pruner compares the runs of one sweep (one Optuna "
             "study in the sweep directory); a single run has no runs to be compared with and "
