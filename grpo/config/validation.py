@@ -134,7 +134,8 @@ def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None
     config_file = path / "config.json"
     if not config_file.is_file():
         report.errors.append(
-            f"model.path={path} holds no config.json; download the model there yourself and set "
+            f"model.path={path} holds no config.json, and model.build=null loads it as is "
+            "(builds nothing); download the model there yourself and set "
             f"model.path=/path/to/{path.name} (or GRPO_MODEL_PATH, or model.path in "
             "conf/local/default.yaml); with no weights at hand use +experiment=toy (the tiny model)"
         )
