@@ -15,15 +15,18 @@ KIND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 LOCK := requirements/$(KIND).lock.txt
 # The Python version and platform the locks are resolved for (Linux x86_64)
 LOCK_PYTHON := 3.11
-# uv, the tool that resolves the locks (`make lock`), pinned so that a lock regenerates the same
+# uv, the tool that resolves the locks (`make lock`) and installs them (`make install`), pinned so
+# that a lock regenerates the same; make installs it into .cache on first use
 UV_VERSION := 0.13.8
+UV_HOME := .cache/uv-$(UV_VERSION)
+UV := $(UV_HOME)/bin/uv
 # Where the CPU build of torch (torch==X+cpu) comes from, besides pip's configured find-links
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # CPU torch version for `make lock` (empty: keep the CPU lock's)
 TORCH_VERSION ?=
 # 1: `make lock` takes the newest releases pyproject's ranges allow (else it keeps the lock's pins)
 UPGRADE ?= 0
-export LOCK_PYTHON UV_VERSION TORCH_CPU_INDEX TORCH_VERSION UPGRADE
+export LOCK_PYTHON UV TORCH_CPU_INDEX TORCH_VERSION UPGRADE
 # the vLLM CPU test venv (make test-vllm): its own torch/transformers pins, so apart from .venv
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
@@ -36,22 +39,25 @@ VLLM_ENV := XDG_CACHE_HOME=$(CURDIR)/.cache/xdg VLLM_CACHE_ROOT=$(CURDIR)/.cache
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml $(LOCK)
+$(UV):
+	rm -rf $(UV_HOME)
+	$(PYTHON) -m venv $(UV_HOME)
+	$(UV_HOME)/bin/python -m pip install -q --progress-bar off uv==$(UV_VERSION)
+
+$(STAMP): pyproject.toml $(LOCK) | $(UV)
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(None if v == "$(LOCK_PYTHON)" else \
 		f"error: $(PYTHON) is Python {v}, the locks are for Python $(LOCK_PYTHON): make install PYTHON=python$(LOCK_PYTHON)")'
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	@echo "install: exactly $(LOCK), no dependency resolution (pip --no-deps)"
-	$(PY) -m pip install --no-deps --progress-bar off \
-		$(if $(filter cpu,$(KIND)),--retries 1 --extra-index-url $(TORCH_CPU_INDEX)) "$$(grep -E '^torch==' $(LOCK))"
-	$(PY) -m pip install --no-deps --progress-bar off -r $(LOCK)
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	@echo "install: exactly $(LOCK), no dependency resolution (uv pip sync)"
+	$(UV) pip sync --python $(PY) $(if $(filter cpu,$(KIND)),$$(bash scripts/torch_sources.sh)) $(LOCK)
+	$(UV) pip install --python $(PY) --no-deps --no-build-isolation -e .
 	$(PY) scripts/lockfile.py check $(LOCK) --extra dev $(if $(filter gpu,$(KIND)),--extra vllm)
 	touch $(STAMP)
 
 install: $(STAMP) ## (re)create .venv with exactly the lock: requirements/cpu.lock.txt, or gpu.lock.txt where there is a GPU
 
-lock: ## regenerate requirements/*.lock.txt from pyproject.toml (UPGRADE=1: newest releases; TORCH_VERSION=X: CPU torch)
+lock: | $(UV) ## regenerate requirements/*.lock.txt from pyproject.toml (UPGRADE=1: newest releases; TORCH_VERSION=X: CPU torch)
 	bash scripts/lock.sh
 
 demo: $(STAMP) ## run the CPU demo sweep (tiny model, toy task) and plot it

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-: "${UV_VERSION:?}" "${LOCK_PYTHON:?}" "${TORCH_CPU_INDEX:?}"
+: "${LOCK_PYTHON:?}" "${TORCH_CPU_INDEX:?}"
 CPU_LOCK=requirements/cpu.lock.txt
 GPU_LOCK=requirements/gpu.lock.txt
 OVERRIDES=requirements/gpu-overrides.txt
@@ -19,11 +19,8 @@ OVERRIDES=requirements/gpu-overrides.txt
 TORCH_VERSION=${TORCH_VERSION:-$(sed -n 's/^torch==\([^+]*\)+cpu$/\1/p' "$CPU_LOCK" 2>/dev/null || true)}
 : "${TORCH_VERSION:?no torch in $CPU_LOCK: run make lock TORCH_VERSION=X.Y.Z}"
 
-UV=.cache/uv-$UV_VERSION/bin/uv
-if [[ ! -x $UV ]]; then
-  python3 -m venv ".cache/uv-$UV_VERSION"
-  ".cache/uv-$UV_VERSION/bin/pip" install -q "uv==$UV_VERSION"
-fi
+# uv $UV_VERSION, installed into .cache by make (the Makefile's $(UV) target)
+[[ -x ${UV:-} ]] || { echo "lock: run it as make lock (it installs uv first)" >&2; exit 2; }
 
 # inputs derived from pyproject.toml and the GPU lock, at fixed paths (the locks' "via" notes name them)
 work=.cache/lock
@@ -42,16 +39,7 @@ common=(--python-version "$LOCK_PYTHON" --python-platform x86_64-manylinux_2_28
 
 # The CPU build of torch comes from PyTorch's CPU index, or from the wheel folders pip is
 # configured with (find-links) where that index cannot be reached.
-sources=()
-for links in ${PIP_FIND_LINKS:-} $(python3 -m pip config get global.find-links 2>/dev/null || true); do
-  sources+=(--find-links "$links")
-done
-if python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)" \
-    "$TORCH_CPU_INDEX/torch/" 2>/dev/null; then
-  sources+=(--extra-index-url "$TORCH_CPU_INDEX" --index-strategy unsafe-best-match)
-else
-  echo "lock: $TORCH_CPU_INDEX is out of reach; torch==$TORCH_VERSION+cpu from pip's find-links" >&2
-fi
+read -r -a sources <<<"$(bash scripts/torch_sources.sh)"
 grep -v -E '^torch==' "$GPU_LOCK" >"$work/gpu-lock-without-torch.txt"
 echo "torch==$TORCH_VERSION+cpu" >"$work/torch-cpu.txt"
 "$UV" pip compile pyproject.toml "$work/build-system-requires.txt" --extra dev --constraint "$work/gpu-lock-without-torch.txt" \
