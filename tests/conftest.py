@@ -1,11 +1,20 @@
 """Shared fixtures: the warmed-up tiny model and the Qwen-shaped rehearsal model (each built once
-per test session), an uninterrupted training run to compare resumed runs with, and sample data."""
+per test session), an uninterrupted training run to compare resumed runs with, and sample data.
+
+`make test` runs the suite on pytest-xdist workers: the session's models and reference run live
+in the folder the workers share, and the first worker to need one makes it while the others wait
+on its lock (the kernel's flock). Tests are grouped per module (and the SLURM ones together) so
+that a module's fixtures are made once and two sweeps never compete for the 2-CPU cluster."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -48,31 +57,60 @@ def vllm_installed() -> None:
         pytest.skip(message)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """xdist groups (`--dist loadgroup`): one per module, one for all SLURM tests."""
+    for item in items:
+        group = "slurm" if item.get_closest_marker("slurm") else item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's temporary folder, shared by all xdist workers (each has its own below)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_path` (created if missing) for the block."""
+    with lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of the tiny model built with conf/model/tiny.yaml's settings, shared by the
-    whole session; treat it as read-only. A `model=tiny model.path=<this dir>` config finds its
-    own build there and reuses it."""
-    return resolve_model_path(model_conf("tiny", tmp_path_factory.mktemp("tiny") / "tiny-qwen2"))
+    whole session (all workers); treat it as read-only. A `model=tiny model.path=<this dir>`
+    config finds its own build there and reuses it."""
+    return resolve_model_path(model_conf("tiny", shared_root(tmp_path_factory) / "tiny-qwen2"))
 
 
 @pytest.fixture(scope="session")
 def rehearsal_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of the Qwen-shaped rehearsal model as `model=qwen-rehearsal` builds it, shared
-    by the whole session; treat it as read-only."""
+    by the whole session (all workers); treat it as read-only."""
     return resolve_model_path(
-        model_conf("qwen-rehearsal", tmp_path_factory.mktemp("rehearsal") / "qwen-rehearsal")
+        model_conf("qwen-rehearsal", shared_root(tmp_path_factory) / "qwen-rehearsal")
     )
 
 
 @pytest.fixture(scope="session")
 def reference(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Run directory of an uninterrupted `training_runs.launch` run; treat it as read-only."""
+    """Run directory of an uninterrupted `training_runs.launch` run, made once for all workers;
+    treat it as read-only."""
     from training_runs import finish, launch
 
-    run_dir = tmp_path_factory.mktemp("reference")
-    returncode, output = finish(launch(run_dir, tiny_model_dir))
-    assert returncode == 0, output
+    run_dir = shared_root(tmp_path_factory) / "reference"
+    with exclusive(run_dir.with_name("reference.lock")):
+        status = run_dir / "status.json"
+        if not (status.exists() and json.loads(status.read_text())["status"] == "completed"):
+            shutil.rmtree(run_dir, ignore_errors=True)  # a worker that died while making it
+            returncode, output = finish(launch(run_dir, tiny_model_dir))
+            assert returncode == 0, output
     return run_dir
 
 
