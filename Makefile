@@ -27,8 +27,9 @@ TORCH_VERSION ?=
 # 1: `make lock` takes the newest releases pyproject's ranges allow (else it keeps the lock's pins)
 UPGRADE ?= 0
 export LOCK_PYTHON UV TORCH_CPU_INDEX TORCH_VERSION UPGRADE
-# pytest-xdist workers of `make test` (tests/conftest.py groups them per module, SLURM tests together)
-TEST_WORKERS ?= 2
+# pytest-xdist workers of `make test` (tests/conftest.py groups them per module, SLURM tests
+# together). 1 on 2 cores: the heavy tests run 2 jobs each, so 2 workers oversubscribe the CPUs
+TEST_WORKERS ?= 1
 # the vLLM CPU test venv (make test-vllm): its own torch/transformers pins, so apart from .venv
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
@@ -83,7 +84,7 @@ watch: $(STAMP) ## live view of the latest sweep, running or finished (SWEEP=dir
 	$(PY) -m analysis watch $(SWEEP)
 
 test: $(STAMP) ## run the whole test suite (slow and SLURM tests included) on TEST_WORKERS processes
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(PY) -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) --durations=15
 
 test-latest: ## drift canary: fast tests in a throw-away venv with the newest releases pyproject allows
 	bash scripts/test_latest.sh
