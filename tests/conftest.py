@@ -59,15 +59,17 @@ def vllm_installed() -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """xdist groups (`--dist loadgroup`): one per module, one for all SLURM tests. The longest
-    groups go first, so that none starts last on an otherwise idle worker: the SLURM group, then
-    modules with slow tests (a stable sort: the order within a module stays)."""
+    """xdist groups (`--dist loadgroup`): one per module, one for all SLURM tests. On xdist
+    workers the longest groups go first, so that none starts last on an otherwise idle worker:
+    the SLURM group, then modules with slow tests (a stable sort: the order within a module
+    stays); a run in one process keeps pytest's order."""
     groups = {item: "slurm" if item.get_closest_marker("slurm") else item.module.__name__
               for item in items}
     slow = {groups[item] for item in items if item.get_closest_marker("slow")}
     for item in items:
         item.add_marker(pytest.mark.xdist_group(groups[item]))
-    items.sort(key=lambda item: (groups[item] != "slurm", groups[item] not in slow))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: (groups[item] != "slurm", groups[item] not in slow))
 
 
 def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
