@@ -4,23 +4,22 @@ per test session), an uninterrupted training run to compare resumed runs with, a
 `make test TEST_WORKERS=N` runs the suite on N pytest-xdist workers (the default, 1, runs it in
 one process: on 2 cores the heavy tests already keep both busy). The session's models and
 reference run live in the folder the workers share, and the first worker to need one makes it
-while the others wait on its lock (the kernel's flock). Tests are grouped per module (and the SLURM ones together) so
-that a module's fixtures are made once and two sweeps never compete for the 2-CPU cluster."""
+while the others wait on its lock (the kernel's flock). Tests are grouped per module (and the
+SLURM ones together) so that a module's fixtures are made once and two sweeps never compete for
+the 2-CPU cluster."""
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import json
 import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
+from grpo.models.build import exclusive_lock
 from grpo.models.loading import resolve_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,17 +77,6 @@ def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-@contextmanager
-def exclusive(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `lock_path` (created if missing) for the block."""
-    with lock_path.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of the tiny model built with conf/model/tiny.yaml's settings, shared by the
@@ -113,7 +101,7 @@ def reference(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     from training_runs import finish, launch
 
     run_dir = shared_root(tmp_path_factory) / "reference"
-    with exclusive(run_dir.with_name("reference.lock")):
+    with exclusive_lock(run_dir.with_name("reference.lock")):
         status = run_dir / "status.json"
         if not (status.exists() and json.loads(status.read_text())["status"] == "completed"):
             shutil.rmtree(run_dir, ignore_errors=True)  # a worker that died while making it

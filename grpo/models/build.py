@@ -115,7 +115,7 @@ def _is_cached(out_dir: Path, settings: dict[str, Any]) -> bool:
 
 
 @contextmanager
-def _exclusive_lock(lock_path: Path) -> Iterator[None]:
+def exclusive_lock(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive `fcntl.flock` on `lock_path` (created if missing) for the block."""
     with open(lock_path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -142,7 +142,7 @@ def build_once(
     if _is_cached(out_dir, settings):
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(out_dir.parent / f".{out_dir.name}.lock"):
+    with exclusive_lock(out_dir.parent / f".{out_dir.name}.lock"):
         existing = read_build_info(out_dir)
         if _is_cached(out_dir, settings):
             return out_dir
