@@ -52,9 +52,9 @@ $(STAMP): pyproject.toml $(LOCK) | $(UV)
 		f"error: $(PYTHON) is Python {v}, the locks are for Python $(LOCK_PYTHON): make install PYTHON=python$(LOCK_PYTHON)")'
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	@echo "install: exactly $(LOCK), no dependency resolution (uv pip sync)"
-	$(UV) pip sync --python $(PY) $(if $(filter cpu,$(KIND)),$$(bash scripts/torch_sources.sh)) $(LOCK)
-	$(UV) pip install --python $(PY) --no-deps --no-build-isolation -e .
+	@echo "install: exactly $(LOCK), no dependency resolution (uv pip sync), bytecode compiled"
+	$(UV) pip sync --compile-bytecode --python $(PY) $(if $(filter cpu,$(KIND)),$$(bash scripts/torch_sources.sh)) $(LOCK)
+	$(UV) pip install --compile-bytecode --python $(PY) --no-deps --no-build-isolation -e .
 	$(PY) scripts/lockfile.py check $(LOCK) --extra dev $(if $(filter gpu,$(KIND)),--extra vllm)
 	touch $(STAMP)
 

@@ -62,3 +62,19 @@ def test_unmet_and_differences_name_each_package() -> None:
         "  pip: lock -, installed 25.0", "  rich: lock 15.0.0, installed -",
         "  wandb: lock 0.31.0, installed 0.30.0",
     ]
+
+
+def test_uncompiled_names_the_modules_without_bytecode_that_compile(tmp_path: Path) -> None:
+    """make install fails on a venv without bytecode (uv installs none unless told): a module
+    without its .pyc is named, one with it or one that cannot compile here is not."""
+    import py_compile
+
+    (tmp_path / "pkg").mkdir()
+    compiled, bare, broken = (tmp_path / "pkg" / name for name in ("a.py", "b.py", "c.py"))
+    compiled.write_text("x = 1\n")
+    bare.write_text("y = 2\n")
+    broken.write_text("def f(:\n")
+    py_compile.compile(str(compiled), doraise=True)
+    assert lockfile.uncompiled(tmp_path) == [bare]
+    py_compile.compile(str(bare), doraise=True)
+    assert lockfile.uncompiled(tmp_path) == []
