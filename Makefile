@@ -86,7 +86,7 @@ watch: $(STAMP) ## live view of the latest sweep, running or finished (SWEEP=dir
 # each test file's line ends with its time (console_output_style=times), so a log cut short still
 # shows where the time went; the 15 slowest tests are listed at the end
 test: $(STAMP) ## run the whole test suite (slow and SLURM tests included) on TEST_WORKERS processes
-	$(PY) -m pytest -q -o console_output_style=times \
+	$(PY) -m pytest -o console_output_style=times \
 		$(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) --durations=15
 
 test-latest: ## drift canary: fast tests in a throw-away venv with the newest releases pyproject allows
