@@ -117,13 +117,6 @@ def tiny_model_cfg(tiny_model_dir: Path) -> DictConfig:
 
 
 @pytest.fixture
-def shipped_math_sample() -> list[str]:
-    """Overrides pointing `data=math_sample` at the shipped files wherever the test runs from."""
-    return [f"data.{split}_path={ROOT / 'data' / 'math_sample' / f'{split}.jsonl'}"
-            for split in ("train", "validation")]
-
-
-@pytest.fixture
 def math_sample_path() -> Path:
     """A MATH-format jsonl of 8 problems; lines 3, 4, 5 and 7 have no `answer` field (line 4's
     solution has two \\boxed{}, the last one, 42, is the answer)."""

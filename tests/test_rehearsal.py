@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from training_runs import shipped_data
 
 from grpo.core.tokenization import tokenize_prompt_and_output
 from grpo.data.prompts import format_prompt, load_prompt_template
@@ -35,9 +36,8 @@ def rehearsal_config(model_dir: Path, *overrides: str):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose("config", overrides=[
-            "model=qwen-rehearsal", f"model.path={model_dir}", "data=math_sample",
-            "prompt=r1_zero", *(f"data.{s}_path={ROOT / 'data' / 'math_sample' / f'{s}.jsonl'}"
-                                for s in ("train", "validation")),
+            "model=qwen-rehearsal", f"model.path={model_dir}", *shipped_data("math_sample"),
+            "prompt=r1_zero",
             "n_grpo_steps=3", "rollout_batch_size=8", "group_size=4", "train_batch_size=8",
             "micro_batch_size=4", "sampling.max_new_tokens=24", "eval.eval_every=1",
             "eval.n_examples=8", "eval.temperature=0.0", "learning_rate=1e-3",

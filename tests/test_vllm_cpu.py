@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from test_rehearsal import NEWLINE_AFTER_TAG, check_rehearsal_run
+from training_runs import shipped_data
 
 from grpo.data.prompts import format_prompt, load_prompt_template
 from grpo.models.loading import load_policy
@@ -213,11 +214,11 @@ def test_toy_run_with_vllm_learns(vllm_installed: None, tiny_model_dir: Path,
 
 @pytest.mark.slow
 def test_rehearsal_run_with_vllm(vllm_installed: None, rehearsal_model_dir: Path,
-                                 tmp_path: Path, shipped_math_sample: list[str]) -> None:
+                                 tmp_path: Path) -> None:
     """`launch.py model=qwen-rehearsal data=math_sample prompt=r1_zero rollout=vllm`, 3 steps."""
-    launch("model=qwen-rehearsal", f"model.path={rehearsal_model_dir}", "data=math_sample",
+    launch("model=qwen-rehearsal", f"model.path={rehearsal_model_dir}", *shipped_data("math_sample"),
            "prompt=r1_zero", "rollout=vllm", "rollout.dtype=float32", "rollout.stale_check_every=1",
-           *shipped_math_sample, "n_grpo_steps=3",
+           "n_grpo_steps=3",
            "rollout_batch_size=8", "group_size=4", "train_batch_size=8", "micro_batch_size=4",
            "sampling.max_new_tokens=24", "eval.eval_every=1", "eval.n_examples=8",
            "eval.temperature=0.0", "learning_rate=1e-3",
@@ -240,9 +241,7 @@ def test_rehearsal_run_with_vllm_makes_real_updates(vllm_installed: None, rehear
     warmed-up rehearsal model answers partly right, so its groups mix right and wrong answers:
     non-zero advantages move the weights, and after each sync the engine (vLLM, Qwen's BPE, the
     `</answer>` stop) scores the sampled tokens as the trainer does."""
-    launch("model=qwen-rehearsal", f"model.path={rehearsal_model_dir}", "data=math_sums",
-           *(f"data.{split}_path={ROOT / 'data' / 'math_sums' / f'{split}.jsonl'}"
-             for split in ("train", "validation")),
+    launch("model=qwen-rehearsal", f"model.path={rehearsal_model_dir}", *shipped_data("math_sums"),
            "prompt=r1_zero", "rollout=vllm", "rollout.dtype=float32", "rollout.stale_check_every=1",
            "n_grpo_steps=3", "rollout_batch_size=32", "group_size=8", "train_batch_size=32",
            "micro_batch_size=8", "sampling.max_new_tokens=24", "sampling.temperature=0.7",

@@ -22,6 +22,13 @@ RUN_ARGS = ("model=tiny", "data=toy", "rollout=hf", f"n_grpo_steps={N_STEPS}",
             "checkpoint.checkpoint_every=5", "eval.eval_every=10")
 
 
+def shipped_data(name: str) -> list[str]:
+    """Overrides choosing `data=<name>` with its paths at the files shipped in `data/<name>/`,
+    wherever the test runs from (the presets' paths are relative to the checkout)."""
+    return [f"data={name}", *(f"data.{split}_path={ROOT / 'data' / name / f'{split}.jsonl'}"
+                              for split in ("train", "validation"))]
+
+
 def launch(run_dir: Path, tiny_model_dir: Path, *overrides: str, env: Mapping[str, str] | None = None,
            prefix: Sequence[str] = ()) -> subprocess.Popen:
     """Start `launch.py` on the tiny model in `run_dir` (stdout and stderr merged).
