@@ -30,8 +30,9 @@ TORCH_VERSION ?=
 UPGRADE ?= 0
 export LOCK_PYTHON UV TORCH_CPU_INDEX TORCH_VERSION UPGRADE
 # pytest-xdist workers of `make test` (tests/conftest.py groups them per module, SLURM tests
-# together). 1 on 2 cores: the heavy tests run 2 jobs each, so 2 workers oversubscribe the CPUs
-TEST_WORKERS ?= 1
+# together); 1 runs it in one process. 2 on 2 cores: 31 min instead of 55, since much of a test's
+# time waits on subprocesses, Hydra starts and the SLURM scheduler rather than computing
+TEST_WORKERS ?= 2
 # the vLLM CPU test venv (make test-vllm): its own torch/transformers pins, so apart from .venv
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
@@ -93,11 +94,12 @@ plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...
 watch: $(STAMP) ## live view of the latest sweep, running or finished (SWEEP=dir to choose), then its summary
 	$(PY) -m analysis watch $(SWEEP)
 
-# each test file's line ends with its time (console_output_style=times), so a log cut short still
-# shows where the time went; the 15 slowest tests are listed at the end
+# each test's time is printed (console_output_style=times: per file in one process, per test on
+# xdist workers, which list each test as it starts and ends), so a log cut short still shows
+# where the time went; the 15 slowest tests are listed at the end
 test: $(STAMP) ## run the whole test suite (slow and SLURM tests included) on TEST_WORKERS processes
 	$(PY) -m pytest -o console_output_style=times \
-		$(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) --durations=15
+		$(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup -v) --durations=15
 
 test-latest: ## drift canary: fast tests in a throw-away venv with the newest releases pyproject allows
 	bash scripts/test_latest.sh

@@ -1,12 +1,11 @@
 """Shared fixtures: the warmed-up tiny model and the Qwen-shaped rehearsal model (each built once
 per test session), an uninterrupted training run to compare resumed runs with, and sample data.
 
-`make test TEST_WORKERS=N` runs the suite on N pytest-xdist workers (the default, 1, runs it in
-one process: on 2 cores the heavy tests already keep both busy). The session's models and
-reference run live in the folder the workers share, and the first worker to need one makes it
-while the others wait on its lock (the kernel's flock). Tests are grouped per module (and the
-SLURM ones together) so that a module's fixtures are made once and two sweeps never compete for
-the 2-CPU cluster."""
+`make test TEST_WORKERS=N` runs the suite on N pytest-xdist workers (the default is 2; 1 runs it
+in one process). The session's models and reference run live in the folder the workers share,
+and the first worker to need one makes it while the others wait on its lock (the kernel's flock).
+Tests are grouped per module (and the SLURM ones together) so that a module's fixtures are made
+once and two sweeps never compete for the 2-CPU cluster."""
 
 from __future__ import annotations
 
