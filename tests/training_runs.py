@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from grpo.data.datasets import SPLITS
+
 ROOT = Path(__file__).resolve().parents[1]
 N_STEPS = 24
 # checkpoints after steps 5, 10, 15, 20 and the last one, 24 (metrics rows: steps 0..24)
@@ -26,7 +28,7 @@ def shipped_data(name: str) -> list[str]:
     """Overrides choosing `data=<name>` with its paths at the files shipped in `data/<name>/`,
     wherever the test runs from (the presets' paths are relative to the checkout)."""
     return [f"data={name}", *(f"data.{split}_path={ROOT / 'data' / name / f'{split}.jsonl'}"
-                              for split in ("train", "validation"))]
+                              for split in SPLITS)]
 
 
 def launch(run_dir: Path, tiny_model_dir: Path, *overrides: str, env: Mapping[str, str] | None = None,
