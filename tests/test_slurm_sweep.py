@@ -192,8 +192,10 @@ def test_cancelled_job_is_reported_as_cancelled(tmp_path: Path, tiny_model_dir: 
 
 
 def test_scheduler_states_know_a_cancelled_queued_array_task(tmp_path: Path) -> None:
-    """A queued array task that is cancelled vanishes from squeue (and the sacct shim): it is
-    GONE, not pending for ever; the running task is RUNNING (or still PENDING)."""
+    """A queued array task that is cancelled is not pending for ever: it vanishes from squeue (and
+    the sacct shim), GONE, or, where slurmctld had already split it off the array's pending record
+    (seen once in four full suite runs), it is listed as CANCELLED; the running task is RUNNING
+    (or still PENDING)."""
     require_cluster()
     name = f"grpo-gone-{uuid.uuid4().hex[:8]}"
     submitted = subprocess.run(
@@ -206,7 +208,7 @@ def test_scheduler_states_know_a_cancelled_queued_array_task(tmp_path: Path) -> 
         assert slurm_states(ids)[1] == "PENDING"
         subprocess.run(["scancel", ids[1]], check=True)
         deadline = time.time() + 60
-        while (states := slurm_states(ids))[1] != "GONE":
+        while (states := slurm_states(ids))[1] not in ("GONE", "CANCELLED"):
             assert time.time() < deadline, states
             time.sleep(1)
         assert states[0] in ("PENDING", "RUNNING")
