@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from wandb_offline import assert_wandb_holds_the_metrics
 
 from grpo.run.outcomes import problems_digest, read_outcomes
-from grpo.training.evaluation import evaluate
+from grpo.training.evaluation import evaluate, evaluation_seed
 from grpo.training.trainer import GRPOTrainer, train
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -78,11 +78,19 @@ def test_step_zero_is_the_evaluation_of_the_initial_policy(tiny_model_dir: Path,
     train(cfg, tmp_path / "run")
     records = read_metrics(tmp_path / "run")
     untrained = GRPOTrainer(cfg, tmp_path / "untrained")  # loads the same initial weights
-    sampling = untrained._sampling(cfg.eval.temperature, cfg.eval.top_p, seed=cfg.seed)
+    sampling = untrained._sampling(cfg.eval.temperature, cfg.eval.top_p,
+                                   seed=evaluation_seed(cfg.seed, 0))
     prompts = [untrained.prompt_of(e) for e in untrained.validation]
     direct, _, outcomes = evaluate(untrained.engine, untrained.validation, prompts,
                                    untrained.reward_fn, sampling)
     assert {k: records[0][k] for k in EVAL_KEYS} == direct
+    # each evaluation samples with its own seed: the same policy evaluated with step 1's seed
+    # draws other responses than with step 0's (the late evaluations are not one draw repeated)
+    again = untrained._sampling(cfg.eval.temperature, cfg.eval.top_p,
+                                seed=evaluation_seed(cfg.seed, 1))
+    _, _, redrawn = evaluate(untrained.engine, untrained.validation, prompts, untrained.reward_fn,
+                             again)
+    assert redrawn.reward != outcomes.reward
     saved = (tmp_path / "run" / "rollouts" / "eval_step_000000.jsonl").read_text().splitlines()
     assert len(saved) == 25 and records[0]["eval/n_examples"] == 25.0
     # every problem's reward is kept (eval_outcomes/), the same as the evaluation outside the run
@@ -332,3 +340,14 @@ def test_token_budgets_and_left_out_zero_advantage_rows_give_the_same_update(
             assert metrics[name][key] == pytest.approx(metrics[same_rows][key], rel=1e-5, abs=1e-9), (name, key)
         for key, tensor in state.items():
             torch.testing.assert_close(tensor, reference[key], rtol=0, atol=1e-5, msg=f"{name}: {key}")
+
+
+def test_evaluation_seeds_differ_by_step_and_seed_and_repeat_for_the_same_pair() -> None:
+    """A run's evaluations each get their own seed; runs of the same seed share it at each step
+    (common random numbers across configs); it fits the 62 bits every engine takes."""
+    seeds = {(seed, step): evaluation_seed(seed, step) for seed in (0, 1, 7) for step in range(60)}
+    assert len(set(seeds.values())) == len(seeds)
+    assert evaluation_seed(3, 50) == evaluation_seed(3, 50)
+    assert all(0 <= value < 2**62 for value in seeds.values())
+    # not the run's seed, nor the seeds of the rollouts (seed * 1_000_003 + step - 1)
+    assert not {evaluation_seed(0, s) for s in range(60)} & ({s - 1 for s in range(60)} | {0})

@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from grpo.data.datasets import Example
 from grpo.grading.rewards import score_batch
 from grpo.rollout.base import RolloutEngine, SamplingSettings
@@ -15,6 +17,18 @@ from grpo.run.files import atomic_write_text
 from grpo.run.outcomes import EvalOutcomes, problems_digest
 
 RewardFn = Callable[[str, str], dict[str, float]]
+EVALUATION_STREAM = 0x6576616C
+"""Tags the evaluation seeds' hash (``"eval"``), apart from every other seeded draw of a run."""
+
+
+def evaluation_seed(seed: int, step: int) -> int:
+    """The sampling seed of the evaluation after GRPO step `step` of a run with seed `seed`: a
+    62-bit hash of (seed, step). Each evaluation draws afresh (the late evaluations a run's value
+    averages are independent draws, not one draw repeated by a converged policy); the same config
+    and seed give the same curve; and runs with the same seed share each step's evaluation random
+    numbers, which helps a comparison of configs (common random numbers)."""
+    state = np.random.SeedSequence((EVALUATION_STREAM, seed, step)).generate_state(2, np.uint32)
+    return (int(state[0]) << 30) ^ int(state[1])
 
 
 def is_evaluation_step(step: int, n_grpo_steps: int, eval_every: int) -> bool:

@@ -101,7 +101,7 @@ from grpo.training.behaviour import (
     importance_metrics,
     stale_weight_check,
 )
-from grpo.training.evaluation import evaluate, is_evaluation_step, save_samples
+from grpo.training.evaluation import evaluate, evaluation_seed, is_evaluation_step, save_samples
 from grpo.training.overlap import GeneratedBatch, RolloutProducer, RolloutRequest
 
 log = logging.getLogger(__name__)
@@ -591,7 +591,8 @@ class GRPOTrainer:
 
     def _evaluate(self, step: int) -> dict[str, float]:
         prompts = [self.prompt_of(e) for e in self.validation]
-        sampling = self._sampling(self.cfg.eval.temperature, self.cfg.eval.top_p, seed=self.cfg.seed)
+        sampling = self._sampling(self.cfg.eval.temperature, self.cfg.eval.top_p,
+                                  seed=evaluation_seed(int(self.cfg.seed), step))
         with self._sampling_precision():
             metrics, samples, outcomes = evaluate(
                 self.engine, self.validation, prompts, self.reward_fn, sampling,
