@@ -1,9 +1,11 @@
 """Command line: ``python -m analysis {collect,plots,promote,watch} ...``.
 
 * ``collect``: save the tidy per-step frame of the sweep(s) (parquet with pyarrow, else CSV);
-* ``plots``: figures into ``<first sweep>/figures/``, ``report.md`` into the first sweep and
-  the collected frame next to it (``--no-report`` skips the report); ``--external`` overlays
-  runs made elsewhere (an expert-iteration run's entropy, by default);
+* ``plots``: figures into ``<first sweep>/figures/``, ``report.md`` (with ``comparisons.csv`` and
+  ``main_effects.csv``) into the first sweep and the collected frame next to it
+  (``--no-report`` skips the report); ``--external`` overlays runs made elsewhere (an
+  expert-iteration run's entropy, by default); ``--seed-variance-from`` names a sweep to borrow a
+  seed variance from (else the runs' ``analysis.seed_variance_from``);
 * ``promote``: write ``<conf>/experiment/<NAME>.yaml`` (and ``<conf>/promoted/<NAME>/*.yaml``)
   sweeping the top-K configs plus the on-policy baseline; run it with ``-m +experiment=<NAME>``;
 * ``watch``: the live monitor of a running or finished sweep (one row per run, refreshed in
@@ -21,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.aggregate import BEST_CRITERION, CRITERIA, rank
+from analysis.aggregate import BEST_CRITERION, BORROW_KEY, CRITERIA, rank
 from analysis.collect import LABEL, Collection, collect, find_latest_sweep, save_steps
 from analysis.external import GRPO_STEPS
 from analysis.report import ACCURACY_BAR, write_report
@@ -66,7 +68,7 @@ def cmd_plots(args: argparse.Namespace) -> None:
                  for curve in read_external(path, args.external_metric, label, x)]
     collection = _collect(args)
     sweep = collection.sweeps[0].path
-    ranking = rank(collection, args.criterion)  # once, for the highlights and the report
+    ranking = rank(collection, args.criterion, borrow=args.seed_variance_from or True)
     figures = plot_all(collection, sweep / "figures", externals, args.facet, args.color, ranking)
     for figure in figures.values():
         print("wrote " + ", ".join(map(str, figure.paths)))
@@ -97,7 +99,7 @@ def cmd_promote(args: argparse.Namespace) -> None:
 
     collection = _collect(args)
     promotion = promote(collection, args.top_k, args.criterion, args.name, args.steps,
-                        args.conf_dir)
+                        args.conf_dir, borrow=args.seed_variance_from or True)
     print(f"wrote {promotion.preset}")
     for path, text in zip(promotion.options, promotion.descriptions, strict=True):
         print(f"  {path}: {text}")
@@ -132,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     criterion = argparse.ArgumentParser(add_help=False)
     criterion.add_argument("--criterion", choices=CRITERIA, default=BEST_CRITERION,
                            help=f"how configs are ranked (default: {BEST_CRITERION})")
+    criterion.add_argument("--seed-variance-from", type=Path, metavar="SWEEP",
+                           help="a sweep with 2+ seeds a config whose seed variance a one-seed "
+                                "sweep's verdicts borrow (default: the runs' "
+                                f"{BORROW_KEY}, if set)")
 
     sub = commands.add_parser("collect", parents=[common], help="save the collected frame")
     sub.add_argument("--out", type=Path, help="output path stem (default: <sweep>/collected)")

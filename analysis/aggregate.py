@@ -10,8 +10,9 @@ by): configs with a run stopped early (collapsed, diverged, pruned: ``STOPPED_ST
 out; the others are compared at the largest GRPO step every one of them reached (the step every
 completed run reached; while none has completed, every run so far), each run's criterion taken
 over its evaluations up to that step, so that a config is never ranked above another for steps
-the other did not get to train. Runs that did not complete (running, failed, cancelled) count
-with what they logged up to that step.
+the other did not get to train. A run that did not reach that step (failed, cancelled, preempted
+or still running) is not compared there: it is left out of its config's value and named, with the
+step it reached, and a config none of whose runs reached it is not ranked.
 
 The criterion is ``late_eval_reward``: the mean of a run's last ``LATE_EVALS`` evaluations up to
 the compared step, step 0 (the policy before training) never counted. The maximum over
@@ -20,16 +21,19 @@ noise alone it sits well above the config's true reward and favours configs eval
 the final evaluation alone is one noisy draw. ``python bench/selection_calibration.py`` measures
 both against the late mean (README, "How sure a comparison is"). The ranking carries each
 config's 95% interval and the comparisons with the best config and the on-policy baseline
-(:mod:`analysis.uncertainty`), from the runs' per-problem outcomes (``eval_outcomes/``).
+(:mod:`analysis.uncertainty`) on the seed variance of the best source the sweep has
+(:func:`seed_variance`: its seeds, the additive model of a one-seed grid, a sweep it borrows from),
+the ANOVA of the swept keys (:mod:`analysis.effects`), and the runs' per-problem outcomes
+(``eval_outcomes/``) checked against their logged rewards.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -42,16 +46,20 @@ from analysis.collect import (
     STOPPED_STATUSES,
     TRAIN_CLOCK,
     Collection,
+    collect,
     gpu_hours,
 )
+from analysis.effects import VALUE, MainEffects, additive_variance, main_effects
 from analysis.uncertainty import (
     ALPHA,
-    NO_INTERVAL,
     ConfigData,
+    SeedVariance,
     SweepComparisons,
+    combine,
     compare_sweep,
+    problem_error,
 )
-from grpo.run.outcomes import LATE_EVALS, OUTCOMES_DIR, read_many
+from grpo.run.outcomes import LATE_EVALS, OUTCOMES_DIR, outcomes_path, read_many
 
 Criterion = Literal["late_eval_reward", "best_eval_reward", "final_eval_reward"]
 CRITERIA: tuple[Criterion, ...] = ("late_eval_reward", "best_eval_reward", "final_eval_reward")
@@ -199,14 +207,51 @@ def run_values_at(collection: Collection, step: float) -> pd.DataFrame:
 
 
 @dataclass(frozen=True)
+class Design:
+    """What a sweep's seed variance is a variance of: the model and training data of its runs,
+    the validation problems (outcome digests), the responses per problem and the evaluation
+    steps a run's value averages. Another sweep's variance can be borrowed only where these are
+    the same (:func:`borrow`)."""
+
+    model: frozenset[str]
+    data: frozenset[str]
+    digests: frozenset[str]
+    samples: frozenset[int]
+    late_steps: frozenset[tuple[int, ...]]
+
+    def mismatch(self, other: Design) -> str | None:
+        """What differs from ``other`` (the borrowing sweep's design), in words; None: nothing."""
+        for name, mine, theirs in (("model", self.model, other.model),
+                                   ("training data", self.data, other.data),
+                                   ("validation problems (outcome digests)", self.digests,
+                                    other.digests),
+                                   ("responses per problem", self.samples, other.samples),
+                                   ("evaluation steps averaged", self.late_steps, other.late_steps)):
+            if mine != theirs:
+                return (f"its {name} {_listed(mine)} differ from this sweep's {_listed(theirs)}")
+        return None
+
+
+def _listed(values: frozenset) -> str:
+    shown = sorted(map(str, values))
+    return "{" + ", ".join(shown[:3]) + (", ..." if len(shown) > 3 else "") + "}"
+
+
+@dataclass(frozen=True)
 class Ranking:
     """The configs of a sweep ranked by ``criterion`` at GRPO step ``at_step`` (the largest step
-    every ranked config reached; None when none is ranked), best first: ``table`` is
-    :func:`config_summary`'s rows with the criteria taken at that step. ``excluded`` are the
-    configs left out because a run was stopped early (label -> statuses); ``near_ties`` the
-    configs the data cannot tell from the best one, or exact ties where there is no interval
-    (label -> the comparison in words);
-    ``uncertainty`` the intervals and comparisons of :mod:`analysis.uncertainty`."""
+    every ranked config's runs reached; None when none is ranked), best first: ``table`` is
+    :func:`config_summary`'s rows with the criteria taken at that step and ``n_used`` (the runs
+    the value averages). ``excluded`` are the configs left out because a run was stopped early
+    (label -> statuses); ``not_compared`` the configs none of whose runs reached ``at_step``
+    (label -> where they stopped) and ``unreached`` every run left out for that, in words;
+    ``near_ties`` the configs that could still be the best besides it (label -> the comparison
+    in words); ``uncertainty`` the intervals and comparisons of :mod:`analysis.uncertainty`;
+    ``effects`` the ANOVA of the swept keys (:mod:`analysis.effects`); ``data_problems`` the
+    per-problem outcome files that could not be used, by run; ``advice`` what would decide an
+    undecided or unclear pick, priced; ``design`` what the seed variance measures (for
+    :func:`borrow_variance`); ``borrowed`` the sweep a variance was borrowed from, collected;
+    ``compared`` one row per compared run: the swept keys and its value (:data:`VALUE`)."""
 
     criterion: Criterion
     table: pd.DataFrame
@@ -214,6 +259,14 @@ class Ranking:
     near_ties: dict[str, str]
     at_step: int | None = None
     uncertainty: SweepComparisons | None = None
+    not_compared: dict[str, str] = field(default_factory=dict)
+    unreached: list[str] = field(default_factory=list)
+    effects: MainEffects | None = None
+    data_problems: list[str] = field(default_factory=list)
+    advice: str | None = None
+    design: Design | None = None
+    borrowed: Collection | None = None
+    compared: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def best(self) -> str | None:
@@ -225,39 +278,49 @@ class Ranking:
         return float(self.table.loc[label, self.criterion])
 
     def describe_best(self) -> str:
-        """``lr=3e-4: late eval reward 0.412 [0.381, 0.443] at step 200 (2 seeds)``, the best
-        config's value with its interval (empty when none is ranked)."""
+        """``lr=3e-4: late eval reward 0.412 [0.381, 0.443] at step 200 (mean over 2 runs)``, the
+        best config's value with its interval (empty when none is ranked)."""
         if self.best is None:
             return ""
         value = f"{self.value(self.best):.3f}"
         if self.uncertainty is not None:
             value = self.uncertainty.estimates[self.best].describe()
-        n = int(self.table.iloc[0]["n_with_data"])
+        n = int(self.table.iloc[0]["n_used"])
         return (f"{self.best}: {self.criterion.replace('_', ' ')} {value} at step {self.at_step} "
                 f"(mean over {n} run{'s' if n != 1 else ''})")
 
     def verdict_lines(self) -> list[str]:
-        """How sure the pick is, one line each: the method, then what would resolve a best
-        config the data cannot tell from the runner-up."""
-        if self.uncertainty is None or not self.uncertainty.comparisons:
+        """How sure the pick is, one line each: the seed variance and what it rests on, then
+        the configs that could still be the best and what would decide it."""
+        u = self.uncertainty
+        if u is None or not u.comparisons:
             return []
-        if self.uncertainty.method == "none":
-            return [f"No intervals ({NO_INTERVAL}): the pick is a point estimate; run 2 or more "
-                    "seeds per config to know how sure it is."]
-        lines = [f"Intervals: 95%, {self.uncertainty.method_text}."]
-        if self.uncertainty.resolution is not None:
-            lines.append(f"Unclear: the data cannot tell the best config from the runner-up; "
-                         f"{self.uncertainty.resolution}.")
+        lines = [f"Seed variance: {u.seeds.describe()}.", *(f"  {note}." for note in u.seeds.notes)]
+        if not u.decided:
+            lines.append("Undecided: no config-level verdict without a seed variance"
+                         + (f"; {self.advice}." if self.advice else "."))
+            return lines
+        lines.append(f"Verdicts: {u.method_text()}.")
+        if len(u.could_be_best) > 1:
+            lines.append(f"Could still be the best ({len(u.could_be_best)} configs, 95%): "
+                         + "; ".join(u.could_be_best)
+                         + (f". What would decide: {self.advice}." if self.advice else "."))
         return lines
 
 
+BORROW_KEY = "analysis.seed_variance_from"
+"""The config key naming the sweep whose seed variance a one-seed sweep borrows."""
+
+
 def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
-         labels: Iterable[str] | None = None) -> Ranking:
+         labels: Iterable[str] | None = None, borrow: Path | bool = True) -> Ranking:
     """The configs (of ``labels`` only, when given) without a run stopped early, ranked by
-    ``criterion`` at the largest step every one of them reached (see the module docstring), with
-    what was left out, each config's interval and the comparisons of
-    :func:`analysis.uncertainty.compare_sweep`; ``near_ties`` are the configs whose comparison
-    with the best one is not distinguishable (or, without an interval, an exact tie)."""
+    ``criterion`` at the largest step every one of them reached (see the module docstring; a run
+    that did not reach it is left out and named), with each config's interval and the
+    comparisons of :func:`analysis.uncertainty.compare_sweep` on the seed variance of the best
+    source the sweep has (:func:`seed_variance`; ``borrow``: a sweep to borrow from, True for the
+    one the runs' ``analysis.seed_variance_from`` names, False for none); ``near_ties`` are the
+    configs that could still be the best besides the first."""
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, not {criterion!r}")
     summary = config_summary(collection)
@@ -270,57 +333,230 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
     completed = runs[runs["status"] == "completed"]
     reached = (completed if not completed.empty else runs)["steps_done"]
     at_step = int(reached.min()) if not reached.empty else None
+    short = runs[runs["steps_done"] < (at_step or 0)]
+    unreached = [f"`{r['run_id']}` ({r[LABEL]}, seed {r['seed']}): {r['status']} at step "
+                 f"{r['steps_done']} of {_step_text(r['n_grpo_steps'])}: not compared at step "
+                 f"{at_step}" for r in short.to_dict("records")]
     values = run_values_at(collection, at_step if at_step is not None else -1)
-    values = values[values[LABEL].isin(candidates.index) & values[criterion].notna()]
+    values = values[values[LABEL].isin(candidates.index) & values[criterion].notna()
+                    & ~values.index.isin(short["run_id"])]
+    not_compared = {label: "; ".join(f"run {r['run_id']} {r['status']} at step {r['steps_done']}"
+                                     for r in short[short[LABEL] == label].to_dict("records"))
+                    for label in set(short[LABEL]) - set(values[LABEL])}
     means = values.groupby(LABEL)[list(CRITERIA)].mean()
-    table = candidates.assign(**{name: means[name] for name in CRITERIA})
+    table = candidates.assign(**{name: means[name] for name in CRITERIA},
+                              n_used=values.groupby(LABEL).size())
     ranked = table[table[criterion].notna()].sort_values(criterion, ascending=False, kind="stable")
     if ranked.empty:
-        return Ranking(criterion, ranked, excluded, {}, None)
-    data = config_data(collection, values, list(ranked.index), criterion)
+        return Ranking(criterion, ranked, excluded, {}, None, not_compared=not_compared,
+                       unreached=unreached)
+    data, problems, design = config_data(collection, values, list(ranked.index), criterion)
+    source_sweep, borrowed_from = _borrowed_sweep(collection, borrow)
+    borrowed = (borrow_variance(source_sweep, borrowed_from, criterion, at_step, design)
+                if source_sweep is not None else None)
+    frame = _run_frame(collection, values, criterion)
+    seeds = seed_variance(data, frame, collection.label_keys,
+                          borrowed[0] if borrowed is not None else None)
     baselines = {label: base for label in ranked.index
                  if (base := on_policy_baseline(collection, label, list(ranked.index))) is not None}
-    temperatures = collection.runs.loc[collection.runs[LABEL].isin(ranked.index), "eval.temperature"]
-    greedy = bool(len(temperatures)) and bool((pd.to_numeric(temperatures, errors="coerce") == 0).all())
-    uncertainty = compare_sweep(data, str(ranked.index[0]), baselines, at_step, greedy)
+    uncertainty = compare_sweep(data, str(ranked.index[0]), baselines, at_step, seeds,
+                                problem_error(data))
+    effects = main_effects(frame, collection.label_keys, seeds,
+                           replicated=bool((ranked["n_used"] > 1).any()))
     near = {c.config: c.describe() for c in uncertainty.against_best()
-            if c.verdict == "not distinguishable" or (c.verdict == "no interval" and c.diff == 0)}
-    return Ranking(criterion, ranked, excluded, near, at_step, uncertainty)
+            if c.config in uncertainty.could_be_best}
+    return Ranking(criterion, ranked, excluded, near, at_step, uncertainty, not_compared,
+                   unreached, effects, problems, _advice(collection, ranked, uncertainty), design,
+                   borrowed[1] if borrowed is not None else None, frame)
+
+
+def _step_text(value: Any) -> str:
+    number = pd.to_numeric(value, errors="coerce")
+    return "?" if pd.isna(number) else str(int(number))
+
+
+def _run_frame(collection: Collection, values: pd.DataFrame, criterion: Criterion) -> pd.DataFrame:
+    """One row per compared run: the swept keys' values and the run's ``criterion`` as
+    :data:`analysis.effects.VALUE` (the frame of :mod:`analysis.effects`)."""
+    keys = collection.runs.set_index("run_id")[collection.label_keys].reindex(values.index)
+    return keys.assign(**{VALUE: values[criterion]}).reset_index(drop=True)
+
+
+def seed_variance(configs: Sequence[ConfigData], frame: pd.DataFrame, keys: Sequence[str],
+                  borrowed: SeedVariance | None) -> SeedVariance:
+    """The seed variance from the best source the sweep has, in this order: seeds in the sweep
+    (pooled over configs); the additive model's residual of a one-seed grid of two or more swept
+    keys, pooled with ``borrowed`` (an earlier sweep's) where an F test finds them in agreement;
+    ``borrowed`` alone; none (module docstring of :mod:`analysis.uncertainty`)."""
+    pooled = SeedVariance.pooled(configs)
+    if pooled.source == "seeds":
+        return pooled
+    additive = additive_variance(frame, keys)
+    usable = borrowed is not None and borrowed.usable
+    refused = () if borrowed is None or usable else (borrowed.text,)
+    if additive is not None and usable:
+        return combine(additive, borrowed)
+    if additive is not None:
+        return additive.with_notes(*refused)
+    if usable:
+        return borrowed
+    why = ("one seed per config and one swept key (no additive model to measure it with)"
+           + ("" if borrowed is None else f"; {borrowed.text}")
+           + ("" if borrowed is not None else f"; nothing borrowed ({BORROW_KEY} is not set)"))
+    return SeedVariance.missing(why)
+
+
+def _borrowed_sweep(collection: Collection, borrow: Path | bool) -> tuple[Path | None, str]:
+    """The sweep to borrow a seed variance from, and who named it."""
+    if borrow is False:
+        return None, ""
+    if borrow is not True:
+        return Path(borrow), "the command line"
+    named = {str(v) for v in collection.runs.get(BORROW_KEY, pd.Series(dtype=object)).dropna()}
+    if len(named) > 1:
+        return Path(sorted(named)[0]), f"{BORROW_KEY} (the runs name {len(named)} sweeps; the first)"
+    return (Path(named.pop()), BORROW_KEY) if named else (None, "")
+
+
+def borrow_variance(sweep: Path, named_by: str, criterion: Criterion, at_step: int,
+                    design: Design) -> tuple[SeedVariance, Collection | None]:
+    """The pooled seed variance of ``sweep`` at ``at_step`` (source ``borrowed``), where its
+    runs have two or more seeds a config and its :class:`Design` matches ``design``; else a
+    variance of source ``none`` saying why it was not borrowed."""
+    head = f"cannot borrow from {sweep} (named by {named_by})"
+    try:
+        other = collect([sweep])
+    except (OSError, ValueError) as error:
+        return SeedVariance.missing(f"{head}: {error}"), None
+    theirs = rank(other, criterion, borrow=False)
+    if theirs.uncertainty is None or theirs.uncertainty.seeds.source != "seeds":
+        return SeedVariance.missing(f"{head}: it has no config with two or more seeds"), None
+    if theirs.at_step != at_step:
+        return SeedVariance.missing(f"{head}: its compared step is {theirs.at_step}, this "
+                                    f"sweep's {at_step}"), None
+    mismatch = theirs.design.mismatch(design)
+    if mismatch is not None:
+        return SeedVariance.missing(f"{head}: {mismatch}"), None
+    seeds = theirs.uncertainty.seeds
+    return SeedVariance(seeds.variance, seeds.df, "borrowed",
+                        f"the seeds of sweep {sweep} at step {at_step} (named by {named_by})"), other
+
+
+def _advice(collection: Collection, ranked: pd.DataFrame, u: SweepComparisons) -> str | None:
+    """What would decide: for an undecided sweep, a second seed for its best three configs; for
+    a best config the data cannot tell from the runner-up, the seeds :func:`resolve` asks for;
+    each priced at what the configs' runs cost here."""
+    if not u.decided:
+        top = list(ranked.index[:3])
+        if len(ranked) < 2:
+            return None
+        return (f"a second seed for the best {len(top)} configs ({'; '.join(top)}) would measure "
+                f"the seed variance ({len(top)} df): {_price(collection, dict.fromkeys(top, 1))}")
+    if u.resolution is None or not math.isfinite(u.resolution.factor):
+        return None if u.resolution is None else u.resolution.text
+    pair = [u.could_be_best[0], u.against_best()[0].config]
+    extra = {label: max(u.resolution.seeds - int(ranked.loc[label, "n_used"]), 0) for label in pair}
+    return f"{u.resolution.text}: {_price(collection, extra)} for these two"
+
+
+def _price(collection: Collection, extra_runs: dict[str, int]) -> str:
+    """``1.20 GPU-hours`` for ``extra_runs`` more runs of each config, at the mean cost of its
+    runs here (CPU-hours for runs without a GPU)."""
+    runs = collection.runs[collection.runs["steps_done"] > 0]
+    on_gpus = bool((runs["gpu_hours"] > 0).any())
+    cost = runs.groupby(LABEL)["gpu_hours" if on_gpus else "cpu_hours"].mean()
+    total = sum(n * float(cost.get(label, math.nan)) for label, n in extra_runs.items())
+    runs_text = sum(extra_runs.values())
+    return (f"{runs_text} more run{'s' if runs_text != 1 else ''}, about {_hours(total)} "
+            f"{'GPU' if on_gpus else 'CPU'}-hours at what their runs cost here")
 
 
 def config_data(collection: Collection, values: pd.DataFrame, labels: Sequence[str],
-                criterion: Criterion) -> list[ConfigData]:
-    """Each of ``labels``' :class:`analysis.uncertainty.ConfigData`: its runs' ``criterion``
-    values (``values``: :func:`run_values_at`) and, for the late criterion, their per-problem
-    outcomes averaged over the same evaluations (``eval_outcomes/``; None for a config where a
-    run lacks them, or they are of different problems)."""
-    run_dirs = collection.runs.set_index("run_id")["run_dir"]
+                criterion: Criterion) -> tuple[list[ConfigData], list[str], Design]:
+    """Each of ``labels``' :class:`analysis.uncertainty.ConfigData` (its runs' ``criterion``
+    values, ``values``: :func:`run_values_at`, and for the late criterion their per-problem
+    outcomes averaged over the same evaluations, from ``eval_outcomes/``: None for a config
+    where a run lacks usable ones); the outcome files that could not be used, one line per run;
+    and the sweep's :class:`Design`."""
+    runs = collection.runs.set_index("run_id")
+    logged = _logged_rewards(collection, values.index)
     by_label = dict(tuple(values.groupby(LABEL, sort=False)))
-    configs = []
+    configs, problems, digests, samples = [], [], set(), set()
     for label in labels:
         own = by_label[label]
-        late = [_late_outcomes(Path(run_dirs[run_id]), steps)
-                if criterion == "late_eval_reward" else None
-                for run_id, steps in own["late_steps"].items()]
+        late = []
+        for run_id, steps in own["late_steps"].items():
+            found = (_late_outcomes(Path(runs.loc[run_id, "run_dir"]), steps, logged.get(run_id, {}))
+                     if criterion == "late_eval_reward" else None)
+            if isinstance(found, str):
+                problems.append(f"`{run_id}`: {found}")
+                found = None
+            late.append(found)
         usable = all(o is not None for o in late) and len({o[1] for o in late}) == 1
+        first = runs.loc[own.index[0]]
+        problem_set = "|".join(str(first.get(k)) for k in PROBLEM_SET_KEYS)
         configs.append(ConfigData(
             label, own[criterion].to_numpy(float),
             np.vstack([o[0] for o in late]) if usable else None, late[0][1] if usable else None,
-            min(o[2] for o in late) if usable else 1, min(o[3] for o in late) if usable else 1))
-    return configs
+            min(o[2] for o in late) if usable else 1, min(o[3] for o in late) if usable else 1,
+            problem_set))
+        digests |= {o[1] for o in late if o is not None}
+        samples |= {o[2] for o in late if o is not None}
+    compared = runs.loc[values.index]
+    def texts(keys: Sequence[str]) -> frozenset[str]:
+        return frozenset("|".join(map(str, row)) for row in compared[list(keys)].itertuples(index=False))
+
+    design = Design(texts(("model.name", "model.path")), texts(("data.name", "data.train_path")),
+                    frozenset(digests), frozenset(samples),
+                    frozenset(tuple(int(s) for s in steps) for steps in values["late_steps"]
+                              if isinstance(steps, tuple)))
+    return configs, problems, design
 
 
-def _late_outcomes(run_dir: Path, steps: object) -> tuple[np.ndarray, str, int, int] | None:
+PROBLEM_SET_KEYS = ("data.name", "data.validation_path", "eval.n_examples")
+"""The config keys that say which validation problems a run evaluated (before its outcome files
+are read): configs that differ in one are not compared."""
+OUTCOMES_TOLERANCE = 1e-5
+"""How far an outcomes file's mean may be from the logged ``eval/reward`` of its step (the file's
+rewards are rounded to 6 decimals)."""
+
+
+def _logged_rewards(collection: Collection, run_ids: Iterable[str]) -> dict[str, dict[int, float]]:
+    """Each run's logged ``eval/reward`` by step."""
+    steps = collection.steps
+    if EVAL_REWARD not in steps:
+        return {}
+    rows = steps.loc[steps["run_id"].isin(set(run_ids)) & steps[EVAL_REWARD].notna(),
+                     ["run_id", "step", EVAL_REWARD]]
+    return {run_id: dict(zip(part["step"].astype(int), part[EVAL_REWARD].astype(float), strict=True))
+            for run_id, part in rows.groupby("run_id", sort=False)}
+
+
+def _late_outcomes(run_dir: Path, steps: object, logged: dict[int, float]
+                   ) -> tuple[np.ndarray, str, int, int] | str | None:
     """A run's per-problem rewards averaged over its evaluations at ``steps`` (N,), their
-    problems' digest, the fewest responses per problem and how many evaluations; None unless
-    every one is readable and of the same problems."""
-    if not isinstance(steps, tuple) or not steps or not (run_dir / OUTCOMES_DIR).is_dir():
+    problems' digest, the fewest responses per problem and how many evaluations; or what is
+    wrong with its outcome files, in words (missing, unreadable, of other problems, or a mean
+    that is not the ``logged`` eval/reward of the step: then none is used)."""
+    if not isinstance(steps, tuple) or not steps:
         return None
-    found = list(read_many(run_dir, steps).values())
-    if len(found) != len(steps) or len({(o.digest, len(o.reward)) for o in found}) != 1:
-        return None
-    return (np.mean([o.reward for o in found], axis=0), found[0].digest,
-            min(o.samples_per_problem for o in found), len(found))
+    if not (run_dir / OUTCOMES_DIR).is_dir():
+        return f"no {OUTCOMES_DIR}/: its per-problem outcomes are unknown"
+    found = read_many(run_dir, steps)
+    names = {step: outcomes_path(run_dir, step).relative_to(run_dir).as_posix() for step in steps}
+    for step in steps:
+        if step not in found:
+            missing = not outcomes_path(run_dir, step).exists()
+            return f"{names[step]} is {'missing' if missing else 'unreadable or malformed'}"
+        mean = float(np.mean(found[step].reward))
+        if step in logged and abs(mean - logged[step]) > OUTCOMES_TOLERANCE:
+            return (f"{names[step]}'s mean reward {mean:.4f} is not the logged eval/reward "
+                    f"{logged[step]:.4f} of step {step}: its outcomes are not used")
+    if len({(o.digest, len(o.reward)) for o in found.values()}) != 1:
+        return f"{OUTCOMES_DIR}/ holds evaluations of different problems at steps {list(steps)}"
+    first = found[steps[0]]
+    return (np.mean([o.reward for o in found.values()], axis=0), first.digest,
+            min(o.samples_per_problem for o in found.values()), len(found))
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
     ``learning_rate``, ``n_grpo_steps``, ``rollout_batch_size``, ``train_batch_size``,
     ``micro_batch_size``, ``group_size``, ``loss.name``, ``normalization.name``,
     ``std_norm.enabled``, ``off_policy.epochs``, ``prompt.name``, ``model.name``,
-    ``data.name``, ``cluster.gpus_per_job``, ``eval.temperature``; interpolations are resolved
-    on read);
+    ``data.name``, ``cluster.gpus_per_job``, ``eval.temperature``, the evaluated problems'
+    keys, ``analysis.seed_variance_from``; interpolations are resolved on read);
   - ``.hydra/overrides.yaml``: the job's overrides, a YAML list of ``key=value`` strings;
   - ``.hydra/hydra.yaml``: ``hydra.runtime.choices`` says which swept keys are config groups;
   - ``checkpoints/step_N/run_config.json``: the same three texts as they were when the newest
@@ -127,6 +127,12 @@ HYPERPARAMS = (
     "cluster.gpus_per_job",
     "cluster.cpus_per_job",
     "eval.temperature",
+    "eval.n_examples",
+    "eval.samples_per_problem",
+    "model.path",
+    "data.train_path",
+    "data.validation_path",
+    "analysis.seed_variance_from",
 )
 RUN_ID_COLUMNS = ("run_id", "run_dir", "sweep", "job", "status", LABEL)
 NON_FINITE = frozenset({"nan", "inf", "-inf", "+inf", "infinity", "-infinity"})

@@ -9,7 +9,11 @@ Every plotting function returns the data it drew (:class:`CurveFigure` or
 * ``heatmaps`` (two or more swept keys): final and late validation reward (the ranking's criterion)
   over two swept keys;
   a cell whose config had a run stopped early (collapsed, diverged or pruned) is hatched grey and
-  named, not coloured as if its number were a genuine result.
+  named, not coloured as if its number were a genuine result;
+* ``interaction`` (two or more swept keys): the ranking's compared value of each cell of the first
+  two keys (averaged over the others and over seeds) against the first key, one line per level of
+  the second, with the 95% interval of each cell's mean on the sweep's seed variance (none without
+  one): parallel lines are additive effects, crossing ones an interaction.
 
 Titles and axes name the metric and its unit (:mod:`analysis.metric_names`); each figure
 names the sweep(s) and their date. Runs sharing a config label are drawn as their mean with a
@@ -55,6 +59,7 @@ from analysis.aggregate import (
     BAND_TEXT,
     BEST_CRITERION,
     LATE_EVALS,
+    VALUE,
     Curve,
     Ranking,
     config_summary,
@@ -72,6 +77,7 @@ from analysis.collect import (
 )
 from analysis.external import External
 from analysis.metric_names import metric_name
+from analysis.uncertainty import t_quantile
 
 TRAINING_METRICS = (
     "train/entropy",
@@ -692,9 +698,70 @@ def _hatched_cell(i: int, j: int) -> Rectangle:
                      hatch="///", lw=0)
 
 
+@dataclass(frozen=True)
+class InteractionFigure:
+    """A saved interaction plot: ``cells`` has one row per (x level, line level) with the mean of
+    the compared value, its 95% interval (``lo``, ``hi``; NaN without a seed variance) and runs."""
+
+    paths: list[Path]
+    cells: pd.DataFrame
+    keys: tuple[str, str]
+
+
+def interaction_cells(ranking: Ranking, x_key: str, line_key: str) -> pd.DataFrame:
+    """The ranking's compared runs averaged per (``x_key``, ``line_key``) cell: ``mean``, ``n``
+    runs and the 95% interval of the mean on the ranking's seed variance."""
+    frame = ranking.compared
+    cells = (frame.groupby([x_key, line_key], sort=False)[VALUE].agg(["mean", "count"])
+             .rename(columns={"count": "n"}).reset_index())
+    seeds = ranking.uncertainty.seeds if ranking.uncertainty else None
+    if seeds is not None and seeds.usable:
+        half = t_quantile(seeds.df) * np.sqrt(seeds.variance / cells["n"].to_numpy(float))
+    else:
+        half = np.full(len(cells), np.nan)
+    cells["lo"], cells["hi"] = cells["mean"] - half, cells["mean"] + half
+    order = {key: {v: i for i, v in enumerate(sorted(set(frame[key]), key=sort_key))}
+             for key in (x_key, line_key)}
+    return cells.sort_values([line_key, x_key], key=lambda s: s.map(order[s.name])).reset_index(drop=True)
+
+
+def plot_interaction(collection: Collection, out_dir: Path, ranking: Ranking,
+                     layout: Layout) -> InteractionFigure | None:
+    """``interaction.*``: the compared value over the first two swept keys that vary among the
+    ranked configs (see the module docstring); None with fewer than two."""
+    keys = [k for k in collection.label_keys
+            if not ranking.compared.empty and ranking.compared[k].map(format_value).nunique() > 1]
+    if len(keys) < 2:
+        return None
+    x_key, line_key = keys[:2]
+    cells = interaction_cells(ranking, x_key, line_key)
+    levels = sorted(set(ranking.compared[x_key]), key=sort_key)
+    fig = Figure(figsize=(7.5, 5), layout="constrained")
+    ax = fig.subplots()
+    seeds = ranking.uncertainty.seeds
+    for index, (level, part) in enumerate(cells.groupby(line_key, sort=False)):
+        x = [levels.index(v) for v in part[x_key]]
+        dash, marker = line_shape(index)
+        line = ax.plot(x, part["mean"], marker=marker, linestyle=dash,
+                       label=f"{line_key}={format_value(level)}")[0]
+        if seeds.usable:
+            ax.fill_between(x, part["lo"], part["hi"], color=line.get_color(), alpha=0.15, lw=0)
+    ax.set_xticks(range(len(levels)), [format_value(v) for v in levels])
+    ax.set_xlabel(x_key)
+    ax.set_ylabel(f"{ranking.criterion.replace('_', ' ')} at step {ranking.at_step} (0-1)")
+    others = keys[2:]
+    band = (f"bands: 95% interval of each cell's mean on the seed variance ({seeds.source}, "
+            f"{seeds.df:g} df)" if seeds.usable else "no bands: no seed variance")
+    ax.set_title(f"Interaction of {x_key} and {line_key} · {sweep_title(collection)}\n{band}"
+                 + (f"; averaged over {', '.join(others)}" if others else ""), fontsize="medium")
+    ax.legend(fontsize="small")
+    return InteractionFigure(_save(fig, out_dir, "interaction", layout), cells, (x_key, line_key))
+
+
 def plot_all(collection: Collection, out_dir: Path, externals: Sequence[External] = (),
              facet_key: str | None = None, color_key: str | None = None,
-             ranking: Ranking | None = None) -> dict[str, CurveFigure | HeatmapFigure]:
+             ranking: Ranking | None = None
+             ) -> dict[str, CurveFigure | HeatmapFigure | InteractionFigure]:
     """Every figure that applies to ``collection``, keyed by figure name; a large sweep
     highlights the top of ``ranking`` (the report's; computed when not given)."""
     for external in externals:
@@ -702,11 +769,14 @@ def plot_all(collection: Collection, out_dir: Path, externals: Sequence[External
             raise ValueError(f"no panel plots {external.metric!r} against the step; "
                              f"choose one of {[EVAL_REWARD, *TRAINING_METRICS]}")
     layout = choose_layout(collection, facet_key, color_key, ranking=ranking)
-    figures: dict[str, CurveFigure | HeatmapFigure] = {
+    figures: dict[str, CurveFigure | HeatmapFigure | InteractionFigure] = {
         "eval_reward": plot_eval_reward(collection, out_dir, externals, layout),
         "training": plot_training(collection, out_dir, externals, layout),
     }
     heatmaps = plot_heatmaps(collection, out_dir, layout)
     if heatmaps is not None:
         figures["heatmaps"] = heatmaps
+    interaction = plot_interaction(collection, out_dir, ranking or rank(collection), layout)
+    if interaction is not None:
+        figures["interaction"] = interaction
     return figures

@@ -40,8 +40,8 @@ NOT_CARRIED_KEYS = ("experiment_name", "n_grpo_steps", "seed", "dry_run", "clust
 @dataclass(frozen=True)
 class Promotion:
     """The written preset, its option files, what each option is (``"label"``), the configs
-    the data cannot tell from the best one (label -> the comparison) and how sure the pick is
-    (``verdicts``), as :func:`analysis.aggregate.rank` reports."""
+    that could still be the best besides the first (label -> the comparison) and how sure the
+    pick is (``verdicts``), as :func:`analysis.aggregate.rank` reports."""
 
     preset: Path
     options: list[Path]
@@ -164,14 +164,16 @@ def _options(collection: Collection, chosen: list[str], descriptions: list[str]
 
 
 def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
-            steps: int = 200, conf_dir: Path = Path("conf")) -> Promotion:
+            steps: int = 200, conf_dir: Path = Path("conf"), borrow: Path | bool = True
+            ) -> Promotion:
     """Write the preset and option files for the top ``top_k`` configs by ``criterion`` (the
-    ranking of :func:`analysis.aggregate.rank`, which the study chain picks its winners by)."""
+    ranking of :func:`analysis.aggregate.rank`, which the study chain picks its winners by;
+    ``borrow``: where a one-seed sweep's seed variance comes from, as ``rank`` takes it)."""
     if not NAME_PATTERN.fullmatch(name):
         raise ValueError(f"name {name!r} must match {NAME_PATTERN.pattern}")
     if top_k < 1:
         raise ValueError("top-k must be at least 1")
-    ranking = rank(collection, criterion)
+    ranking = rank(collection, criterion, borrow=borrow)
     ranked = ranking.table
     if ranked.empty:
         raise ValueError(f"no config has a {criterion} to rank by (and no run stopped early)")

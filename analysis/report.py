@@ -40,8 +40,9 @@ from analysis.collect import (
     Collection,
 )
 from analysis.metric_names import metric_name
+from analysis.progress import read_jobs
 from analysis.trends import WINDOW, Trend, trends, windows
-from analysis.uncertainty import Comparison
+from analysis.uncertainty import FAMILY_TEXT, Comparison
 
 MISSING = "–"
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%
@@ -144,38 +145,64 @@ def _failures(collection: Collection) -> list[str]:
     return lines
 
 
-def _unusable(collection: Collection) -> list[str]:
+def missing_jobs(collection: Collection) -> list[str]:
+    """The jobs a sweep's ``jobs.json`` lists that have no run directory (never started), one
+    line each with their overrides."""
+    lines = []
+    for sweep in collection.sweeps:
+        jobs = read_jobs(sweep.path)
+        if jobs is None:
+            continue
+        present = set(collection.runs.loc[collection.runs["sweep"] == str(sweep.path), "job"])
+        lines += [f"`{sweep.path.name}/{num}` ({' '.join(job.overrides) or 'no overrides'}): "
+                  "no run directory (the job never started)"
+                  for num, job in sorted(jobs.jobs.items()) if num not in present]
+    return lines
+
+
+def _unusable(collection: Collection, ranking: Ranking) -> list[str]:
     runs = collection.runs
     entries = [
         f"- `{run['run_id']}` (status {run['status']}): {run['problems']}"
         for run in runs[runs["problems"] != ""].to_dict("records")
     ]
+    entries += [f"- {line}" for line in missing_jobs(collection)]
+    entries += [f"- {line}" for line in ranking.data_problems]
     return ["## Runs with missing or unreadable data", "",
-            *(entries or ["None: every run has its config, status and metrics."])]
+            *(entries or ["None: every run has its config, status, metrics and per-problem "
+                          "outcomes."])]
 
 
 def _best(collection: Collection, ranking: Ranking) -> list[str]:
     criterion = ranking.criterion
     lines = ["## Best config", ""]
     at = ("" if ranking.at_step is None
-          else f" at GRPO step {ranking.at_step}, the largest step every ranked config reached")
+          else f" at GRPO step {ranking.at_step}, the largest step every ranked config's runs "
+               "reached (the step every completed run reached)")
     rule = (f"Ranked by `{criterion}` ({CRITERION_TEXT[criterion]}, mean over seeds){at}; "
-            "configs with a run stopped early (collapsed, diverged, pruned) are excluded. "
+            "configs with a run stopped early (collapsed, diverged, pruned) are excluded, and a "
+            "run that did not reach the compared step is not compared there. "
             "`best eval reward` (the maximum over evaluations after step 0) is descriptive only: "
             "the maximum of noisy evaluations sits above a config's true reward.")
     estimates = ranking.uncertainty.estimates if ranking.uncertainty else {}
     if ranking.best is None:
         lines += [rule, "", "No config has an evaluation after step 0 yet.", ""]
     else:
-        lines += [rule, "", f"**Best: {ranking.describe_best()}**.", "",
-                  *(f"- {label}: {why}" for label, why in ranking.near_ties.items()),
-                  *([""] if ranking.near_ties else [])]
+        ties = ([f"Could still be the best (not shown worse than it; 95%): {len(ranking.near_ties)} "
+                 "other config(s):", *(f"- {label}: {why}" for label, why in ranking.near_ties.items())]
+                if ranking.near_ties else [])
+        lines += [rule, "", f"**Best: {ranking.describe_best()}**.", "", *ties,
+                  *([""] if ties else [])]
+    if ranking.unreached:
+        lines += ["Not compared (did not reach the compared step):",
+                  *(f"- {line}" for line in ranking.unreached), ""]
     summary = config_summary(collection)
-    header = ["config", "runs", "with metrics", "seeds", "statuses",
+    used = ranking.table["n_used"] if "n_used" in ranking.table else pd.Series(dtype=float)
+    header = ["config", "runs", "with metrics", "compared", "seeds", "statuses",
               f"{criterion} at step {_fmt_step(ranking.at_step)} [95% interval]",
               "mean final eval reward", "mean best eval reward", "mean wall-clock", "GPU-hours"]
     rows = [
-        [label, s["n_runs"], s["n_with_data"], s["seeds"], s["statuses"],
+        [label, s["n_runs"], s["n_with_data"], int(used.get(label, 0)), s["seeds"], s["statuses"],
          estimates[label].describe() if label in estimates else MISSING,
          fmt_number(s["final_eval_reward"]),
          fmt_number(s["best_eval_reward"]), fmt_duration(s["wall_clock_s"]),
@@ -185,10 +212,10 @@ def _best(collection: Collection, ranking: Ranking) -> list[str]:
     return [*lines, markdown_table(header, rows)]
 
 
-COMPARISON_COLUMNS = ("config", "reference", "role", "step", "method", "seeds_config",
-                      "seeds_reference", "problems", "samples_per_problem_config",
+COMPARISON_COLUMNS = ("config", "reference", "role", "step", "variance_source", "variance_df",
+                      "seeds_config", "seeds_reference", "problems", "samples_per_problem_config",
                       "samples_per_problem_reference", "difference", "ci_low", "ci_high",
-                      "p_value", "p_adjusted", "verdict")
+                      "p_value", "p_adjusted", "verdict", "why")
 
 
 def comparison_frame(ranking: Ranking) -> pd.DataFrame:
@@ -198,9 +225,9 @@ def comparison_frame(ranking: Ranking) -> pd.DataFrame:
 
 
 def _comparison_row(c: Comparison) -> list[Any]:
-    return [c.config, c.reference, c.role, c.step, c.method, c.n_seeds[0], c.n_seeds[1],
+    return [c.config, c.reference, c.role, c.step, c.source, c.df, c.n_seeds[0], c.n_seeds[1],
             c.n_problems, c.samples[0], c.samples[1], c.diff, c.lo, c.hi, c.p_value,
-            c.p_adjusted, c.verdict]
+            c.p_adjusted, c.verdict, c.why]
 
 
 def _comparisons(ranking: Ranking) -> list[str]:
@@ -208,25 +235,66 @@ def _comparisons(ranking: Ranking) -> list[str]:
     if ranking.uncertainty is None or not ranking.uncertainty.comparisons:
         return [*lines, "Nothing to compare: fewer than two configs are ranked."]
     u = ranking.uncertainty
-    lines += [
-        f"Each config against the best one and against its on-policy baseline, on "
-        f"`{ranking.criterion}` at GRPO step {ranking.at_step}: the difference (config minus "
-        f"reference), its 95% interval and p-value ({u.method_text}), and the p-value "
-        f"adjusted by Holm over all {u.family} pairs of ranked configs, so that at most 5% of "
-        "sweeps call a difference that is not there. A verdict of better or worse needs an "
-        "adjusted p-value below 0.05. Also in `comparisons.csv`.", ""]
+    lines += [f"**Seed variance**: {u.seeds.describe()}.",
+              *(f"- {note}." for note in u.seeds.notes), ""]
+    if u.decided:
+        lines += [
+            f"Each config against the best one and against its on-policy baseline, on "
+            f"`{ranking.criterion}` at GRPO step {ranking.at_step}: the difference (config minus "
+            f"reference), its {FAMILY_TEXT} ({u.family} configs, on the seed variance above), "
+            "so each interval is wider than a lone pair's; the unadjusted and the Tukey-adjusted "
+            "p-value. A verdict of better or worse needs the interval to exclude 0; a config not "
+            "shown worse than the best one could still be the best (the list above). The "
+            "false-verdict rate and the intervals' coverage were checked by simulation (README, "
+            "\"How sure a comparison is\"). Also in `comparisons.csv`.", ""]
+    else:
+        lines += [
+            "No config-level verdict: without a seed variance nothing says how much of a "
+            "difference the seeds alone would make, so every comparison is **undecided** and "
+            "the differences are point estimates"
+            + (f". What would decide it: {ranking.advice}." if ranking.advice else "."), ""]
     header = ["config", "reference", "seeds", "problems", "responses per problem",
-              "Δ", "95% interval", "p", "Holm p", "verdict"]
+              "Δ", "95% interval (simultaneous)", "p", "Tukey p", "verdict"]
     rows = [[c.config, f"{c.reference} ({c.role})", f"{c.n_seeds[0]} vs {c.n_seeds[1]}",
              c.n_problems or MISSING, f"{c.samples[0]} vs {c.samples[1]}", f"{c.diff:+.3f}",
-             MISSING if c.verdict == "no interval" else f"[{c.lo:+.3f}, {c.hi:+.3f}]",
-             fmt_p(c.p_value), fmt_p(c.p_adjusted), f"**{c.verdict}**"]
+             MISSING if math.isnan(c.lo) else f"[{c.lo:+.3f}, {c.hi:+.3f}]",
+             fmt_p(c.p_value), fmt_p(c.p_adjusted),
+             f"**{c.verdict}**" + (f" ({c.why})" if c.verdict == "no interval" else "")]
             for c in u.comparisons]
     lines.append(markdown_table(header, rows))
-    if u.resolution is not None:
+    if u.decided and u.resolution is not None:
         lines += ["", f"**Unclear**: the data cannot tell the best config from the runner-up "
                   f"({u.against_best()[0].config}). The ranking still picks the best point "
-                  f"estimate. What would resolve it: {u.resolution}."]
+                  f"estimate. What would resolve it: {ranking.advice}."]
+    return lines
+
+
+def _effects(ranking: Ranking) -> list[str]:
+    """The ANOVA of the swept keys with each level's effect (also ``main_effects.csv``)."""
+    lines = ["## Main effects", ""]
+    effects = ranking.effects
+    if effects is None:
+        why = ("no swept key varies among the ranked configs" if ranking.uncertainty is None
+               or ranking.uncertainty.decided else "no seed variance to test against")
+        return [*lines, f"No ANOVA: {why}."]
+    keys = list(dict.fromkeys(e.key for e in effects.levels))
+    lines += [
+        f"Does each swept key matter, averaged over the others? An ANOVA of `{ranking.criterion}` "
+        f"at GRPO step {ranking.at_step} over {', '.join(f'`{k}`' for k in keys)} ({effects.model} "
+        f"model, type II sums of squares, statsmodels), each F against the seed variance "
+        f"({effects.error.source}, {effects.error.df:g} df). A main effect averages over the "
+        "other keys, so it has power where a cell-against-cell comparison has little. Also in "
+        "`main_effects.csv`.", "",
+        markdown_table(["term", "df", "sum of squares", "F", "p"],
+                       [[t.name, f"{t.df:g}", f"{t.sum_sq:.3g}", f"{t.f:.2f}", fmt_p(t.p)]
+                        for t in effects.terms]), "",
+        "Each level's effect: its marginal mean minus the grand mean, with a 95% interval.", "",
+        markdown_table(["key", "level", "effect", "95% interval", "runs"],
+                       [[e.key, e.level, f"{e.effect:+.3f}", f"[{e.lo:+.3f}, {e.hi:+.3f}]",
+                         e.n_runs] for e in effects.levels])]
+    if effects.model == "additive" and len(keys) > 1:
+        lines += ["", "One seed a cell: the interaction of the keys cannot be told from the seed "
+                  "noise here (it is in the residual); run 2 or more seeds to test it."]
     return lines
 
 
@@ -241,27 +309,33 @@ def _versus_best(trend: Trend) -> str:
     if not trend.versus_best:
         return "(best)"
     if trend.versus_best == "no test":
-        return "no test (fewer than 2 values in a late window)"
-    return f"{trend.versus_best} (Holm p {fmt_p(trend.p_adjusted)}, noise: {trend.noise})"
+        return f"no test ({trend.noise})"
+    return f"{trend.versus_best} (Holm p {fmt_p(trend.p_adjusted)})"
 
 
 def _trends(collection: Collection, ranking: Ranking) -> list[str]:
     lines = ["## Other metrics' trends", ""]
     if ranking.best is None or not ranking.at_step:
         return [*lines, "No ranked config yet."]
-    found = trends(collection, list(ranking.table.index), ranking.best, ranking.at_step)
+    found = trends(collection, list(ranking.table.index), ranking.best, ranking.at_step,
+                   ranking.borrowed)
     if not found:
         return [*lines, "No training metrics logged."]
     early, late = windows(ranking.at_step)
     lines += [f"Each metric's mean over the first {WINDOW:.0%} of GRPO steps (early: "
               f"{early.start}-{early.stop - 1}) and the last {WINDOW:.0%} up to the compared step "
               f"(late: {late.start}-{late.stop - 1}), over seeds, and whether a config's late value "
-              "differs from the best config's beyond the noise between seeds (or, with one seed, "
-              "between the late window's steps; Welch's t-test, Holm over configs).", ""]
+              "differs from the best config's beyond the seed-to-seed noise of a run's late value "
+              "(its variance from the same sources as the reward's: the sweep's seeds, the additive "
+              "model of a one-seed grid, a borrowed sweep; Student's t, Holm over configs). "
+              "Consecutive steps are not independent samples: without a seed variance, no test.",
+              ""]
     header = ["metric", "config", "early", "late", "change", "late vs the best config"]
     rows = [[metric_name(t.metric).name, t.label, fmt_number(t.early), fmt_number(t.late),
              fmt_number(t.change), _versus_best(t)] for t in found]
-    return [*lines, markdown_table(header, rows)]
+    noise = {metric_name(t.metric).name: t.noise for t in found}
+    return [*lines, markdown_table(header, rows), "",
+            *(f"- {name}: {text}." for name, text in noise.items())]
 
 
 def _bar(collection: Collection, ranking: Ranking, bar: float) -> list[str]:
@@ -396,17 +470,20 @@ def build_report(collection: Collection, report_dir: Path,
     status_line = ", ".join(f"{n} {status}" for status, n in counts.items())
     with_data = int((collection.runs["steps_done"] > 0).sum())
     ranking = ranking or rank(collection, criterion)
+    never = len(missing_jobs(collection))
     sections = [
         [f"# Sweep report: {names}", "",
          f"{len(collection.runs)} run(s) ({with_data} with metrics), {len(collection.labels)} "
-         f"config(s): {status_line}."],
+         f"config(s): {status_line}"
+         + (f"; {never} more job(s) never started (listed below)." if never else ".")],
         _ranges(collection),
         _runs(collection),
         _stopped(collection),
         _failures(collection),
-        _unusable(collection),
+        _unusable(collection, ranking),
         _best(collection, ranking),
         _comparisons(ranking),
+        _effects(ranking),
         _bar(collection, ranking, bar),
         _comparison(collection),
         _trends(collection, ranking),
@@ -425,4 +502,6 @@ def write_report(collection: Collection, report_dir: Path,
     path = report_dir / "report.md"
     path.write_text(build_report(collection, report_dir, figures, criterion, bar, ranking))
     comparison_frame(ranking).to_csv(report_dir / "comparisons.csv", index=False)
+    if ranking.effects is not None:
+        ranking.effects.frame().to_csv(report_dir / "main_effects.csv", index=False)
     return path

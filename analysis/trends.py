@@ -1,13 +1,16 @@
 """The other metrics' trends the handout asks every study to comment on (entropy, response length,
 gradient norm, clip fraction): per config, the metric early and late in the run, its change, and
-whether the config's late value differs from the best config's beyond the noise.
+whether the config's late value differs from the best config's beyond the seed-to-seed noise.
 
 Early is the mean over the first ``WINDOW`` of the GRPO steps 1..``at_step`` (the compared step of
-the ranking), late over the last ``WINDOW`` of them (at least ``MIN_WINDOW`` steps each). The noise is the
-spread between seeds where both configs have two or more runs with values there (Welch's t-test
-on the runs' late means), else between the steps of the late window (Welch's t-test on the
-per-step means over runs; steps are autocorrelated, so this is the weaker test, and says so).
-p-values are Holm-adjusted over the configs compared for each metric.
+the ranking), late over the last ``WINDOW`` of them (at least ``MIN_WINDOW`` steps each); a run's
+value is its mean over the window, a config's the mean over its runs. The noise is the seed
+variance of a run's late value, from the same sources and in the same order as the validation
+reward's (:func:`analysis.aggregate.seed_variance`): seeds in the sweep, the additive model of a
+one-seed grid, the sweep the ranking borrowed from. Consecutive steps of one run are never taken
+as independent samples (they are autocorrelated: a test between them calls most equal pairs
+different). A config is compared with the best one by Student's t on that variance, Holm over the
+configs compared for each metric; without a seed variance there is no test.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
-from scipy import special
 
+from analysis.aggregate import seed_variance
 from analysis.collect import LABEL, Collection
-from analysis.uncertainty import ALPHA, holm
+from analysis.effects import VALUE
+from analysis.uncertainty import ALPHA, ConfigData, SeedVariance, holm, pair_test
 
 TREND_METRICS = ("train/entropy", "train/mean_response_length", "train/grad_norm",
                  "train/clip_fraction")
@@ -35,8 +38,8 @@ MIN_WINDOW = 3
 class Trend:
     """``metric`` of config ``label``: mean ``early`` and ``late`` (over its runs and the window's
     steps), the change, and against the best config's late value: ``versus_best`` (``higher``,
-    ``lower``, ``within noise``; empty for the best config itself), the Holm-adjusted p-value and
-    the noise the test used (``seeds`` or ``steps``)."""
+    ``lower``, ``within noise``, ``no test``; empty for the best config itself), the
+    Holm-adjusted p-value and the seed variance the test used (``noise``, in words)."""
 
     label: str
     metric: str
@@ -57,28 +60,41 @@ def windows(at_step: int) -> tuple[range, range]:
     return range(1, min(width, at_step) + 1), range(max(1, at_step - width + 1), at_step + 1)
 
 
-def trends(collection: Collection, labels: Sequence[str], best: str, at_step: int) -> list[Trend]:
-    """Every metric of ``TREND_METRICS`` that was logged, for each of ``labels`` (best first)."""
-    steps = collection.steps
+def trends(collection: Collection, labels: Sequence[str], best: str, at_step: int,
+           borrowed: Collection | None = None) -> list[Trend]:
+    """Every metric of ``TREND_METRICS`` that was logged, for each of ``labels`` (best first);
+    ``borrowed``: the sweep the ranking borrowed its seed variance from, collected."""
     early_steps, late_steps = windows(at_step)
-    rows = steps[steps[LABEL].isin(labels)]
     out: list[Trend] = []
     for metric in TREND_METRICS:
-        if metric not in rows or rows[metric].notna().sum() == 0:
+        runs = late_run_means(collection, labels, metric, late_steps)
+        if runs.empty:
             continue
-        values = rows.loc[rows[metric].notna(), [LABEL, "run_id", "step", metric]]
-        early = values[values["step"].isin(early_steps)].groupby(LABEL)[metric].mean()
-        late_rows = values[values["step"].isin(late_steps)]
-        late = late_rows.groupby(LABEL)[metric].mean()
-        tests = _tests(late_rows, metric, [lb for lb in labels if lb != best and lb in late.index],
-                       best) if best in late.index else {}
-        tested = {label: t for label, t in tests.items() if not math.isnan(t[0])}
-        adjusted = dict(zip(tested, holm([p for p, _ in tested.values()]), strict=True))
+        steps = collection.steps
+        early = (steps.loc[steps[LABEL].isin(labels) & steps["step"].isin(early_steps)]
+                 .groupby(LABEL)[metric].mean() if metric in steps else pd.Series(dtype=float))
+        configs = [ConfigData(label, part[VALUE].to_numpy(float))
+                   for label, part in runs.groupby(LABEL, sort=False)]
+        other = (late_run_means(borrowed, borrowed.labels, metric, late_steps)
+                 if borrowed is not None else pd.DataFrame())
+        lent = None
+        if not other.empty:
+            theirs = SeedVariance.pooled([ConfigData(label, part[VALUE].to_numpy(float))
+                                          for label, part in other.groupby(LABEL, sort=False)])
+            lent = SeedVariance(theirs.variance, theirs.df, "borrowed",
+                                f"the borrowed sweep's seeds ({theirs.df} df)")
+        seeds = seed_variance(configs, runs, collection.label_keys, lent)
+        by_label = {c.label: c for c in configs}
+        tests = {c.label: pair_test(c, by_label[best], seeds) for c in configs
+                 if c.label != best and best in by_label}
+        tested = {label: t.p_value for label, t in tests.items() if t is not None}
+        adjusted = dict(zip(tested, holm(list(tested.values())), strict=True))
+        noise = seeds.describe()
         for label in labels:
-            if label not in late.index:
+            if label not in by_label:
                 continue
+            late = by_label[label].mean
             p = adjusted.get(label, math.nan)
-            noise = tests.get(label, (math.nan, ""))[1]
             if label == best:
                 verdict = ""
             elif math.isnan(p):
@@ -86,34 +102,25 @@ def trends(collection: Collection, labels: Sequence[str], best: str, at_step: in
             elif p >= ALPHA:
                 verdict = "within noise"
             else:
-                verdict = "higher" if late[label] > late[best] else "lower"
-            out.append(Trend(label, metric, float(early.get(label, math.nan)), float(late[label]),
-                             verdict, p, noise))
+                verdict = "higher" if late > by_label[best].mean else "lower"
+            out.append(Trend(label, metric, float(early.get(label, math.nan)), late, verdict, p,
+                             noise))
     return out
 
 
-def _tests(late_rows: pd.DataFrame, metric: str, labels: Sequence[str], best: str
-           ) -> dict[str, tuple[float, str]]:
-    """Each of ``labels``' p-value against ``best`` and the noise it used: Welch's t-test
-    (every label at once: Welch's t and degrees of freedom, Student's t of scipy.special; the
-    tests check it against scipy.stats.ttest_ind) on the runs' late means where both have two or
-    more runs, else on the late window's per-step means over runs; NaN where a side has fewer
-    than 2 values or neither varies."""
-    spread = {noise: late_rows.groupby([LABEL, key])[metric].mean().groupby(level=0)
-              .agg(["mean", "std", "count"]) for noise, key in (("seeds", "run_id"), ("steps", "step"))}
-    runs = spread["seeds"]["count"]
-    noise = ["seeds" if runs.get(label, 0) > 1 and runs.get(best, 0) > 1 else "steps"
-             for label in labels]
-    if not labels:
-        return {}
-    # (labels, 3): mean, std, count of each label's values and of the best config's
-    mine = np.array([spread[n].loc[label].to_numpy(float) for n, label in zip(noise, labels, strict=True)])
-    theirs = np.array([spread[n].loc[best].to_numpy(float) for n in noise])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        v1, v2 = mine[:, 1] ** 2 / mine[:, 2], theirs[:, 1] ** 2 / theirs[:, 2]
-        df = (v1 + v2) ** 2 / (v1 ** 2 / (mine[:, 2] - 1) + v2 ** 2 / (theirs[:, 2] - 1))
-        p = 2 * special.stdtr(df, -np.abs(mine[:, 0] - theirs[:, 0]) / np.sqrt(v1 + v2))
-    testable = ((mine[:, 2] > 1) & (theirs[:, 2] > 1)
-                & (np.maximum(mine[:, 1], theirs[:, 1]) > 1e-9))
-    return {label: (float(q) if ok else math.nan, n)
-            for label, q, ok, n in zip(labels, np.asarray(p), testable, noise, strict=True)}
+def late_run_means(collection: Collection, labels: Sequence[str], metric: str,
+                   late_steps: range) -> pd.DataFrame:
+    """Each run's mean of ``metric`` over ``late_steps`` (runs of ``labels`` that logged it
+    there): one row per run with its label, the swept keys and :data:`analysis.effects.VALUE`."""
+    steps = collection.steps
+    if metric not in steps:
+        return pd.DataFrame()
+    rows = steps.loc[steps[LABEL].isin(labels) & steps["step"].isin(late_steps)
+                     & steps[metric].notna(), ["run_id", LABEL, metric]]
+    if rows.empty:
+        return pd.DataFrame()
+    means = rows.groupby("run_id", sort=False).agg(label=(LABEL, "first"), value=(metric, "mean"))
+    keys = collection.runs.set_index("run_id")[collection.label_keys].reindex(means.index)
+    order = {label: i for i, label in enumerate(labels)}
+    frame = pd.concat([means.rename(columns={"label": LABEL, "value": VALUE}), keys], axis=1)
+    return frame.sort_values(LABEL, key=lambda s: s.map(order), kind="stable").reset_index(drop=True)

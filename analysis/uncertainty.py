@@ -1,36 +1,45 @@
-"""How sure a sweep's answer is: a 95% interval on each config's validation reward, paired tests of
-configs against the best one and the on-policy baseline, adjusted for the number of comparisons,
-and the data it would take to tell two configs apart. Pure statistics over arrays (scipy); the
-data come from :mod:`analysis.aggregate`.
+"""How sure a sweep's answer is: a 95% interval on each config's validation reward, simultaneous
+comparisons of configs (against the best one and the on-policy baseline), the set of configs that
+could still be the best, and the data it would take to tell two configs apart. Pure statistics over
+arrays (scipy); the data and the choice of the seed variance's source come from
+:mod:`analysis.aggregate`.
 
 Each run contributes its criterion value (the mean validation reward of its last evaluations, see
 ``analysis.aggregate.LATE_EVALS``) and, where its ``eval_outcomes/`` files are readable, the same
 mean problem by problem: a vector over the N validation problems (``ConfigData.problems``, one row
-per seed). Two sources of noise: which responses were sampled on which problems (response noise,
-shared problem difficulty), and how the run went (the seed: data order, sampling, initialisation).
+per seed). Two sources of noise: which validation problems were drawn (their difficulty), and how
+the run went (the seed: data order, sampling, initialisation, and the sampled evaluation
+responses). A config's value y = mu + a_seed + b_problems + e: the seed term does not cancel
+between configs, the problem term does (every config is evaluated on the same problems).
 
-**Which test** (one method for the whole sweep, ``Method``):
+**The seed variance** (:class:`SeedVariance`): the variance of one run's value between seeds of a
+config, from the best source the sweep has (:func:`analysis.aggregate.rank` chooses, in this order):
+``seeds`` (pooled over the configs with two or more seeds: df = runs - configs), ``additive`` (a
+one-seed factorial grid: the residual mean square of the additive model of the swept keys,
+:mod:`analysis.effects`; it holds any interaction too, so it errs on the safe side),
+``borrowed`` (an earlier multi-seed sweep of the same model, data, problems and evaluation steps),
+``additive+borrowed`` (the two pooled by their df after an F test finds them in agreement,
+:func:`combine`), or ``none``. Without a usable variance (none, or 0: identical values) no
+config-level verdict is given: the comparisons are **undecided**.
 
-* ``seeds``: some config has two or more seeds. Each seed's value already averages over the same
-  problems, so problem difficulty cancels between configs, and what is left is the seed-to-seed
-  spread, response noise included. That spread is pooled over the sweep's ranked configs (the
-  one-way ANOVA / Tukey assumption of one variance; ``df`` = runs - configs), and a difference is
-  a t-test on seed means with that pooled variance (Student's t of scipy.special, the functions
-  scipy.stats.t evaluates). Intervals are honest for
-  2-3 seeds because the pooled estimate has more degrees of freedom than any one config.
-* ``problems``: one seed per config. A difference is paired over the same problems
-  (scipy.stats.ttest_rel: the difference's standard error over questions, clustered by problem
-  when several evaluations and responses are averaged); when both configs' per-problem values
-  are 0/1 (one evaluation, one response per problem) the p-value is exact McNemar
-  (scipy.stats.binomtest on the discordant problems). The seed-to-seed variance is NOT in this
-  interval: it is too narrow by that much, and the report says so.
-* ``none``: one seed and no per-problem outcomes (runs logged before they were kept): no interval.
+**Comparisons** (:func:`compare_sweep`): every pair of ranked configs evaluated on the same
+problems gets a Tukey-Kramer simultaneous 95% interval (the studentized range of
+``scipy.stats.studentized_range`` over the ranked configs, on the variance's df): at most 5% of
+sweeps hold a false **better**/**worse** among all of them, whatever pairs the report shows. A
+config **could be the best** when it is not shown worse than the best config: with probability
+95% the truly best config is in that set (its interval against the observed best holds a
+difference >= 0), the deduction of Hsu's multiple comparisons with the best from all-pairwise
+intervals (Hsu 1996, ch. 5; conservative). The set is what the chain and ``promote`` carry as
+near-ties, and a verdict never disagrees with its interval. Pairs evaluated on other problems
+(outcome digests or problem sets that differ) are not compared.
 
-**Family**: every pair of ranked configs is tested, and p-values are Holm-adjusted over all of
-them, so that the comparisons reported (each config against the best one, which was itself picked
-by the data, and against its on-policy baseline) keep the family-wise error rate at 5%. A verdict
-is ``better`` / ``worse`` when the adjusted p-value is below 0.05, else ``not distinguishable``.
-The 95% interval shown is the unadjusted one of that comparison.
+**A config's own interval** (:func:`estimate`): its mean over S seeds and N problems varies by
+sigma_seed^2 / S + sigma_problem^2 / N + sigma_e^2 / (S N). The seed variance V1 estimates
+sigma_seed^2 + sigma_e^2 / N; the variance of the per-problem means V2 estimates sigma_problem^2 +
+sigma_e^2 / S; the seed-by-problem mean square V3 (pooled over configs with 2+ seeds) estimates
+sigma_e^2. So the variance is V1 / S + max(V2 - V3 / S, 0) / N (the seed-by-problem term counted
+once), with Satterthwaite's degrees of freedom; without V3 (no config has 2 seeds) the term is
+counted twice, which errs on the wide side.
 """
 
 from __future__ import annotations
@@ -47,20 +56,22 @@ from scipy import special
 ALPHA = 0.05
 """Level of every interval (95%) and of the family-wise error rate of the verdicts."""
 POWER = 0.8
-"""Power at which `Resolution` sizes the data that would tell two configs apart."""
-Method = Literal["seeds", "problems", "none"]
-Verdict = Literal["better", "worse", "not distinguishable", "no interval"]
-SINGLE_SEED_NOTE = ("one seed per config: the intervals cover problems and sampled responses, not "
-                    "the seed-to-seed variance, so they are too narrow by that much; run 2 or more "
-                    "seeds to include it")
+"""Power at which `resolve` sizes the data that would tell two configs apart."""
+MANY_SEEDS = 10
+"""Seeds per config beyond which `resolve` says the difference is too small to be worth it."""
+Source = Literal["seeds", "additive", "borrowed", "additive+borrowed", "none"]
+Verdict = Literal["better", "worse", "not distinguishable", "undecided", "no interval"]
+FAMILY_TEXT = ("Tukey-Kramer simultaneous 95% intervals over every pair of ranked configs: at most "
+               "5% of sweeps call a difference that is not there")
 
 
 @dataclass(frozen=True)
 class ConfigData:
     """One config's data at the compared step: ``seed_values`` each run's criterion value (S,);
     ``problems`` each run's per-problem value (S, N), None unless every run has them for the same
-    problems (``digest``); ``samples`` responses per problem per evaluation; ``n_evals`` the fewest
-    evaluations a run averages; ``binary`` whether every per-problem value is 0 or 1."""
+    problems (``digest``); ``problem_set`` names what was evaluated as the runs' configs say
+    (data and number of problems: configs of different sets are not compared); ``samples``
+    responses per problem per evaluation; ``n_evals`` the fewest evaluations a run averages."""
 
     label: str
     seed_values: np.ndarray
@@ -68,6 +79,7 @@ class ConfigData:
     digest: str | None = None
     samples: int = 1
     n_evals: int = 1
+    problem_set: str = ""
 
     @property
     def n_seeds(self) -> int:
@@ -78,42 +90,107 @@ class ConfigData:
         return 0 if self.problems is None else self.problems.shape[1]
 
     @property
-    def binary(self) -> bool:
-        return self.problems is not None and bool(np.isin(self.problems, (0.0, 1.0)).all())
-
-    @property
     def mean(self) -> float:
         return float(np.mean(self.seed_values))
 
 
+def comparable(a: ConfigData, b: ConfigData) -> bool:
+    """Whether ``a`` and ``b`` were evaluated on the same problems (same problem set, and the same
+    outcome digest where both have one)."""
+    return a.problem_set == b.problem_set and (a.digest is None or b.digest is None
+                                               or a.digest == b.digest)
+
+
 @dataclass(frozen=True)
 class SeedVariance:
-    """The seed-to-seed variance of a run's value, pooled over configs, with its ``df``."""
+    """The seed-to-seed variance of one run's value, its degrees of freedom ``df``, where it comes
+    from (``source``, in words: ``text``) and what was found on the way (``notes``: the
+    non-additivity test, the F test of agreement, why a source was not used)."""
 
     variance: float
-    df: int
+    df: float
+    source: Source
+    text: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        """A variance comparisons can use: a source, degrees of freedom and a positive value."""
+        return (self.source != "none" and self.df > 0 and math.isfinite(self.variance)
+                and self.variance > 0)
+
+    @property
+    def degenerate(self) -> bool:
+        """Measured, but 0: every seed gave the same value (no interval can be honest)."""
+        return self.source != "none" and self.df > 0 and self.variance == 0
+
+    def describe(self) -> str:
+        """``seed sd 0.0123 (variance 0.000151) from seeds in this sweep (9 df)``, or why there
+        is none."""
+        if self.source == "none":
+            return f"no seed variance: {self.text}"
+        if self.degenerate:
+            return (f"seed variance 0 from {self.text} ({_df(self.df)} df): every seed gave the same "
+                    "value, a degenerate estimate; no interval")
+        return (f"seed sd {math.sqrt(self.variance):.4f} (variance {self.variance:.3g}) from "
+                f"{self.text} ({_df(self.df)} df)")
+
+    def with_notes(self, *notes: str) -> SeedVariance:
+        return SeedVariance(self.variance, self.df, self.source, self.text, (*self.notes, *notes))
 
     @staticmethod
     def pooled(configs: Sequence[ConfigData]) -> SeedVariance:
         """Sum over configs of squared deviations of seed values from their config's mean, over
-        the runs - configs degrees of freedom (0 when no config has two seeds)."""
+        the runs - configs degrees of freedom (source ``none`` when no config has two seeds)."""
         df = sum(c.n_seeds - 1 for c in configs)
         if df == 0:
-            return SeedVariance(math.nan, 0)
+            return SeedVariance.missing("one seed per config")
         squares = sum(float(np.sum((c.seed_values - c.seed_values.mean()) ** 2)) for c in configs)
-        return SeedVariance(squares / df, df)
+        with_seeds = sum(c.n_seeds > 1 for c in configs)
+        return SeedVariance(squares / df, df, "seeds",
+                            f"seeds in this sweep, pooled over the {with_seeds} config"
+                            f"{'s' if with_seeds != 1 else ''} with 2 or more")
+
+    @staticmethod
+    def missing(why: str) -> SeedVariance:
+        return SeedVariance(math.nan, 0, "none", why)
+
+
+def _df(df: float) -> str:
+    return f"{df:.0f}" if float(df).is_integer() else f"{df:.1f}"
+
+
+def combine(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
+    """``additive`` and ``borrowed`` pooled, weighted by their degrees of freedom, when a
+    two-sided F test (their ratio on (df, df)) does not reject that they are one variance at
+    ``ALPHA``; else the larger of the two (the safe side), saying so."""
+    ratio = additive.variance / borrowed.variance
+    below = float(special.fdtr(additive.df, borrowed.df, ratio))
+    p = min(1.0, 2 * min(below, 1 - below))
+    test = f"F = {ratio:.2f} on ({_df(additive.df)}, {_df(borrowed.df)}) df, p {_p(p)}"
+    if p < ALPHA:
+        larger = max((additive, borrowed), key=lambda v: v.variance)
+        return larger.with_notes(
+            f"the grid's additive residual ({additive.variance:.3g}) and the borrowed variance "
+            f"({borrowed.variance:.3g}) disagree ({test}): the larger, from {larger.text}, is used")
+    df = additive.df + borrowed.df
+    return SeedVariance((additive.df * additive.variance + borrowed.df * borrowed.variance) / df,
+                        df, "additive+borrowed", f"{additive.text} pooled with {borrowed.text}",
+                        (*additive.notes, *borrowed.notes,
+                         f"the two agree ({test}): pooled, weighted by their df"))
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A config's value (``mean`` over seeds) with its 95% interval ``[lo, hi]`` (NaN: none),
-    within the 0-1 range of a reward."""
+    """A config's value (``mean`` over seeds) with its 95% interval ``[lo, hi]`` (NaN: none) on
+    ``df`` degrees of freedom, within the 0-1 range of a reward."""
 
     mean: float
     lo: float
     hi: float
     n_seeds: int
     n_problems: int
+    df: float = math.nan
 
     def interval(self) -> str:
         """``[0.381, 0.443]``, or empty where there is none."""
@@ -124,102 +201,49 @@ class Estimate:
         return f"{self.mean:.3f} {self.interval() or '[no interval]'}"
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """``config`` minus ``reference`` (``role``: ``best`` or ``on-policy``): the difference of their
-    values, its unadjusted 95% interval, p-value, Holm-adjusted p-value and verdict; ``se`` the
-    difference's standard error; ``seeds`` and ``samples`` as ``"a vs b"``."""
-
-    config: str
-    reference: str
-    role: str
-    step: int | None
-    method: Method
-    diff: float
-    lo: float
-    hi: float
-    se: float
-    p_value: float
-    p_adjusted: float
-    verdict: Verdict
-    n_seeds: tuple[int, int]
-    n_problems: int
-    samples: tuple[int, int]
-
-    def describe(self) -> str:
-        """``worse than the best config: Δ -0.031 [-0.052, -0.010], p 0.004 (Holm-adjusted
-        0.03)``; with one seed per config the caveat that the seed variance is not included."""
-        if self.verdict == "no interval":
-            tie = "tie with" if self.diff == 0 else "against"
-            return f"{tie} the {self.role} config: Δ {self.diff:+.3f}, no interval ({NO_INTERVAL})"
-        words = {"better": f"better than the {self.role} config",
-                 "worse": f"worse than the {self.role} config",
-                 "not distinguishable": f"not distinguishable from the {self.role} config"}
-        caveat = "; one seed: seed-to-seed variance not included" if self.method == "problems" else ""
-        return (f"{words[self.verdict]}: Δ {self.diff:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}], "
-                f"p {_p(self.p_value)} (Holm-adjusted {_p(self.p_adjusted)}{caveat})")
+def problem_error(configs: Sequence[ConfigData]) -> tuple[float, float]:
+    """The seed-by-problem mean square (sigma_e^2) and its df, pooled over the configs with two or
+    more seeds and per-problem outcomes: the residual of each config's seeds x problems table
+    (two-way, one value a cell); (NaN, 0) where no config has them."""
+    squares, df = 0.0, 0
+    for c in configs:
+        if c.problems is None or c.n_seeds < 2 or c.n_problems < 2:
+            continue
+        p = c.problems
+        residual = p - p.mean(axis=1, keepdims=True) - p.mean(axis=0, keepdims=True) + p.mean()
+        squares += float(np.sum(residual ** 2))
+        df += (c.n_seeds - 1) * (c.n_problems - 1)
+    return (squares / df, df) if df else (math.nan, 0)
 
 
-NO_INTERVAL = "one seed and no per-problem outcomes (eval_outcomes/)"
-
-
-def _p(p: float) -> str:
-    return f"{p:.2g}" if p >= 0.001 else "<0.001"
-
-
-def method_of(configs: Sequence[ConfigData], pooled: SeedVariance) -> Method:
-    """The test the sweep's data allow (module docstring; ``pooled``: the configs' seed
-    variance)."""
-    if pooled.df > 0:
-        return "seeds"
-    if len(configs) > 0 and all(c.problems is not None for c in configs):
-        return "problems"
-    return "none"
-
-
-def describe_method(method: Method, configs: Sequence[ConfigData], pooled: SeedVariance) -> str:
-    """What the intervals of ``method`` cover, in a sentence (``pooled``: the configs' seed
-    variance)."""
-    if method == "seeds":
-        return (f"t-test on seed means, the seed-to-seed variance pooled over the "
-                f"{len(configs)} ranked configs ({pooled.df} degrees of freedom); problem "
-                "difficulty cancels between configs evaluated on the same problems")
-    if method == "problems":
-        n = max(c.n_problems for c in configs)
-        return (f"paired over the same {n} problems (t-test over problems; exact McNemar where "
-                f"both configs' outcomes are 0/1); {SINGLE_SEED_NOTE}")
-    return f"no interval: {NO_INTERVAL}"
-
-
-def estimate(config: ConfigData, method: Method, seeds: SeedVariance) -> Estimate:
-    """``config``'s value with a 95% interval that covers problems (their difficulty and sampled
-    responses) and, under the ``seeds`` method, the pooled seed-to-seed variance."""
-    mean = config.mean
-    none = Estimate(mean, math.nan, math.nan, config.n_seeds, config.n_problems)
-    if method == "seeds":
-        variance = seeds.variance / config.n_seeds
-        if config.problems is not None and config.n_problems > 1:
-            variance += float(np.var(config.problems.mean(axis=0), ddof=1)) / config.n_problems
-        half = t_quantile(seeds.df) * math.sqrt(variance)
-        return Estimate(mean, max(mean - half, 0.0), min(mean + half, 1.0), config.n_seeds,
-                        config.n_problems)
-    if config.problems is None or config.n_problems < 2:
-        return none
-    from scipy import stats  # only here and in pair_test: its import costs make plots a second
-
-    values = config.problems.mean(axis=0)
-    if config.binary and config.n_seeds == 1:  # one evaluation, one response: exact binomial
-        ci = stats.binomtest(int(values.sum()), len(values)).proportion_ci(1 - ALPHA, "exact")
-    elif np.ptp(values) == 0:
-        return Estimate(mean, mean, mean, config.n_seeds, config.n_problems)
-    else:
-        ci = stats.ttest_1samp(values, 0.0).confidence_interval(1 - ALPHA)
-    return Estimate(mean, max(float(ci.low), 0.0), min(float(ci.high), 1.0), config.n_seeds,
-                    config.n_problems)
+def estimate(config: ConfigData, seeds: SeedVariance,
+             error: tuple[float, float] = (math.nan, 0)) -> Estimate:
+    """``config``'s value with a 95% interval covering the seed and the problem variance (module
+    docstring; ``error``: :func:`problem_error`), on Satterthwaite's degrees of freedom; no
+    interval without a usable seed variance."""
+    mean, s = config.mean, config.n_seeds
+    if not seeds.usable:
+        return Estimate(mean, math.nan, math.nan, s, config.n_problems)
+    terms = [(seeds.variance / s, seeds.df)]  # (a component of the variance, its df)
+    if config.problems is not None and config.n_problems > 1:
+        n = config.n_problems
+        between = float(np.var(config.problems.mean(axis=0), ddof=1))
+        ms_error, error_df = error
+        if error_df > 0 and between - ms_error / s > 0:
+            terms += [(between / n, n - 1), (-ms_error / (s * n), error_df)]
+        elif error_df == 0:  # sigma_e^2 unknown: counted in both components (wider)
+            terms.append((between / n, n - 1))
+    variance = sum(v for v, _ in terms)
+    df = variance ** 2 / sum(v ** 2 / d for v, d in terms)
+    half = t_quantile(df) * math.sqrt(variance)
+    return Estimate(mean, max(mean - half, 0.0), min(mean + half, 1.0), s, config.n_problems, df)
 
 
 @dataclass(frozen=True)
 class PairTest:
+    """``a`` minus ``b``: the difference, its unadjusted 95% interval, standard error and
+    two-sided p-value on the seed variance's df."""
+
     diff: float
     lo: float
     hi: float
@@ -227,51 +251,42 @@ class PairTest:
     p_value: float
 
 
-def pair_test(a: ConfigData, b: ConfigData, method: Method, seeds: SeedVariance) -> PairTest | None:
-    """``a`` minus ``b`` under ``method`` (module docstring); None when the two cannot be paired
-    (no interval, or per-problem outcomes of different problems)."""
-    diff = a.mean - b.mean
-    if method == "seeds":
-        return _seed_tests([a, b], [(a.label, b.label)], seeds)[a.label, b.label]
-    if method != "problems" or a.digest != b.digest or a.n_problems != b.n_problems:
+def pair_test(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> PairTest | None:
+    """``a`` minus ``b`` on the seed variance (Student's t); None when the two cannot be compared
+    (other problems, or no usable variance)."""
+    if not seeds.usable or not comparable(a, b):
         return None
-    from scipy import stats
-
-    mine, theirs = a.problems.mean(axis=0), b.problems.mean(axis=0)
-    d = mine - theirs
-    if np.ptp(d) == 0:
-        return PairTest(diff, diff, diff, 0.0, 1.0 if diff == 0 else 0.0)
-    result = stats.ttest_rel(mine, theirs)
-    ci = result.confidence_interval(1 - ALPHA)
-    p = float(result.pvalue)
-    if a.binary and b.binary and a.n_seeds == b.n_seeds == 1:  # exact McNemar
-        wins, losses = int((d > 0).sum()), int((d < 0).sum())
-        p = float(stats.binomtest(wins, wins + losses, 0.5).pvalue)
-    se = float(np.std(d, ddof=1) / math.sqrt(len(d)))
-    return PairTest(diff, float(ci.low), float(ci.high), se, p)
+    diff = a.mean - b.mean
+    se = math.sqrt(seeds.variance * (1 / a.n_seeds + 1 / b.n_seeds))
+    half = t_quantile(seeds.df) * se
+    p = float(2 * special.stdtr(seeds.df, -abs(diff / se)))
+    return PairTest(diff, diff - half, diff + half, se, p)
 
 
-@functools.lru_cache(maxsize=64)
-def t_quantile(df: int) -> float:
+@functools.lru_cache(maxsize=256)
+def t_quantile(df: float) -> float:
     """Student's t quantile of a two-sided 95% interval on ``df`` degrees of freedom."""
     return float(special.stdtrit(df, 1 - ALPHA / 2))
 
 
-def _seed_tests(configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]],
-                seeds: SeedVariance) -> dict[tuple[str, str], PairTest]:
-    """:func:`pair_test` under the ``seeds`` method for every pair at once (a sweep of 80
-    configs has 3160 pairs)."""
-    by_label = {c.label: c for c in configs}
-    mean = np.array([[by_label[a].mean, by_label[b].mean] for a, b in pairs]).reshape(-1, 2)
-    n = np.array([[by_label[a].n_seeds, by_label[b].n_seeds] for a, b in pairs]).reshape(-1, 2)
-    diff = mean[:, 0] - mean[:, 1]
-    se = np.sqrt(seeds.variance * (1 / n[:, 0] + 1 / n[:, 1]))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.where(se > 0, 2 * special.stdtr(seeds.df, -np.abs(diff / se)),
-                     np.where(diff == 0, 1.0, 0.0))
-    half = t_quantile(seeds.df) * se
-    return {pair: PairTest(float(d), float(d - h), float(d + h), float(s), float(q))
-            for pair, d, h, s, q in zip(pairs, diff, half, se, p, strict=True)}
+@functools.lru_cache(maxsize=256)
+def tukey_critical(k: int, df: float) -> float:
+    """The Tukey-Kramer critical value of |difference| / its standard error for ``k`` configs
+    on ``df`` degrees of freedom: the 95% quantile of the studentized range / sqrt(2)."""
+    from scipy import stats  # its import costs make plots a second: only where verdicts are made
+
+    if k < 2:
+        return t_quantile(df)
+    return float(stats.studentized_range.ppf(1 - ALPHA, k, df)) / math.sqrt(2)
+
+
+def tukey_p(t: float, k: int, df: float) -> float:
+    """The Tukey-Kramer adjusted p-value of a pair's |t| among ``k`` configs."""
+    from scipy import stats
+
+    if k < 2:
+        return float(2 * special.stdtr(df, -abs(t)))
+    return float(min(1.0, stats.studentized_range.sf(abs(t) * math.sqrt(2), k, df)))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -287,96 +302,158 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """``config`` minus ``reference`` (``role``: ``best`` or ``on-policy``) at ``step``: the
+    difference, its simultaneous 95% interval, its standard error, the unadjusted and the
+    Tukey-adjusted p-value and the verdict, on the seed variance of ``source`` (``df``);
+    ``why`` says why there is no interval (undecided or not compared); ``seeds`` and ``samples``
+    as (config, reference)."""
+
+    config: str
+    reference: str
+    role: str
+    step: int | None
+    source: Source
+    df: float
+    diff: float
+    lo: float
+    hi: float
+    se: float
+    p_value: float
+    p_adjusted: float
+    verdict: Verdict
+    n_seeds: tuple[int, int]
+    n_problems: int
+    samples: tuple[int, int]
+    why: str = ""
+
+    def describe(self) -> str:
+        """``worse than the best config: Δ -0.031 [-0.052, -0.010] (simultaneous 95%), p 0.004
+        (Tukey-adjusted 0.03)``; ``undecided against the best config: Δ -0.012 (one seed, no
+        seed variance)``."""
+        if self.verdict in ("undecided", "no interval"):
+            head = "undecided against" if self.verdict == "undecided" else "not compared with"
+            return f"{head} the {self.role} config: Δ {self.diff:+.3f} ({self.why})"
+        words = {"better": f"better than the {self.role} config",
+                 "worse": f"worse than the {self.role} config",
+                 "not distinguishable": f"not distinguishable from the {self.role} config"}
+        return (f"{words[self.verdict]}: Δ {self.diff:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}] "
+                f"(simultaneous 95%), p {_p(self.p_value)} (Tukey-adjusted {_p(self.p_adjusted)})")
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p >= 0.001 else "<0.001"
+
+
+OTHER_PROBLEMS = "evaluated on other validation problems (problem sets or outcome digests differ)"
+
+
+@dataclass(frozen=True)
 class SweepComparisons:
     """Every ranked config's :class:`Estimate` (``estimates``), the reported comparisons (each
-    config against the best one, each off-policy config against its on-policy baseline),
-    ``method``, ``family`` (pairs the Holm adjustment counts) and ``resolution`` (what would tell
-    the best config from the runner-up, when the data cannot)."""
+    config against the best one, each off-policy config against its on-policy baseline), the
+    seed variance they rest on (``seeds``), ``family`` (the configs the simultaneous intervals
+    cover), ``could_be_best`` (the configs not shown worse than the best one, the best first)
+    and ``resolution`` (what would tell the best config from the runner-up, when the data cannot,
+    as the arithmetic of :func:`resolve`; None otherwise)."""
 
-    method: Method
-    method_text: str
+    seeds: SeedVariance
     estimates: dict[str, Estimate]
     comparisons: list[Comparison]
     family: int
-    resolution: str | None
+    could_be_best: list[str]
+    resolution: Resolution | None
+
+    @property
+    def decided(self) -> bool:
+        """Whether the verdicts rest on a usable seed variance (else every one is undecided)."""
+        return self.seeds.usable
 
     def against_best(self) -> list[Comparison]:
         return [c for c in self.comparisons if c.role == "best"]
 
+    def method_text(self) -> str:
+        """How the verdicts are made, in a sentence (the seed variance: ``seeds.describe()``)."""
+        if not self.decided:
+            return f"no verdict: {self.seeds.describe()}"
+        return f"{FAMILY_TEXT} ({self.family} configs)"
+
 
 def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str, str],
-                  step: int | None, greedy: bool = False) -> SweepComparisons:
-    """Intervals and comparisons of ``configs`` (ranked, best first); ``baselines`` maps a config
-    to its on-policy baseline config (both among ``configs``); ``greedy``: the evaluations were
-    greedy (more responses per problem would repeat the same one)."""
-    seeds = SeedVariance.pooled(configs)
-    method = method_of(configs, seeds)
+                  step: int | None, seeds: SeedVariance,
+                  error: tuple[float, float] = (math.nan, 0)) -> SweepComparisons:
+    """Intervals and comparisons of ``configs`` (ranked, best first) on the seed variance
+    ``seeds`` (see the module docstring); ``baselines`` maps a config to its on-policy baseline
+    config (both among ``configs``); ``error``: :func:`problem_error`."""
     by_label = {c.label: c for c in configs}
-    estimates = {c.label: estimate(c, method, seeds) for c in configs}
-    labels = [c.label for c in configs]
-    pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]]
-    if method == "seeds":
-        tests = _seed_tests(configs, pairs, seeds)
-    else:
-        found = {(a, b): pair_test(by_label[a], by_label[b], method, seeds) for a, b in pairs}
-        tests = {pair: test for pair, test in found.items() if test is not None}
-    adjusted = dict(zip(tests, holm([t.p_value for t in tests.values()]), strict=True))
-    wanted = [(label, best, "best") for label in labels if label != best]
+    estimates = {c.label: estimate(c, seeds, error) for c in configs}
+    k = len(configs)
+    wanted = [(c.label, best, "best") for c in configs if c.label != best]
     wanted += [(label, base, "on-policy") for label, base in baselines.items()
                if label != base and base != best]
-    comparisons = [_comparison(by_label[a], by_label[b], role, step, method, tests, adjusted)
+    comparisons = [_comparison(by_label[a], by_label[b], role, step, seeds, k)
                    for a, b, role in wanted]
-    resolution = None
+    could_be_best = [best] + [c.config for c in comparisons if c.role == "best"
+                              and c.verdict in ("not distinguishable", "undecided", "no interval")]
     runner_up = next((c for c in comparisons if c.role == "best"), None)
-    if runner_up is not None and runner_up.verdict in ("not distinguishable", "no interval"):
-        resolution = resolve(runner_up, by_label[best], max(len(tests), 1), method, greedy)
-    return SweepComparisons(method, describe_method(method, configs, seeds), estimates, comparisons,
-                            len(tests), resolution)
+    resolution = None
+    if runner_up is not None and runner_up.verdict == "not distinguishable":
+        resolution = resolve(runner_up, by_label[best], k, seeds)
+    return SweepComparisons(seeds, estimates, comparisons, k, could_be_best, resolution)
 
 
-def _comparison(a: ConfigData, b: ConfigData, role: str, step: int | None, method: Method,
-                tests: dict[tuple[str, str], PairTest], adjusted: dict[tuple[str, str], float]
-                ) -> Comparison:
-    key, sign = ((a.label, b.label), 1.0) if (a.label, b.label) in tests else ((b.label, a.label), -1.0)
-    test, p_adj = tests.get(key), adjusted.get(key, math.nan)
-    if test is None:
-        diff, lo, hi, se, p, verdict = a.mean - b.mean, math.nan, math.nan, math.nan, math.nan, "no interval"
-    else:
-        diff = sign * test.diff + 0.0  # + 0.0: a tie reads +0.000, not -0.000
-        lo, hi = sorted((sign * test.lo + 0.0, sign * test.hi + 0.0))
-        se, p = test.se, test.p_value
-        verdict = ("not distinguishable" if p_adj >= ALPHA else "better" if diff > 0 else "worse")
-    return Comparison(a.label, b.label, role, step, method, diff, lo, hi, se, p, p_adj, verdict,
-                      (a.n_seeds, b.n_seeds), min(a.n_problems, b.n_problems) if method != "seeds"
-                      else max(a.n_problems, b.n_problems), (a.samples, b.samples))
+def _comparison(a: ConfigData, b: ConfigData, role: str, step: int | None, seeds: SeedVariance,
+                k: int) -> Comparison:
+    """``a`` against ``b`` within the Tukey family of ``k`` configs."""
+    nan = math.nan
+    common = dict(config=a.label, reference=b.label, role=role, step=step, source=seeds.source,
+                  df=seeds.df, n_seeds=(a.n_seeds, b.n_seeds),
+                  n_problems=max(a.n_problems, b.n_problems), samples=(a.samples, b.samples))
+    diff = a.mean - b.mean + 0.0  # + 0.0: a tie reads +0.000, not -0.000
+    if not comparable(a, b):
+        return Comparison(**common, diff=diff, lo=nan, hi=nan, se=nan, p_value=nan,
+                          p_adjusted=nan, verdict="no interval", why=OTHER_PROBLEMS)
+    if not seeds.usable:
+        return Comparison(**common, diff=diff, lo=nan, hi=nan, se=nan, p_value=nan,
+                          p_adjusted=nan, verdict="undecided", why=seeds.describe())
+    test = pair_test(a, b, seeds)
+    half = tukey_critical(k, seeds.df) * test.se
+    t = test.diff / test.se
+    p_adjusted = tukey_p(t, k, seeds.df)
+    verdict = ("not distinguishable" if abs(diff) <= half else "better" if diff > 0 else "worse")
+    return Comparison(**common, diff=diff, lo=diff - half, hi=diff + half, se=test.se,
+                      p_value=test.p_value, p_adjusted=p_adjusted, verdict=verdict)
 
 
-def resolve(comparison: Comparison, best: ConfigData, family: int, method: Method,
-            greedy: bool = False) -> str:
-    """What would tell ``comparison``'s two configs apart at 80% power after the Holm adjustment
-    over ``family`` comparisons, if the true difference were the observed one (the arithmetic);
-    more responses per problem are offered only where evaluation samples (not ``greedy``)."""
-    if method == "none" or math.isnan(comparison.se):
-        return ("run 2 or more seeds per config (or keep per-problem outcomes: eval_outcomes/) to "
-                "get an interval at all")
+@dataclass(frozen=True)
+class Resolution:
+    """What would tell two configs apart at ``POWER``: the standard error their difference
+    needs (``target``) against the one it has, the factor of data that takes, and the seeds
+    per config that gives (``seeds``); ``text`` the arithmetic in words."""
+
+    seeds: int
+    factor: float
+    text: str
+
+
+def resolve(comparison: Comparison, best: ConfigData, family: int,
+            seeds: SeedVariance) -> Resolution:
+    """What would tell ``comparison``'s two configs apart at 80% power within the Tukey family
+    of ``family`` configs, if the true difference were the observed one (normal approximation:
+    standard error diff / (critical value + z of the power))."""
     diff = abs(comparison.diff)
     if diff == 0:
-        return "the observed difference is 0: no number of seeds or responses would resolve it"
-    z_alpha = float(special.ndtri(1 - ALPHA / (2 * family)))
+        return Resolution(0, math.inf, "the observed difference is 0: no number of seeds "
+                          "would resolve it")
+    critical = tukey_critical(family, seeds.df)
     z_power = float(special.ndtri(POWER))
-    target = diff / (z_alpha + z_power)
+    target = diff / (critical + z_power)
     factor = (comparison.se / target) ** 2
-    head = (f"to call a difference of {diff:.3f} at {POWER:.0%} power after Holm over {family} "
-            f"comparison{'s' if family > 1 else ''}, its standard error must be {diff:.3f} / "
-            f"(z {z_alpha:.2f} + z {z_power:.2f}) = {target:.4f}; it is {comparison.se:.4f} now, "
-            f"so ({comparison.se:.4f} / {target:.4f})^2 = {factor:.1f} times the data")
-    seeds = max(math.ceil(best.n_seeds * factor), best.n_seeds + 1)
-    if method == "seeds":
-        return f"{head}: {seeds} seeds per config (the seed-to-seed variance is the noise here)"
-    if greedy:
-        return (f"{head}: {seeds} seeds per config (evaluation is greedy: more responses per "
-                "problem would repeat the same one)")
-    samples = max(math.ceil(best.samples * factor), best.samples + 1)
-    return (f"{head}: eval.samples_per_problem={samples} (at least: only the response noise "
-            f"shrinks with it), or {seeds} seeds per config, which would also measure the "
-            "seed-to-seed variance these intervals lack")
+    n = max(math.ceil(best.n_seeds * factor), best.n_seeds + 1)
+    return Resolution(n, factor, (
+        f"to call a difference of {diff:.3f} at {POWER:.0%} power among {family} configs, its "
+        f"standard error must be {diff:.3f} / (critical {critical:.2f} + z {z_power:.2f}) = "
+        f"{target:.4f}; it is {comparison.se:.4f} now, so ({comparison.se:.4f} / {target:.4f})^2 "
+        f"= {factor:.1f} times the data: {n} seeds per config"
+        + (" (more seeds than a study usually runs)"
+           if n > MANY_SEEDS else "")))

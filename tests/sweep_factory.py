@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.synthetic import BASE_CONFIG, write_multirun, write_run
+from grpo.run.outcomes import EvalOutcomes, write_outcomes
 
 N_STEPS = 9
 EVAL_STEPS = (0, 3, 6, 9)
@@ -130,3 +131,14 @@ def write_simple_sweep(sweep: Path, jobs: Sequence[Mapping[str, Any]],
         write_run(sweep / str(job), overrides, metrics, {"status": "completed"}, base=BASE,
                   choices={g: overrides[g] for g in groups})
     return sweep
+
+
+def write_matching_outcomes(run_dir: Path, n_problems: int = 100, digest: str = "ab" * 32) -> None:
+    """Write ``eval_outcomes/`` for every evaluation ``run_dir``'s metrics log: ``n_problems``
+    0/1 outcomes whose mean is the logged ``eval/reward`` (right on the first problems)."""
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        logged = json.loads(line)
+        if "eval/reward" in logged:
+            right = round(logged["eval/reward"] * n_problems)
+            rewards = (1.0,) * right + (0.0,) * (n_problems - right)
+            write_outcomes(run_dir, EvalOutcomes(logged["step"], 1, digest, rewards))

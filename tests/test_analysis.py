@@ -12,7 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-from sweep_factory import EVAL_STEPS, rows, write_scenario, write_simple_sweep
+from sweep_factory import (
+    EVAL_STEPS,
+    rows,
+    write_matching_outcomes,
+    write_scenario,
+    write_simple_sweep,
+)
 
 from analysis.__main__ import main
 from analysis.aggregate import BAND_TEXT
@@ -292,11 +298,14 @@ def test_report_failures_and_best(report: str) -> None:
     assert "**failed** at step 2: CUDA out of memory" in report
     assert "**collapsed** at step 3: reward collapsed" in report
     assert "`exp/2025-06-01_12-00-00/4` had 2 unparsable metrics line(s)" in report
-    # late eval reward: runs 3 (0.51, 0.57, 0.63) and 4 (0.61, 0.67) average 0.57 and 0.64; the
-    # seed variance pooled with epochs 1 (0.42, 0.52) is 0.003725 on 2 df: 0.605 -+ 4.303 x
-    # sqrt(0.003725 / 2)
-    assert (f"**Best: {OFF_128}: late eval reward 0.605 [0.419, 0.791] at step 9 (mean over 2 "
-            "runs)**") in report
+    # compared at step 9, where the completed runs ended: run 4 (still running at step 7) did not
+    # reach it and is not compared there; run 3's late evaluations (0.51, 0.57, 0.63) average 0.57;
+    # the seed variance is the on-policy config's (0.42, 0.52): 0.005 on 1 df, 0.57 -+ 12.71 x
+    # sqrt(0.005), clipped to 0-1
+    assert (f"**Best: {OFF_128}: late eval reward 0.570 [0.000, 1.000] at step 9 (mean over 1 "
+            "run)**") in report
+    assert (f"- `exp/2025-06-01_12-00-00/4` ({OFF_128}, seed 1): running at step 7 of 9: not "
+            "compared at step 9") in report
     configs = {row["config"]: row for row in table(report, "mean best eval reward")}
     assert configs[OFF_64]["mean best eval reward"] == "0.360"
     assert configs[ON_POLICY]["seeds"] == "0, 1"
@@ -471,13 +480,19 @@ def test_report_lists_runs_it_could_not_use_and_counts_only_runs_with_data(tmp_p
     assert f"- `{sweep.parent.name}/s/1` (status pending): no metrics.jsonl" in section
     assert f"- `{sweep.parent.name}/s/2` (status unknown): status.json is unreadable" in section
     assert f"- `{sweep.parent.name}/s/3` (status completed): .hydra/ is missing" in section
-    assert section.count("\n- ") == 4
+    # the three runs with metrics kept no per-problem outcomes: each is named, not left silent
+    outcomes = [f"- `{sweep.parent.name}/s/{job}`: no eval_outcomes/" for job in (0, 2, 3)]
+    assert all(line in section for line in outcomes)
+    assert section.count("\n- ") == 4 + 3
     # jobs 0, 1, 2 and 4 share the config label; only 0 and 2 have metrics
     configs = {row["config"]: row for row in table(text, "mean best eval reward")}
     assert (configs["synthetic"]["runs"], configs["synthetic"]["with metrics"]) == ("4", "2")
     assert "(mean over 2 runs)**" in text
-    clean = build_report(collect([second_sweep(tmp_path / "b")]), tmp_path)
-    assert "None: every run has its config, status and metrics." in clean
+    second = second_sweep(tmp_path / "b")
+    for job in (0, 1):
+        write_matching_outcomes(second / str(job))
+    clean = build_report(collect([second]), tmp_path)
+    assert "None: every run has its config, status, metrics and per-problem outcomes." in clean
 
 
 @pytest.mark.parametrize("content", ["empty", "multirun.yaml only"])

@@ -263,11 +263,11 @@ def test_summary_names_outcomes_resumes_best_config_and_report(sweep: Path) -> N
     assert lines[5] == "  #4 learning_rate=1e-4 seed=0: cancelled, step 0, cancelled before its first step"
     assert lines[6] == "Resumed: #0 from step 8"
     # the collapsed config is excluded; learning_rate=1e-5 wins, compared at step 20, where its
-    # completed run ended; the running one counts with what it logged by then: the means of
-    # their evaluations after step 0 are 0.15 (0.1, 0.2) and 0.25 (0.1 to 0.4); two seeds, one
-    # degree of freedom: 0.2 -+ 12.71 x 0.05, clipped to 0-1
-    assert lines[7] == ("Best config: learning_rate=1e-5: late eval reward 0.200 [0.000, 0.835] "
-                        "at step 20 (mean over 2 runs)")
+    # completed run ended; the running one (step 11) did not reach it and is not compared there:
+    # the completed run's evaluations after step 0 average 0.25 (0.1 to 0.4), over 1 run; one
+    # seed and nothing to measure the seed variance with: no interval
+    assert lines[7] == ("Best config: learning_rate=1e-5: late eval reward 0.250 [no interval] "
+                        "at step 20 (mean over 1 run)")
     # 74 s of 2 GPUs spent; each run that did not complete priced up to the configs' 200 steps:
     # its 1 s step-0 evaluation, then 22 s x 200/11, 6 s x 200/3 and 2 s x 200/1; the completed
     # run's 41 s: 1244 s in all

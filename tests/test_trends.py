@@ -1,7 +1,9 @@
-"""The other metrics' trends (analysis.trends) against scipy's Welch test on the raw values."""
+"""The other metrics' trends (analysis.trends): tested between seeds (or against a one-seed grid's
+seed variance), never between the autocorrelated steps of one run; numbers worked out by hand."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,8 @@ from analysis.collect import collect
 from analysis.synthetic import write_multirun, write_run
 from analysis.trends import trends, windows
 
+LABELS = ["learning_rate=0.001", "learning_rate=0.0001", "learning_rate=0.0002"]
+
 
 def test_windows_cover_a_tenth_of_the_steps_and_at_least_three() -> None:
     assert windows(200) == (range(1, 21), range(181, 201))
@@ -19,34 +23,51 @@ def test_windows_cover_a_tenth_of_the_steps_and_at_least_three() -> None:
     assert windows(2) == (range(1, 3), range(1, 3))
 
 
-def test_late_values_are_compared_with_the_best_config_beyond_the_noise(tmp_path: Path) -> None:
-    """Three configs over 30 steps: entropy falls from 1.0 for the best; 'flat' stays at 1.0
-    (clearly higher late); 'close' ends within the step-to-step noise of the best."""
-    sweep = tmp_path / "s"
-    write_multirun(sweep, ["learning_rate=0.001,0.0001,0.0002"])
-    rng = np.random.default_rng(3)
-    entropy = {0.001: lambda s: 1.0 - 0.02 * s, 0.0001: lambda s: 1.0 + 0 * s,
-               0.0002: lambda s: 1.0 - 0.02 * s + 0.01}
-    late = {}
-    for job, (lr, curve) in enumerate(entropy.items()):
-        values = {s: float(curve(s) + rng.normal(0, 0.02)) for s in range(1, 31)}
-        late[lr] = [values[s] for s in range(28, 31)]
-        rows = [{"step": 0, "eval/reward": 0.1}] + [
-            {"step": s, "train/entropy": v, "eval/reward": 0.5 if lr == 0.001 else 0.3}
-            for s, v in values.items()]
-        write_run(sweep / str(job), {"learning_rate": lr}, rows, {"status": "completed"})
-    collection = collect([sweep])
-    labels = ["learning_rate=0.001", "learning_rate=0.0001", "learning_rate=0.0002"]
-    got = {t.label: t for t in trends(collection, labels, labels[0], at_step=30)}
-    assert got[labels[0]].versus_best == ""
-    assert got[labels[0]].early == pytest.approx(np.mean([1.0 - 0.02 * s for s in (1, 2, 3)]), abs=0.05)
-    # one seed each: Welch's t-test between the late window's steps (28-30), Holm over 2 configs
-    flat, close = (stats.ttest_ind(late[lr], late[0.001], equal_var=False).pvalue
-                   for lr in (0.0001, 0.0002))
-    assert flat < close  # Holm: the smaller times 2, the larger at least that
-    assert got[labels[1]].p_adjusted == pytest.approx(2 * flat)
-    assert got[labels[2]].p_adjusted == pytest.approx(max(2 * flat, close))
-    assert {got[label].noise for label in labels[1:]} == {"steps"}
-    assert got[labels[1]].versus_best == "higher" and got[labels[1]].change == pytest.approx(
-        got[labels[1]].late - got[labels[1]].early)
-    assert got[labels[2]].versus_best == "within noise"
+def entropy_sweep(sweep: Path, seeds: tuple[int, ...], late: dict[float, list[float]]) -> None:
+    """30 steps per run; entropy 1.0 early, then each run's late value (``late[lr][seed]``) at
+    steps 28-30 plus an autocorrelated wiggle the test must not take for samples."""
+    write_multirun(sweep, ["learning_rate=0.001,0.0001,0.0002"]
+                   + ([f"seed={','.join(map(str, seeds))}"] if len(seeds) > 1 else []))
+    job = 0
+    for lr, values in late.items():
+        for seed in seeds:
+            wiggle = 0.001 * np.sin(np.arange(31) / 3)
+            rows = [{"step": 0, "eval/reward": 0.1}] + [
+                {"step": s, "train/entropy": (1.0 if s < 28 else values[seed]) + wiggle[s],
+                 "eval/reward": 0.5 if lr == 0.001 else 0.3} for s in range(1, 31)]
+            write_run(sweep / str(job), {"learning_rate": lr, "seed": seed}, rows,
+                      {"status": "completed"})
+            job += 1
+
+
+def test_late_values_are_compared_between_seeds_with_the_pooled_variance(tmp_path: Path) -> None:
+    late = {0.001: [0.60, 0.64], 0.0001: [0.95, 0.99], 0.0002: [0.62, 0.68]}
+    entropy_sweep(tmp_path / "s", (0, 1), late)
+    got = {t.label: t for t in trends(collect([tmp_path / "s"]), LABELS, LABELS[0], at_step=30)}
+    wiggle = {seed: 0.001 * np.sin(np.arange(28, 31) / 3).mean() for seed in (0, 1)}
+    means = {lr: [v + wiggle[s] for s, v in enumerate(values)] for lr, values in late.items()}
+    # pooled over the three configs: squares 0.0008 + 0.0008 + 0.0018 on 3 df
+    pooled = sum(float(np.sum((np.array(v) - np.mean(v)) ** 2)) for v in means.values()) / 3
+    assert pooled == pytest.approx(0.0034 / 3)
+    se = math.sqrt(pooled * (1 / 2 + 1 / 2))
+    p = {lr: 2 * stats.t.sf(abs(np.mean(means[lr]) - np.mean(means[0.001])) / se, 3)
+         for lr in (0.0001, 0.0002)}
+    assert p[0.0001] < p[0.0002]  # Holm: the smaller times 2, the larger at least that
+    assert got[LABELS[1]].p_adjusted == pytest.approx(2 * p[0.0001])
+    assert got[LABELS[2]].p_adjusted == pytest.approx(max(2 * p[0.0001], p[0.0002]))
+    assert got[LABELS[1]].versus_best == "higher" and got[LABELS[2]].versus_best == "within noise"
+    assert got[LABELS[0]].versus_best == ""
+    assert got[LABELS[1]].late == pytest.approx(np.mean(means[0.0001]))
+    assert got[LABELS[1]].early == pytest.approx(1.0 + 0.001 * np.sin(np.arange(1, 4) / 3).mean())
+    assert got[LABELS[1]].change == pytest.approx(got[LABELS[1]].late - got[LABELS[1]].early)
+    assert "seeds in this sweep" in got[LABELS[1]].noise and "(3 df)" in got[LABELS[1]].noise
+
+
+def test_one_seed_and_one_swept_key_gives_no_test_between_steps(tmp_path: Path) -> None:
+    """One seed: the late window's steps are autocorrelated, not samples; without a seed
+    variance there is no test, however far apart the late values are."""
+    entropy_sweep(tmp_path / "s", (0,), {0.001: [0.6], 0.0001: [0.99], 0.0002: [0.61]})
+    got = {t.label: t for t in trends(collect([tmp_path / "s"]), LABELS, LABELS[0], at_step=30)}
+    assert {got[label].versus_best for label in LABELS[1:]} == {"no test"}
+    assert all(math.isnan(got[label].p_adjusted) for label in LABELS[1:])
+    assert got[LABELS[1]].noise.startswith("no seed variance: one seed per config")

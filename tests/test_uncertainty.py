@@ -1,31 +1,33 @@
-"""The statistics of analysis.uncertainty against hand-computed numbers (inputs chosen so that a
-flipped sign, a changed bound, a wrong degree of freedom or a dropped clamp changes them), and
-the per-problem outcomes read from real run directories, crafted ones included."""
+"""The statistics of analysis.uncertainty and analysis.effects against numbers worked out by hand
+or by scipy and statsmodels directly. The inputs are chosen so that a flipped sign, a changed
+bound, a wrong degree of freedom, a divided term multiplied or a dropped clamp changes them (two
+seeds, not one; values near the 0-1 bounds; unequal numbers of seeds)."""
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.aggregate import rank
-from analysis.collect import collect
-from analysis.report import write_report
-from analysis.synthetic import write_multirun, write_run
+from analysis.effects import VALUE, additive_variance, main_effects
 from analysis.uncertainty import (
+    OTHER_PROBLEMS,
     ConfigData,
     SeedVariance,
+    combine,
     compare_sweep,
     estimate,
     holm,
     pair_test,
+    problem_error,
     resolve,
+    t_quantile,
+    tukey_critical,
+    tukey_p,
 )
-from grpo.run.outcomes import EvalOutcomes, outcomes_path, read_outcomes, write_outcomes
 
 DIGEST = "ab" * 32
 
@@ -37,174 +39,279 @@ def test_holm_steps_down_keeps_order_and_clamps_at_one() -> None:
     assert holm([]) == []
 
 
-def test_seed_means_are_compared_with_the_seed_variance_pooled_over_configs() -> None:
+def test_seed_variance_is_pooled_over_configs_with_runs_minus_configs_df() -> None:
     a = ConfigData("a", np.array([0.50, 0.54]))
     b = ConfigData("b", np.array([0.40, 0.42, 0.47]))
     c = ConfigData("c", np.array([0.30]))  # one seed: in the pool with 0 degrees of freedom
     pooled = SeedVariance.pooled([a, b, c])
     # (0.02^2 x 2 + 0.03^2 + 0.01^2 + 0.04^2) / (1 + 2 + 0)
-    assert (pooled.variance, pooled.df) == (pytest.approx(0.0034 / 3), 3)
-    test = pair_test(a, b, "seeds", pooled)
+    assert (pooled.variance, pooled.df, pooled.source) == (pytest.approx(0.0034 / 3), 3, "seeds")
+    assert pooled.usable and not pooled.degenerate
+    one = SeedVariance.pooled([c, ConfigData("d", np.array([0.2]))])
+    assert (one.source, one.df, one.usable) == ("none", 0, False)
+
+
+def test_pairs_are_compared_on_the_seed_variance_with_the_sign_of_config_minus_reference() -> None:
+    a = ConfigData("a", np.array([0.50, 0.54]))
+    b = ConfigData("b", np.array([0.40, 0.42, 0.47]))
+    pooled = SeedVariance(0.0034 / 3, 3, "seeds", "test")
+    test = pair_test(a, b, pooled)
     se = math.sqrt(0.0034 / 3 * (1 / 2 + 1 / 3))  # 0.030732
     assert test.se == pytest.approx(se) and test.diff == pytest.approx(0.09)
     assert test.p_value == pytest.approx(2 * stats.t.sf(0.09 / se, 3))
     assert 0.06 < test.p_value < 0.065
     assert (test.lo, test.hi) == pytest.approx((0.09 - 3.18245 * se, 0.09 + 3.18245 * se), abs=1e-5)
-    flipped = pair_test(b, a, "seeds", pooled)
-    assert (flipped.diff, flipped.lo) == pytest.approx((-0.09, -test.hi))
-    # c's value alone, with the pooled seed variance and no per-problem outcomes
-    one = estimate(c, "seeds", pooled)
-    half = 3.18245 * math.sqrt(0.0034 / 3)
-    assert (one.lo, one.hi) == pytest.approx((0.30 - half, 0.30 + half), abs=1e-5)
-    # a config near 0 is not given an interval below 0
-    assert estimate(ConfigData("z", np.array([0.01])), "seeds", pooled).lo == 0.0
+    flipped = pair_test(b, a, pooled)
+    assert (flipped.diff, flipped.lo, flipped.hi) == pytest.approx((-0.09, -test.hi, -test.lo))
+    # other problems, or no usable variance: no test
+    other = ConfigData("o", b.seed_values, problem_set="math|other|100")
+    assert pair_test(a, other, pooled) is None
+    assert pair_test(a, b, SeedVariance.missing("no seeds")) is None
 
 
-def binary_pair() -> tuple[ConfigData, ConfigData]:
-    """40 problems, one 0/1 outcome each: a wins 10, loses 2, both right 14, both wrong 14."""
-    a = np.array([1] * 10 + [0] * 2 + [1] * 14 + [0] * 14, float)
-    b = np.array([0] * 10 + [1] * 2 + [1] * 14 + [0] * 14, float)
-    return (ConfigData("a", np.array([a.mean()]), a[None], DIGEST),
-            ConfigData("b", np.array([b.mean()]), b[None], DIGEST))
+def seeds_by_problems() -> ConfigData:
+    """2 seeds x 4 problems (per-problem means over evaluations)."""
+    problems = np.array([[0.2, 0.6, 0.9, 0.5],
+                         [0.4, 0.6, 0.7, 0.3]])
+    return ConfigData("a", problems.mean(axis=1), problems, DIGEST)
 
 
-def test_one_seed_is_paired_over_problems_with_an_exact_mcnemar_p() -> None:
-    a, b = binary_pair()
-    none = SeedVariance.pooled([a, b])
-    assert none.df == 0
-    test = pair_test(a, b, "problems", none)
-    assert test.diff == pytest.approx(0.2)
-    # McNemar: 10 of 12 discordant problems: 2 x (C(12,10) + C(12,11) + C(12,12)) / 2^12
-    assert test.p_value == pytest.approx(2 * (66 + 12 + 1) / 4096)
-    # the interval: paired t over problems, sd of the differences sqrt(10.4 / 39)
-    se = math.sqrt(10.4 / 39) / math.sqrt(40)
-    assert test.se == pytest.approx(se)
-    assert (test.lo, test.hi) == pytest.approx((0.2 - 2.02269 * se, 0.2 + 2.02269 * se), abs=1e-5)
-    # other problems cannot be paired
-    other = ConfigData("c", b.seed_values, b.problems, "cd" * 32)
-    assert pair_test(a, other, "problems", none) is None
-    # a's own value: 24 of 40 right, the exact (Clopper-Pearson) binomial interval
-    own = estimate(a, "problems", none)
-    assert (own.lo, own.hi) == pytest.approx(
-        (stats.beta.ppf(0.025, 24, 17), stats.beta.ppf(0.975, 25, 16)))
-    assert 0.43 < own.lo < 0.44 and 0.75 < own.hi < 0.76
+def test_problem_error_is_the_two_way_residual_mean_square_statsmodels_computes() -> None:
+    import statsmodels.formula.api as smf
+
+    config = seeds_by_problems()
+    ms, df = problem_error([config, ConfigData("one", np.array([0.5]), np.ones((1, 4)), DIGEST)])
+    table = pd.DataFrame([(s, i, v) for (s, i), v in np.ndenumerate(config.problems)],
+                         columns=["seed", "problem", "y"])
+    fit = smf.ols("y ~ C(seed) + C(problem)", data=table).fit()
+    # residuals -+0.125, -+0.025, +-0.075, +-0.075: 0.055 over (2 - 1) x (4 - 1) df; the one-seed
+    # config adds none
+    assert (ms, df) == (pytest.approx(fit.scale), 3) and ms == pytest.approx(0.055 / 3)
+    assert problem_error([ConfigData("b", np.array([0.5]))]) == (pytest.approx(math.nan, nan_ok=True), 0)
 
 
-def test_averaged_outcomes_use_the_t_interval_over_problems() -> None:
-    values = np.array([0.2, 0.4, 0.6, 0.8, 1.0])  # means of 5 evaluations
-    config = ConfigData("a", np.array([0.6]), values[None], DIGEST, n_evals=5)
-    got = estimate(config, "problems", SeedVariance.pooled([config]))
-    half = 2.77645 * np.std(values, ddof=1) / math.sqrt(5)
-    assert (got.lo, got.hi) == pytest.approx((0.6 - half, min(0.6 + half, 1.0)), abs=1e-5)
+def test_a_configs_interval_counts_the_seed_by_problem_term_once_with_satterthwaite_df() -> None:
+    config = seeds_by_problems()
+    seeds = SeedVariance(0.01, 6, "seeds", "test")
+    ms_error = 0.02  # on 3 df (test above)
+    got = estimate(config, seeds, (ms_error, 3))
+    # V1 / S = 0.005 (6 df); V2 / N: problem means 0.3, 0.6, 0.8, 0.4 around 0.525, squares
+    # 0.1475 over 3 (ddof 1), / 4 (3 df); V3 / (S N) = 0.0025 (3 df), subtracted
+    between = 0.1475 / 3 / 4
+    parts = [(0.005, 6), (between, 3), (-0.0025, 3)]
+    variance = sum(v for v, _ in parts)
+    df = variance ** 2 / sum(v ** 2 / d for v, d in parts)
+    assert variance == pytest.approx(0.0147917, abs=1e-7) and got.df == pytest.approx(df)
+    half = stats.t.ppf(0.975, df) * math.sqrt(variance)
+    assert (got.lo, got.hi) == pytest.approx((config.mean - half, config.mean + half))
+    assert got.mean == pytest.approx(0.525)
+    # without a seed-by-problem mean square (no config has 2 seeds), the term is counted twice
+    wide = estimate(config, seeds, (math.nan, 0))
+    wide_df = (0.005 + between) ** 2 / (0.005 ** 2 / 6 + between ** 2 / 3)
+    assert wide.df == pytest.approx(wide_df)
+    assert wide.hi - wide.lo == pytest.approx(2 * stats.t.ppf(0.975, wide_df)
+                                              * math.sqrt(0.005 + between))
+    # problem spread below what the error alone explains: only the seed part, on the seeds' df
+    flat = estimate(config, seeds, (1.0, 3))
+    assert flat.df == 6 and flat.hi - flat.lo == pytest.approx(2 * 2.44691 * math.sqrt(0.005), abs=1e-5)
+    # no per-problem outcomes: the seed part alone, sqrt(V1 / S)
+    bare = estimate(ConfigData("b", np.array([0.3, 0.5])), seeds)
+    assert (bare.lo, bare.hi) == pytest.approx((0.4 - 2.44691 * math.sqrt(0.005),
+                                                0.4 + 2.44691 * math.sqrt(0.005)), abs=1e-5)
 
 
-def test_the_sweep_verdicts_are_adjusted_over_every_pair() -> None:
-    """Three configs on the same 400 problems, each right on a problem with the problem's
-    probability (shared difficulty) plus its own shift."""
-    rng = np.random.default_rng(1)  # best 0.575, same 0.535, worse 0.365 of 400 problems
-    truth = rng.uniform(0.1, 0.9, 400)
-    outcomes = {label: (rng.uniform(size=400) < truth + shift).astype(float)
-                for label, shift in (("best", 0.1), ("same", 0.1), ("worse", -0.15))}
-    configs = [ConfigData(label, np.array([o.mean()]), o[None], DIGEST)
-               for label, o in outcomes.items()]
-    result = compare_sweep(configs, "best", {"best": "worse"}, step=50)
-    assert result.method == "problems" and result.family == 3
-    verdicts = {(c.config, c.reference, c.role): c.verdict for c in result.comparisons}
-    assert verdicts == {("same", "best", "best"): "not distinguishable",
-                        ("worse", "best", "best"): "worse",
-                        ("best", "worse", "on-policy"): "better"}
-    worse = result.against_best()[1]
-    assert worse.diff < 0 and worse.hi < 0 and worse.p_adjusted >= worse.p_value
-    # the runner-up cannot be told apart: what would resolve it is said, with the arithmetic
-    assert result.resolution is not None and "times the data" in result.resolution
+def test_a_configs_interval_stays_within_the_reward_range_and_needs_a_seed_variance() -> None:
+    seeds = SeedVariance(0.01, 4, "seeds", "test")
+    top = estimate(ConfigData("top", np.array([0.97, 0.99])), seeds)
+    low = estimate(ConfigData("low", np.array([0.01, 0.03])), seeds)
+    assert (top.hi, low.lo) == (1.0, 0.0)
+    assert top.lo == pytest.approx(0.98 - stats.t.ppf(0.975, 4) * math.sqrt(0.005))
+    none = estimate(ConfigData("x", np.array([0.5])), SeedVariance.missing("one seed"))
+    assert math.isnan(none.lo) and none.describe() == "0.500 [no interval]"
+    zero = SeedVariance(0.0, 4, "seeds", "test")
+    assert zero.degenerate and not zero.usable
+    assert math.isnan(estimate(ConfigData("x", np.array([0.5, 0.5])), zero).lo)
+
+
+def test_tukey_critical_values_and_p_values_are_scipys_studentized_range() -> None:
+    assert tukey_critical(9, 4) == pytest.approx(stats.studentized_range.ppf(0.95, 9, 4) / math.sqrt(2))
+    assert tukey_critical(9, 4) == pytest.approx(7.6015 / math.sqrt(2), abs=1e-3)
+    assert tukey_critical(2, 10) == pytest.approx(stats.t.ppf(0.975, 10))  # two configs: t
+    assert tukey_p(3.0, 5, 12) == pytest.approx(stats.studentized_range.sf(3.0 * math.sqrt(2), 5, 12))
+    assert tukey_p(-3.0, 5, 12) == tukey_p(3.0, 5, 12)
+    assert t_quantile(7) == pytest.approx(stats.t.ppf(0.975, 7))
+
+
+def sweep_of(means: dict[str, list[float]], **extra: ConfigData) -> list[ConfigData]:
+    return [ConfigData(label, np.array(v)) for label, v in means.items()] + list(extra.values())
+
+
+def test_verdicts_come_from_simultaneous_intervals_and_the_set_that_could_be_best() -> None:
+    """Four configs of two seeds; seed variance 0.0004 on 12 df: a pair's se is 0.02."""
+    configs = sweep_of({"best": [0.70, 0.70], "close": [0.66, 0.66], "far": [0.50, 0.50],
+                        "base": [0.60, 0.60]})
+    seeds = SeedVariance(0.0004, 12, "seeds", "test")
+    result = compare_sweep(configs, "best", {"far": "base", "best": "base"}, step=10, seeds=seeds)
+    critical = stats.studentized_range.ppf(0.95, 4, 12) / math.sqrt(2)  # 2.97
+    got = {(c.config, c.role): c for c in result.comparisons}
+    close, far = got["close", "best"], got["far", "best"]
+    assert (close.diff, far.diff) == pytest.approx((-0.04, -0.20))
+    assert (close.lo, close.hi) == pytest.approx((-0.04 - critical * 0.02, -0.04 + critical * 0.02))
+    assert close.verdict == "not distinguishable" and far.verdict == "worse" and far.hi < 0
+    assert far.p_adjusted == pytest.approx(stats.studentized_range.sf(10 * math.sqrt(2), 4, 12))
+    assert close.p_value == pytest.approx(2 * stats.t.sf(2.0, 12))
+    # the on-policy comparison is in the same family: far - base = -0.10, 5 se: worse
+    on_policy = got["far", "on-policy"]
+    assert (on_policy.reference, on_policy.verdict, on_policy.diff) == ("base", "worse",
+                                                                       pytest.approx(-0.10))
+    assert got["best", "on-policy"].verdict == "better"  # 0.10 above its baseline: 5 se
+    # base is 0.10 below the best: worse; close could still be the best
+    assert result.could_be_best == ["best", "close"]
+    assert result.decided and result.family == 4
+    # two configs: the critical value is Student's t; just inside it no verdict, just outside one
+    two = stats.t.ppf(0.975, 12)
+    inside = compare_sweep(sweep_of({"a": [0.5, 0.5], "b": [0.5 - 0.02 * (two - 1e-4)] * 2}),
+                           "a", {}, None, seeds)
+    outside = compare_sweep(sweep_of({"a": [0.5, 0.5], "b": [0.5 - 0.02 * (two + 1e-4)] * 2}),
+                            "a", {}, None, seeds)
+    assert inside.comparisons[0].verdict == "not distinguishable"
+    assert outside.comparisons[0].verdict == "worse"
+    assert outside.comparisons[0].p_adjusted == pytest.approx(outside.comparisons[0].p_value)
+
+
+def test_without_a_usable_seed_variance_every_verdict_is_undecided() -> None:
+    configs = sweep_of({"a": [0.6], "b": [0.4]})
+    result = compare_sweep(configs, "a", {}, 5, SeedVariance.missing("one seed per config"))
+    (c,) = result.comparisons
+    assert (c.verdict, c.diff, math.isnan(c.lo)) == ("undecided", pytest.approx(-0.2), True)
+    assert c.describe() == ("undecided against the best config: Δ -0.200 (no seed variance: one "
+                            "seed per config)")
+    assert not result.decided and result.could_be_best == ["a", "b"] and result.resolution is None
+    # identical values: a variance of 0 is degenerate, not p = 0 with a zero-width interval
+    same = compare_sweep(sweep_of({"a": [0.6, 0.6], "b": [0.4, 0.4]}), "a", {}, 5,
+                         SeedVariance.pooled(sweep_of({"a": [0.6, 0.6], "b": [0.4, 0.4]})))
+    (d,) = same.comparisons
+    assert d.verdict == "undecided" and "degenerate" in d.why and math.isnan(d.p_value)
+
+
+def test_configs_evaluated_on_other_problems_are_not_compared() -> None:
+    seeds = SeedVariance(0.0004, 12, "seeds", "test")
+    configs = [ConfigData("a", np.array([0.7, 0.7]), problem_set="toy|None|25"),
+               ConfigData("b", np.array([0.5, 0.5]), problem_set="toy|None|20"),
+               ConfigData("c", np.array([0.5, 0.5]), digest="cd" * 32, problem_set="toy|None|25"),
+               ConfigData("d", np.array([0.5, 0.5]), digest=DIGEST, problem_set="toy|None|25")]
+    configs[0] = ConfigData("a", np.array([0.7, 0.7]), digest=DIGEST, problem_set="toy|None|25")
+    result = compare_sweep(configs, "a", {}, 5, seeds)
+    got = {c.config: c for c in result.comparisons}
+    assert got["b"].verdict == got["c"].verdict == "no interval"
+    assert got["b"].why == OTHER_PROBLEMS and "not compared with the best" in got["b"].describe()
+    assert got["d"].verdict == "worse"
+    assert result.could_be_best == ["a", "b", "c"]  # not compared: they could still be the best
 
 
 def test_the_data_a_difference_needs_is_worked_out() -> None:
-    a, b = binary_pair()
-    result = compare_sweep([a, b], "a", {}, step=10)
+    configs = sweep_of({"a": [0.62, 0.60], "b": [0.60, 0.58]})
+    seeds = SeedVariance(0.0004, 8, "seeds", "test")
+    result = compare_sweep(configs, "a", {}, 10, seeds)
     runner_up = result.comparisons[0]
-    text = resolve(runner_up, a, family=8, method="problems")
-    # z for 0.05 / (2 x 8) is 2.734, for 80% power 0.842: target se 0.2 / 3.576 = 0.0559
-    target = 0.2 / (stats.norm.ppf(1 - 0.05 / 16) + stats.norm.ppf(0.8))
-    factor = (runner_up.se / target) ** 2
-    assert f"= {target:.4f}" in text and f"= {factor:.1f} times the data" in text
-    assert f"eval.samples_per_problem={math.ceil(factor)}" in text
-    zero = resolve(runner_up.__class__(**{**runner_up.__dict__, "diff": 0.0}), a, 8, "problems")
-    assert zero.startswith("the observed difference is 0")
+    assert runner_up.verdict == "not distinguishable"
+    text = resolve(runner_up, configs[0], family=6, seeds=seeds)
+    critical = stats.studentized_range.ppf(0.95, 6, 8) / math.sqrt(2)
+    target = 0.02 / (critical + stats.norm.ppf(0.8))
+    factor = (0.02 / target) ** 2  # se = sqrt(0.0004 x (1/2 + 1/2)) = 0.02
+    assert text.factor == pytest.approx(factor)
+    assert text.seeds == math.ceil(2 * factor)
+    assert f"= {target:.4f}" in text.text and f"{text.seeds} seeds per config" in text.text
+    zero = resolve(runner_up.__class__(**{**runner_up.__dict__, "diff": 0.0}), configs[0], 6, seeds)
+    assert zero.text.startswith("the observed difference is 0")
+    assert result.resolution is not None and result.resolution.seeds == resolve(
+        runner_up, configs[0], 2, seeds).seeds
 
 
-def outcome_run(run_dir: Path, seed: int, rewards_by_step: dict[int, list[float]],
-                lr: float) -> None:
-    rows = [{"step": s, "time/elapsed_s": 10.0 * (s + 1), "eval/reward": float(np.mean(r)),
-             "eval/n_examples": float(len(r))} for s, r in sorted(rewards_by_step.items())]
-    write_run(run_dir, {"learning_rate": lr, "seed": seed}, rows,
-              {"status": "completed", "last_step": max(rewards_by_step)})
-    for step, rewards in rewards_by_step.items():
-        write_outcomes(run_dir, EvalOutcomes(step, 1, DIGEST, tuple(rewards)))
+def test_two_variances_are_pooled_when_an_f_test_finds_them_alike_else_the_larger_is_used() -> None:
+    additive = SeedVariance(0.0004, 4, "additive", "the grid")
+    borrowed = SeedVariance(0.0003, 6, "borrowed", "an earlier sweep")
+    pooled = combine(additive, borrowed)
+    assert pooled.source == "additive+borrowed" and pooled.df == 10
+    assert pooled.variance == pytest.approx((4 * 0.0004 + 6 * 0.0003) / 10)
+    f = 0.0004 / 0.0003
+    p = 2 * min(stats.f.cdf(f, 4, 6), stats.f.sf(f, 4, 6))
+    assert f"p {p:.2g}" in pooled.notes[-1] and "agree" in pooled.notes[-1]
+    apart = combine(SeedVariance(0.004, 4, "additive", "the grid"), borrowed)
+    assert (apart.source, apart.variance, apart.df) == ("additive", 0.004, 4)
+    assert "disagree" in apart.notes[-1] and "the larger" in apart.notes[-1]
+    lower = combine(SeedVariance(0.00001, 4, "additive", "the grid"), borrowed)
+    assert (lower.source, lower.variance) == ("borrowed", 0.0003)
 
 
-def test_outcomes_of_run_directories_are_paired_and_crafted_ones_refused(tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    write_multirun(sweep, ["learning_rate=0.001,0.0001"])
-    good = [1.0] * 30 + [0.0] * 10
-    weak = [1.0] * 12 + [0.0] * 28
-    outcome_run(sweep / "0", 0, {0: weak, 1: good, 2: good}, 1e-3)
-    outcome_run(sweep / "1", 0, {0: weak, 1: weak, 2: weak}, 1e-4)
-    ranking = rank(collect([sweep]))
-    u = ranking.uncertainty
-    assert ranking.best == "learning_rate=0.001" and u.method == "problems"
-    (c,) = u.comparisons
-    # 18 problems right for 1e-3 only, none the other way, over the late evaluations 1 and 2
-    assert (c.verdict, c.n_problems, c.diff) == ("worse", 40, pytest.approx(-0.45))
-    assert c.p_value == pytest.approx(2 * 0.5 ** 18)
-    write_report(collect([sweep]), sweep)
-    csv = (sweep / "comparisons.csv").read_text().splitlines()
-    assert csv[0].startswith("config,reference,role,step,method,seeds_config,seeds_reference,"
-                             "problems,samples_per_problem_config,samples_per_problem_reference,"
-                             "difference,ci_low,ci_high,p_value,p_adjusted,verdict")
-    assert csv[1].endswith(",worse") and len(csv) == 2
-
-    # crafted outcome files: each makes its run's outcomes unusable, never crashes a reader
-    path = outcomes_path(sweep / "1", 2)
-    for text in ("{", "[]", json.dumps({"step": 2, "samples_per_problem": 1, "problems_digest":
-                                        DIGEST, "reward": [2.0] * 40}),
-                 json.dumps({"step": 3, "samples_per_problem": 1, "problems_digest": DIGEST,
-                             "reward": weak}),
-                 json.dumps({"step": 2, "samples_per_problem": True, "problems_digest": DIGEST,
-                             "reward": weak}),
-                 '{"step": 2, "samples_per_problem": 1, "problems_digest": "' + DIGEST
-                 + '", "reward": [NaN]}', "[" * 100000 + "]" * 100000, "x" * (4 << 20)):
-        path.write_text(text)
-        assert read_outcomes(sweep / "1", 2) is None
-        crafted = rank(collect([sweep]))
-        assert crafted.uncertainty.method == "none"
-        assert crafted.uncertainty.comparisons[0].verdict == "no interval"
-    # a link planted at a run's outcome file is refused at write time
-    path.unlink()
-    path.symlink_to(tmp_path / "elsewhere.json")
-    write_outcomes(sweep / "1", EvalOutcomes(2, 1, DIGEST, tuple(weak)))
-    assert not path.is_symlink() and not (tmp_path / "elsewhere.json").exists()
-    # outcomes of different problems are not paired
-    write_outcomes(sweep / "1", EvalOutcomes(2, 1, "cd" * 32, tuple(weak)))
-    assert rank(collect([sweep])).uncertainty.method == "none"
+GRID = pd.DataFrame([(e, t) for e in (1, 2, 4) for t in (64, 128, 256)],
+                    columns=["off_policy.epochs", "train_batch_size"])
 
 
-def test_one_seed_reward_band_is_the_exact_binomial_interval() -> None:
-    """One run: 24 of 40 responses right at step 10 is Clopper-Pearson's (0.433, 0.751)."""
-    import pandas as pd
-
-    from analysis.aggregate import label_curves
-    from analysis.collect import LABEL
-    steps = pd.DataFrame({LABEL: ["a", "a"], "run_id": ["r", "r"], "step": [0, 10],
-                          "eval/reward": [0.0, 0.6], "eval/n_responses": [40.0, 40.0]})
-    curve = label_curves(steps, "eval/reward", "step", "ci95")["a"]
-    assert (curve.lo[1], curve.hi[1]) == pytest.approx(
-        (stats.beta.ppf(0.025, 24, 17), stats.beta.ppf(0.975, 25, 16)))
-    assert (curve.lo[0], curve.hi[0]) == pytest.approx((0.0, stats.beta.ppf(0.975, 1, 40)))
+def grid_values() -> np.ndarray:
+    """A 3 x 3 table (rows: epochs 1, 2, 4; columns: batch 64, 128, 256)."""
+    return np.array([[0.40, 0.44, 0.45],
+                     [0.50, 0.53, 0.58],
+                     [0.41, 0.40, 0.45]])
 
 
-def test_greedy_evaluation_is_not_told_to_sample_more_responses() -> None:
-    a, b = binary_pair()
-    runner_up = compare_sweep([a, b], "a", {}, step=10).comparisons[0]
-    greedy = resolve(runner_up, a, family=8, method="problems", greedy=True)
-    assert "samples_per_problem" not in greedy and "seeds per config (evaluation is greedy" in greedy
+def test_the_additive_residual_and_tukeys_non_additivity_test_by_hand() -> None:
+    y = grid_values()
+    frame = GRID.assign(**{VALUE: y.ravel()})
+    got = additive_variance(frame, ["off_policy.epochs", "train_batch_size"])
+    grand = y.mean()
+    a, b = y.mean(axis=1) - grand, y.mean(axis=0) - grand
+    residual = y - grand - a[:, None] - b[None, :]
+    ms = float((residual ** 2).sum() / 4)
+    assert (got.source, got.df) == ("additive", 4.0) and got.variance == pytest.approx(ms)
+    # Tukey: SS_N = (sum a_i b_j y_ij)^2 / (sum a_i^2 sum b_j^2), F on (1, 3) df
+    ss_n = float((a[:, None] * b[None, :] * y).sum() ** 2 / ((a ** 2).sum() * (b ** 2).sum()))
+    f = ss_n / ((float((residual ** 2).sum()) - ss_n) / 3)
+    assert f"F = {f:.2f} on (1, 3) df, p {stats.f.sf(f, 1, 3):.2g}" in got.notes[0]
+    # one key, or a residual with no df: no additive variance
+    assert additive_variance(frame, ["off_policy.epochs"]) is None
+    assert additive_variance(frame.iloc[[0, 1, 3]], ["off_policy.epochs", "train_batch_size"]) is None
+
+
+def test_main_effects_f_tests_and_level_intervals_by_hand() -> None:
+    y = grid_values()
+    frame = GRID.assign(**{VALUE: y.ravel()})
+    error = SeedVariance(0.0005, 9, "borrowed", "test")  # an error term the fit did not make
+    effects = main_effects(frame, ["off_policy.epochs", "train_batch_size"], error, replicated=False)
+    grand = y.mean()
+    rows_effect = y.mean(axis=1) - grand
+    terms = {t.name: t for t in effects.terms}
+    epochs = terms["off_policy.epochs"]
+    f = 3 * float((rows_effect ** 2).sum()) / 2 / 0.0005
+    assert (epochs.df, epochs.f) == (2.0, pytest.approx(f))
+    assert epochs.p == pytest.approx(stats.f.sf(f, 2, 9))
+    # a level's effect: its marginal mean minus the grand mean, variance sigma^2 (1/3 - 1/9)
+    half = stats.t.ppf(0.975, 9) * math.sqrt(0.0005 * (1 / 3 - 1 / 9))
+    level = {(e.key, e.level): e for e in effects.levels}
+    four = level["off_policy.epochs", "4"]  # the last level: minus the others' sum
+    assert four.effect == pytest.approx(rows_effect[2])
+    assert (four.lo, four.hi) == pytest.approx((rows_effect[2] - half, rows_effect[2] + half))
+    assert level["train_batch_size", "256"].effect == pytest.approx(y[:, 2].mean() - grand)
+    assert [e.level for e in effects.levels][:3] == ["1", "2", "4"]  # config order, not text
+    assert effects.model == "additive" and effects.frame()["error_df"].eq(9).all()
+    assert main_effects(frame, ["off_policy.epochs"], SeedVariance.missing("x"), False) is None
+
+
+def test_replicated_grids_test_the_interaction_against_the_seeds() -> None:
+    """Two seeds a cell: the full model's residual is the pooled seed variance, and the
+    interaction is a term of the table."""
+    y = grid_values()
+    shift = np.array([0.01, -0.01])
+    frame = pd.concat([GRID.assign(**{VALUE: y.ravel() + s}) for s in shift], ignore_index=True)
+    pooled = float(((frame[VALUE] - frame.groupby(["off_policy.epochs", "train_batch_size"])[VALUE]
+                     .transform("mean")) ** 2).sum() / 9)
+    seeds = SeedVariance(pooled, 9, "seeds", "test")
+    effects = main_effects(frame, ["off_policy.epochs", "train_batch_size"], seeds, replicated=True)
+    terms = {t.name: t for t in effects.terms}
+    interaction = terms["off_policy.epochs × train_batch_size"]
+    grand = y.mean()
+    residual = y - grand - (y.mean(axis=1) - grand)[:, None] - (y.mean(axis=0) - grand)[None, :]
+    ss = 2 * float((residual ** 2).sum())  # two runs a cell
+    assert (interaction.df, interaction.sum_sq) == (4.0, pytest.approx(ss))
+    assert interaction.f == pytest.approx(ss / 4 / pooled)
+    assert effects.model == "full factorial"

@@ -10,6 +10,10 @@ For every key an earlier stage decides, in chain order, the stage:
   directory, its near-ties and the configs left out for a run stopped early (collapsed, diverged, pruned);
 * else keeps its default (preset, recipe or config default), saying which stages have no
   results.
+
+The stage also carries ``analysis.seed_variance_from``: the sweep of the first earlier stage with
+two or more seeds a config, whose seed variance its one-seed verdicts borrow (unless the user
+sets the key).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from analysis.aggregate import BORROW_KEY
 from analysis.progress import override_key
 from grpo.chain.results import Winner, find_winner, latest_sweep
 from grpo.chain.stages import CONF_DIR, Chain, Stage
@@ -204,7 +209,32 @@ def plan_stage(chain: Chain, index: int, user: UserOverrides, lookup: WinnerLook
         if (source.experiment, winner.label) not in noted:
             noted.add((source.experiment, winner.label))
             plan.lines += _ranking_notes(source.experiment, winner)
+    plan.lines += _borrow_seed_variance(plan, earlier, user, lookup)
     return plan
+
+
+def _borrow_seed_variance(plan: StagePlan, earlier: Sequence[Stage], user: UserOverrides,
+                          lookup: WinnerLookup) -> list[str]:
+    """Carry the sweep of the first earlier stage with two or more seeds a config as
+    ``analysis.seed_variance_from``, so that the stage's one-seed verdicts borrow its seed
+    variance (where the designs match: the analysis checks and says so); its plan's lines."""
+    if BORROW_KEY in user.values:
+        return [f"  {BORROW_KEY}={user.values[BORROW_KEY]}  from the command line"]
+    if not earlier:
+        return []
+    for source in earlier:
+        winner = lookup(source, False)
+        seeds = winner.ranking.uncertainty.seeds if isinstance(winner, Winner) and \
+            winner.ranking.uncertainty is not None else None
+        if seeds is not None and seeds.source == "seeds":
+            carried = Carried(BORROW_KEY, str(winner.sweep), source.experiment, winner.sweep)
+            plan.carried.append(carried)
+            return [f"  {carried.override()}  the seed variance of {source.experiment}, the first "
+                    f"stage with 2 or more seeds a config ({seeds.describe()}): this stage's "
+                    "one-seed verdicts borrow it where the model, data, validation problems and "
+                    "evaluation steps match (the report says whether they did)"]
+    return [f"  {BORROW_KEY}: nothing to borrow (no earlier stage has 2 or more seeds a config): "
+            "a one-dimensional one-seed stage gives no verdict"]
 
 
 def _ranking_notes(stage: str, winner: Winner) -> list[str]:

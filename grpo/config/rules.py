@@ -100,6 +100,8 @@ TEXT_RULES = {
     "cluster.name": TextRule("where the jobs run", ("local", "slurm")),
     "paths.output_root": TextRule("the folder of every study", **PATH),
     "paths.cache_dir": TextRule("the folder of built models", **PATH),
+    "analysis.seed_variance_from": TextRule("the sweep whose seed variance is borrowed", **PATH,
+                                            nullable=True, note="null = borrow nothing"),
     "logging.wandb_project": TextRule("the wandb project", max_chars=128),
     "cluster.partition": TextRule("the SLURM partition", **NAME, nullable=True,
                                   note="null = the cluster's default"),

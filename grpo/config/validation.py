@@ -437,6 +437,17 @@ def _check_pruning(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> No
             f"n_grpo_steps={cfg.n_grpo_steps}: no run will be stopped; lower pruning.min_resource")
 
 
+def _check_analysis(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    """The sweep a seed variance is borrowed from exists (its verdicts are checked when the
+    analysis reads it: what makes it usable is only known once its runs have trained)."""
+    borrowed = OmegaConf.select(cfg, "analysis.seed_variance_from", default=None)
+    if borrowed is not None and not (Path(str(borrowed)) / "multirun.yaml").is_file():
+        report.errors.append(
+            f"analysis.seed_variance_from={borrowed} is not a sweep directory (no multirun.yaml "
+            "in it); name the directory of an earlier sweep with two or more seeds a config, "
+            "e.g. outputs/lr_sweep/<timestamp>, or set analysis.seed_variance_from=null")
+
+
 def _policy_on_cpu(cfg: DictConfig) -> bool:
     """Whether the job's policy trains on the CPU: model.device=cpu, or auto on a job given no
     GPU (cluster.gpus_per_job=0)."""
@@ -454,7 +465,7 @@ def check_config(cfg: DictConfig) -> ConfigReport:
         return report
     checks = (_check_loss, _check_sampling, _check_prompt, _check_model, _check_precision, _check_data,
               _check_tiny_tokenizer, _check_rollout, _check_staleness, _check_pruning, _check_cost,
-              _check_prompt_lengths)
+              _check_analysis, _check_prompt_lengths)
     for check in checks:
         try:
             check(cfg, plan, report)

@@ -43,7 +43,7 @@ MAY_CHANGE = (
     "n_grpo_steps", "dry_run", "experiment_name", "logging.", "cluster.", "paths.", "health.",
     "checkpoint.checkpoint_every", "checkpoint.keep_last", "checkpoint.save_final_model",
     "checkpoint.allow_fresh_start", "checkpoint.allow_metrics_gap", "eval.n_saved_samples",
-    "rollout.stale_check_every", "pruning.", "budget.", "model.cost.",
+    "rollout.stale_check_every", "pruning.", "budget.", "model.cost.", "analysis.",
 )
 """Keys (a trailing `.`: every key under it) whose value a resume may change: none of them
 changes the weights, the sampled rollouts or the evaluation of the steps already trained."""

@@ -1,0 +1,208 @@
+"""Linear models of a sweep's compared values over its swept keys (statsmodels' ``ols`` and
+``anova_lm``): the seed variance a one-seed factorial grid can measure, and the main effects.
+
+* :func:`additive_variance`: a grid with one seed a cell (two or more swept keys) fits the
+  additive model ``value ~ C(key1) + C(key2) + ...``; its residual mean square estimates the seed
+  variance plus any interaction of the keys (so comparisons of cells on it err on the safe side),
+  on (levels1 - 1)(levels2 - 1)... degrees of freedom for a full grid. Tukey's one-degree-of-freedom
+  test for non-additivity (the squared fitted values added as a covariate, compared by
+  ``anova_lm``) is reported beside it as a diagnostic: a significant one says the residual holds
+  an interaction and the cell comparisons are conservative.
+* :func:`main_effects`: the n-way ANOVA of the swept keys (type II sums of squares) with F tests
+  against the sweep's seed variance (:class:`analysis.uncertainty.SeedVariance`: the same error
+  term as the comparisons), and each level's effect (its marginal mean minus the grand mean, from
+  sum-to-zero contrasts) with a 95% interval. With seeds the model holds every interaction of the
+  keys, and the interactions are tested too; with one seed a cell (or cells missing: a config
+  left out) it is the additive model.
+
+A frame holds one row per run: a column per key (the swept values, in config order) and ``value``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import special
+
+from analysis.collect import format_value, sort_key
+from analysis.uncertainty import ALPHA, SeedVariance, t_quantile
+
+VALUE = "value"
+"""The column of a run's compared value."""
+
+
+@dataclass(frozen=True)
+class Term:
+    """One row of the ANOVA table: a key (or an interaction ``a × b``), its degrees of freedom,
+    sum of squares, F and p against the seed variance."""
+
+    name: str
+    df: float
+    sum_sq: float
+    f: float
+    p: float
+
+
+@dataclass(frozen=True)
+class LevelEffect:
+    """A level of a key: its marginal mean minus the grand mean (``effect``) with a 95%
+    interval, and the runs at that level."""
+
+    key: str
+    level: str
+    effect: float
+    lo: float
+    hi: float
+    n_runs: int
+
+
+@dataclass(frozen=True)
+class MainEffects:
+    """The ANOVA table (``terms``), each level's effect, the error term (``error``) and the
+    model (``additive`` or ``full factorial``)."""
+
+    terms: list[Term]
+    levels: list[LevelEffect]
+    error: SeedVariance
+    model: str
+
+    def frame(self) -> pd.DataFrame:
+        """``main_effects.csv``: one row per level (``term``, ``level``, ``effect``, ``ci_low``,
+        ``ci_high``, ``runs``) after one row per term (``term``, ``df``, ``sum_sq``, ``F``,
+        ``p_value``), with the error term's source and df on every row."""
+        rows = [{"term": t.name, "df": t.df, "sum_sq": t.sum_sq, "F": t.f, "p_value": t.p}
+                for t in self.terms]
+        rows += [{"term": e.key, "level": e.level, "effect": e.effect, "ci_low": e.lo,
+                  "ci_high": e.hi, "runs": e.n_runs} for e in self.levels]
+        columns = ["term", "level", "df", "sum_sq", "F", "p_value", "effect", "ci_low", "ci_high",
+                   "runs", "error_source", "error_df", "model"]
+        return pd.DataFrame(rows).assign(error_source=self.error.source, error_df=self.error.df,
+                                         model=self.model).reindex(columns=columns)
+
+
+def _coded(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """``frame`` with the keys renamed ``f0, f1, ...`` (formula-safe), as categories in config
+    order (numbers by value), each level named as config labels write it."""
+    coded = pd.DataFrame({VALUE: frame[VALUE].to_numpy(float)})
+    for i, key in enumerate(keys):
+        levels = [format_value(v) for v in sorted(set(frame[key]), key=sort_key)]
+        coded[f"f{i}"] = pd.Categorical(frame[key].map(format_value), categories=levels)
+    return coded
+
+
+def _fit(coded: pd.DataFrame, n_keys: int, interactions: bool):  # noqa: ANN202 -- statsmodels' results
+    """The ordinary least squares fit of the value on the keys (sum-to-zero coded), with every
+    interaction of them when ``interactions``."""
+    import statsmodels.formula.api as smf
+
+    joiner = " * " if interactions else " + "
+    with warnings.catch_warnings():  # a rank-deficient design: the caller checks the rank
+        warnings.simplefilter("ignore")
+        return smf.ols(f"{VALUE} ~ " + joiner.join(f"C(f{i}, Sum)" for i in range(n_keys)),
+                       data=coded).fit()
+
+
+def _full_rank(fit) -> bool:  # noqa: ANN001
+    return int(np.linalg.matrix_rank(fit.model.exog)) == fit.model.exog.shape[1]
+
+
+def varying_keys(frame: pd.DataFrame, keys: Sequence[str]) -> list[str]:
+    """The keys of ``keys`` with two or more values in ``frame``."""
+    return [k for k in keys if frame[k].map(format_value).nunique() > 1]
+
+
+def additive_variance(frame: pd.DataFrame, keys: Sequence[str]) -> SeedVariance | None:
+    """The residual mean square of the additive model of a one-seed grid over ``keys`` (two or
+    more that vary) as a :class:`SeedVariance` (source ``additive``) with Tukey's non-additivity
+    test in its notes; None where fewer than two keys vary or no residual df is left."""
+    keys = varying_keys(frame, keys)
+    if len(keys) < 2:
+        return None
+    coded = _coded(frame, keys)
+    fit = _fit(coded, len(keys), interactions=False)
+    if fit.df_resid < 1 or not _full_rank(fit):
+        return None
+    shape = " x ".join(str(coded[f"f{i}"].nunique()) for i in range(len(keys)))
+    variance = SeedVariance(float(fit.scale), float(fit.df_resid), "additive",
+                            f"the residual of the additive model of the {shape} one-seed grid "
+                            f"({' + '.join(keys)}; it holds any interaction too)")
+    return variance.with_notes(_tukey_note(coded, fit, len(keys)))
+
+
+def _tukey_note(coded: pd.DataFrame, fit, n_keys: int) -> str:  # noqa: ANN001
+    """Tukey's one-degree-of-freedom test for non-additivity of ``fit``, in words."""
+    if fit.df_resid < 2:
+        return "Tukey's test for non-additivity: not possible (fewer than 2 residual df)"
+    import statsmodels.formula.api as smf
+    from statsmodels.stats.anova import anova_lm
+
+    with_square = coded.assign(square=fit.fittedvalues.to_numpy() ** 2)
+    formula = (f"{VALUE} ~ " + " + ".join(f"C(f{i}, Sum)" for i in range(n_keys)) + " + square")
+    row = anova_lm(fit, smf.ols(formula, data=with_square).fit()).iloc[1]
+    f, p = float(row["F"]), float(row["Pr(>F)"])
+    head = (f"Tukey's one-degree-of-freedom test for non-additivity: F = {f:.2f} on (1, "
+            f"{fit.df_resid - 1:.0f}) df, p {p:.2g}")
+    if p < ALPHA:
+        return (f"{head}: the keys interact; the residual holds the interaction, so the cell "
+                "comparisons are conservative")
+    return f"{head}: no sign of interaction"
+
+
+def main_effects(frame: pd.DataFrame, keys: Sequence[str], error: SeedVariance,
+                 replicated: bool) -> MainEffects | None:
+    """The ANOVA of ``frame``'s values over ``keys`` (those that vary) against ``error``, with
+    interactions when ``replicated`` (some config has two or more runs); None without a key that
+    varies or a usable error variance."""
+    keys = varying_keys(frame, keys)
+    if not keys or not error.usable:
+        return None
+    from statsmodels.stats.anova import anova_lm
+
+    coded = _coded(frame, keys)
+    interactions = replicated and len(keys) > 1
+    fit = _fit(coded, len(keys), interactions)
+    if interactions and not _full_rank(fit):  # cells missing (a config left out): no interaction
+        interactions = False
+        fit = _fit(coded, len(keys), interactions)
+    if not _full_rank(fit):
+        return None
+    if fit.df_resid > 0:
+        table = anova_lm(fit, typ=2).drop(index="Residual")
+    elif len(keys) == 1:  # one run a level: saturated, its sum of squares against the mean alone
+        import statsmodels.formula.api as smf
+
+        mean_only = smf.ols(f"{VALUE} ~ 1", data=coded).fit()
+        row = anova_lm(mean_only, fit, scale=error.variance).iloc[1]
+        table = pd.DataFrame({"sum_sq": [row["ss_diff"]], "df": [row["df_diff"]]},
+                             index=["C(f0, Sum)"])
+    else:  # as many parameters as runs with two or more keys: nothing to test a key with
+        return None
+    names = {f"C(f{i}, Sum)": key for i, key in enumerate(keys)}
+    terms = []
+    for term, row in table.iterrows():
+        name = " × ".join(names[part] for part in str(term).split(":"))
+        f = float(row["sum_sq"]) / float(row["df"]) / error.variance
+        terms.append(Term(name, float(row["df"]), float(row["sum_sq"]), f,
+                          float(special.fdtrc(row["df"], error.df, f))))
+    cov = fit.cov_params(scale=error.variance).to_numpy()
+    params = list(fit.params.index)
+    half_width = t_quantile(error.df)
+    levels = []
+    for i, key in enumerate(keys):
+        names_of = [p for p in params if p.startswith(f"C(f{i}, Sum)[S.") and ":" not in p]
+        for j, level in enumerate(coded[f"f{i}"].cat.categories):
+            contrast = np.zeros(len(params))
+            if j < len(names_of):  # sum-to-zero coding: the last level is minus the others' sum
+                contrast[params.index(names_of[j])] = 1.0
+            else:
+                contrast[[params.index(n) for n in names_of]] = -1.0
+            effect = float(contrast @ fit.params.to_numpy())
+            half = half_width * math.sqrt(float(contrast @ cov @ contrast))
+            levels.append(LevelEffect(key, str(level), effect, effect - half, effect + half,
+                                      int((coded[f"f{i}"] == level).sum())))
+    return MainEffects(terms, levels, error, "full factorial" if interactions else "additive")
