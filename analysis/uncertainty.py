@@ -128,7 +128,7 @@ class SeedVariance:
         """``seed sd 0.0123 (variance 0.000151) from seeds in this sweep (9 df)``, or why there
         is none."""
         if self.source == "none":
-            return f"no seed variance: {self.text}"
+            return f"none: {self.text}"
         if self.degenerate:
             return (f"seed variance 0 from {self.text} ({_df(self.df)} df): every seed gave the same "
                     "value, a degenerate estimate; no interval")

@@ -8,6 +8,7 @@ for resuming."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scipy import stats
 from sweep_factory import BASE
 
 from analysis.aggregate import BEST_CRITERION, rank
@@ -121,17 +123,19 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
     ranking = rank(collect([lr]))
     assert ranking.best == "learning_rate=1e-05"
     # pooled variance: (3 x 0.00048828 + 0.0019531) / 4 = 0.00085449; a difference of two
-    # 2-seed means has standard error sqrt(0.00085449) = 0.02923, and t(4) = 2.776
+    # 2-seed means has standard error sqrt(0.00085449) = 0.02923; the simultaneous intervals over
+    # the 4 ranked configs: the studentized range q(0.95, 4, 4) = 5.757, / sqrt(2) = 4.071
     assert ranking.near_ties == {
         "learning_rate=2e-05": "not distinguishable from the best config: Δ +0.000 "
-                               "[-0.081, +0.081], p 1 (Holm-adjusted 1)",
+                               "[-0.119, +0.119] (simultaneous 95%), p 1 (Tukey-adjusted 1)",
         "learning_rate=3e-05": "not distinguishable from the best config: Δ -0.031 "
-                               "[-0.112, +0.050], p 0.35 (Holm-adjusted 1)"}
+                               "[-0.150, +0.088] (simultaneous 95%), p 0.35 (Tukey-adjusted 0.72)"}
     worse = ranking.uncertainty.against_best()[-1]
     assert (worse.config, worse.verdict) == ("learning_rate=3e-06", "worse")
     assert worse.diff == pytest.approx(-0.25) and worse.se == pytest.approx(0.029232, abs=1e-6)
-    # p 0.0010 on 4 df, Holm over the 6 pairs of the 4 ranked configs: the smallest times 6
-    assert worse.p_adjusted == pytest.approx(6 * worse.p_value) and worse.p_value < 0.0011
+    # p 0.0010 on 4 df; Tukey-adjusted over the 4 ranked configs
+    assert worse.p_value < 0.0011 and worse.p_adjusted == pytest.approx(
+        stats.studentized_range.sf(0.25 / worse.se * math.sqrt(2), 4, 4))
     assert ranking.excluded == {"learning_rate=5e-05": "collapsed",
                                 "learning_rate=0.0001": "diverged"}
 
@@ -144,8 +148,8 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
     assert promotion.near_ties == ranking.near_ties
     preset = promotion.preset.read_text()
     assert ("# learning_rate=2e-05: not distinguishable from the best config: Δ +0.000 "
-            "[-0.081, +0.081], p 1 (Holm-adjusted 1) (top1)\n") in preset
-    assert "# Unclear: the data cannot tell the best config from the runner-up; " in preset
+            "[-0.119, +0.119] (simultaneous 95%), p 1 (Tukey-adjusted 1) (top1)\n") in preset
+    assert "# Could still be the best (3 configs, 95%): learning_rate=1e-05; " in preset
 
     lines = plans(out)["baselines"]
     assert lines[0] == (f"  learning_rate=1e-05  carried from lr_sweep: best config "
@@ -155,18 +159,28 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
              "on an exact tie: the chain must go on); override the key to choose")
     assert lines[1:3] == [
         f"    warning: lr_sweep: learning_rate=2e-05 is not distinguishable from the best config: "
-        f"Δ +0.000 [-0.081, +0.081], p 1 (Holm-adjusted 1); {taken}",
+        f"Δ +0.000 [-0.119, +0.119] (simultaneous 95%), p 1 (Tukey-adjusted 1); {taken}",
         f"    warning: lr_sweep: learning_rate=3e-05 is not distinguishable from the best config: "
-        f"Δ -0.031 [-0.112, +0.050], p 0.35 (Holm-adjusted 1); {taken}"]
-    assert lines[3].startswith("    lr_sweep: Intervals: 95%, t-test on seed means")
+        f"Δ -0.031 [-0.150, +0.088] (simultaneous 95%), p 0.35 (Tukey-adjusted 0.72); {taken}"]
+    assert lines[3] == ("    lr_sweep: Seed variance: seed sd 0.0292 (variance 0.000854) from "
+                        "seeds in this sweep, pooled over the 4 configs with 2 or more (4 df).")
+    assert lines[4].startswith("    lr_sweep: Verdicts: Tukey-Kramer simultaneous 95% intervals")
     # the runner-up is 2e-05 at the same mean: no amount of data resolves a difference of 0
-    assert lines[4] == ("    lr_sweep: Unclear: the data cannot tell the best config from the "
-                        "runner-up; the observed difference is 0: no number of seeds or responses "
-                        "would resolve it.")
-    assert lines[5:] == [
+    assert lines[5] == ("    lr_sweep: Could still be the best (3 configs, 95%): learning_rate=1e-05; "
+                        "learning_rate=2e-05; learning_rate=3e-05. What would decide: the observed "
+                        "difference is 0: no number of seeds would resolve it.")
+    assert lines[6:8] == [
         "    lr_sweep: learning_rate=5e-05 left out (a run collapsed)",
         "    lr_sweep: learning_rate=0.0001 left out (a run diverged)",
     ]
+    # lr_sweep is the first stage with two seeds a config: its seed variance is carried for the
+    # one-seed verdicts of the stages after it
+    assert lines[8:] == [f"  analysis.seed_variance_from={lr}  the seed variance of lr_sweep, the "
+                         "first stage with 2 or more seeds a config (seed sd 0.0292 (variance "
+                         "0.000854) from seeds in this sweep, pooled over the 4 configs with 2 or "
+                         "more (4 df)): this stage's one-seed verdicts borrow it where the model, "
+                         "data, validation problems and evaluation steps match (the report says "
+                         "whether they did)"]
 
 
 def test_pruned_configs_are_left_out_and_the_rest_compared_at_a_common_step(tmp_path: Path) -> None:
@@ -189,7 +203,11 @@ def test_pruned_configs_are_left_out_and_the_rest_compared_at_a_common_step(tmp_
     assert ranking.value("off_policy.epochs=4, train_batch_size=64") == pytest.approx(0.25)
     assert ranking.excluded == {"off_policy.epochs=2, train_batch_size=64": "pruned",
                                 "off_policy.epochs=4, train_batch_size=32": "collapsed"}
-    assert ranking.near_ties == {}
+    # one seed a config and one key left that varies: no seed variance, so the other config is
+    # undecided, and could still be the best
+    assert list(ranking.near_ties) == ["off_policy.epochs=4, train_batch_size=64"]
+    assert ranking.near_ties["off_policy.epochs=4, train_batch_size=64"].startswith(
+        "undecided against the best config: Δ -0.050 (none: one seed per config")
     prompt = plans(out)["prompt_ablation"]  # the best config overall is carried there
     assert (f"  off_policy.epochs=1  carried from off_policy_broad: best config "
             f"off_policy.epochs=1, train_batch_size=64 (late_eval_reward 0.3000 at step 3, 2 of 4 "
@@ -199,20 +217,22 @@ def test_pruned_configs_are_left_out_and_the_rest_compared_at_a_common_step(tmp_
         in prompt
 
 
-def test_two_seeds_cannot_tell_configs_apart_after_holm(tmp_path: Path) -> None:
+def test_two_seeds_cannot_tell_configs_apart_within_the_simultaneous_intervals(
+        tmp_path: Path) -> None:
     jobs = [({"learning_rate": lr, "seed": seed}, [reward], "completed")
             for lr, seed, reward in [(1e-5, 0, 0.40), (1e-5, 1, 0.60), (2e-5, 0, 0.45),
                                      (2e-5, 1, 0.47), (3e-5, 0, 0.10), (3e-5, 1, 0.20)]]
     ranking = rank(collect([craft(tmp_path, "lr_sweep", jobs)]))
     assert ranking.best == "learning_rate=1e-05"  # mean 0.50 over 0.46 and 0.15
     # pooled seed variance (0.02 + 0.0002 + 0.005) / 3 = 0.0084 on 3 df: standard error of a
-    # difference sqrt(0.0084) = 0.0917, t(3) = 3.182; 3e-05's p of 0.032 is 0.095 after Holm over
-    # the 3 pairs, so two seeds cannot tell even 0.35 apart from the best
+    # difference sqrt(0.0084) = 0.0917; over 3 configs the studentized range q(0.95, 3, 3) = 5.91,
+    # / sqrt(2) = 4.18: 3e-05's unadjusted p of 0.032 is 0.063 adjusted, so two seeds cannot tell
+    # even 0.35 apart from the best
     assert ranking.near_ties == {
         "learning_rate=2e-05": "not distinguishable from the best config: Δ -0.040 "
-                               "[-0.332, +0.252], p 0.69 (Holm-adjusted 0.69)",
+                               "[-0.423, +0.343] (simultaneous 95%), p 0.69 (Tukey-adjusted 0.9)",
         "learning_rate=3e-05": "not distinguishable from the best config: Δ -0.350 "
-                               "[-0.642, -0.058], p 0.032 (Holm-adjusted 0.095)"}
+                               "[-0.733, +0.033] (simultaneous 95%), p 0.032 (Tukey-adjusted 0.063)"}
 
 
 def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> None:
@@ -228,10 +248,21 @@ def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> No
          "completed") for (e, t), r in grid], groups={"loss": "grpo_clip"})
     got = plans(out)
     # no results from length_norm or std_norm: their keys keep the stage's default
-    assert got["std_norm"][2] == ("    baselines: No intervals (one seed and no per-problem "
-                                  "outcomes (eval_outcomes/)): the pick is a point estimate; run "
-                                  "2 or more seeds per config to know how sure it is.")
-    assert got["std_norm"][3] == (
+    # baselines has one seed a config and one key: no seed variance, no verdict; its second seed
+    # for both configs is what would decide (priced at what its runs cost)
+    assert got["std_norm"][2].startswith("    warning: baselines: loss=no_baseline is undecided "
+                                         "against the best config: Δ -0.200 (none: one seed")
+    assert got["std_norm"][3] == ("    baselines: Seed variance: none: one seed per config and one "
+                                  "swept key (no additive model to measure it with); nothing "
+                                  "borrowed (analysis.seed_variance_from is not set).")
+    assert got["std_norm"][4].startswith(
+        "    baselines: Undecided: no config-level verdict without a seed variance; a second seed "
+        "for the best 2 configs (loss=reinforce_with_baseline; loss=no_baseline) would measure the "
+        "seed variance (2 df): 2 more runs, about ")
+    assert got["std_norm"][-1] == ("  analysis.seed_variance_from: nothing to borrow (no earlier "
+                                   "stage has 2 or more seeds a config): a one-dimensional "
+                                   "one-seed stage gives no verdict")
+    assert got["std_norm"][5] == (
         f"  normalization=mean  the stage's default: no earlier stage that decides it has "
         f"results (length_norm has no results: no sweep under {out / 'length_norm'})")
     assert got["length_norm"][1].startswith(
@@ -294,12 +325,14 @@ def test_no_results_and_resume_in_the_dry_run(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[1] == f"stage 1/8 lr_sweep: finished: {lr} (1 runs: 1 completed)"
-    assert lines[2:5] == [
+    assert lines[2:6] == [
         "stage 2/8 baselines:",
         f"  learning_rate=0.0003  carried from lr_sweep: best config lr_sweep "
         f"(late_eval_reward 0.5000 at step 1, 1 of 1 configs ranked) of sweep {lr}",
+        "  analysis.seed_variance_from: nothing to borrow (no earlier stage has 2 or more seeds a "
+        "config): a one-dimensional one-seed stage gives no verdict",
         f"  resuming its unfinished sweep {base} (2 runs: 1 completed, 1 failed)"]
-    assert lines[5].endswith(f"'hydra.sweep.dir=${{paths.output_root}}/${{experiment_name}}/"
+    assert lines[6].endswith(f"'hydra.sweep.dir=${{paths.output_root}}/${{experiment_name}}/"
                              f"{base.name}'")
     # length_norm takes baselines' best config so far (the failed run's evaluations count)
     stage3 = lines.index("stage 3/8 length_norm:")
@@ -343,15 +376,21 @@ def test_second_stage_carries_the_learning_rate_of_a_real_sweep_and_resumes(
     assert lines[2].startswith("  learning_rate=0.0003  carried from lr_sweep: best config "
                                "learning_rate=0.0003 (late_eval_reward ")
     assert lines[2].endswith(f", 2 of 2 configs ranked) of sweep {lr}")
-    # then how sure the pick is (one seed: paired over the toy problems, kept in eval_outcomes/;
-    # after 4 steps 3e-1 may not be distinguishable yet, which a warning line before it says)
+    # then how sure the pick is: one seed a config and one swept key, so no seed variance and no
+    # verdict (3e-1 is undecided, a warning line says), and what a second seed would cost
     launch = next(i for i, line in enumerate(lines) if line.startswith("  $ python launch.py"))
-    (sure,) = [line for line in lines[3:launch] if "Intervals" in line]
-    assert sure.startswith("    lr_sweep: Intervals: 95%, paired over the same 16 problems")
-    assert "one seed per config: the intervals cover problems and sampled responses" in sure
+    (source,) = [line for line in lines[3:launch] if "Seed variance" in line]
+    assert source == ("    lr_sweep: Seed variance: none: one seed per config and one swept key "
+                      "(no additive model to measure it with); nothing borrowed "
+                      "(analysis.seed_variance_from is not set).")
+    (undecided,) = [line for line in lines[3:launch] if "Undecided" in line]
+    assert ("a second seed for the best 2 configs (learning_rate=0.0003; learning_rate=0.3) would "
+            "measure the seed variance (2 df): 2 more runs, about ") in undecided
+    assert undecided.endswith("CPU-hours at what their runs cost here.")
     assert lines[launch].startswith("  $ python launch.py -m +experiment=baselines "
                                     "learning_rate=0.0003 model=tiny")
-    assert all(line.startswith("    ") for line in lines[3:launch])
+    assert lines[launch - 1].startswith("  analysis.seed_variance_from: nothing to borrow")
+    assert all(line.startswith("    ") for line in lines[3:launch - 1])
     assert "dry run: 2 jobs, nothing submitted" in lines
     assert "warning: paths.output_root" not in dry.stderr
     assert not (out / "baselines").exists()

@@ -41,6 +41,7 @@ ACCEPTED: dict[tuple[str, str], str] = {
     ("cluster.partition", "null"): "the cluster's default partition",
     ("cluster.account", "null"): "no SLURM account",
     ("cluster.qos", "null"): "the default quality of service",
+    ("analysis.seed_variance_from", "null"): "no seed variance borrowed (the default)",
     ("prompt.stop", "empty"): "no stop sequence: responses end at EOS or max_new_tokens",
     ("learning_rate", "huge"): "the first update diverges: the health guard stops the run as diverged",
     ("optimizer.weight_decay", "huge"): "the weights blow up: the run stops as diverged",

@@ -70,4 +70,4 @@ def test_one_seed_and_one_swept_key_gives_no_test_between_steps(tmp_path: Path) 
     got = {t.label: t for t in trends(collect([tmp_path / "s"]), LABELS, LABELS[0], at_step=30)}
     assert {got[label].versus_best for label in LABELS[1:]} == {"no test"}
     assert all(math.isnan(got[label].p_adjusted) for label in LABELS[1:])
-    assert got[LABELS[1]].noise.startswith("no seed variance: one seed per config")
+    assert got[LABELS[1]].noise.startswith("none: one seed per config")

@@ -184,8 +184,8 @@ def test_without_a_usable_seed_variance_every_verdict_is_undecided() -> None:
     result = compare_sweep(configs, "a", {}, 5, SeedVariance.missing("one seed per config"))
     (c,) = result.comparisons
     assert (c.verdict, c.diff, math.isnan(c.lo)) == ("undecided", pytest.approx(-0.2), True)
-    assert c.describe() == ("undecided against the best config: Δ -0.200 (no seed variance: one "
-                            "seed per config)")
+    assert c.describe() == ("undecided against the best config: Δ -0.200 (none: one seed per "
+                            "config)")
     assert not result.decided and result.could_be_best == ["a", "b"] and result.resolution is None
     # identical values: a variance of 0 is degenerate, not p = 0 with a zero-width interval
     same = compare_sweep(sweep_of({"a": [0.6, 0.6], "b": [0.4, 0.4]}), "a", {}, 5,
