@@ -166,7 +166,7 @@ def combine(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
     ``ALPHA``; else the larger of the two (the safe side), saying so."""
     ratio = additive.variance / borrowed.variance
     below = float(special.fdtr(additive.df, borrowed.df, ratio))
-    p = min(1.0, 2 * min(below, 1 - below))
+    p = 2 * min(below, 1 - below)
     test = f"F = {ratio:.2f} on ({_df(additive.df)}, {_df(borrowed.df)}) df, p {_p(p)}"
     if p < ALPHA:
         larger = max((additive, borrowed), key=lambda v: v.variance)

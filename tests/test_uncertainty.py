@@ -49,6 +49,7 @@ def test_seed_variance_is_pooled_over_configs_with_runs_minus_configs_df() -> No
     assert pooled.usable and not pooled.degenerate
     one = SeedVariance.pooled([c, ConfigData("d", np.array([0.2]))])
     assert (one.source, one.df, one.usable) == ("none", 0, False)
+    assert not SeedVariance(0.01, 0, "borrowed", "no df").usable
 
 
 def test_pairs_are_compared_on_the_seed_variance_with_the_sign_of_config_minus_reference() -> None:
@@ -88,20 +89,25 @@ def test_problem_error_is_the_two_way_residual_mean_square_statsmodels_computes(
     # config adds none
     assert (ms, df) == (pytest.approx(fit.scale), 3) and ms == pytest.approx(0.055 / 3)
     assert problem_error([ConfigData("b", np.array([0.5]))]) == (pytest.approx(math.nan, nan_ok=True), 0)
+    # the smallest table that has a residual: 2 seeds x 2 problems, 1 df
+    two = np.array([[0.0, 1.0], [1.0, 0.0]])
+    assert problem_error([ConfigData("c", two.mean(axis=1), two, DIGEST)]) == (1.0, 1)
 
 
 def test_a_configs_interval_counts_the_seed_by_problem_term_once_with_satterthwaite_df() -> None:
     config = seeds_by_problems()
     seeds = SeedVariance(0.01, 6, "seeds", "test")
-    ms_error = 0.02  # on 3 df (test above)
+    # a seed-by-problem mean square on 3 df between V2 / S and V2 x S (0.0246 and 0.0983), so that
+    # dividing or multiplying by S takes different branches
+    ms_error = 0.04
     got = estimate(config, seeds, (ms_error, 3))
     # V1 / S = 0.005 (6 df); V2 / N: problem means 0.3, 0.6, 0.8, 0.4 around 0.525, squares
-    # 0.1475 over 3 (ddof 1), / 4 (3 df); V3 / (S N) = 0.0025 (3 df), subtracted
+    # 0.1475 over 3 (ddof 1), / 4 (3 df); V3 / (S N) = 0.005 (3 df), subtracted
     between = 0.1475 / 3 / 4
-    parts = [(0.005, 6), (between, 3), (-0.0025, 3)]
+    parts = [(0.005, 6), (between, 3), (-0.005, 3)]
     variance = sum(v for v, _ in parts)
     df = variance ** 2 / sum(v ** 2 / d for v, d in parts)
-    assert variance == pytest.approx(0.0147917, abs=1e-7) and got.df == pytest.approx(df)
+    assert variance == pytest.approx(0.0122917, abs=1e-7) and got.df == pytest.approx(df)
     half = stats.t.ppf(0.975, df) * math.sqrt(variance)
     assert (got.lo, got.hi) == pytest.approx((config.mean - half, config.mean + half))
     assert got.mean == pytest.approx(0.525)
@@ -139,6 +145,7 @@ def test_tukey_critical_values_and_p_values_are_scipys_studentized_range() -> No
     assert tukey_critical(2, 10) == pytest.approx(stats.t.ppf(0.975, 10))  # two configs: t
     assert tukey_p(3.0, 5, 12) == pytest.approx(stats.studentized_range.sf(3.0 * math.sqrt(2), 5, 12))
     assert tukey_p(-3.0, 5, 12) == tukey_p(3.0, 5, 12)
+    assert tukey_p(2.5, 1, 12) == pytest.approx(2 * stats.t.sf(2.5, 12))  # one config: plain t
     assert t_quantile(7) == pytest.approx(stats.t.ppf(0.975, 7))
 
 
