@@ -24,7 +24,7 @@ import pandas as pd
 from analysis.aggregate import seed_variance
 from analysis.collect import LABEL, Collection
 from analysis.effects import VALUE
-from analysis.uncertainty import ALPHA, ConfigData, SeedVariance, holm, pair_test
+from analysis.uncertainty import ALPHA, ConfigData, SeedVariance, pair_test
 
 TREND_METRICS = ("train/entropy", "train/mean_response_length", "train/grad_norm",
                  "train/clip_fraction")
@@ -106,6 +106,15 @@ def trends(collection: Collection, labels: Sequence[str], best: str, at_step: in
             out.append(Trend(label, metric, float(early.get(label, math.nan)), late, verdict, p,
                              noise))
     return out
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (statsmodels' ``multipletests``), in the order given."""
+    if not p_values:
+        return []
+    from statsmodels.stats.multitest import multipletests
+
+    return [float(p) for p in multipletests(list(p_values), method="holm")[1]]
 
 
 def late_run_means(collection: Collection, labels: Sequence[str], metric: str,

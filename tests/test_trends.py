@@ -12,9 +12,16 @@ from scipy import stats
 
 from analysis.collect import collect
 from analysis.synthetic import write_multirun, write_run
-from analysis.trends import trends, windows
+from analysis.trends import holm, trends, windows
 
 LABELS = ["learning_rate=0.001", "learning_rate=0.0001", "learning_rate=0.0002"]
+
+
+def test_holm_is_statsmodels_step_down_in_the_order_given() -> None:
+    # sorted 0.005 x 4, 0.01 x 3, 0.03 x 2, 0.04 x 1 -> 0.02, 0.03, 0.06, max(0.06, 0.04)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.7, 0.8]) == [1.0, 1.0]
+    assert holm([]) == []
 
 
 def test_windows_cover_a_tenth_of_the_steps_and_at_least_three() -> None:

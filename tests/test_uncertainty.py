@@ -20,7 +20,6 @@ from analysis.uncertainty import (
     combine,
     compare_sweep,
     estimate,
-    holm,
     pair_test,
     problem_error,
     resolve,
@@ -30,13 +29,6 @@ from analysis.uncertainty import (
 )
 
 DIGEST = "ab" * 32
-
-
-def test_holm_steps_down_keeps_order_and_clamps_at_one() -> None:
-    # sorted 0.005 x 4, 0.01 x 3, 0.03 x 2, 0.04 x 1 -> 0.02, 0.03, 0.06, max(0.06, 0.04)
-    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert holm([0.7, 0.8]) == [1.0, 1.0]
-    assert holm([]) == []
 
 
 def test_seed_variance_is_pooled_over_configs_with_runs_minus_configs_df() -> None:
@@ -136,6 +128,8 @@ def test_a_configs_interval_stays_within_the_reward_range_and_needs_a_seed_varia
     assert math.isnan(none.lo) and none.describe() == "0.500 [no interval]"
     zero = SeedVariance(0.0, 4, "seeds", "test")
     assert zero.degenerate and not zero.usable
+    assert SeedVariance(0.0, 1, "seeds", "one df").degenerate
+    assert not SeedVariance(0.0, 0, "seeds", "no df").degenerate  # not measured at all
     assert math.isnan(estimate(ConfigData("x", np.array([0.5, 0.5])), zero).lo)
 
 
@@ -145,7 +139,7 @@ def test_tukey_critical_values_and_p_values_are_scipys_studentized_range() -> No
     assert tukey_critical(2, 10) == pytest.approx(stats.t.ppf(0.975, 10))  # two configs: t
     assert tukey_p(3.0, 5, 12) == pytest.approx(stats.studentized_range.sf(3.0 * math.sqrt(2), 5, 12))
     assert tukey_p(-3.0, 5, 12) == tukey_p(3.0, 5, 12)
-    assert tukey_p(2.5, 1, 12) == pytest.approx(2 * stats.t.sf(2.5, 12))  # one config: plain t
+    assert tukey_p(2.5, 2, 12) == pytest.approx(2 * stats.t.sf(2.5, 12))  # two configs: Student's
     assert t_quantile(7) == pytest.approx(stats.t.ppf(0.975, 7))
 
 
