@@ -143,7 +143,13 @@ def _tukey_note(coded: pd.DataFrame, fit, n_keys: int) -> str:  # noqa: ANN001
 
     with_square = coded.assign(square=fit.fittedvalues.to_numpy() ** 2)
     formula = (f"{VALUE} ~ " + " + ".join(f"C(f{i}, Sum)" for i in range(n_keys)) + " + square")
-    row = anova_lm(fit, smf.ols(formula, data=with_square).fit()).iloc[1]
+    with warnings.catch_warnings():  # a rank-deficient design: checked below
+        warnings.simplefilter("ignore")
+        tukey = smf.ols(formula, data=with_square).fit()
+    if not _full_rank(tukey):
+        return ("Tukey's test for non-additivity: not possible (the squared fitted values are a "
+                "function of the keys: the cells hardly differ)")
+    row = anova_lm(fit, tukey).iloc[1]
     f, p = float(row["F"]), float(row["Pr(>F)"])
     head = (f"Tukey's one-degree-of-freedom test for non-additivity: F = {f:.2f} on (1, "
             f"{fit.df_resid - 1:.0f}) df, p {p:.2g}")

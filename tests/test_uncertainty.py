@@ -269,6 +269,10 @@ def test_the_additive_residual_and_tukeys_non_additivity_test_by_hand() -> None:
     ss_n = float((a[:, None] * b[None, :] * y).sum() ** 2 / ((a ** 2).sum() * (b ** 2).sum()))
     f = ss_n / ((float((residual ** 2).sum()) - ss_n) / 3)
     assert f"F = {f:.2f} on (1, 3) df, p {stats.f.sf(f, 1, 3):.2g}" in got.notes[0]
+    # cells that differ by one key only: the squared fit is a function of the keys, no test
+    flat = additive_variance(GRID.assign(**{VALUE: np.repeat([0.4, 0.5, 0.6], 3)}),
+                             ["off_policy.epochs", "train_batch_size"])
+    assert flat.degenerate and "not possible" in flat.notes[0]
     # one key, or a residual with no df: no additive variance
     assert additive_variance(frame, ["off_policy.epochs"]) is None
     assert additive_variance(frame.iloc[[0, 1, 3]], ["off_policy.epochs", "train_batch_size"]) is None
