@@ -57,6 +57,9 @@ ALPHA = 0.05
 """Level of every interval (95%) and of the family-wise error rate of the verdicts."""
 POWER = 0.8
 """Power at which `resolve` sizes the data that would tell two configs apart."""
+IDENTICAL = 1e-12
+"""A seed variance at or below it (a seed sd of 1e-6 reward) is 0 up to rounding: every seed gave
+the same value, a degenerate estimate."""
 MANY_SEEDS = 10
 """Seeds per config beyond which `resolve` says the difference is too small to be worth it."""
 Source = Literal["seeds", "additive", "borrowed", "additive+borrowed", "none"]
@@ -117,12 +120,13 @@ class SeedVariance:
     def usable(self) -> bool:
         """A variance comparisons can use: a source, degrees of freedom and a positive value."""
         return (self.source != "none" and self.df > 0 and math.isfinite(self.variance)
-                and self.variance > 0)
+                and self.variance > IDENTICAL)
 
     @property
     def degenerate(self) -> bool:
-        """Measured, but 0: every seed gave the same value (no interval can be honest)."""
-        return self.source != "none" and self.df > 0 and self.variance == 0
+        """Measured, but 0 up to rounding (:data:`IDENTICAL`): every seed gave the same value
+        (no interval can be honest)."""
+        return self.source != "none" and self.df > 0 and 0 <= self.variance <= IDENTICAL
 
     def describe(self) -> str:
         """``seed sd 0.0123 (variance 0.000151) from seeds in this sweep (9 df)``, or why there

@@ -130,6 +130,9 @@ def test_a_configs_interval_stays_within_the_reward_range_and_needs_a_seed_varia
     assert zero.degenerate and not zero.usable
     assert SeedVariance(0.0, 1, "seeds", "one df").degenerate
     assert not SeedVariance(0.0, 0, "seeds", "no df").degenerate  # not measured at all
+    # 0 up to rounding (a fit's residual of identical cells) is 0; a seed sd of 1e-5 is not
+    assert SeedVariance(1e-30, 4, "additive", "fit").degenerate
+    assert SeedVariance(1e-10, 4, "additive", "fit").usable
     assert math.isnan(estimate(ConfigData("x", np.array([0.5, 0.5])), zero).lo)
 
 
