@@ -719,7 +719,8 @@ def interaction_cells(ranking: Ranking, x_key: str, line_key: str) -> pd.DataFra
         half = t_quantile(seeds.df) * np.sqrt(seeds.variance / cells["n"].to_numpy(float))
     else:
         half = np.full(len(cells), np.nan)
-    cells["lo"], cells["hi"] = cells["mean"] - half, cells["mean"] + half
+    cells["lo"] = (cells["mean"] - half).clip(0.0, 1.0)  # a reward's mean stays in 0-1
+    cells["hi"] = (cells["mean"] + half).clip(0.0, 1.0)
     order = {key: {v: i for i, v in enumerate(sorted(set(frame[key]), key=sort_key))}
              for key in (x_key, line_key)}
     return cells.sort_values([line_key, x_key], key=lambda s: s.map(order[s.name])).reset_index(drop=True)
@@ -752,8 +753,9 @@ def plot_interaction(collection: Collection, out_dir: Path, ranking: Ranking,
     others = keys[2:]
     band = (f"bands: 95% interval of each cell's mean on the seed variance ({seeds.source}, "
             f"{seeds.df:g} df)" if seeds.usable else "no bands: no seed variance")
-    ax.set_title(f"Interaction of {x_key} and {line_key} · {sweep_title(collection)}\n{band}"
-                 + (f"; averaged over {', '.join(others)}" if others else ""), fontsize="medium")
+    title = (f"Interaction of {x_key} and {line_key} · {sweep_title(collection)}. {band}"
+             + (f"; averaged over {', '.join(others)}" if others else ""))
+    ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize="medium")
     ax.legend(fontsize="small")
     return InteractionFigure(_save(fig, out_dir, "interaction", layout), cells, (x_key, line_key))
 

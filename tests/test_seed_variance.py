@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 from sweep_factory import write_matching_outcomes
 
 from analysis.__main__ import main
 from analysis.aggregate import BORROW_KEY, rank
 from analysis.collect import collect
+from analysis.plots import choose_layout, plot_interaction
 from analysis.progress import Job, write_jobs
 from analysis.report import build_report, write_report
 from analysis.synthetic import write_multirun, write_run
@@ -109,6 +111,16 @@ def test_a_one_seed_grid_measures_its_seed_variance_with_the_additive_model(tmp_
     epochs = effects[(effects["term"] == "off_policy.epochs") & effects["level"].isna()]
     assert float(epochs["p_value"].iloc[0]) < 0.05
     assert "at most 5% of sweeps call a difference that is not there" in report
+    # the interaction figure: each cell's mean with t(4) x the seed sd (one run a cell), in 0-1
+    figure = plot_interaction(collect([sweep]), sweep / "figures", ranking,
+                              choose_layout(collect([sweep])))
+    cells = figure.cells
+    assert figure.keys == ("off_policy.epochs", "train_batch_size") and len(cells) == 9
+    assert list(cells["off_policy.epochs"][:3]) == [1, 2, 4] and set(cells["n"]) == {1}
+    half = stats.t.ppf(0.975, 4) * math.sqrt(seeds.variance)
+    assert np.allclose(cells["hi"], np.minimum(cells["mean"] + half, 1.0))
+    assert np.allclose(cells["lo"], np.maximum(cells["mean"] - half, 0.0))
+    assert (sweep / "figures" / "interaction.png").is_file()
 
 
 def test_a_one_dimensional_one_seed_sweep_gives_no_verdict_and_prices_the_seeds(
