@@ -6,9 +6,11 @@ The simulated world: problem i has a difficulty shared by every config, q_i ~ U(
 config's true effect and a_cs ~ N(0, seed sd) the seed's (the run as a whole went better or
 worse). A config's true reward is 0.5 + delta_c. 1024 validation problems, one response per
 problem, 20 evaluations at a plateau (one evaluation's standard error is about 1.4 points, as on
-MATH). Runs of the same seed share each evaluation's random numbers (as the trainer's evaluation
-seed does); with ``shared`` evaluations, every evaluation of a run also reuses one draw (as before
-each evaluation got its own seed: the late evaluations of a converged policy repeat one draw).
+MATH). In the verdict sweeps runs of the same seed share each evaluation's random numbers (as the
+trainer's evaluation seed does, here in its strongest form: the same uniform draw per problem);
+with ``shared`` evaluations, every evaluation of a run also reuses one draw (as before each
+evaluation got its own seed: the late evaluations of a converged policy repeat one draw). The
+selection and pruning sweeps draw every run's outcomes independently.
 
 **Verdicts** (the issue's designs; each sweep is written to disk as run directories -- metrics.jsonl,
 eval_outcomes/, .hydra/, multirun.yaml -- and read back by analysis.collect.collect and
@@ -112,13 +114,16 @@ def effects_of(design: Design, scenario: str) -> np.ndarray:
 
 
 def simulate_outcomes(rng: np.random.Generator, effects: np.ndarray, n_seeds: int, seed_sd: float,
-                      shared: bool) -> np.ndarray:
-    """0/1 outcomes (configs, seeds, evaluations, problems) of one sweep (module docstring)."""
+                      shared: bool, common: bool = True) -> np.ndarray:
+    """0/1 outcomes (configs, seeds, evaluations, problems) of one sweep (module docstring);
+    ``common``: runs of the same seed share each evaluation's random numbers (the strongest form
+    of the trainer's common random numbers), else every run draws its own."""
     difficulty = rng.uniform(0.1, 0.9, N_PROBLEMS)
-    draws = rng.uniform(size=(n_seeds, 1 if shared else N_EVALS, N_PROBLEMS))  # per seed: CRN
+    configs = 1 if common else len(effects)
+    draws = rng.uniform(size=(configs, n_seeds, 1 if shared else N_EVALS, N_PROBLEMS))
     offsets = rng.normal(0.0, seed_sd, size=(len(effects), n_seeds))
     p = difficulty[None, None, :] + effects[:, None, None] + offsets[:, :, None]
-    return draws[None, :, :, :] < p[:, :, None, :]
+    return draws < p[:, :, None, :]
 
 
 def write_sweep(root: Path, design: Design, outcomes: np.ndarray) -> Path:
@@ -245,7 +250,7 @@ def verdicts(designs: Sequence[str], n_sweeps: int, sds: Sequence[float], worker
 def simulate_frame(rng: np.random.Generator, effects: np.ndarray, n_seeds: int, seed_sd: float
                    ) -> tuple[pd.DataFrame, np.ndarray]:
     """One sweep's steps frame (every evaluation of every run) and the configs' true rewards."""
-    outcomes = simulate_outcomes(rng, effects, n_seeds, seed_sd, shared=False)
+    outcomes = simulate_outcomes(rng, effects, n_seeds, seed_sd, shared=False, common=False)
     steps = np.arange(1, N_EVALS + 1) * EVAL_EVERY
     rows = []
     for c, s in itertools.product(range(len(effects)), range(n_seeds)):

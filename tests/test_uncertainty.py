@@ -39,6 +39,7 @@ def test_seed_variance_is_pooled_over_configs_with_runs_minus_configs_df() -> No
     # (0.02^2 x 2 + 0.03^2 + 0.01^2 + 0.04^2) / (1 + 2 + 0)
     assert (pooled.variance, pooled.df, pooled.source) == (pytest.approx(0.0034 / 3), 3, "seeds")
     assert pooled.usable and not pooled.degenerate
+    assert pooled.text == "seeds in this sweep, pooled over the 2 configs with 2 or more"
     one = SeedVariance.pooled([c, ConfigData("d", np.array([0.2]))])
     assert (one.source, one.df, one.usable) == ("none", 0, False)
     assert not SeedVariance(0.01, 0, "borrowed", "no df").usable
@@ -164,6 +165,9 @@ def test_verdicts_come_from_simultaneous_intervals_and_the_set_that_could_be_bes
     assert close.verdict == "not distinguishable" and far.verdict == "worse" and far.hi < 0
     assert far.p_adjusted == pytest.approx(stats.studentized_range.sf(10 * math.sqrt(2), 4, 12))
     assert close.p_value == pytest.approx(2 * stats.t.sf(2.0, 12))
+    # p-values as shown: two significant digits down to 0.001, then "<0.001"
+    shown = far.__class__(**{**far.__dict__, "p_value": 0.0015, "p_adjusted": 0.0004})
+    assert shown.describe().endswith("p 0.0015 (Tukey-adjusted <0.001)")
     # the on-policy comparison is in the same family: far - base = -0.10, 5 se: worse
     on_policy = got["far", "on-policy"]
     assert (on_policy.reference, on_policy.verdict, on_policy.diff) == ("base", "worse",
