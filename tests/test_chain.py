@@ -217,6 +217,17 @@ def test_pruned_configs_are_left_out_and_the_rest_compared_at_a_common_step(tmp_
         in prompt
 
 
+def test_a_config_whose_runs_did_not_reach_the_compared_step_is_named(tmp_path: Path) -> None:
+    """A run cancelled at step 2 is not compared at step 4 (where the other completed): its
+    config is neither ranked nor silently dropped from the plan."""
+    out = tmp_path / "out"
+    craft(out, "lr_sweep", [({"learning_rate": 3e-4}, [0.1, 0.3, 0.4, 0.5], "completed"),
+                            ({"learning_rate": 1e-4}, [0.1, 0.9], "cancelled")])
+    lines = plans(out)["baselines"]
+    assert "    lr_sweep: learning_rate=0.0001 not compared (no run reached step 4: run " \
+           "lr_sweep/2025-01-01_00-00-00/1 cancelled at step 2)" in lines
+
+
 def test_two_seeds_cannot_tell_configs_apart_within_the_simultaneous_intervals(
         tmp_path: Path) -> None:
     jobs = [({"learning_rate": lr, "seed": seed}, [reward], "completed")

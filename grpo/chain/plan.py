@@ -239,7 +239,8 @@ def _borrow_seed_variance(plan: StagePlan, earlier: Sequence[Stage], user: UserO
 
 def _ranking_notes(stage: str, winner: Winner) -> list[str]:
     """The configs the data cannot tell from a winner, what would resolve it, and the configs
-    its ranking left out, one line each."""
+    its ranking left out (a run stopped early) or could not compare (no run reached the compared
+    step), one line each."""
     rule = (f"{winner.label} was taken (the highest {winner.ranking.criterion}, first in config "
             "order on an exact tie: the chain must go on)")
     ties = [f"    warning: {stage}: {label} is {why}; {rule}; override the key to choose"
@@ -247,4 +248,7 @@ def _ranking_notes(stage: str, winner: Winner) -> list[str]:
     ties += [f"    {stage}: {line}" for line in winner.ranking.verdict_lines()]
     excluded = [f"    {stage}: {label} left out (a run {statuses})"
                 for label, statuses in winner.ranking.excluded.items()]
+    excluded += [f"    {stage}: {label} not compared (no run reached step "
+                 f"{winner.ranking.at_step}: {where})"
+                 for label, where in winner.ranking.not_compared.items()]
     return ties + excluded
