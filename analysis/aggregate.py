@@ -211,7 +211,7 @@ class Design:
     """What a sweep's seed variance is a variance of: the model and training data of its runs,
     the validation problems (outcome digests), the responses per problem and the evaluation
     steps a run's value averages. Another sweep's variance can be borrowed only where these are
-    the same (:func:`borrow`)."""
+    the same (:func:`borrow_variance`)."""
 
     model: frozenset[str]
     data: frozenset[str]
@@ -447,9 +447,9 @@ def _advice(collection: Collection, ranked: pd.DataFrame, u: SweepComparisons) -
     a best config the data cannot tell from the runner-up, the seeds :func:`resolve` asks for;
     each priced at what the configs' runs cost here."""
     if not u.decided:
-        top = list(ranked.index[:3])
         if len(ranked) < 2:
             return None
+        top = list(ranked.index[:3])
         return (f"a second seed for the best {len(top)} configs ({'; '.join(top)}) would measure "
                 f"the seed variance ({len(top)} df): {_price(collection, dict.fromkeys(top, 1))}")
     if u.resolution is None or not math.isfinite(u.resolution.factor):

@@ -100,11 +100,15 @@ def _fit(coded: pd.DataFrame, n_keys: int, interactions: bool):  # noqa: ANN202 
     interaction of them when ``interactions``."""
     import statsmodels.formula.api as smf
 
-    joiner = " * " if interactions else " + "
     with warnings.catch_warnings():  # a rank-deficient design: the caller checks the rank
         warnings.simplefilter("ignore")
-        return smf.ols(f"{VALUE} ~ " + joiner.join(f"C(f{i}, Sum)" for i in range(n_keys)),
-                       data=coded).fit()
+        return smf.ols(_formula(n_keys, interactions), data=coded).fit()
+
+
+def _formula(n_keys: int, interactions: bool, extra: str = "") -> str:
+    """``value ~ C(f0, Sum) + C(f1, Sum)`` (``*`` with ``interactions``), ``extra`` terms added."""
+    terms = (" * " if interactions else " + ").join(f"C(f{i}, Sum)" for i in range(n_keys))
+    return f"{VALUE} ~ {terms}" + (f" + {extra}" if extra else "")
 
 
 def _full_rank(fit) -> bool:  # noqa: ANN001
@@ -142,10 +146,9 @@ def _tukey_note(coded: pd.DataFrame, fit, n_keys: int) -> str:  # noqa: ANN001
     from statsmodels.stats.anova import anova_lm
 
     with_square = coded.assign(square=fit.fittedvalues.to_numpy() ** 2)
-    formula = (f"{VALUE} ~ " + " + ".join(f"C(f{i}, Sum)" for i in range(n_keys)) + " + square")
     with warnings.catch_warnings():  # a rank-deficient design: checked below
         warnings.simplefilter("ignore")
-        tukey = smf.ols(formula, data=with_square).fit()
+        tukey = smf.ols(_formula(n_keys, False, "square"), data=with_square).fit()
     if not _full_rank(tukey):
         return ("Tukey's test for non-additivity: not possible (the squared fitted values are a "
                 "function of the keys: the cells hardly differ)")

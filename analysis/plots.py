@@ -75,6 +75,7 @@ from analysis.collect import (
     format_value,
     sort_key,
 )
+from analysis.effects import varying_keys
 from analysis.external import External
 from analysis.metric_names import metric_name
 from analysis.uncertainty import t_quantile
@@ -730,8 +731,7 @@ def plot_interaction(collection: Collection, out_dir: Path, ranking: Ranking,
                      layout: Layout) -> InteractionFigure | None:
     """``interaction.*``: the compared value over the first two swept keys that vary among the
     ranked configs (see the module docstring); None with fewer than two."""
-    keys = [k for k in collection.label_keys
-            if not ranking.compared.empty and ranking.compared[k].map(format_value).nunique() > 1]
+    keys = [] if ranking.compared.empty else varying_keys(ranking.compared, collection.label_keys)
     if len(keys) < 2:
         return None
     x_key, line_key = keys[:2]
@@ -770,6 +770,7 @@ def plot_all(collection: Collection, out_dir: Path, externals: Sequence[External
         if external.metric not in (EVAL_REWARD, *TRAINING_METRICS):
             raise ValueError(f"no panel plots {external.metric!r} against the step; "
                              f"choose one of {[EVAL_REWARD, *TRAINING_METRICS]}")
+    ranking = ranking or rank(collection)  # once: the highlights and the interaction plot
     layout = choose_layout(collection, facet_key, color_key, ranking=ranking)
     figures: dict[str, CurveFigure | HeatmapFigure | InteractionFigure] = {
         "eval_reward": plot_eval_reward(collection, out_dir, externals, layout),
@@ -778,7 +779,7 @@ def plot_all(collection: Collection, out_dir: Path, externals: Sequence[External
     heatmaps = plot_heatmaps(collection, out_dir, layout)
     if heatmaps is not None:
         figures["heatmaps"] = heatmaps
-    interaction = plot_interaction(collection, out_dir, ranking or rank(collection), layout)
+    interaction = plot_interaction(collection, out_dir, ranking, layout)
     if interaction is not None:
         figures["interaction"] = interaction
     return figures
