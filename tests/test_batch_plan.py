@@ -61,8 +61,13 @@ def test_rules_name_the_keys() -> None:
     assert plan(epochs=2**31).errors() == [
         "off_policy.epochs=2147483648 must be a positive integer (at most 2147483647)"]
     assert plan(epochs=2**31 - 1).errors() == []
-    # a token budget cuts micro-batches by tokens: micro_batch_size need not divide train_batch_size
-    assert plan(micro=3).errors(token_budget=True) == []
+    # a token budget cuts micro-batches by tokens: micro_batch_size need not divide
+    # train_batch_size (it is unused), but it is still a positive integer
+    budget = BatchPlan(256, 8, 64, 3, 2, micro_batch_tokens=4096)
+    assert not budget.uses_micro_batch_size and budget.errors() == []
+    assert BatchPlan(256, 8, 64, 0, 2, micro_batch_tokens=4096).errors() == [
+        "micro_batch_size=0 must be a positive integer (at most 2147483647)"]
+    assert BatchPlan(256, 8, 64, 3, 2, micro_batch_tokens=None).uses_micro_batch_size
 
 
 def test_from_nested_config_and_from_flat_dotted_keys() -> None:
@@ -71,6 +76,8 @@ def test_from_nested_config_and_from_flat_dotted_keys() -> None:
     flat = {"rollout_batch_size": 64, "group_size": 8, "train_batch_size": 32,
             "micro_batch_size": 16, "off_policy.epochs": 2}
     assert BatchPlan.from_config(cfg) == BatchPlan.from_config(flat) == BatchPlan(64, 8, 32, 16, 2)
+    budget = BatchPlan.from_config({**flat, "micro_batch_size": 5, "model.micro_batch_tokens": 999})
+    assert budget.micro_batch_tokens == 999 and budget.errors() == []
     assert BatchPlan.from_config({"rollout_batch_size": 64}).errors()[0] == (
         "group_size=None must be a positive integer (at most 2147483647)")
     on_policy = BatchPlan.from_config({**flat, **BatchPlan.from_config(flat).on_policy_settings()})

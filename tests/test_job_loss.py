@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import initialize_config_dir
+from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from grpo.sweep.job_loss import compose_job
@@ -89,3 +89,46 @@ def test_run_directories_record_the_loss_used(tmp_path: Path, tiny_model_dir: Pa
     (hydra_dir,) = (tmp_path / "single").rglob(".hydra")
     assert yaml.safe_load((hydra_dir / "config.yaml").read_text())["loss"]["name"] == "grpo_clip"
     assert "loss=grpo_clip" in yaml.safe_load((hydra_dir / "overrides.yaml").read_text())
+
+
+@pytest.mark.slow
+def test_the_micro_batch_cut_changes_neither_the_loss_nor_the_weights(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """An off-policy run that names no loss trains GRPO-Clip whatever cuts its optimizer steps
+    into micro-batches: fixed sizes 32 and 8, or token budgets of 100000, 150 and 64 tokens with
+    a micro_batch_size that does not divide train_batch_size (unused under a budget; the rule
+    once skipped such a job and it trained reinforce_with_baseline off-policy). Three GRPO steps
+    of 2 epochs x 2 optimizer steps end on the same weights, to 1e-4 of their movement."""
+    from safetensors.torch import load_file
+
+    from grpo.training.trainer import train
+
+    common = [*TOY, f"model.path={tiny_model_dir}", "normalization=mean", "off_policy.epochs=2",
+              "rollout_batch_size=64", "train_batch_size=32", "n_grpo_steps=3",
+              "sampling.temperature=1.0", "logging.wandb_mode=disabled", "eval.eval_every=100",
+              "checkpoint.save_final_model=false"]
+    cuts = {"size 32": ["micro_batch_size=32"], "size 8": ["micro_batch_size=8"],
+            **{f"budget {n}": ["micro_batch_size=7", f"model.micro_batch_tokens={n}"]
+               for n in (100000, 150, 64)}}
+    weights = {}
+    for name, cut in cuts.items():
+        job = composed([*common, *cut])
+        assert (job.cfg.loss.name, job.loss_defaulted) == ("grpo_clip", True), name
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("config", overrides=list(job.overrides))  # the job's config, as it runs
+        run_dir = tmp_path / name.replace(" ", "_")
+        assert train(cfg, run_dir)["status"] == "completed"
+        weights[name] = load_file(str(run_dir / "checkpoints" / "step_000003" / "model.safetensors"))
+    start = load_file(str(tiny_model_dir / "model.safetensors"))
+    reference = weights["size 32"]
+    keys = sorted(reference.keys() & start.keys())
+    assert len(keys) > 20
+
+    def distance(a: dict, b: dict) -> float:
+        return sum(float((a[k].double() - b[k].double()).square().sum()) for k in keys) ** 0.5
+
+    movement = distance(reference, start)
+    assert movement > 1e-3
+    shares = {name: distance(state, reference) / movement for name, state in weights.items()}
+    assert max(shares.values()) <= 1e-4, shares

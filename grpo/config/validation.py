@@ -459,8 +459,7 @@ def check_config(cfg: DictConfig) -> ConfigReport:
     """Check one job's composed config; see the module docstring."""
     report = ConfigReport()
     plan = BatchPlan.from_config(cfg)
-    report.errors += value_errors(cfg) + plan.errors(
-        token_budget=OmegaConf.select(cfg, "model.micro_batch_tokens", default=None) is not None)
+    report.errors += value_errors(cfg) + plan.errors()
     if report.errors:
         return report
     checks = (_check_loss, _check_sampling, _check_prompt, _check_model, _check_precision, _check_data,

@@ -17,6 +17,7 @@ CONFIG_KEYS: dict[str, str] = {
     "train_batch_size": "train_batch_size",
     "micro_batch_size": "micro_batch_size",
     "epochs": "off_policy.epochs",
+    "micro_batch_tokens": "model.micro_batch_tokens",
 }
 """BatchPlan field -> the (dotted) config key it is read from."""
 
@@ -47,8 +48,15 @@ class BatchPlan:
     train_batch_size: rollouts per optimizer step.
     micro_batch_size: rollouts per forward/backward pass.
     epochs: passes of the optimizer over each rollout batch (`off_policy.epochs`).
+    micro_batch_tokens: a budget of padded tokens per forward/backward pass
+        (`model.micro_batch_tokens`), or None: micro-batches of micro_batch_size rollouts. With a
+        budget `micro_batch_size` is unused (`uses_micro_batch_size`): it must still be a positive
+        integer, but need not divide `train_batch_size`; the budget's own range is
+        `grpo.config.rules`'s.
 
-    The derived properties assume `errors()` is empty.
+    The derived properties assume `errors()` is empty. This plan, and only it, says whether a
+    config's batch sizes are valid: the validator and the off-policy loss rule
+    (`grpo.sweep.job_loss`) both read `errors()`.
     """
 
     rollout_batch_size: int
@@ -56,23 +64,29 @@ class BatchPlan:
     train_batch_size: int
     micro_batch_size: int
     epochs: int
+    micro_batch_tokens: int | None = None
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> BatchPlan:
         """The plan of a run config (nested, or flat with dotted keys as in `CONFIG_KEYS`)."""
         return cls(**{name: config_value(cfg, key) for name, key in CONFIG_KEYS.items()})
 
-    def errors(self, token_budget: bool = False) -> list[str]:
-        """What makes the plan impossible, one message per broken rule naming the config keys.
-        With `token_budget` (`model.micro_batch_tokens` set) micro-batches are cut by tokens, so
-        `train_batch_size` need not be a multiple of `micro_batch_size`, which is unused."""
+    @property
+    def uses_micro_batch_size(self) -> bool:
+        """Whether micro-batches are cut by `micro_batch_size` (no token budget): only then must
+        it divide `train_batch_size`."""
+        return self.micro_batch_tokens is None
+
+    def errors(self) -> list[str]:
+        """What makes the plan impossible, one message per broken rule naming the config keys."""
+        checked = [f.name for f in fields(self) if f.name != "micro_batch_tokens"]
         bad = [
-            f"{CONFIG_KEYS[f.name]}={getattr(self, f.name)} must be a positive integer "
+            f"{CONFIG_KEYS[name]}={getattr(self, name)} must be a positive integer "
             f"(at most {MAX_INT})"
-            for f in fields(self)
-            if isinstance(getattr(self, f.name), bool)
-            or not isinstance(getattr(self, f.name), int)
-            or not 1 <= getattr(self, f.name) <= MAX_INT
+            for name in checked
+            if isinstance(getattr(self, name), bool)
+            or not isinstance(getattr(self, name), int)
+            or not 1 <= getattr(self, name) <= MAX_INT
         ]
         if bad:
             return bad
@@ -90,7 +104,7 @@ class BatchPlan:
                 f"rollout_batch_size={rollout} must be divisible by train_batch_size={train} "
                 "(each epoch is a whole number of optimizer steps)"
             )
-        if train % micro and not token_budget:
+        if self.uses_micro_batch_size and train % micro:
             errors.append(
                 f"train_batch_size={train} must be divisible by micro_batch_size={micro} "
                 "(gradient_accumulation_steps = train_batch_size / micro_batch_size)"
