@@ -162,3 +162,35 @@ def only_child(pid: int) -> int:
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     assert len(children) == 1, children
     return int(children[0])
+
+
+@pytest.mark.slow
+def test_a_relaunch_that_would_change_a_trained_run_is_refused_before_any_record_is_written(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A finished sweep relaunched into its directory with one swept value changed: the dry run
+    and the launch both refuse it naming the job, its key and both values, end with that message
+    (no traceback), and leave every file of the sweep as it was (multirun.yaml, jobs.json, each
+    run's record and status)."""
+    sweep = tmp_path / "sweep"
+
+    def launch(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy", "rollout=hf",
+             f"model.path={tiny_model_dir}", "n_grpo_steps=1", "eval.eval_every=1",
+             f"hydra.sweep.dir={sweep}", *args], cwd=ROOT, capture_output=True, text=True,
+            timeout=600)
+
+    assert launch("learning_rate=3e-4,3e-5").returncode == 0
+    before = {p: p.read_bytes() for p in sorted(sweep.rglob("*"))
+              if p.is_file() and "wandb" not in p.parts and p.name != ".lock"}
+    for dry_run in ("true", "false"):
+        out = launch("learning_rate=1e-2,3e-5", f"dry_run={dry_run}")
+        assert out.returncode == 2, out.stderr[-3000:]
+        assert "error: 1 of 2 jobs are invalid; nothing was submitted." in out.stderr
+        assert "job #0 [learning_rate=0.01]:" in out.stderr
+        assert f"refusing to resume {sweep / '0'} (checkpoint step_000001)" in out.stderr
+        assert "  - learning_rate: 0.0003 -> 0.01" in out.stderr
+        assert "Traceback" not in out.stderr and "job #1 [" not in out.stderr
+    after = {p: p.read_bytes() for p in sorted(sweep.rglob("*"))
+             if p.is_file() and "wandb" not in p.parts and p.name != ".lock"}
+    assert after == before, sorted(p for p in after.keys() | before.keys() if after.get(p) != before.get(p))

@@ -2,7 +2,8 @@
 (grpo.run.run_config): keys that change the trained curve are refused, naming old and new values,
 with nothing changed and `.hydra/` describing the trained config; keys that may change are
 recorded; a metrics.jsonl that lost trained steps refuses the resume unless allowed. A launch
-refused by the run's lock and a dry run pointed at a run rewrite nothing of its record, and the
+refused by the run's lock and a dry run pointed at a run rewrite nothing of its record (the dry run
+says what the launch would refuse), and the
 analysis reads what trained where a record was rewritten all the same."""
 
 from __future__ import annotations
@@ -60,7 +61,12 @@ def test_a_launch_refused_by_the_lock_and_a_dry_run_rewrite_nothing(trained: Pat
     with run_lock(trained):  # as the process training this directory holds it (flock)
         returncode, output = finish(launch(trained, tiny_model_dir, "learning_rate=0.002", "loss=grpo_clip"))
     assert returncode == 1 and f"error: {trained} is" in output and "Traceback" not in output, output
+    # the dry run says what the launch would refuse
     returncode, output = finish(launch(trained, tiny_model_dir, "learning_rate=0.002", "dry_run=true"))
+    assert returncode == 2 and "dry run: 1 job" not in output, output
+    assert f"error: invalid config:\n  - refusing to resume {trained} (checkpoint step_{N_STEPS:06d})" in output
+    assert "  - learning_rate: 0.0003 -> 0.002" in output and "Traceback" not in output
+    returncode, output = finish(launch(trained, tiny_model_dir, "n_grpo_steps=30", "dry_run=true"))
     assert returncode == 0 and "dry run: 1 job, nothing started" in output, output
     assert snapshot(trained) == before, "a launch that did not train rewrote the run directory"
     assert yaml.safe_load((trained / ".hydra" / "config.yaml").read_text())["learning_rate"] == 0.0003

@@ -30,7 +30,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo.run.checkpoint_names import checkpoint_dirs
+from grpo.run.checkpoint_names import checkpoint_dirs, checkpoint_step
 from grpo.run.files import RunDirError, append_line, atomic_write_text, read_json, subdir
 
 RUN_CONFIG = "run_config.json"
@@ -70,10 +70,10 @@ class Comparison:
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
-    """The run's config with every interpolation resolved, as plain JSON data (no `hydra` node)."""
-    container = OmegaConf.to_container(cfg, resolve=True)
-    container.pop("hydra", None)
-    return container
+    """The run's config with every interpolation resolved, as plain JSON data (no `hydra` node:
+    a sweeper's composed job has one, with values only the launch fills in)."""
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]),
+                                  resolve=True)
 
 
 def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -169,6 +169,32 @@ def _show(value: Any) -> str:
     return ABSENT if value == ABSENT else json.dumps(value)
 
 
+def _refusal(run_dir: Path, checkpoint: Path, comparison: Comparison) -> str:
+    """The message that refuses a resume from `checkpoint` for `comparison.refused`."""
+    lines = "\n".join(f"  - {key}: {_show(old)} -> {_show(new)}"
+                      for key, (old, new) in comparison.refused.items())
+    return (
+        f"refusing to resume {run_dir} (checkpoint {checkpoint.name}) with a changed config; "
+        f"these keys change the trained curve (trained -> launched):\n{lines}\n"
+        "Launch it again with the trained values to resume it, or start a new run in a new "
+        "directory for the new values (drop hydra.run.dir / hydra.sweep.dir, or change "
+        "experiment_name). Its .hydra/ files still describe the trained config."
+    )
+
+
+def resume_refusal(cfg: DictConfig, run_dir: Path) -> str | None:
+    """What a launch of `cfg` into `run_dir` would be refused with (`check_resume` against the
+    newest checkpoint that stores a config, read, not verified), else None; reads only. The
+    sweeper and the dry runs ask it before anything is written; the run itself asks
+    `check_resume` of the checkpoint it verified."""
+    for checkpoint in checkpoint_dirs(run_dir):
+        payload = stored(checkpoint) if checkpoint.is_dir() and not checkpoint.is_symlink() else None
+        if payload is not None:
+            comparison = compare(payload["config"], resolved(cfg), checkpoint_step(checkpoint))
+            return _refusal(run_dir, checkpoint, comparison) if comparison.refused else None
+    return None
+
+
 def check_resume(cfg: DictConfig, run_dir: Path, checkpoint: Path, step: int) -> dict[str, tuple[Any, Any]]:
     """Refuse (ConfigChanged) a resume from `checkpoint` (after step `step`) whose config differs
     from the trained one in a key that changes the curve; record the allowed changes. Returns the
@@ -178,15 +204,7 @@ def check_resume(cfg: DictConfig, run_dir: Path, checkpoint: Path, step: int) ->
         return {}
     comparison = compare(payload["config"], resolved(cfg), step)
     if comparison.refused:
-        lines = "\n".join(f"  - {key}: {_show(old)} -> {_show(new)}"
-                          for key, (old, new) in comparison.refused.items())
-        raise ConfigChanged(
-            f"refusing to resume {run_dir} (checkpoint {checkpoint.name}) with a changed config; "
-            f"these keys change the trained curve (trained -> launched):\n{lines}\n"
-            "Launch it again with the trained values to resume it, or start a new run in a new "
-            "directory for the new values (drop hydra.run.dir / hydra.sweep.dir, or change "
-            "experiment_name). Its .hydra/ files still describe the trained config."
-        )
+        raise ConfigChanged(_refusal(run_dir, checkpoint, comparison))
     if comparison.allowed:
         append_line(run_dir / "config_changes.jsonl", json.dumps({
             "resumed_after_step": step,

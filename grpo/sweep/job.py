@@ -17,6 +17,7 @@ from grpo.config.validation import check_config
 from grpo.core.losses import POLICY_LOSSES
 from grpo.run.files import RunDirError, is_disk_full, read_status
 from grpo.run.pruning import OFF
+from grpo.run.run_config import resume_refusal
 from grpo.sweep.cost import estimate
 from grpo.training.batch_plan import BatchPlan, MicroBatching
 
@@ -101,6 +102,10 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
             "study in the sweep directory); a single run has no runs to be compared with and "
             "would share a study with whatever ran beside it. Launch the runs as a sweep (-m), "
             "or set pruning=off")
+    if hydra_cfg.mode == RunMode.RUN and cfg.dry_run and not report.errors:
+        # what the run would refuse in its directory, said now (a sweep's jobs: the sweeper)
+        refusal = resume_refusal(cfg, Path(hydra_cfg.runtime.output_dir))
+        report.errors += [refusal] if refusal is not None else []
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if report.errors:

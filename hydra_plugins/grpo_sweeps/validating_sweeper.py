@@ -5,7 +5,9 @@ presets, command-line values winning) with a gate in front of the launcher: each
 composed and passed through `grpo.config.validation.check_config`, and a `cluster=slurm` job is
 checked against what its partition's nodes offer (the scheduler is asked once per sweep); one bad
 job stops the whole submission with one message per bad job, and `dry_run=true` lists the jobs and
-launches nothing. The dry run also prices every job and the sweep (`grpo.sweep.cost`: the full grid,
+launches nothing. A job whose run directory holds a run trained with values that change its curve
+is such a bad job (`grpo.run.run_config.resume_refusal`): a relaunch into a trained sweep is refused
+before any file of the sweep (multirun.yaml, jobs.json, a run's record) is written. The dry run also prices every job and the sweep (`grpo.sweep.cost`: the full grid,
 and with pruning on the sweep replayed through its pruner), and a sweep that plans to spend more
 than `budget.gpu_hours` is refused before anything is submitted. The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the
 submission until the launcher has every job's result, so a second launch of the same sweep
@@ -17,6 +19,7 @@ composed ones (`get_job_batch`), so what is listed and validated is what runs.
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from collections.abc import Sequence
@@ -25,10 +28,13 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import filter_overrides
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from grpo.config.validation import check_config
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
+from grpo.run.run_config import resume_refusal
 from grpo.sweep.cost import ESTIMATE_FILE_ENV, estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
@@ -81,6 +87,19 @@ class ValidatingSweeper(BasicSweeper):
         except RuntimeError:
             return 1
 
+    def _resume_refusal(self, num: int, cfg: Any) -> str | None:
+        """What the run of job `num` would refuse, resuming a trained run in its directory with
+        a changed config (`grpo.run.run_config.resume_refusal`); None also where its directory
+        (`hydra.sweep.subdir`) is only known once the job runs."""
+        job = copy.deepcopy(cfg)
+        with open_dict(job):
+            job.hydra.job.num = num
+        try:
+            subdir = OmegaConf.select(job, "hydra.sweep.subdir", throw_on_missing=True)
+        except OmegaConfBaseException:
+            return None
+        return resume_refusal(cfg, Path(self.config.hydra.sweep.dir) / str(subdir))
+
     def _price(self, cfgs: list[Any], lines: list[str]) -> None:
         """With dry_run, print each job's line (`lines`) with its estimated cost, the rates and
         the sweep's total (grpo.sweep.cost); exit 2 when the sweep would spend more than
@@ -123,6 +142,8 @@ class ValidatingSweeper(BasicSweeper):
             label = f"job #{num} [{shown or 'no swept keys'}]"
             report = check_config(cfg)
             report.errors += resources.refusals(cfg)
+            if not report.errors and (refusal := self._resume_refusal(num, cfg)) is not None:
+                report.errors.append(refusal)
             for warning in report.warnings:
                 print(f"warning: {label}: {warning}", file=sys.stderr)
             if report.errors:
