@@ -27,6 +27,7 @@ from analysis.aggregate import BEST_CRITERION, BORROW_KEY, CRITERIA, rank
 from analysis.collect import LABEL, Collection, collect, find_latest_sweep, save_steps
 from analysis.external import GRPO_STEPS
 from analysis.report import ACCURACY_BAR, write_report
+from grpo.run.files import RunDirError
 
 DEFAULT_OUTPUTS = os.environ.get("GRPO_OUTPUT_ROOT", "outputs")
 
@@ -194,8 +195,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, RunDirError) as error:
         sys.exit(f"error: {error}")
+    except OSError as error:  # a sweep directory it may read but not write, a full disk
+        sys.exit(f"error: cannot write {error.filename or 'the analysis'}: {error.strerror}; nothing "
+                 "of the runs was changed. Make the sweep directory writable (e.g. `chmod -R u+w "
+                 "<sweep>`) or free space, and run it again")
 
 
 if __name__ == "__main__":

@@ -84,6 +84,7 @@ from grpo.run.files import (
     MAX_METRICS_BYTES,
     MAX_STATUS_BYTES,
     RunFileError,
+    atomic_write,
     parse_json,
     parse_yaml,
     read_bytes,
@@ -578,13 +579,15 @@ def _run_columns(label_keys: Sequence[str]) -> list[str]:
 
 
 def save_steps(collection: Collection, stem: Path) -> Path:
-    """Write the ``steps`` frame to ``<stem>.parquet`` when pyarrow is installed, else CSV."""
+    """Write the ``steps`` frame to ``<stem>.parquet`` when pyarrow is installed, else CSV;
+    atomically, never through a planted link (``grpo.run.files.atomic_write``)."""
+    steps = collection.steps
     try:
         import pyarrow  # noqa: F401
     except ImportError:
         path = stem.with_suffix(".csv")
-        collection.steps.to_csv(path, index=False)
+        atomic_write(path, lambda tmp: steps.to_csv(tmp, index=False))
     else:
         path = stem.with_suffix(".parquet")
-        collection.steps.to_parquet(path, index=False)
+        atomic_write(path, lambda tmp: steps.to_parquet(tmp, index=False))
     return path

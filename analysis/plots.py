@@ -79,6 +79,7 @@ from analysis.effects import varying_keys
 from analysis.external import External
 from analysis.metric_names import metric_name
 from analysis.uncertainty import t_quantile
+from grpo.run.files import atomic_write, subdir
 
 TRAINING_METRICS = (
     "train/entropy",
@@ -529,14 +530,16 @@ def _legend_size(collection: Collection, layout: Layout, n_externals: int) -> in
 
 
 def _save(fig: Figure, out_dir: Path, name: str, layout: Layout) -> list[Path]:
-    """Write ``fig`` in every format (:data:`LARGE_FORMATS` for a large sweep); the layout is
-    computed once, for the first."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write ``fig`` in every format (:data:`LARGE_FORMATS` for a large sweep), each atomically and
+    never through a planted link (``grpo.run.files``); the layout is computed once, for the
+    first."""
+    out_dir = subdir(out_dir.parent, out_dir.name)  # never a planted link
     formats = LARGE_FORMATS if layout.large else FORMATS
     paths = [out_dir / f"{name}.{fmt}" for fmt in formats]
     for path in paths:
-        fig.savefig(path, dpi=110, **({"pil_kwargs": {"compress_level": 1}}
-                                      if path.suffix == ".png" else {}))
+        fmt = path.suffix[1:]
+        atomic_write(path, lambda tmp, fmt=fmt: fig.savefig(
+            tmp, format=fmt, dpi=110, **({"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {})))
         fig.set_layout_engine("none")
     return paths
 

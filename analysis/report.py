@@ -43,6 +43,7 @@ from analysis.metric_names import metric_name
 from analysis.progress import read_jobs
 from analysis.trends import WINDOW, Trend, trends, windows
 from analysis.uncertainty import FAMILY_TEXT, Comparison
+from grpo.run.files import atomic_write, atomic_write_text
 
 MISSING = "–"
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%
@@ -497,11 +498,14 @@ def write_report(collection: Collection, report_dir: Path,
                  criterion: Criterion = BEST_CRITERION, bar: float = ACCURACY_BAR,
                  ranking: Ranking | None = None) -> Path:
     """Write ``report_dir/report.md`` and ``comparisons.csv`` beside it (``ranking``: the
-    collection's by ``criterion``, computed when not given); return the report's path."""
+    collection's by ``criterion``, computed when not given), each atomically and never through
+    a planted link (``grpo.run.files.atomic_write``); return the report's path."""
     ranking = ranking or rank(collection, criterion)
     path = report_dir / "report.md"
-    path.write_text(build_report(collection, report_dir, figures, criterion, bar, ranking))
-    comparison_frame(ranking).to_csv(report_dir / "comparisons.csv", index=False)
+    atomic_write_text(path, build_report(collection, report_dir, figures, criterion, bar, ranking))
+    comparisons = comparison_frame(ranking)
+    atomic_write(report_dir / "comparisons.csv", lambda tmp: comparisons.to_csv(tmp, index=False))
     if ranking.effects is not None:
-        ranking.effects.frame().to_csv(report_dir / "main_effects.csv", index=False)
+        effects = ranking.effects.frame()
+        atomic_write(report_dir / "main_effects.csv", lambda tmp: effects.to_csv(tmp, index=False))
     return path

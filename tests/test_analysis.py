@@ -521,3 +521,34 @@ def test_stale_rollouts_are_not_the_on_policy_baseline(tmp_path: Path) -> None:
     runs = collect([tmp_path]).runs
     off_policy = dict(zip(runs["off_policy.staleness"], runs["off_policy"], strict=True))
     assert off_policy == {0: False, 1: True}
+
+
+def test_the_analysis_writes_only_inside_the_sweep(tmp_path: Path) -> None:
+    """Links planted where the analysis writes (report.md, comparisons.csv, the collected frame,
+    figures/) are replaced, never written through: the files they point at keep their bytes; a
+    linked figures/ directory is refused naming it; a file it cannot write is one line."""
+    sweep = write_scenario(tmp_path / "outputs" / "exp" / "s")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    targets = {}
+    for name in ("report.md", "comparisons.csv", "collected.parquet", "collected.csv"):
+        targets[name] = outside / name
+        targets[name].write_text("not the analysis's")
+        (sweep / name).symlink_to(targets[name])
+    (sweep / "figures").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(SystemExit, match=f"error: {sweep / 'figures'} is a symbolic link"):
+        main(["plots", "--sweep", str(sweep)])
+    (sweep / "figures").unlink()
+    main(["plots", "--sweep", str(sweep)])
+    assert all(t.read_text() == "not the analysis's" for t in targets.values())
+    assert sorted(p.name for p in outside.iterdir()) == sorted(targets)
+    for name in ("report.md", "comparisons.csv"):
+        assert not (sweep / name).is_symlink() and (sweep / name).stat().st_size > 100
+    assert (sweep / "figures" / "eval_reward.png").is_file()
+    # a file it cannot replace (here a directory where the frame goes; a read-only sweep alike)
+    for name in ("collected.parquet", "collected.csv"):
+        (sweep / name).unlink()
+        (sweep / name).mkdir()
+    with pytest.raises(SystemExit, match=r"error: cannot write .*collected\.(parquet|csv): Is a "
+                                         r"directory; nothing of the runs was changed"):
+        main(["plots", "--sweep", str(sweep)])

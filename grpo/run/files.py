@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -191,20 +192,30 @@ def not_writable(run_dir: Path, path: Path, err: OSError) -> str:
             "system read-write) and start the run again to resume it")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a new temporary file of a unique name and a rename (which
-    replaces a symbolic link at `path` rather than writing through it)."""
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """Make `path` by `write(tmp)` into a new temporary file of a unique name beside it, then a
+    rename (which replaces a symbolic link at `path` rather than writing through it): a reader
+    sees the old file or the whole new one. `write` is e.g. a frame's `to_csv` or a figure's
+    `savefig` (give the format: the temporary name ends in `.tmp`). An OSError names `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # as open() would create it (mkstemp's is private)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
+        os.close(fd)
+        write(Path(tmp))
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:  # named by the file it makes, not the temporary one
+        Path(tmp).unlink(missing_ok=True)
+        raise type(err)(err.errno, err.strerror, str(path)) from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically, never through a link (`atomic_write`)."""
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def _json_value(value: Any) -> Any:
