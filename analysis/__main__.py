@@ -6,8 +6,9 @@
   (``--no-report`` skips the report); ``--external`` overlays runs made elsewhere (an
   expert-iteration run's entropy, by default); ``--seed-variance-from`` names a sweep to borrow a
   seed variance from (else the runs' ``analysis.seed_variance_from``);
-* ``promote``: write ``<conf>/experiment/<NAME>.yaml`` (and ``<conf>/promoted/<NAME>/*.yaml``)
-  sweeping the top-K configs plus the on-policy baseline; run it with ``-m +experiment=<NAME>``;
+* ``promote``: write ``<conf>/experiment/promoted/<NAME>.yaml`` (and ``<conf>/promoted/<NAME>/*.yaml``)
+  sweeping the top-K configs plus the on-policy baseline; run it with
+  ``-m +experiment=promoted/<NAME>`` (``--overwrite`` replaces an earlier promotion of that name);
 * ``watch``: the live monitor of a running or finished sweep (one row per run, refreshed in
   place; plain lines when stdout is not a terminal), then its summary.
 
@@ -100,8 +101,9 @@ def cmd_promote(args: argparse.Namespace) -> None:
 
     collection = _collect(args)
     promotion = promote(collection, args.top_k, args.criterion, args.name, args.steps,
-                        args.conf_dir, borrow=args.seed_variance_from or True)
-    print(f"wrote {promotion.preset}")
+                        args.conf_dir, borrow=args.seed_variance_from or True,
+                        overwrite=args.overwrite)
+    print(f"wrote {promotion.preset} (run it: python launch.py -m +experiment=promoted/{args.name})")
     for path, text in zip(promotion.options, promotion.descriptions, strict=True):
         print(f"  {path}: {text}")
     for label, why in promotion.near_ties.items():
@@ -177,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--steps", type=int, default=200, help="n_grpo_steps (default: 200)")
     sub.add_argument("--conf-dir", type=Path, default=Path("conf"),
                      help="Hydra config directory (default: conf)")
+    sub.add_argument("--overwrite", action="store_true",
+                     help="replace an earlier promotion of the same --name")
     sub.set_defaults(func=cmd_promote)
 
     sub = commands.add_parser("watch", parents=[outputs],

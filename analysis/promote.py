@@ -3,9 +3,12 @@
 Hydra's basic sweeper takes the cartesian product of ``hydra.sweeper.params``, so an explicit
 list of configs is swept through one generated config group: each config becomes
 ``<conf>/promoted/<NAME>/<option>.yaml``, a ``# @package _global_`` config, and the preset
-``<conf>/experiment/<NAME>.yaml`` sets ``experiment_name``, ``n_grpo_steps`` and
-``hydra.sweeper.params: {+promoted/<NAME>: top1,...,on_policy}``; ``-m +experiment=<NAME>``
-runs them. Options are named ``top<rank>`` and ``on_policy``, not ``0, 1, ...``: Hydra parses
+``<conf>/experiment/promoted/<NAME>.yaml`` sets ``experiment_name``, ``n_grpo_steps`` and
+``hydra.sweeper.params: {+promoted/<NAME>: top1,...,on_policy}``; ``-m
++experiment=promoted/<NAME>`` runs them. Promoted presets live in their own folder, so none can
+replace a shipped preset (``conf/experiment/*.yaml``, which others include); a name already
+promoted is refused unless ``overwrite`` is asked for, and ``steps`` obeys ``n_grpo_steps``'s
+rule (:mod:`grpo.config.rules`). Options are named ``top<rank>`` and ``on_policy``, not ``0, 1, ...``: Hydra parses
 ``+promoted/<NAME>=0`` as an integer and rejects it as a config group choice.
 
 An option file reproduces its source run: the swept values, and what else the run had that the
@@ -29,10 +32,14 @@ from omegaconf import OmegaConf
 
 from analysis.aggregate import Criterion, on_policy_baseline, rank
 from analysis.collect import LABEL, Collection, format_value
+from grpo.config.rules import rule_for
+from grpo.run.files import atomic_write_text
 from grpo.training.batch_plan import BatchPlan
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 NOT_CARRIED_GROUPS = ("hydra", "experiment", "promoted", "cluster", "local")
+PRESET_GROUP = "experiment/promoted"
+"""Where (under the config directory) promoted presets are written: `+experiment=promoted/<NAME>`."""
 NOT_CARRIED_KEYS = ("experiment_name", "n_grpo_steps", "seed", "dry_run", "cluster", "paths",
                     "hydra")
 
@@ -164,15 +171,25 @@ def _options(collection: Collection, chosen: list[str], descriptions: list[str]
 
 
 def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
-            steps: int = 200, conf_dir: Path = Path("conf"), borrow: Path | bool = True
-            ) -> Promotion:
+            steps: int = 200, conf_dir: Path = Path("conf"), borrow: Path | bool = True,
+            overwrite: bool = False) -> Promotion:
     """Write the preset and option files for the top ``top_k`` configs by ``criterion`` (the
     ranking of :func:`analysis.aggregate.rank`, which the study chain picks its winners by;
-    ``borrow``: where a one-seed sweep's seed variance comes from, as ``rank`` takes it)."""
+    ``borrow``: where a one-seed sweep's seed variance comes from, as ``rank`` takes it);
+    ``overwrite``: replace a promotion of the same ``name``, else it is refused."""
     if not NAME_PATTERN.fullmatch(name):
-        raise ValueError(f"name {name!r} must match {NAME_PATTERN.pattern}")
-    if top_k < 1:
-        raise ValueError("top-k must be at least 1")
+        raise ValueError(f"--name {name!r} must match {NAME_PATTERN.pattern}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"--top-k is {top_k}; give the number of configs to promote, at least 1")
+    problem = rule_for("n_grpo_steps").problem(steps)
+    if problem:
+        raise ValueError(f"--steps: {rule_for('n_grpo_steps').message('n_grpo_steps', steps, problem)}")
+    preset_path = conf_dir / PRESET_GROUP / f"{name}.yaml"
+    option_dir = conf_dir / "promoted" / name
+    taken = [p for p in (preset_path, option_dir) if p.exists() or p.is_symlink()]
+    if taken and not overwrite:
+        raise ValueError(f"a promotion named {name} exists ({', '.join(map(str, taken))}); give "
+                         "another --name, or --overwrite to replace it")
     ranking = rank(collection, criterion, borrow=borrow)
     ranked = ranking.table
     if ranked.empty:
@@ -185,7 +202,6 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
         + (f", 95% interval {intervals[label]}" if intervals.get(label) else "") + "]"
         for label in chosen])
 
-    option_dir = conf_dir / "promoted" / name
     option_dir.mkdir(parents=True, exist_ok=True)
     for stale in option_dir.glob("*.yaml"):
         stale.unlink()
@@ -198,8 +214,8 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
             else:
                 settings.values[key] = value
         path = option_dir / f"{option.name}.yaml"
-        path.write_text(f"# @package _global_\n# {option.description}\n"
-                        f"# carried from {option.source}\n" + settings.to_yaml())
+        atomic_write_text(path, f"# @package _global_\n# {option.description}\n"
+                                f"# carried from {option.source}\n" + settings.to_yaml())
         paths.append(path)
 
     sources = ", ".join(str(s.path) for s in collection.sweeps)
@@ -214,7 +230,7 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
         *(f"#   {option.name}: {option.description}" for option in options),
         *(f"# {label}: {why} (top1)" for label, why in ranking.near_ties.items()),
         *(f"# {line}" for line in ranking.verdict_lines()),
-        f"# Run: -m +experiment={name}",
+        f"# Run: -m +experiment=promoted/{name}",
     ]
     if not any(option.description.endswith("(on-policy baseline)") for option in options):
         header.append("# No on-policy baseline: the sweep has none and no rollout_batch_size.")
@@ -225,8 +241,7 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
             f"+promoted/{name}": ",".join(option.name for option in options)
         }}},
     })
-    preset_path = conf_dir / "experiment" / f"{name}.yaml"
     preset_path.parent.mkdir(parents=True, exist_ok=True)
-    preset_path.write_text("\n".join(header) + "\n" + OmegaConf.to_yaml(preset))
+    atomic_write_text(preset_path, "\n".join(header) + "\n" + OmegaConf.to_yaml(preset))
     return Promotion(preset_path, paths, [option.description for option in options],
                      ranking.near_ties, ranking.verdict_lines())

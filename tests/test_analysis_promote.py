@@ -130,10 +130,10 @@ def test_promoted_preset_reproduces_source_configs(tmp_path: Path, conf: Path) -
         "defaults": [{"override /loss": "grpo_clip"}], "eval": {"eval_every": 5},
         "off_policy": {"epochs": 2}, "train_batch_size": 64}
 
-    cfg = composed(conf, ["+experiment=focused"], hydra=True)
+    cfg = composed(conf, ["+experiment=promoted/focused"], hydra=True)
     assert cfg.hydra.sweeper.params == {"+promoted/focused": "top1,top2,on_policy"}
     # a real multirun of the preset launches exactly the promoted configs
-    rerun = collect([hydra_sweep(conf, tmp_path / "focused", ["+experiment=focused"])])
+    rerun = collect([hydra_sweep(conf, tmp_path / "focused", ["+experiment=promoted/focused"])])
     got = rerun.runs[["config label", "off_policy.epochs", "train_batch_size", "loss.name",
                       "n_grpo_steps", "experiment_name", "cluster.gpus_per_job"]]
     assert got.values.tolist() == [
@@ -166,13 +166,13 @@ def test_criterion_and_derived_baseline(tmp_path: Path, conf: Path) -> None:
         final.preset.read_text()
     assert OmegaConf.load(final.options[1]) == {"off_policy": {"epochs": 1},
                                                 "train_batch_size": 128}
-    cfg = composed(conf, ["+experiment=by_final", "+promoted/by_final=on_policy"])
+    cfg = composed(conf, ["+experiment=promoted/by_final", "+promoted/by_final=on_policy"])
     assert (cfg.off_policy.epochs, cfg.train_batch_size) == (1, 128)
     # promoting again with a larger K leaves no stale option behind
-    promote(coll, 2, "final_eval_reward", "by_final", conf_dir=conf)
+    promote(coll, 2, "final_eval_reward", "by_final", conf_dir=conf, overwrite=True)
     assert sorted(p.name for p in (conf / "promoted" / "by_final").iterdir()) == [
         "on_policy.yaml", "top1.yaml", "top2.yaml"]
-    promote(coll, 1, "final_eval_reward", "by_final", conf_dir=conf)
+    promote(coll, 1, "final_eval_reward", "by_final", conf_dir=conf, overwrite=True)
     assert sorted(p.name for p in (conf / "promoted" / "by_final").iterdir()) == [
         "on_policy.yaml", "top1.yaml"]
 
@@ -186,7 +186,7 @@ def test_swept_groups_become_defaults_overrides(tmp_path: Path, conf: Path) -> N
     promotion = promote(coll, 2, "final_eval_reward", "by_loss", conf_dir=conf)
     assert OmegaConf.load(promotion.options[0]).defaults == [{"override /loss": "no_baseline"}]
     got = [(c.loss.name, c.off_policy.epochs) for c in (
-        composed(conf, ["+experiment=by_loss", f"+promoted/by_loss={option}"])
+        composed(conf, ["+experiment=promoted/by_loss", f"+promoted/by_loss={option}"])
         for option in ("top1", "top2"))]
     # loss=no_baseline, epochs=1 is second best and the on-policy run closest to the best
     assert got == [("no_baseline", 2), ("no_baseline", 1)]
@@ -202,7 +202,35 @@ def test_cli_promote_and_errors(tmp_path: Path, conf: Path, capsys: pytest.Captu
     # step 2, never started) did not reach it, so the top 3 are 2
     out = capsys.readouterr().out
     assert "promoted/cli/top2.yaml" in out and "top3.yaml" not in out
-    assert OmegaConf.load(conf / "experiment" / "cli.yaml").n_grpo_steps == 50
+    assert OmegaConf.load(conf / "experiment" / "promoted" / "cli.yaml").n_grpo_steps == 50
     with pytest.raises(SystemExit, match="must match"):
         main(["promote", "--sweep", str(sweep), "--top-k", "1", "--name", "bad name",
               "--conf-dir", str(conf)])
+
+
+def test_promote_never_replaces_a_preset_and_checks_its_arguments(
+        tmp_path: Path, conf: Path, capsys: pytest.CaptureFixture) -> None:
+    """`--name toy` once overwrote the shipped conf/experiment/toy.yaml (which overlap_toy
+    includes): promoted presets have their own folder, a name already promoted is refused unless
+    --overwrite, and --steps and --top-k are refused out of range, naming the option."""
+    sweep = write_scenario(tmp_path / "exp" / "sweep")
+    shipped = conf / "experiment" / "toy.yaml"
+    shipped.parent.mkdir(parents=True, exist_ok=True)
+    shipped.write_text("# shipped\nn_grpo_steps: 7\n")
+    args = ["promote", "--sweep", str(sweep), "--top-k", "1", "--name", "toy", "--conf-dir", str(conf)]
+    main(args)
+    assert shipped.read_text() == "# shipped\nn_grpo_steps: 7\n"
+    promoted = conf / "experiment" / "promoted" / "toy.yaml"
+    assert "run it: python launch.py -m +experiment=promoted/toy" in capsys.readouterr().out
+    first = promoted.read_text()
+    with pytest.raises(SystemExit, match="a promotion named toy exists .*--overwrite to replace it"):
+        main([*args, "--steps", "30"])
+    assert promoted.read_text() == first
+    main([*args, "--steps", "30", "--overwrite"])
+    assert OmegaConf.load(promoted).n_grpo_steps == 30
+    for bad, message in ((["--steps", "-5"], r"--steps: n_grpo_steps=-5 is out of range: the number "
+                                             r"of GRPO steps must be an integer in \[1, "),
+                         (["--top-k", "0"], r"--top-k is 0; give the number of configs")):
+        with pytest.raises(SystemExit, match=message):
+            main([*args, "--overwrite", *bad])
+    assert OmegaConf.load(promoted).n_grpo_steps == 30
