@@ -7,7 +7,9 @@
 
 An override whose key no config or config group knows (``+learning_rat=1e-5``) is refused before
 Hydra starts (grpo.sweep.overrides). An off-policy job that names no loss runs ``loss=grpo_clip``
-(grpo.sweep.job_loss; the validating sweeper applies it to each job of a sweep).
+(grpo.sweep.job_loss; the validating sweeper applies it to each job of a sweep). A single run's
+location is checked before Hydra makes its directory, and its dry run makes none there
+(grpo.sweep.job.prepare_single_run).
 """
 
 import sys
@@ -16,8 +18,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from grpo.sweep.job import run_job
-from grpo.sweep.job_loss import single_run_arguments
+from grpo.sweep.job import prepare_single_run, run_job
+from grpo.sweep.job_loss import compose_single_run, single_run_arguments
 from grpo.sweep.overrides import refuse_unknown_overrides
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
@@ -31,5 +33,6 @@ def main(cfg: DictConfig) -> dict | None:
 
 if __name__ == "__main__":
     refuse_unknown_overrides(sys.argv[1:], CONFIG_DIR, CONFIG_NAME)
-    sys.argv[1:] = single_run_arguments(sys.argv[1:], CONFIG_DIR, CONFIG_NAME)
+    single_run = compose_single_run(sys.argv[1:], CONFIG_DIR, CONFIG_NAME)  # None with -m
+    sys.argv[1:] = prepare_single_run(single_run_arguments(sys.argv[1:], single_run), single_run)
     main()

@@ -46,7 +46,7 @@ from omegaconf import DictConfig
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from grpo.models.rehearsal import QWEN25_MATH_15B, write_qwen_tokenizer
-from grpo.sweep.job_loss import single_run_arguments
+from grpo.sweep.job_loss import compose_single_run, single_run_arguments
 from grpo.training.trainer import GRPOTrainer, PhaseTimer, RolloutBatch, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,7 +217,8 @@ def main() -> None:
         path = build_qwen_shaped(ROOT / ".cache" / "bench-qwen2.5-math-1.5b-shaped")
         base += ["model=qwen2.5-math-1.5b", f"model.path={path}", "eval.n_examples=8"]
     # the loss launch.py would run (an off-policy plan that names no loss: GRPO-Clip)
-    overrides = single_run_arguments(base + args.overrides, ROOT / "conf", "config")
+    argv = base + args.overrides
+    overrides = single_run_arguments(argv, compose_single_run(argv, ROOT / "conf", "config"))
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -311,6 +314,20 @@ def test_unknown_override_is_refused_with_the_nearest_key(tmp_path: Path) -> Non
     # data.max_operand exists only with data=toy
     (["data.max_operand=3"], ["`python launch.py --cfg job` prints every key"]),
     (["~optimizer.betass"], ["did you mean optimizer.betas?"]),
+    # what empties a key the run reads: a group deleted or null, a key deleted, a section
+    # replaced by null or a value
+    (["off_policy=null", "~prompt"], ["it cannot be null: choose one of its options, off_policy=default",
+                                      "it cannot be deleted: choose one of its options, "
+                                      "prompt=question_only|r1_zero|toy"]),
+    (["~seed", "~eval.temperature", "~off_policy.staleness", "~eval.samples_per_problem"],
+     ["set a value instead (its value here: seed=0)",
+      "set a value instead (its value here: eval.temperature=1.0)",
+      "set a value instead (its value here: off_policy.staleness=0)",
+      "set a value instead (its value here: eval.samples_per_problem=1)"]),
+    (["paths=null", "eval=null", "sampling=5", "model.cost=5", "~model.cost"],
+     ["e.g. paths.cache_dir=...", "e.g. eval.eval_every=...", "e.g. sampling.max_new_tokens=...",
+      "e.g. model.cost.eval_s=...", "set its keys instead of deleting it"]),
+    (["sampling={temperature: 0.5}", "learning_rate=null"], []),  # a merged section; a value's rule: the validator's
     # conf/chain/ holds chains of studies, not options of a job
     (["+chain=cs336", "model=tiny"], ["run by `python -m grpo.chain --chain NAME` (`make chain`), "
                                       "not a launch.py option"]),
@@ -327,8 +344,60 @@ def test_single_run_is_job_0_of_its_own_directory(tmp_path: Path) -> None:
     out = launch("model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}",
                  "dry_run=true")
     assert out.returncode == 0, out.stderr
-    (run,) = (tmp_path / "default").glob("*/0")  # a dry run writes nothing into it
+    run = Path(out.stdout.split("(run directory: ", 1)[1].split(")", 1)[0])
     assert run.parent.parent == tmp_path / "default" and run.name == "0"
+    assert not list(tmp_path.rglob("*")), "a dry run made a directory"
+
+
+def test_a_run_that_does_not_start_leaves_no_directory(tmp_path: Path) -> None:
+    """A refused single run removes the run directory Hydra made for it (and its empty
+    parents inside paths.output_root); a refused or dry sweep makes none."""
+    for args in (["learning_rate=-1"], ["-m", "learning_rate=-1,1e-4"], ["-m", "dry_run=true"]):
+        out = launch(*args, "model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}")
+        assert out.returncode == (0 if "dry_run=true" in args else 2), out.stderr
+        assert "Traceback" not in out.stderr
+        assert [p for p in tmp_path.rglob("*")] == [], (args, list(tmp_path.rglob("*")))
+
+
+def test_rollout_vllm_without_vllm_installed_is_refused_by_the_dry_run(tmp_path: Path) -> None:
+    """rollout=vllm (the default) where this Python cannot import vllm: a local job would fail
+    at its start, so the dry run refuses it; SLURM jobs get a warning (their nodes' environment
+    may differ). Checked without importing vllm."""
+    installed = importlib.util.find_spec("vllm") is not None
+    out = launch("model=tiny", "data=toy", f"paths.output_root={tmp_path}", "dry_run=true")
+    missing = f"rollout=vllm needs the vllm package, which {sys.executable} cannot import"
+    assert (out.returncode, missing in out.stderr) == ((0, False) if installed else (2, True)), out.stderr
+    out = launch("model=tiny", "data=toy", "cluster=slurm_cpu", f"paths.output_root={tmp_path}",
+                 "dry_run=true")
+    assert out.returncode == 0 and (f"warning: {missing}" in out.stderr) is not installed, out.stderr
+
+
+@contextmanager
+def read_only_directory(tmp_path: Path) -> Iterator[Path]:
+    """A read-only file system (a tmpfs mounted ro: read-only for root too), or a skip where
+    this user may not mount one."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a read-only file system here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_read_only_output_location_is_one_line_and_a_dry_run_works_there(tmp_path: Path) -> None:
+    with read_only_directory(tmp_path) as read_only:
+        common = ("model=tiny", "data=toy", "rollout=hf", f"paths.output_root={read_only}/out")
+        out = launch(*common, "dry_run=true")
+        assert out.returncode == 0 and "dry run: 1 job, nothing started" in out.stdout, out.stderr
+        for args in ((), ("-m", "learning_rate=1e-4,3e-4")):
+            out = launch(*args, *common)
+            assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+            assert out.stderr.startswith(f"error: cannot make {read_only}/out/default/")
+            assert f"{read_only} is not writable (a read-only file system" in out.stderr
 
 
 def test_hydra_sweep_dir_wins_over_output_root_and_says_so(tmp_path: Path) -> None:

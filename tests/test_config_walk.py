@@ -111,6 +111,31 @@ def test_every_leaf_refuses_null_wrong_empty_and_huge_values_or_documents_them(
     assert tried >= 300
 
 
+def sections(node: dict, prefix: str = "") -> Iterator[str]:
+    """Dotted keys of the non-empty sections of keys (`eval`, `model.cost`), Hydra's aside."""
+    for name, value in node.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict) and value and key != "hydra":
+            yield key
+            yield from sections(value, f"{key}.")
+
+
+def test_every_section_set_to_null_or_a_value_is_refused_naming_it(tmp_path: Path) -> None:
+    """What `eval=null`, `sampling=5` or `model.cost=5` make (the command line refuses them
+    first: grpo.sweep.overrides), a preset can make too: the validator names the section."""
+    base = compose_preset("toy", tmp_path)
+    keys = list(sections(OmegaConf.to_container(base, resolve=False)))
+    assert {"eval", "sampling", "model", "model.cost", "paths", "off_policy"} <= set(keys)
+    for key in keys:
+        for bad in (None, 5):
+            cfg = copy.deepcopy(base)
+            with open_dict(cfg):
+                OmegaConf.update(cfg, key, bad, merge=False, force_add=True)
+            errors = check_config(cfg).errors
+            assert errors and errors[0].startswith(f"{key}="), (key, bad, errors[:1])
+            assert not any("please report" in e for e in errors), (key, bad, errors)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("overrides", "end"), [
     (["optimizer.max_grad_norm=null", "budget.gpu_hours=null", "model.micro_batch_tokens=null",

