@@ -29,13 +29,19 @@ def test_sigkill_mid_run_then_restart(tiny_model_dir: Path, tmp_path: Path, refe
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_then_restart(tiny_model_dir: Path, tmp_path: Path, reference: Path) -> None:
+@pytest.mark.parametrize(("sig", "cause"), [(signal.SIGTERM, "SIGTERM from scancel"),
+                                            (signal.SIGINT, "SIGINT (Ctrl-C) after step")],
+                         ids=["sigterm", "ctrl_c"])
+def test_sigterm_or_ctrl_c_checkpoints_then_restart(
+        tiny_model_dir: Path, tmp_path: Path, reference: Path, sig: int, cause: str) -> None:
     proc = launch(tmp_path, tiny_model_dir)
-    kill_after(proc, tmp_path, 7, signal.SIGTERM)
-    assert proc.returncode == -signal.SIGTERM, "the signal is handed on once the work is safe"
+    kill_after(proc, tmp_path, 7, sig)
+    output = proc.stdout.read()
+    assert proc.returncode == -sig, "the signal is handed on once the work is safe"
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
     status = json.loads((tmp_path / "status.json").read_text())
     last = status["last_step"]
-    assert status["status"] == "cancelled" and status["reason"].startswith("SIGTERM from scancel")
+    assert status["status"] == "cancelled" and status["reason"].startswith(cause), status
     assert latest(tmp_path) == f"step_{last:06d}"
     assert steps(tmp_path) == list(range(last + 1))
     returncode, output = finish(launch(tmp_path, tiny_model_dir))

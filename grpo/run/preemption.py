@@ -5,7 +5,9 @@ SLURM signals every process of a job: SIGUSR2 `signal_delay_s` before the time l
 `scontrol requeue`) and at the hard time limit, then SIGKILL `KillWait` seconds later. The handler
 only records the signal; the trainer checkpoints at the end of the current GRPO step, asks
 `verdict()` what the stop is, writes that status and then hands the signal to whoever handled it
-before (submitit's SIGUSR2 handler requeues the job).
+before (submitit's SIGUSR2 handler requeues the job). SIGINT (Ctrl-C at a terminal) is such a stop
+too, the weakest: `cancelled`, like SIGTERM, and then the process ends by the signal's default
+action (no KeyboardInterrupt traceback, no run left `running` without a checkpoint).
 
 SLURM sends SIGCONT with every SIGTERM. submitit's handlers for both log a line; a handler runs
 between two bytecodes of the main thread, so one that logs while the main thread is inside a log
@@ -24,8 +26,11 @@ from typing import Any
 
 from grpo.run.slurm import SchedulerUnavailable, scontrol_show
 
-WATCHED = (signal.SIGUSR2, signal.SIGTERM)
+WATCHED = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 QUIET = (signal.SIGCONT,)
+STOPPING_AT_CTRL_C = (b"\nCtrl-C: the run stops after this GRPO step, with a checkpoint, as "
+                      b"'cancelled'; launch the same command again to resume it\n")
+"""Said on stderr at the first SIGINT (written from the handler: os.write, no logging)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class PreemptionWatcher:
         return self
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and signal.SIGINT not in self.received:
+            os.write(2, STOPPING_AT_CTRL_C)
         self.received.append(signum)
 
     def __exit__(self, *exc: object) -> None:
@@ -81,13 +88,17 @@ class PreemptionWatcher:
                 signal.signal(sig, handler)
 
     def _deciding_signal(self) -> int:
-        return signal.SIGUSR2 if signal.SIGUSR2 in self.received else signal.SIGTERM
+        """The strongest signal received: SIGUSR2 (requeue), then SIGTERM, then SIGINT."""
+        return next(sig for sig in WATCHED if sig in self.received)
 
     def verdict(self) -> Verdict:
         """What the received signals mean; asks SLURM whether a SIGTERM came with a requeue."""
         if self._deciding_signal() == signal.SIGUSR2:
             return Verdict("preempted", "SIGUSR2, sent before the SLURM time limit or at a preemption",
                            "the job is requeued and resumes from this checkpoint")
+        if self._deciding_signal() == signal.SIGINT:
+            return Verdict("cancelled", "SIGINT (Ctrl-C)",
+                           "launch the same command again to resume from this checkpoint")
         if requeued_by_scheduler():
             return Verdict("preempted", "SIGTERM as SLURM requeued the job, e.g. at a preemption",
                            "the job runs again and resumes from this checkpoint")
@@ -99,10 +110,13 @@ class PreemptionWatcher:
         where there was none), keeping the watcher's handlers for the signals that follow.
 
         submitit's SIGUSR2 handler requeues the job and exits; its SIGTERM handler only logs.
+        Python's SIGINT handler (it raises KeyboardInterrupt) counts as none.
         """
         sig = self._deciding_signal()
         self._handed_over = True
         handler = self._previous[sig]
+        if handler is signal.default_int_handler:
+            handler = signal.SIG_DFL
         if callable(handler):
             handler(sig, None)
         else:
