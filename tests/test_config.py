@@ -449,3 +449,15 @@ def test_dry_run_builds_and_loads_no_model(model: str, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "dry run: 2 jobs" in out.stdout
     assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+
+
+def test_correct_fresh_needs_a_correction_and_sampled_tokens_with_log_probs() -> None:
+    process = ["model=tiny", "data=toy", "rollout=hf_process", "cluster.cpus_per_job=2",
+               "off_policy.correct_fresh=true"]
+    assert check_config(_compose(process)).errors == []
+    assert check_config(_compose([*process, "off_policy.correction=none"])).errors == [
+        "off_policy.correct_fresh=true with off_policy.correction=none: there is no correction to "
+        "apply; set off_policy.correction=tis"]
+    assert check_config(_compose([*process, "sampling.temperature=0"])).errors == [
+        "off_policy.correct_fresh=true with sampling.temperature=0: greedy rollouts have no "
+        "sampling distribution to correct"]

@@ -14,6 +14,7 @@ from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 from grpo.core.importance import CORRECTIONS, truncated_importance_weights
 from grpo.core.log_probs import label_log_probs, sampling_log_probs
 from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step
+from grpo.training.behaviour import importance_metrics, importance_sums
 
 
 def test_truncated_weights_are_the_capped_ratio_of_proximal_to_behaviour() -> None:
@@ -111,3 +112,21 @@ def test_the_minimum_length_masks_the_end_token_before_temperature_and_top_p() -
     assert got[1].item() == pytest.approx(2.0 - math.log(math.exp(4.0) + math.exp(2.0) + 1.0))
     # a nucleus of 0.85 after the mask keeps only a (p 0.88) at the first position
     assert sampling_log_probs(logits, labels, 0.5, 0.85, too_early, (0,))[0, 0].item() == 0.0
+
+
+def test_the_importance_metrics_count_only_the_weighted_tokens() -> None:
+    """Tokens outside the trained responses (padding, left-out rows) and tokens without an engine
+    log-prob keep weight 1 unweighted: they are not counted (the mean was 1.167 here, not 1.25)."""
+    weights = torch.tensor([[0.5, 2.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    capped = torch.tensor([[False, True, False, False], [False, False, False, False]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])  # row 2: left out
+    behaviour = torch.tensor([[-1.0, -2.0, float("nan"), -1.0], [-1.0, -1.0, -1.0, -1.0]])
+    sums = importance_sums(weights, capped, mask, behaviour)
+    assert sums.tolist() == [2.5, 1.0, 2.0]
+    # micro-batches pool their sums, not their means
+    other = importance_sums(torch.tensor([[3.0]]), torch.tensor([[True]]), torch.tensor([[1.0]]),
+                            torch.tensor([[-0.5]]))
+    assert importance_metrics([sums, other]) == {"train/is_weight_mean": 5.5 / 3,
+                                                 "train/is_capped_fraction": 2 / 3}
+    assert importance_metrics([importance_sums(weights, capped, mask * 0, behaviour)]) == {}
+    assert importance_metrics([]) == {}

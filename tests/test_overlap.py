@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import signal
-from contextlib import nullcontext
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -23,10 +28,11 @@ from grpo.core.log_probs import sampling_log_probs
 from grpo.data.datasets import PromptSampler, load_examples, toy_examples
 from grpo.models.loading import load_policy
 from grpo.rollout.base import SamplingSettings
-from grpo.rollout.hf import min_length_end_ids
+from grpo.rollout.hf import HFRolloutEngine, min_length_end_ids
 from grpo.rollout.hf_process import HFProcessRolloutEngine
 from grpo.run.checkpoint import CheckpointManager
 from grpo.run.preemption import PreemptionWatcher
+from grpo.training import overlap
 from grpo.training import trainer as trainer_module
 from grpo.training.behaviour import LogProbMismatchError
 from grpo.training.overlap import RolloutProducer, RolloutRequest
@@ -89,6 +95,58 @@ def test_the_batch_of_step_t_is_sampled_with_the_weights_before_the_previous_upd
                                                            rollout.token_ids)).abs().mean().item())
         assert max(same) < 1e-4, f"step {step}: the engine's log-probs are not those of w(t-2)"
         assert sum(other) / len(other) > 0.05, f"step {step}: indistinguishable from w(t-1)"
+
+
+def _tiny_policy(tiny_model_dir: Path):  # noqa: ANN202
+    model_cfg = OmegaConf.create({"name": "tiny", "path": str(tiny_model_dir), "precision": "32-true",
+                                  "attn_implementation": None, "gradient_checkpointing": False})
+    return load_policy(model_cfg, torch.device("cpu"))
+
+
+def test_a_generation_that_failed_in_flight_is_raised_by_take_not_by_the_sync(
+        tiny_model_dir: Path) -> None:
+    """The engine's process dies while step 2's batch is generated in flight: the weight sync
+    leaves the dead engine alone and step 2's `take` raises the generation's own error (it was
+    swallowed, and the run failed naming the sync)."""
+    policy, tokenizer = _tiny_policy(tiny_model_dir)
+    engine = HFProcessRolloutEngine(policy, tokenizer, batch_size=16, max_model_len=64, threads=1)
+    producer = RolloutProducer(engine, version=0, group_size=4, staleness=1, draw=_request,
+                               sampling_context=nullcontext)
+    try:
+        producer.take(1, 3)  # starts generating step 2's batch
+        os.kill(engine._process.pid, signal.SIGKILL)
+        producer.sync(policy, 1)  # no error here: the generation's comes first
+        with pytest.raises(RuntimeError, match="rollout engine's process ended") as failure:
+            producer.take(2, 3)
+        assert "generate" in [frame.name for frame in traceback.extract_tb(failure.tb)]
+    finally:
+        producer.close()
+
+
+def test_closing_after_an_error_waits_a_bounded_time_for_a_hung_generation(
+        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A generation in flight that never ends (here held in its sampling context) delays the
+    producer's close by at most CLOSE_WAIT_S, and says so; the run can then write its status."""
+    monkeypatch.setattr(overlap, "CLOSE_WAIT_S", 0.5)
+    policy, tokenizer = _tiny_policy(tiny_model_dir)
+    release = threading.Event()
+
+    @contextmanager
+    def hung() -> Iterator[None]:
+        if threading.current_thread().name.startswith("rollouts"):
+            release.wait(60)
+        yield
+
+    engine = HFRolloutEngine(policy, tokenizer, batch_size=16, max_model_len=64)
+    producer = RolloutProducer(engine, version=0, group_size=4, staleness=1, draw=_request,
+                               sampling_context=hung)
+    producer.take(1, 3)
+    start = time.perf_counter()
+    producer.close()
+    waited = time.perf_counter() - start
+    release.set()
+    assert 0.5 <= waited < 5, waited
+    assert "the generation of step 2's rollouts did not end within 0 s" in caplog.text
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -204,3 +262,23 @@ def test_weights_taken_in_the_training_forward_equal_a_separate_old_log_prob_pas
                 assert in_forward[key] == pytest.approx(with_pass[key], rel=1e-6, abs=1e-9), key
     assert "time/old_log_probs_s" not in curves[True][3] and "time/old_log_probs_s" in curves[False][3]
     assert any(r["train/is_weight_mean"] != 1.0 for r in curves[True][1:])
+
+
+@pytest.mark.slow
+def test_correct_fresh_weights_the_batches_of_a_staleness_0_run(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """off_policy.correct_fresh=true at staleness 0 weights every batch; the weights then carry the
+    engine/trainer numeric mismatch alone (fp32 on both sides here: 1 to 1e-4, none capped).
+    Without it no batch of a staleness-0 run is weighted."""
+    for fresh in ("true", "false"):
+        run_dir = tmp_path / fresh
+        cfg = toy_config(tiny_model_dir, "rollout=hf_process", "cluster.cpus_per_job=2",
+                         "n_grpo_steps=2", f"off_policy.correct_fresh={fresh}",
+                         "logging.wandb_mode=disabled", "eval.eval_every=100",
+                         "checkpoint.save_final_model=false")
+        assert train(cfg, run_dir)["status"] == "completed"
+        rows = _rows(run_dir)[1:]
+        if fresh == "true":
+            assert all(abs(r["train/is_weight_mean"] - 1) < 1e-4 for r in rows), rows
+            assert all(r["train/is_capped_fraction"] == 0 for r in rows)
+        else:
+            assert not any("train/is_weight_mean" in r for r in rows)

@@ -293,6 +293,7 @@ RULES: dict[str, Rule] = {
     # conf/off_policy/
     "off_policy.staleness": _int("the rollout staleness in GRPO steps", 0, 1,
                                  note="0 = on-policy, 1 = generation overlaps training"),
+    "off_policy.correct_fresh": _flag("off_policy.correct_fresh"),
     "off_policy.is_cap": _number("the truncated importance weight's cap", 1,
                                  note="weights above it are cut to it; about 2 is usual"),
     "rollout.threads": _int("the rollout process's cores", 1),

@@ -357,6 +357,13 @@ def _check_staleness(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> 
         report.errors.append(
             f"rollout.threads={threads} leaves the trainer none of cluster.cpus_per_job={cpus} "
             f"cores; set cluster.cpus_per_job={threads + 1} (or more), or lower rollout.threads")
+    if off_policy.get("correct_fresh") and correction in CORRECTIONS:
+        if CORRECTIONS[correction] is None:
+            report.errors.append("off_policy.correct_fresh=true with off_policy.correction=none: "
+                                 "there is no correction to apply; set off_policy.correction=tis")
+        elif float(cfg.sampling.temperature) == 0:
+            report.errors.append("off_policy.correct_fresh=true with sampling.temperature=0: greedy "
+                                 "rollouts have no sampling distribution to correct")
     if int(off_policy.get("staleness", 0)) == 0:
         return
     problem = engine.overlap_problem(cfg.rollout, policy_on_cpu=_policy_on_cpu(cfg))

@@ -76,11 +76,23 @@ def stale_weight_check(trainer_log_probs: torch.Tensor, behaviour: torch.Tensor)
     return {"rollout/engine_logprob_abs_diff": float(per_rollout.mean())}
 
 
-def importance_metrics(weights: torch.Tensor, capped: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """`train/is_weight_mean` and `train/is_capped_fraction` over the tokens of `mask` (B, T)."""
-    tokens = mask.sum().clamp(min=1)
-    return {"train/is_weight_mean": float((weights * mask).sum() / tokens),
-            "train/is_capped_fraction": float((capped.float() * mask).sum() / tokens)}
+def importance_sums(weights: torch.Tensor, capped: torch.Tensor, mask: torch.Tensor,
+                    behaviour: torch.Tensor) -> torch.Tensor:
+    """(3,) the sum of the weights, the count of capped tokens and the count of tokens, over the
+    tokens of `mask` (B, T: the trained responses) that have an engine log-prob (`behaviour` not
+    NaN); the others keep weight 1 without being weighted and are not counted."""
+    weighted = (mask > 0) & ~torch.isnan(behaviour)
+    return torch.stack([(weights * weighted).sum(), (capped & weighted).sum().float(),
+                        weighted.sum().float()])
+
+
+def importance_metrics(sums: Sequence[torch.Tensor]) -> dict[str, float]:
+    """`train/is_weight_mean` and `train/is_capped_fraction` from `importance_sums` of each
+    micro-batch; none without a weighted token."""
+    weight, capped, tokens = torch.stack(list(sums)).sum(dim=0).tolist() if sums else (0, 0, 0)
+    if tokens == 0:
+        return {}
+    return {"train/is_weight_mean": weight / tokens, "train/is_capped_fraction": capped / tokens}
 
 
 def check_on_policy(metrics: dict[str, float]) -> None:

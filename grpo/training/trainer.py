@@ -99,6 +99,7 @@ from grpo.training.behaviour import (
     check_on_policy,
     engine_log_probs,
     importance_metrics,
+    importance_sums,
     stale_weight_check,
 )
 from grpo.training.evaluation import evaluate, evaluation_seed, is_evaluation_step, save_samples
@@ -229,7 +230,11 @@ class GRPOTrainer:
             int(cfg.rollout.stale_check_every) if ENGINES[cfg.rollout.engine].provides_log_probs else 0
         )
         self.staleness = int(cfg.off_policy.staleness)
-        self.correction = CORRECTIONS[cfg.off_policy.correction] if self.staleness else None
+        # fresh batches (staleness 0) are corrected too with off_policy.correct_fresh: the weight
+        # is then the engine/trainer numeric mismatch alone
+        self.correct_fresh = bool(cfg.off_policy.get("correct_fresh", False))
+        self.correction = (CORRECTIONS[cfg.off_policy.correction]
+                           if self.staleness or self.correct_fresh else None)
         # pi_old of the importance weight is the training forward's own (detached) log-prob where
         # the step trains once on unchanged weights, with a loss without the ratio, sampled from
         # the raw distribution: no separate old-log-prob pass is needed then
@@ -443,8 +448,8 @@ class GRPOTrainer:
         nothing needs them, nor for the rows left out of the backward unless the check is due
         (they stay 0)."""
         check = self._stale_check_due(step, staleness)
-        correct = self.correction is not None and staleness > 0
-        if correct and self.weights_in_train_pass:  # check is never due on a stale batch
+        correct = self.correction is not None and (staleness > 0 or self.correct_fresh)
+        if correct and self.weights_in_train_pass and not check:
             batch.behaviour_log_probs = engine_log_probs(batch.labels, batch.response_mask, rollouts)
             return {}
         if not (self.loss.uses_ratio or check or correct):
@@ -487,7 +492,7 @@ class GRPOTrainer:
                 trained_rows = batch.order[~self.left_out(batch, batch.order)]
                 trained = torch.zeros_like(batch.response_mask)
                 trained[trained_rows] = batch.response_mask[trained_rows]
-                metrics.update(importance_metrics(weights, capped, trained))
+                metrics.update(importance_metrics([importance_sums(weights, capped, trained, behaviour)]))
         return metrics
 
     def _train(self, batch: RolloutBatch, timer: PhaseTimer) -> dict[str, float]:
@@ -508,6 +513,7 @@ class GRPOTrainer:
                 entropy_sums: list[torch.Tensor] = []
                 entropy_tokens: list[torch.Tensor] = []
                 ratio_sums: dict[str, list[torch.Tensor]] = {}  # token-weighted, trained rows
+                importance: list[torch.Tensor] = []  # importance_sums of each micro-batch
                 trained_tokens: list[torch.Tensor] = []
                 step_loss = 0.0
                 for index in self._split(batch, rows[~left_out]):
@@ -521,10 +527,8 @@ class GRPOTrainer:
                         weights, capped = self.correction(
                             out["log_probs"].detach().float(), mb["behaviour_log_probs"],
                             float(cfg.off_policy.is_cap))
-                        mask = mb["response_mask"]
-                        ratio_sums.setdefault("is_weight_mean", []).append((weights * mask).sum())
-                        ratio_sums.setdefault("is_capped_fraction", []).append(
-                            (capped.float() * mask).sum())
+                        importance.append(importance_sums(weights, capped, mb["response_mask"],
+                                                          mb["behaviour_log_probs"]))
                     loss, meta = grpo_share_train_step(
                         out["log_probs"], mb["response_mask"], self.loss.name, totals,
                         raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
@@ -556,6 +560,8 @@ class GRPOTrainer:
                 add("train/entropy", torch.stack(entropy_sums).sum() / torch.stack(entropy_tokens).sum())
                 for key, sums in ratio_sums.items():
                     add(f"train/{key}", torch.stack(sums).sum() / torch.stack(trained_tokens).sum())
+                for key, value in importance_metrics(importance).items():
+                    add(key, value)
                 for parameter in self.policy.parameters():
                     if parameter.grad is None:  # every row left out: AdamW must see a zero gradient
                         parameter.grad = torch.zeros_like(parameter)
