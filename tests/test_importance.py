@@ -98,7 +98,29 @@ def test_engine_log_probs_sit_on_the_common_prefix_of_sampled_and_trained_tokens
     trainer = torch.tensor([[0, 0, -0.2, -0.2, -0.1, 0], [0, -0.4, 0, 0, 0, 0], [0.0] * 6])
     # per rollout: mean |diff| 0.1 over 3 tokens, 0 over 1; the third has none: mean 0.05
     assert stale_weight_check(trainer, aligned) == {
-        "rollout/engine_logprob_abs_diff": pytest.approx(0.05)}
+        "rollout/engine_logprob_abs_diff": pytest.approx(0.05), "rollout/outside_trainer_nucleus": 0.0}
+
+
+def test_the_first_step_check_holds_at_the_nucleus_boundary() -> None:
+    """top_p < 1: a sampled token a logit difference of 1e-3 puts just outside the trainer's
+    nucleus (-inf there) is counted, not averaged into the difference; a healthy engine (1 such
+    token in 40) passes, a top-p applied differently (6 in 40) stops the run."""
+    from grpo.training.behaviour import LogProbMismatchError, check_on_policy, stale_weight_check
+
+    behaviour = torch.full((2, 20), -1.0)
+    trainer = behaviour + 0.01
+    trainer[0, 5] = float("-inf")
+    metrics = stale_weight_check(trainer, behaviour)
+    assert metrics == {"rollout/engine_logprob_abs_diff": pytest.approx(0.01),
+                       "rollout/outside_trainer_nucleus": pytest.approx(1 / 40)}
+    check_on_policy(metrics)
+    trainer[1, :5] = float("-inf")
+    metrics = stale_weight_check(trainer, behaviour)
+    assert metrics["rollout/outside_trainer_nucleus"] == pytest.approx(6 / 40)
+    with pytest.raises(LogProbMismatchError, match=r"outside the trainer's top-p nucleus for 15.0% "
+                                                   r"of the sampled tokens \(limit 5%\)"):
+        check_on_policy(metrics)
+    assert stale_weight_check(trainer, torch.full((2, 20), float("nan"))) == {}
 
 
 def test_the_minimum_length_masks_the_end_token_before_temperature_and_top_p() -> None:
