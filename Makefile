@@ -88,11 +88,13 @@ sweep: $(STAMP) ## run a sweep: make sweep ARGS="off_policy.epochs=1,2 model=tin
 chain: $(STAMP) ## run the assignment's studies as a chain, winners carried forward: make chain ARGS="cluster=slurm"
 	$(PY) -m grpo.chain $(ARGS)
 
-plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...]" to choose and overlay; EXTERNAL=ei.csv[,b.jsonl] to overlay runs made elsewhere; ARGS: more options)
-	$(PY) -m analysis plots $(foreach s,$(SWEEP),--sweep $(s)) $(foreach e,$(subst $(COMMA), ,$(EXTERNAL)),--external $(e)) $(ARGS)
+# SWEEP reaches python as one argument (the recipe reads it from the environment, where make puts
+# a command-line variable): a path with spaces is not split; plots splits it as a shell would
+plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...]" to choose and overlay, a path with spaces in quotes; EXTERNAL=ei.csv[,b.jsonl] to overlay runs made elsewhere; ARGS: more options)
+	$(PY) -m analysis plots $(if $(SWEEP),--sweeps "$$SWEEP") $(foreach e,$(subst $(COMMA), ,$(EXTERNAL)),--external $(e)) $(ARGS)
 
 watch: $(STAMP) ## live view of the latest sweep, running or finished (SWEEP=dir to choose), then its summary
-	$(PY) -m analysis watch $(SWEEP)
+	$(PY) -m analysis watch $(if $(SWEEP),"$$SWEEP")
 
 # each test's time is printed (console_output_style=times: per file in one process, per test on
 # xdist workers, which list each test as it starts and ends), so a log cut short still shows

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,8 +44,10 @@ def latest_sweep(outputs: Path) -> Path:
 
 
 def _collect(args: argparse.Namespace) -> Collection:
-    """The sweeps of ``--sweep``, else the latest under ``--outputs``, collected."""
-    return collect(args.sweep or [latest_sweep(args.outputs)])
+    """The sweeps of ``--sweep`` and ``--sweeps``, else the latest under ``--outputs``,
+    collected."""
+    sweeps = [*args.sweep, *map(Path, shlex.split(args.sweeps or ""))]
+    return collect(sweeps or [latest_sweep(args.outputs)])
 
 
 def cmd_collect(args: argparse.Namespace) -> None:
@@ -134,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False, parents=[outputs])
     common.add_argument("--sweep", action="append", type=Path, default=[],
                         help="sweep directory (repeatable); default: latest under --outputs")
+    common.add_argument("--sweeps", metavar="'DIR [DIR ...]'",
+                        help="sweep directories in one argument, split as a shell splits words "
+                             "(quote a path with spaces): what `make plots SWEEP=...` passes")
     criterion = argparse.ArgumentParser(add_help=False)
     criterion.add_argument("--criterion", choices=CRITERIA, default=BEST_CRITERION,
                            help=f"how configs are ranked (default: {BEST_CRITERION})")

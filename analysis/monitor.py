@@ -11,6 +11,7 @@ report's ranking) and where the report is.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +45,16 @@ def shown_path(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def make_command(target: str, sweep_dir: Path) -> str:
+    """``make <target> SWEEP=<dir>`` for ``sweep_dir``, or where its path needs quoting (spaces,
+    quotes) the ``python -m analysis <target> ...`` command that takes it as it is."""
+    path = shown_path(sweep_dir)
+    if shlex.quote(path) == path:
+        return f"make {target} SWEEP={path}"
+    option = "--sweep " if target == "plots" else ""
+    return f"python -m analysis {target} {option}{shlex.quote(path)}"
 
 
 def steps_text(run: RunProgress) -> str:
@@ -228,7 +239,7 @@ def report_line(sweep_dir: Path) -> str:
     report = sweep_dir / "report.md"
     if report.is_file():
         return f"Report: {shown_path(report)}"
-    return (f"Report: `make plots SWEEP={shown_path(sweep_dir)}` writes {shown_path(report)} "
+    return (f"Report: `{make_command('plots', sweep_dir)}` writes {shown_path(report)} "
             f"and {shown_path(sweep_dir / 'figures')}/")
 
 

@@ -146,9 +146,20 @@ def _failures(collection: Collection) -> list[str]:
     return lines
 
 
+def _why_missing(path: Path) -> str:
+    """Why the job directory ``path`` gave no run: absent, or what stands there instead."""
+    if path.is_symlink():
+        return "unreadable: a symbolic link stands where its run directory should be"
+    if path.exists() and not path.is_dir():
+        return "unreadable: a file stands where its run directory should be"
+    if path.exists():
+        return "unreadable: its run directory holds nothing the analysis can read"
+    return "no run directory (the job never started)"
+
+
 def missing_jobs(collection: Collection) -> list[str]:
-    """The jobs a sweep's ``jobs.json`` lists that have no run directory (never started), one
-    line each with their overrides."""
+    """The jobs a sweep's ``jobs.json`` lists that gave no run: never started, or their
+    directory replaced or unreadable; one line each with their overrides."""
     lines = []
     for sweep in collection.sweeps:
         jobs = read_jobs(sweep.path)
@@ -156,7 +167,7 @@ def missing_jobs(collection: Collection) -> list[str]:
             continue
         present = set(collection.runs.loc[collection.runs["sweep"] == str(sweep.path), "job"])
         lines += [f"`{sweep.path.name}/{num}` ({' '.join(job.overrides) or 'no overrides'}): "
-                  "no run directory (the job never started)"
+                  + _why_missing(sweep.path / str(num))
                   for num, job in sorted(jobs.jobs.items()) if num not in present]
     return lines
 
@@ -476,7 +487,8 @@ def build_report(collection: Collection, report_dir: Path,
         [f"# Sweep report: {names}", "",
          f"{len(collection.runs)} run(s) ({with_data} with metrics), {len(collection.labels)} "
          f"config(s): {status_line}"
-         + (f"; {never} more job(s) never started (listed below)." if never else ".")],
+         + (f"; {never} more job(s) gave no run: never started or unreadable (listed below)."
+            if never else ".")],
         _ranges(collection),
         _runs(collection),
         _stopped(collection),

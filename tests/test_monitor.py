@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from analysis.__main__ import main
-from analysis.monitor import SweepMonitor, table
+from analysis.monitor import SweepMonitor, make_command, table
 from analysis.progress import (
     Job,
     MetricsTail,
@@ -322,3 +324,23 @@ def test_watch_once_shows_a_running_sweep_then_its_summary(sweep: Path,
     assert lines[0] == f"Sweep directory: {sweep}"
     assert lines[1].startswith("#0 learning_rate=1e-5 seed=0: running (resumed @8), step 11/20")
     assert f"Sweep {sweep}: 5 runs: 1 completed, 1 collapsed, 1 pending, 2 running" in lines
+
+
+def test_a_sweep_path_with_spaces_is_one_path_in_the_hints_and_in_make(tmp_path: Path) -> None:
+    """The printed command takes a path with spaces as it is, and so does `make plots SWEEP=`
+    (quoted as a shell word); a plain path keeps the short make form."""
+    from sweep_factory import write_scenario
+
+    root = Path(__file__).resolve().parents[1]
+    sweep = write_scenario(tmp_path / "my sweeps" / "run 1")
+    command = make_command("plots", sweep)
+    assert command == f"python -m analysis plots --sweep {shlex.quote(str(sweep))}"
+    assert make_command("watch", sweep) == f"python -m analysis watch {shlex.quote(str(sweep))}"
+    assert make_command("plots", tmp_path / "plain") == f"make plots SWEEP={tmp_path / 'plain'}"
+    out = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=root,
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and (sweep / "report.md").is_file(), out.stderr[-2000:]
+    (sweep / "report.md").unlink()
+    out = subprocess.run(["make", "--no-print-directory", "plots", f"SWEEP={shlex.quote(str(sweep))}"],
+                         cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0 and (sweep / "report.md").is_file(), out.stderr[-2000:]

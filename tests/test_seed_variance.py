@@ -257,14 +257,17 @@ def test_jobs_that_never_started_and_runs_without_an_evaluation_are_counted_righ
             path.unlink()
     overrides = [("learning_rate=1e-05", f"seed={s}") for s in (0, 1, 2)]
     overrides += [("learning_rate=3e-05", f"seed={s}") for s in (0, 1, 2)]
-    overrides += [("learning_rate=1e-04", f"seed={s}") for s in (0, 1)]
+    overrides += [("learning_rate=1e-04", f"seed={s}") for s in (0, 1, 2)]
     write_jobs(sweep, "local", [Job(i, job) for i, job in enumerate(overrides)])
+    (sweep / "8").write_text("not a run")  # a file where job 8's run directory would be
     collection = collect([sweep])
     ranking = rank(collection)
     assert ranking.best == "learning_rate=1e-05"
     assert ranking.describe_best().endswith("(mean over 1 run)")  # not 3: two never evaluated
     report = build_report(collection, sweep, ranking=ranking)
-    assert "6 run(s) (4 with metrics), 2 config(s): 4 completed, 2 failed; 2 more job(s) never " \
-           "started (listed below)." in report
+    assert "6 run(s) (4 with metrics), 2 config(s): 4 completed, 2 failed; 3 more job(s) gave no " \
+           "run: never started or unreadable (listed below)." in report
     assert "- `s/6` (learning_rate=1e-04 seed=0): no run directory (the job never started)" in report
     assert "- `s/7` (learning_rate=1e-04 seed=1): no run directory (the job never started)" in report
+    assert ("- `s/8` (learning_rate=1e-04 seed=2): unreadable: a file stands where its run "
+            "directory should be") in report

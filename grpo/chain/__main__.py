@@ -29,6 +29,7 @@ from pathlib import Path
 
 from hydra.errors import HydraException
 
+from analysis.monitor import make_command
 from analysis.progress import override_key
 from grpo.chain.plan import (
     StagePlan,
@@ -120,7 +121,7 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
             continue
         if state is not None and state.active:
             print(f"error: {head}: its sweep {sweep} is still running ({state.counts()}); "
-                  f"follow it with `make watch SWEEP={sweep}` and run the chain again when it "
+                  f"follow it with `{make_command('watch', sweep)}` and run the chain again when it "
                   "has ended", file=sys.stderr)
             return 1
         plan = plan_stage(chain, index, user, lookup)
