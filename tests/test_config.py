@@ -461,3 +461,36 @@ def test_correct_fresh_needs_a_correction_and_sampled_tokens_with_log_probs() ->
     assert check_config(_compose([*process, "sampling.temperature=0"])).errors == [
         "off_policy.correct_fresh=true with sampling.temperature=0: greedy rollouts have no "
         "sampling distribution to correct"]
+
+
+def test_messages_several_jobs_share_are_printed_once_with_their_jobs(tmp_path: Path) -> None:
+    """The README's first sweep with the model path unset: each shared error and warning once,
+    for "all 9 jobs"; an error some jobs share, once with their numbers; the exit code and the
+    refusal line as before."""
+    out = launch("-m", "off_policy.epochs=1,2,4", "train_batch_size=64,128,256", "data=toy",
+                 "rollout=hf", "model.path=/nonexistent/Qwen", f"paths.output_root={tmp_path}",
+                 "dry_run=true")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines().count("error: 9 of 9 jobs are invalid; nothing was submitted.") == 1
+    assert out.stderr.count("model.path=/nonexistent/Qwen holds no config.json") == 1
+    assert "\nall 9 jobs:\n  - model.path=/nonexistent/Qwen holds no config.json" in out.stderr
+    # train_batch_size=100 (jobs #1, #4, #7) divides no rollout batch of 256; the others lack the model
+    out = launch("-m", "off_policy.epochs=1,2,4", "train_batch_size=64,100,256", "data=toy",
+                 "rollout=hf", "rollout_batch_size=256", "model.path=/nonexistent/Qwen",
+                 f"paths.output_root={tmp_path}", "dry_run=true")
+    assert out.returncode == 2, out.stderr
+    assert "\njobs #1, #4, #7:\n  - rollout_batch_size=256 must be divisible by train_batch_size=100" \
+        in out.stderr
+    assert "\njobs #0, #2-#3, #5-#6, #8:\n  - model.path=/nonexistent/Qwen" in out.stderr
+    assert out.stderr.count("must be divisible by train_batch_size=100") == 1
+    assert not list(tmp_path.rglob("*"))
+
+
+def test_the_jobs_of_a_message_are_named_in_runs() -> None:
+    from hydra_plugins.grpo_sweeps.validating_sweeper import job_set
+
+    labels = {n: f"job #{n} [x={n}]" for n in range(9)}
+    assert job_set([4], labels) == "job #4 [x=4]"
+    assert job_set(list(range(9)), labels) == "all 9 jobs"
+    assert job_set([0, 3, 4, 5, 8], labels) == "jobs #0, #3-#5, #8"
+    assert job_set([6, 7], labels) == "jobs #6-#7"

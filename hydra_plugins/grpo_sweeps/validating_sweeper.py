@@ -4,7 +4,8 @@ It is Hydra's BasicSweeper (cartesian product of the swept values, `hydra.sweepe
 presets, command-line values winning) with a gate in front of the launcher: each job's config is
 composed and passed through `grpo.config.validation.check_config`, and a `cluster=slurm` job is
 checked against what its partition's nodes offer (the scheduler is asked once per sweep); one bad
-job stops the whole submission with one message per bad job, and `dry_run=true` lists the jobs and
+job stops the whole submission, each message printed once with the jobs it concerns ("all 9 jobs",
+"jobs #3-#8", or one job's swept values), warnings alike, and `dry_run=true` lists the jobs and
 launches nothing. A job whose run directory holds a run trained with values that change its curve
 is such a bad job (`grpo.run.run_config.resume_refusal`): a relaunch into a trained sweep is refused
 before any file of the sweep (multirun.yaml, jobs.json, a run's record) is written. The dry run also prices every job and the sweep (`grpo.sweep.cost`: the full grid,
@@ -49,6 +50,22 @@ from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
 
 SWEEP_WIDE = ("pruning", "budget")
 """Config groups and sections that hold for a whole sweep (one pruner, one budget): never swept."""
+
+
+def job_set(nums: list[int], labels: dict[int, str]) -> str:
+    """The jobs a message concerns: one job by its label (`job #3 [lr=1e-4]`), all of them
+    (`all 9 jobs`), else their numbers in runs (`jobs #0, #3-#8`). `labels`: every job's."""
+    if len(nums) == 1:
+        return labels[nums[0]]
+    if len(nums) == len(labels):
+        return f"all {len(nums)} jobs"
+    runs: list[list[int]] = []
+    for num in sorted(nums):
+        if runs and num == runs[-1][1] + 1:
+            runs[-1][1] = num
+        else:
+            runs.append([num, num])
+    return "jobs " + ", ".join(f"#{a}" if a == b else f"#{a}-#{b}" for a, b in runs)
 
 
 class ValidatingSweeper(BasicSweeper):
@@ -133,30 +150,38 @@ class ValidatingSweeper(BasicSweeper):
                   "submitted", file=sys.stderr)
             sys.exit(2)
         self.composed = {}
-        bad, lines = [], []
+        lines: list[str] = []
+        labels: dict[int, str] = {}
+        warnings: dict[str, list[int]] = {}  # message -> the jobs it concerns, in order
+        errors: dict[str, list[int]] = {}
         resources = ResourceCheck()
         for num, overrides in enumerate(jobs):
             job = self._compose(overrides)
             cfg = job.cfg
             shown = " ".join(o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept)
-            label = f"job #{num} [{shown or 'no swept keys'}]"
+            labels[num] = f"job #{num} [{shown or 'no swept keys'}]"
             report, installed = check_config(cfg), check_installed(cfg)
             report.errors += installed.errors + resources.refusals(cfg)
             report.warnings += installed.warnings
             if not report.errors and (refusal := self._resume_refusal(num, cfg)) is not None:
                 report.errors.append(refusal)
-            for warning in report.warnings:
-                print(f"warning: {label}: {warning}", file=sys.stderr)
-            if report.errors:
-                bad.append(f"{label}:\n" + "\n".join(f"  - {e}" for e in report.errors))
-            else:
-                lines.append(f"{label} {job.describe_loss()}, {describe_job(cfg)}")
-        if bad:
-            print(
-                f"error: {len(bad)} of {len(jobs)} jobs are invalid; nothing was submitted.\n"
-                + "\n".join(bad),
-                file=sys.stderr,
-            )
+            for message in report.warnings:
+                warnings.setdefault(message, []).append(num)
+            for message in report.errors:
+                errors.setdefault(message, []).append(num)
+            if not report.errors:
+                lines.append(f"{labels[num]} {job.describe_loss()}, {describe_job(cfg)}")
+        for message, nums in warnings.items():
+            print(f"warning: {job_set(nums, labels)}: {message}", file=sys.stderr)
+        if errors:
+            bad = {num for nums in errors.values() for num in nums}
+            by_jobs: dict[tuple[int, ...], list[str]] = {}
+            for message, nums in errors.items():
+                by_jobs.setdefault(tuple(nums), []).append(message)
+            print(f"error: {len(bad)} of {len(jobs)} jobs are invalid; nothing was submitted.\n"
+                  + "\n".join(f"{job_set(list(nums), labels)}:\n" + "\n".join(f"  - {m}" for m in messages)
+                              for nums, messages in sorted(by_jobs.items())),
+                  file=sys.stderr)
             sys.exit(2)
         self._price([job.cfg for job in self.composed.values()], lines)
         if self.config.dry_run:
