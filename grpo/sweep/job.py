@@ -55,9 +55,9 @@ def output_refusal(directory: Path) -> str | None:
 
 def prepare_single_run(argv: Sequence[str], job: ComposedJob | None) -> list[str]:
     """A single run's command line (`job`: its composition, None with -m) before Hydra starts:
-    exit 1 with one line when its run directory cannot be made; a dry run gets a throw-away
-    `hydra.run.dir` (removed at exit) and `DRY_RUN_DIR_ENV`, so it makes nothing where it
-    points and works on a read-only location."""
+    exit 1 with one line when its run directory, not there yet, cannot be made; a dry run gets a
+    throw-away `hydra.run.dir` (removed at exit) and `DRY_RUN_DIR_ENV`, so it makes nothing
+    where it points and works on a read-only location."""
     if job is None:
         return list(argv)
     run_dir = Path(str(job.cfg.hydra.run.dir))
@@ -67,7 +67,8 @@ def prepare_single_run(argv: Sequence[str], job: ComposedJob | None) -> list[str
         os.environ[DRY_RUN_DIR_ENV] = str(run_dir)
         return [*(a for a in argv if not a.lstrip("+").startswith("hydra.run.dir=")),
                 f"hydra.run.dir={throwaway}"]
-    refusal = output_refusal(run_dir)
+    # a run directory that exists is the run's to check (its lock and files, in one line each)
+    refusal = None if os.path.lexists(run_dir) else output_refusal(run_dir)
     if refusal is not None:
         print(f"error: {refusal}", file=sys.stderr)
         sys.exit(1)
