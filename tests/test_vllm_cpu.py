@@ -204,12 +204,20 @@ def test_toy_run_with_vllm_learns(vllm_installed: None, tiny_model_dir: Path,
     assert "vLLM runs on the CPU" in out.stderr
     records = read_metrics(tmp_path)
     evals = [r["eval/reward"] for r in records if "eval/reward" in r]
-    print(f"\ntoy run with vLLM on CPU: eval/reward {evals}")
+    train = [r["train/reward_mean"] for r in records if "train/reward_mean" in r]
+    first, last = sum(train[:20]) / 20, sum(train[-20:]) / 20
+    print(f"\ntoy run with vLLM on CPU: eval/reward {evals}; train/reward_mean over steps 1-20 "
+          f"{first:.3f}, 181-200 {last:.3f}")
     # float32 engine and policy, the check on every step: the engine samples from the weights
     # the trainer has (step 1: both the initial model; later steps: the weights synced after the
     # step before). Stale weights would read far above float32 noise from step 2 on.
     assert_engine_log_probs_match_trainer(records, n_steps=200)
-    assert evals[-1] - evals[0] >= 0.3
+    # it learns: the rollout reward of the last 20 steps (1280 rollouts) against the first 20's,
+    # whose standard error is about 0.01 each (measured: 0.119 -> 0.326 on an Intel Xeon); a
+    # single greedy evaluation of 25 problems is too coarse to set a bar on (it moved +0.24 there,
+    # +0.3 or more on the AMD machines), so it must only end above where it began
+    assert last - first >= 0.1, (first, last)
+    assert evals[-1] > evals[0], evals
 
 
 @pytest.mark.slow
