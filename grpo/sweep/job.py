@@ -163,8 +163,8 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     report.warnings += installed.warnings
     hydra_cfg = HydraConfig.get()
     single = hydra_cfg.mode == RunMode.RUN
-    run_dir = Path(os.environ.get(DRY_RUN_DIR_ENV) if single and cfg.dry_run
-                   else hydra_cfg.runtime.output_dir)
+    run_dir = Path((single and cfg.dry_run and os.environ.get(DRY_RUN_DIR_ENV))
+                   or hydra_cfg.runtime.output_dir)
     if single and cfg.pruning.name != OFF:
         report.errors.append(
             f"pruning={cfg.pruning.name}: a pruner compares the runs of one sweep (one Optuna "
