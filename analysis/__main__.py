@@ -100,8 +100,9 @@ def _per_file(values: list[str], paths: list[Path], option: str,
 
 def cmd_promote(args: argparse.Namespace) -> None:
     """Write the promoted experiment preset and its option files."""
-    from analysis.promote import promote
+    from analysis.promote import check_arguments, promote
 
+    check_arguments(args.name, args.top_k, args.steps)  # before the sweep is read
     collection = _collect(args)
     promotion = promote(collection, args.top_k, args.criterion, args.name, args.steps,
                         args.conf_dir, borrow=args.seed_variance_from or True,

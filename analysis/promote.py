@@ -170,13 +170,9 @@ def _options(collection: Collection, chosen: list[str], descriptions: list[str]
     return [*options, _Option("on_policy", config, source(run_label), label + tag)]
 
 
-def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
-            steps: int = 200, conf_dir: Path = Path("conf"), borrow: Path | bool = True,
-            overwrite: bool = False) -> Promotion:
-    """Write the preset and option files for the top ``top_k`` configs by ``criterion`` (the
-    ranking of :func:`analysis.aggregate.rank`, which the study chain picks its winners by;
-    ``borrow``: where a one-seed sweep's seed variance comes from, as ``rank`` takes it);
-    ``overwrite``: replace a promotion of the same ``name``, else it is refused."""
+def check_arguments(name: str, top_k: int, steps: int) -> None:
+    """Refuse (ValueError, naming the option) a preset name, top-K or step count out of range;
+    asked before the sweep is read."""
     if not NAME_PATTERN.fullmatch(name):
         raise ValueError(f"--name {name!r} must match {NAME_PATTERN.pattern}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -184,6 +180,16 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
     problem = rule_for("n_grpo_steps").problem(steps)
     if problem:
         raise ValueError(f"--steps: {rule_for('n_grpo_steps').message('n_grpo_steps', steps, problem)}")
+
+
+def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
+            steps: int = 200, conf_dir: Path = Path("conf"), borrow: Path | bool = True,
+            overwrite: bool = False) -> Promotion:
+    """Write the preset and option files for the top ``top_k`` configs by ``criterion`` (the
+    ranking of :func:`analysis.aggregate.rank`, which the study chain picks its winners by;
+    ``borrow``: where a one-seed sweep's seed variance comes from, as ``rank`` takes it);
+    ``overwrite``: replace a promotion of the same ``name``, else it is refused."""
+    check_arguments(name, top_k, steps)
     preset_path = conf_dir / PRESET_GROUP / f"{name}.yaml"
     option_dir = conf_dir / "promoted" / name
     taken = [p for p in (preset_path, option_dir) if p.exists() or p.is_symlink()]

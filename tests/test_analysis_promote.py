@@ -234,3 +234,7 @@ def test_promote_never_replaces_a_preset_and_checks_its_arguments(
         with pytest.raises(SystemExit, match=message):
             main([*args, "--overwrite", *bad])
     assert OmegaConf.load(promoted).n_grpo_steps == 30
+    # checked before the sweep is read: a bad value is named even where the sweep is missing
+    with pytest.raises(SystemExit, match="--steps: n_grpo_steps=0 is out of range"):
+        main(["promote", "--sweep", str(tmp_path / "missing"), "--top-k", "1", "--name", "x",
+              "--steps", "0", "--conf-dir", str(conf)])
