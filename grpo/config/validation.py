@@ -43,6 +43,12 @@ class ConfigReport:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    def include(self, other: ConfigReport) -> ConfigReport:
+        """This report with `other`'s errors and warnings added after its own."""
+        self.errors += other.errors
+        self.warnings += other.warnings
+        return self
+
 
 def _file_stamp(path: object) -> tuple[str, int, int] | None:
     """(path, mtime, size) of a data file, so that a cached read notices a changed file."""

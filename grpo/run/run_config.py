@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -138,10 +139,7 @@ def trained_record(run_dir: Path) -> tuple[str, dict[str, str]] | None:
     """`(checkpoint name, {file name: text})`: the `.hydra/` texts stored with the newest
     checkpoint that stores any (read, not verified: its weights are not hashed); None when no
     checkpoint does."""
-    for checkpoint in checkpoint_dirs(run_dir):
-        payload = stored(checkpoint) if checkpoint.is_dir() and not checkpoint.is_symlink() else None
-        if payload is None:
-            continue
+    for checkpoint, payload in _stored_configs(run_dir):
         texts = {name: text for name, text in payload["hydra"].items()
                  if name in HYDRA_FILES and isinstance(text, str)}
         if texts:
@@ -169,6 +167,15 @@ def _show(value: Any) -> str:
     return ABSENT if value == ABSENT else json.dumps(value)
 
 
+def _stored_configs(run_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each checkpoint directory of `run_dir` (no link) that stores a config, newest first, with
+    its `run_config.json` (read, not verified)."""
+    for checkpoint in checkpoint_dirs(run_dir):
+        payload = stored(checkpoint) if checkpoint.is_dir() and not checkpoint.is_symlink() else None
+        if payload is not None:
+            yield checkpoint, payload
+
+
 def _refusal(run_dir: Path, checkpoint: Path, comparison: Comparison) -> str:
     """The message that refuses a resume from `checkpoint` for `comparison.refused`."""
     lines = "\n".join(f"  - {key}: {_show(old)} -> {_show(new)}"
@@ -187,11 +194,9 @@ def resume_refusal(cfg: DictConfig, run_dir: Path) -> str | None:
     newest checkpoint that stores a config, read, not verified), else None; reads only. The
     sweeper and the dry runs ask it before anything is written; the run itself asks
     `check_resume` of the checkpoint it verified."""
-    for checkpoint in checkpoint_dirs(run_dir):
-        payload = stored(checkpoint) if checkpoint.is_dir() and not checkpoint.is_symlink() else None
-        if payload is not None:
-            comparison = compare(payload["config"], resolved(cfg), checkpoint_step(checkpoint))
-            return _refusal(run_dir, checkpoint, comparison) if comparison.refused else None
+    for checkpoint, payload in _stored_configs(run_dir):
+        comparison = compare(payload["config"], resolved(cfg), checkpoint_step(checkpoint))
+        return _refusal(run_dir, checkpoint, comparison) if comparison.refused else None
     return None
 
 

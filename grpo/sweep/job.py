@@ -158,9 +158,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
     """The task function of launch.py: one GRPO run in the job's Hydra output directory (a
     single run's dry run: the directory it stands for, `DRY_RUN_DIR_ENV`). A single run that
     does not start leaves no directory behind."""
-    report, installed = check_config(cfg), check_installed(cfg)
-    report.errors += installed.errors
-    report.warnings += installed.warnings
+    report = check_config(cfg).include(check_installed(cfg))
     hydra_cfg = HydraConfig.get()
     single = hydra_cfg.mode == RunMode.RUN
     run_dir = Path((single and cfg.dry_run and os.environ.get(DRY_RUN_DIR_ENV))

@@ -112,13 +112,14 @@ def _emptied_groups(parsed: Sequence[Override], is_group: Sequence[bool]) -> lis
     ]
 
 
-def _emptied_keys(parsed: Sequence[Override], cfg: DictConfig, sections: set[str]) -> list[str]:
+def _emptied_keys(parsed: Sequence[Override], cfg: DictConfig, known: set[str],
+                  sections: set[str]) -> list[str]:
     """One message per override that deletes a key the run reads, or sets a section of keys
-    (`eval`, `model.cost`) to null or a value."""
+    (`eval`, `model.cost`) to null or a value; `known`: every key of the composed configs."""
     errors = []
     for o in parsed:
         key = o.key_or_group
-        children = sorted(k for k, _ in config_nodes(cfg) if k.startswith(f"{key}."))
+        children = sorted(k for k in known if k.startswith(f"{key}.")) if key in sections else []
         if o.is_delete() and key in sections:
             errors.append(f"{o.input_line}: {key} is a section of keys the run reads "
                           f"({', '.join(children[:4])}, ...); set its keys instead of deleting it")
@@ -179,7 +180,7 @@ def check_overrides(overrides: Sequence[str], config_dir: Path, config_name: str
     ]
     return unknown + _emptied_keys(
         [o for o, g in zip(parsed, is_group, strict=True) if not g and o.key_or_group in known],
-        cfg, sections)
+        cfg, known, sections)
 
 
 def refuse_unknown_overrides(argv: Sequence[str], config_dir: Path, config_name: str) -> None:

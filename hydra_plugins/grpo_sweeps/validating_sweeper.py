@@ -160,9 +160,8 @@ class ValidatingSweeper(BasicSweeper):
             cfg = job.cfg
             shown = " ".join(o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept)
             labels[num] = f"job #{num} [{shown or 'no swept keys'}]"
-            report, installed = check_config(cfg), check_installed(cfg)
-            report.errors += installed.errors + resources.refusals(cfg)
-            report.warnings += installed.warnings
+            report = check_config(cfg).include(check_installed(cfg))
+            report.errors += resources.refusals(cfg)
             if not report.errors and (refusal := self._resume_refusal(num, cfg)) is not None:
                 report.errors.append(refusal)
             for message in report.warnings:
