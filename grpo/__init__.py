@@ -18,7 +18,7 @@ from grpo.run.cpu_numerics import pin_cpu_numerics
 pin_cpu_numerics()
 
 _EXPORTS: dict[str, str] = {
-    "LENGTH_NORMALIZATIONS": "grpo.core.train_step",
+    "LENGTH_NORMALIZATIONS": "grpo.core.specs",
     "POLICY_LOSSES": "grpo.core.losses",
     "PROMPT_REWARD_PAIRS": "grpo.data.prompts",
     "REWARD_FNS": "grpo.grading.rewards",

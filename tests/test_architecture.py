@@ -19,6 +19,7 @@ CONTRACTS = {
     "math": "The GRPO math imports no other project module",
     "analysis": "analysis reads run directories: no trainer, model, engine or torch",
     "acyclic": "No import cycle among the modules of any package",
+    "torch_free": "A dry run imports neither torch nor transformers",
 }
 
 
@@ -28,7 +29,7 @@ def lint_imports(root: Path) -> tuple[int, dict[str, str]]:
     out = subprocess.run([str(LINT_IMPORTS), "--no-cache", "--config", str(root / "pyproject.toml")],
                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
     verdicts = {key: m.group(1) for key, name in CONTRACTS.items()
-                if (m := re.search(rf"^{re.escape(name)} (KEPT|BROKEN)$", out.stdout, re.M))}
+                if (m := re.search(rf"^{re.escape(name)} (KEPT|BROKEN)\b", out.stdout, re.M))}
     assert len(verdicts) == len(CONTRACTS), out.stdout + out.stderr
     return out.returncode, verdicts
 
@@ -43,16 +44,20 @@ PLANTED = [
     ("grpo/core/losses.py", "from grpo.training import batch_plan", {"layers", "math", "acyclic"}),
     ("grpo/core/masking.py", "import grpo.grading.rewards", {"layers", "math"}),
     ("grpo/grading/rewards.py", "from grpo.data import toy_task", {"layers", "acyclic"}),
-    ("grpo/rollout/base.py", "from grpo.models import loading", {"layers"}),
+    ("grpo/rollout/base.py", "from grpo.models import loading", {"layers", "torch_free"}),
     ("grpo/run/health.py", "from grpo.sweep import overrides", {"layers", "acyclic"}),
     ("grpo/run/health.py", "from grpo.rollout import base", {"layers"}),  # run sits below rollout
     ("grpo/training/batch_plan.py", "from grpo.config import rules", {"layers", "acyclic"}),
     ("grpo/sweep/overrides.py", "from grpo.chain import stages", {"layers", "acyclic"}),
-    ("analysis/collect.py", "import torch", {"analysis"}),
-    ("analysis/aggregate.py", "from grpo.training import trainer", {"analysis"}),
+    ("analysis/collect.py", "import torch", {"analysis", "torch_free"}),
+    ("analysis/aggregate.py", "from grpo.training import trainer", {"analysis", "torch_free"}),
     ("grpo/run/manifest.py", "from grpo.run import checkpoint", {"acyclic"}),
-    # analysis reads run.files: a torch-heavy import there reaches analysis too
-    ("grpo/run/files.py", "from grpo.run import checkpoint", {"acyclic", "analysis"}),
+    # analysis and the sweep read run.files: a torch-heavy import there reaches both
+    ("grpo/run/files.py", "from grpo.run import checkpoint", {"acyclic", "analysis", "torch_free"}),
+    # the config layer and the registry specs it reads stay torch-free
+    ("grpo/config/rules.py", "import torch", {"analysis", "torch_free"}),
+    ("grpo/core/specs.py", "from transformers import PreTrainedModel", {"torch_free"}),
+    ("grpo/rollout/specs.py", "from grpo.rollout import hf", {"acyclic", "torch_free"}),
 ]
 
 
@@ -68,3 +73,29 @@ def test_a_planted_import_breaks_its_contract(tmp_path: Path, module: str, state
     status, verdicts = lint_imports(tmp_path)
     assert status == 1
     assert {key for key, verdict in verdicts.items() if verdict == "BROKEN"} == broken
+
+
+def imported_modules(args: list[str], tmp_path: Path) -> tuple[int, set[str]]:
+    """Run `launch.py` with `args` under `-X importtime`: its exit status and the top-level
+    packages it imported."""
+    out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "launch.py"), *args,
+                          f"paths.output_root={tmp_path}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    names = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)$", out.stderr, re.M)
+    assert names, out.stderr[-2000:]
+    return out.returncode, {name.split(".")[0] for name in names}
+
+
+def test_a_dry_run_imports_neither_torch_nor_transformers(tmp_path: Path) -> None:
+    """The contract's run-time side (what a package `__init__` or an importlib call loads too):
+    the README's first sweep, refused for its unset model path, loads neither; a toy sweep loads
+    transformers for the tiny tokenizer its prompt-length check counts with, never torch."""
+    status, packages = imported_modules(
+        ["-m", "off_policy.epochs=1,2,4", "train_batch_size=64,128,256", "dry_run=true"], tmp_path)
+    assert status == 2 and {"hydra", "omegaconf", "grpo"} <= packages
+    assert "torch" not in packages and "transformers" not in packages
+    status, packages = imported_modules(
+        ["-m", "model=tiny", "data=toy", "rollout=hf", "off_policy.epochs=1,2", "dry_run=true"],
+        tmp_path)
+    assert status == 0 and "transformers" in packages and "torch" not in packages
+    assert not list(tmp_path.rglob("*"))

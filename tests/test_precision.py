@@ -16,7 +16,8 @@ from test_trainer import CONF, toy_config
 from grpo import get_response_log_probs, grpo_microbatch_train_step, tokenize_prompt_and_output
 from grpo.config.validation import check_config
 from grpo.models.loading import load_policy
-from grpo.models.precision import PRECISIONS, precision_of
+from grpo.models.precision import precision_of
+from grpo.models.specs import PRECISIONS
 from grpo.training.trainer import train
 
 PROMPTS = ["Q: 3+4 A:", "Q: 2+5 A:", "Q: 9+9 A:", "Q: 1+1 A:"]

@@ -13,8 +13,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from grpo.core.log_probs import sampling_log_probs
 from grpo.models.loading import load_policy
-from grpo.rollout import build_engine
 from grpo.rollout.base import Rollout, SamplingSettings
+from grpo.rollout.engines import build_engine
 from grpo.rollout.hf import HFRolloutEngine, min_length_end_ids
 
 PROMPTS = ["Q: 1+2 A:", "Q: 3+4 A:", "Q: 22+0 A:"]

@@ -18,9 +18,10 @@ import torch
 from omegaconf import OmegaConf
 
 from grpo.models.loading import load_policy
-from grpo.rollout import ENGINE_KEYS, build_engine
 from grpo.rollout.base import Rollout, SamplingSettings
+from grpo.rollout.engines import build_engine
 from grpo.rollout.hf import HFRolloutEngine
+from grpo.rollout.specs import ENGINE_KEYS
 from grpo.rollout.vllm import (
     VLLM_KEYS,
     VLLMRolloutEngine,

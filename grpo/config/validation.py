@@ -15,23 +15,21 @@ import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
-from transformers import PreTrainedTokenizerBase
 
 from grpo.config.rules import COST_RATES, value_errors
-from grpo.core.importance import CORRECTIONS
-from grpo.core.losses import POLICY_LOSSES
-from grpo.core.train_step import LENGTH_NORMALIZATIONS
+from grpo.core.specs import CORRECTION_WEIGHS, LENGTH_NORMALIZATIONS, LOSS_SPECS
 from grpo.data.datasets import SPLITS, Example, load_examples
 from grpo.data.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, format_prompt, load_prompt_template
-from grpo.models.build import BUILDERS
-from grpo.models.loading import load_tokenizer
-from grpo.models.precision import PRECISIONS, SMALLEST_SAFE_BF16_TRUE_LR
-from grpo.models.tiny import CHARACTERS
-from grpo.rollout import ENGINES
+from grpo.models.specs import BUILDERS, CHARACTERS, PRECISIONS, SMALLEST_SAFE_BF16_TRUE_LR
+from grpo.rollout.specs import ENGINE_SPECS
 from grpo.run.pruning import OFF, PRUNERS, PruningSettings
 from grpo.training.batch_plan import BatchPlan
+
+if TYPE_CHECKING:  # the tokenizer is loaded only by the check that needs it (`_tokenizer`)
+    from transformers import PreTrainedTokenizerBase
 
 LOW_TEMPERATURE = 0.3
 
@@ -171,7 +169,7 @@ def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None
 
 def _check_tiny_tokenizer(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     """The tiny model's character tokenizer has no unknown token: the prompt template and every
-    question must use only `grpo.models.tiny.CHARACTERS`."""
+    question must use only `grpo.models.specs.CHARACTERS`."""
     if cfg.model.build != "tiny" or cfg.prompt.name not in PROMPT_REWARD_PAIRS:
         return
     template = load_prompt_template(cfg.prompt.name)
@@ -206,7 +204,11 @@ def _tokenizer_files(path: Path) -> tuple[tuple[str, int], ...]:
 def _tokenizer(model_build: str | None, path: str, files: tuple) -> PreTrainedTokenizerBase:
     """The run's tokenizer without its model: a locally made model's is made in memory (its
     folder may not exist yet), any other is read from `path` (`files` keys the cache)."""
-    return BUILDERS[model_build].tokenizer() if model_build in BUILDERS else load_tokenizer(path)
+    if model_build in BUILDERS:
+        return BUILDERS[model_build].tokenizer()
+    from grpo.models.loading import load_tokenizer  # transformers, imported for this check only
+
+    return load_tokenizer(path)
 
 
 @lru_cache(maxsize=4)
@@ -275,9 +277,9 @@ def _check_sampling(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> N
 
 def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     name = cfg.loss.name
-    loss = POLICY_LOSSES.get(name)
+    loss = LOSS_SPECS.get(name)
     if loss is None:
-        report.errors.append(f"loss={name} is unknown; choose one of {', '.join(POLICY_LOSSES)}")
+        report.errors.append(f"loss={name} is unknown; choose one of {', '.join(LOSS_SPECS)}")
         return
     if cfg.normalization.name not in LENGTH_NORMALIZATIONS:
         report.errors.append(
@@ -325,11 +327,11 @@ def _check_prompt(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> Non
 
 def _check_rollout(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     name = cfg.rollout.engine
-    engine = ENGINES.get(name)
+    engine = ENGINE_SPECS.get(name)
     if engine is None:
         report.errors.append(
             f"rollout.engine={name} is unknown; use one of "
-            + ", ".join(f"rollout={known}" for known in ENGINES)
+            + ", ".join(f"rollout={known}" for known in ENGINE_SPECS)
         )
         return
     gpus = int(cfg.cluster.gpus_per_job)
@@ -352,10 +354,10 @@ def _check_staleness(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> 
     trainer trains; the correction is a known one; the engine's cores leave the trainer some."""
     off_policy = cfg.off_policy
     correction = off_policy.get("correction")
-    if correction not in CORRECTIONS:
+    if correction not in CORRECTION_WEIGHS:
         report.errors.append(f"off_policy.correction={correction} is unknown; use one of "
-                             + ", ".join(f"off_policy.correction={known}" for known in CORRECTIONS))
-    engine = ENGINES.get(cfg.rollout.engine)
+                             + ", ".join(f"off_policy.correction={known}" for known in CORRECTION_WEIGHS))
+    engine = ENGINE_SPECS.get(cfg.rollout.engine)
     if engine is None:  # _check_rollout names it
         return
     threads, cpus = engine.cpu_threads(cfg.rollout), int(cfg.cluster.cpus_per_job)
@@ -363,8 +365,8 @@ def _check_staleness(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> 
         report.errors.append(
             f"rollout.threads={threads} leaves the trainer none of cluster.cpus_per_job={cpus} "
             f"cores; set cluster.cpus_per_job={threads + 1} (or more), or lower rollout.threads")
-    if off_policy.get("correct_fresh") and correction in CORRECTIONS:
-        if CORRECTIONS[correction] is None:
+    if off_policy.get("correct_fresh") and correction in CORRECTION_WEIGHS:
+        if not CORRECTION_WEIGHS[correction]:
             report.errors.append("off_policy.correct_fresh=true with off_policy.correction=none: "
                                  "there is no correction to apply; set off_policy.correction=tis")
         elif float(cfg.sampling.temperature) == 0:
@@ -476,7 +478,7 @@ def check_installed(cfg: DictConfig) -> ConfigReport:
     jobs run its path on their nodes, whose environment may differ: a warning. Asked by the
     launches and dry runs (`check_config` judges the config alone)."""
     report = ConfigReport()
-    engine = ENGINES.get(cfg.rollout.engine)
+    engine = ENGINE_SPECS.get(cfg.rollout.engine)
     if engine is None or engine.package is None or importlib.util.find_spec(engine.package):
         return report
     missing = (f"rollout={cfg.rollout.engine} needs the {engine.package} package, which "

@@ -9,7 +9,8 @@ more (or less) likely pi_old makes the sampled token than the behaviour policy d
     w_t = pi_old(y_t) / pi_behaviour(y_t), both under the sampling distribution (temperature and
     top-p applied), held fixed (no gradient) through every epoch and micro-batch of the step.
 
-`CORRECTIONS` is the one table of them (`off_policy.correction` names one):
+`CORRECTIONS` is the one table of them (`off_policy.correction` names one; their names and
+whether each weighs are `grpo.core.specs.CORRECTION_WEIGHS`):
 
 - "tis": truncated importance sampling, w_t = min(w, is_cap) (Ionides 2008; the choice of
   PipelineRL, slime, prime-rl and OpenRLHF at a cap of about 2). The default: unbiased where the
@@ -27,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
+from grpo.core.specs import CORRECTION_WEIGHS
 
 ImportanceCorrection = Callable[[torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
 
@@ -57,9 +60,10 @@ def truncated_importance_weights(
         return raw.clamp(max=cap), capped
 
 
+_WEIGHTS: dict[str, ImportanceCorrection] = {"tis": truncated_importance_weights}
+
 CORRECTIONS: dict[str, ImportanceCorrection | None] = {
-    "tis": truncated_importance_weights,
-    "none": None,
+    name: _WEIGHTS[name] if weighs else None for name, weighs in CORRECTION_WEIGHS.items()
 }
-"""`off_policy.correction` name -> the function giving (weights, capped) per token; None: no
-weight, and nothing computed for it."""
+"""`off_policy.correction` name (`grpo.core.specs.CORRECTION_WEIGHS`) -> the function giving
+(weights, capped) per token; None: no weight, and nothing computed for it."""

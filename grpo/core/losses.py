@@ -4,92 +4,62 @@ All losses are per token, shape (batch_size, sequence_length), to be reduced wit
 mask by the caller. Rewards/advantages have one value per sequence: shape (batch_size, 1), or
 (batch_size,) which is reshaped to (batch_size, 1) (never broadcast along the wrong axis).
 
-`POLICY_LOSSES` is the one table of losses, read by the dispatcher, the trainer, the config
-validator and `python -m grpo.core.losses` (the docs): each entry names the function and the inputs it
-reads. Inputs are rollout-batch tensors (`BATCH_INPUTS`) or hyperparameters, which live in the
-loss's own `conf/loss/<name>.yaml` and nowhere else. Adding a loss: write the function, register
-it with `@register_policy_loss(...)` (or call the decorator on an existing function, as below),
-add `conf/loss/<name>.yaml` with `name` and its hyperparameters.
+`POLICY_LOSSES` is the one table of implemented losses, read by the dispatcher, the trainer and
+`python -m grpo.core.losses` (the docs): each entry is the loss's `grpo.core.specs.LossSpec` (its
+name, the inputs it reads, its summary; the torch-free part the config validator reads) with its
+function. Inputs are rollout-batch tensors (`BATCH_INPUTS`) or hyperparameters, which live in the
+loss's own `conf/loss/<name>.yaml` and nowhere else. Adding a loss: its `LossSpec` in
+`grpo.core.specs`, its function registered with `@register_policy_loss(<name>)` (or the decorator
+called on an existing function, as below), and `conf/loss/<name>.yaml` with `name` and its
+hyperparameters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
+from grpo.core.specs import LOSS_SPECS, LossSpec
+
 LossType = str
 """A key of `POLICY_LOSSES`."""
-
-BATCH_INPUTS = ("raw_rewards", "advantages", "old_log_probs")
-"""Inputs taken from the rollout batch; every other input of a loss is a hyperparameter."""
 
 LossOutput = torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]
 
 
 @dataclass(frozen=True)
-class PolicyLoss:
-    """One registered loss.
+class PolicyLoss(LossSpec):
+    """One implemented loss: its spec and `fn`, called as fn(policy_log_probs=...,
+    **{parameter: value}); it returns the (batch_size, sequence_length) per-token loss, or (loss,
+    metadata) with 0-dim statistics and, for clipped losses, a "clipped" (batch_size,
+    sequence_length) bool tensor."""
 
-    fn: called as fn(policy_log_probs=..., **{parameter: value}); returns the (batch_size,
-        sequence_length) per-token loss, or (loss, metadata) with 0-dim statistics and, for clipped
-        losses, a "clipped" (batch_size, sequence_length) bool tensor.
-    inputs: input name (a `BATCH_INPUTS` entry or a hyperparameter key of the loss's yaml) ->
-        the name of fn's parameter that receives it.
-    summary: one line for the docs.
-    zero_at_zero_advantage: the per-token loss is a multiple of the advantage, so a sequence with
-        advantage exactly 0 has loss 0 and gradient 0, and the trainer may leave it out of the
-        backward pass (it still counts in the normalization); tests/test_losses.py checks it.
-    """
-
-    name: str
-    fn: Callable[..., LossOutput]
-    inputs: Mapping[str, str]
-    summary: str
-    zero_at_zero_advantage: bool = False
-
-    @property
-    def uses_ratio(self) -> bool:
-        """Whether the loss reads the probability ratio pi / pi_old (i.e. needs old_log_probs)."""
-        return "old_log_probs" in self.inputs
-
-    @property
-    def hyperparameters(self) -> tuple[str, ...]:
-        """The `loss.*` config keys the loss reads besides `loss.name`."""
-        return tuple(k for k in self.inputs if k not in BATCH_INPUTS)
+    fn: Callable[..., LossOutput] = field(kw_only=True)
 
 
 POLICY_LOSSES: dict[str, PolicyLoss] = {}
-"""Registered losses by the name used as `loss_type` and in `conf/loss/<name>.yaml`."""
+"""Implemented losses by the name used as `loss_type` and in `conf/loss/<name>.yaml`."""
 
 
-def register_policy_loss(
-    name: str, inputs: Sequence[str] | Mapping[str, str], summary: str | None = None, *,
-    zero_at_zero_advantage: bool = False,
-) -> Callable[[Callable[..., LossOutput]], Callable[..., LossOutput]]:
-    """Decorator: register the decorated function as loss `name` (as in verl's core_algos.py).
-
-    Args:
-        name: the loss_type / config name.
-        inputs: the inputs the function reads, named as in `BATCH_INPUTS` or as the loss's
-            hyperparameter keys; a mapping renames an input to the function's parameter name.
-        summary: one line for the docs (default: the first line of the function's docstring).
-        zero_at_zero_advantage: the per-token loss is a multiple of the advantage (`PolicyLoss`).
+def register_policy_loss(name: str) -> Callable[[Callable[..., LossOutput]], Callable[..., LossOutput]]:
+    """Decorator: implement loss `name` (its `grpo.core.specs.LOSS_SPECS` entry) with the
+    decorated function (as verl's core_algos.py registers its losses).
 
     Raises:
-        ValueError: `name` is already registered.
+        ValueError: `name` has no spec, or is already implemented.
     """
-    renamed = dict(inputs) if isinstance(inputs, Mapping) else {k: k for k in inputs}
+    spec = LOSS_SPECS.get(name)
+    if spec is None:
+        raise ValueError(f"policy loss {name!r} has no LossSpec; add it to grpo.core.specs.LOSS_SPECS")
 
     def register(fn: Callable[..., LossOutput]) -> Callable[..., LossOutput]:
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
-        line = summary or (fn.__doc__ or name).strip().splitlines()[0]
-        POLICY_LOSSES[name] = PolicyLoss(name, fn, MappingProxyType(renamed), line,
-                                         zero_at_zero_advantage)
+        POLICY_LOSSES[name] = PolicyLoss(**{f.name: getattr(spec, f.name) for f in fields(spec)},
+                                         fn=fn)
         return fn
 
     return register
@@ -122,19 +92,11 @@ def compute_naive_policy_gradient_loss(
     return -_per_sequence(raw_rewards_or_advantages, policy_log_probs) * policy_log_probs
 
 
-register_policy_loss(
-    "no_baseline", {"raw_rewards": "raw_rewards_or_advantages"},
-    summary="REINFORCE on raw rewards: -r * log pi (no baseline).",
-)(compute_naive_policy_gradient_loss)
-register_policy_loss(
-    "reinforce_with_baseline", {"advantages": "raw_rewards_or_advantages"},
-    summary="REINFORCE with the group-normalized advantage: -A * log pi.",
-    zero_at_zero_advantage=True,
-)(compute_naive_policy_gradient_loss)
+register_policy_loss("no_baseline")(compute_naive_policy_gradient_loss)
+register_policy_loss("reinforce_with_baseline")(compute_naive_policy_gradient_loss)
 
 
-@register_policy_loss("grpo_clip", ("advantages", "old_log_probs", "cliprange"),
-                      zero_at_zero_advantage=True)
+@register_policy_loss("grpo_clip")
 def compute_grpo_clip_loss(
     advantages: torch.Tensor,
     policy_log_probs: torch.Tensor,
@@ -164,10 +126,7 @@ def compute_grpo_clip_loss(
     )
 
 
-@register_policy_loss(
-    "grpo_clip_higher", ("advantages", "old_log_probs", "cliprange_low", "cliprange_high"),
-    zero_at_zero_advantage=True,
-)
+@register_policy_loss("grpo_clip_higher")
 def compute_grpo_clip_higher_loss(
     advantages: torch.Tensor,
     policy_log_probs: torch.Tensor,
@@ -200,7 +159,7 @@ def compute_grpo_clip_higher_loss(
     return loss, {"clipped": is_clipped, "clip_fraction": is_clipped.float().mean()}
 
 
-@register_policy_loss("grpo_no_clip", ("advantages", "old_log_probs"), zero_at_zero_advantage=True)
+@register_policy_loss("grpo_no_clip")
 def compute_grpo_no_clip_loss(
     advantages: torch.Tensor,
     policy_log_probs: torch.Tensor,
@@ -218,6 +177,11 @@ def compute_grpo_no_clip_loss(
     """
     adv = _per_sequence(advantages, policy_log_probs)
     return -torch.exp(policy_log_probs - old_log_probs.detach()) * adv
+
+
+_UNIMPLEMENTED = sorted(set(LOSS_SPECS) - set(POLICY_LOSSES))
+if _UNIMPLEMENTED:
+    raise ImportError(f"losses {_UNIMPLEMENTED} have a LossSpec but no registered function")
 
 
 def compute_policy_gradient_loss(

@@ -29,15 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 import torch
 
 from grpo.core.losses import LossType, compute_policy_gradient_loss
 from grpo.core.masking import masked_normalize
-
-LengthNormalization = Literal["mean", "constant", "microbatch", "token"]
-LENGTH_NORMALIZATIONS: tuple[str, ...] = get_args(LengthNormalization)
+from grpo.core.specs import LENGTH_NORMALIZATIONS, LengthNormalization
 
 
 def _sequence_masked_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,6 @@ bit-flipped, edited) is rebuilt, with a warning saying why.
 from __future__ import annotations
 
 import fcntl
-import importlib
 import json
 import logging
 import os
@@ -28,13 +27,13 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
 
+from grpo.models.specs import BUILDERS
 from grpo.run.files import RunFileError, read_json
 from grpo.run.manifest import manifest_problem, write_manifest
 
@@ -42,37 +41,6 @@ log = logging.getLogger(__name__)
 
 # Written last into a finished build; holds the settings it was built with.
 BUILD_INFO_FILE = "build_info.json"
-
-
-@dataclass(frozen=True)
-class Builder:
-    """How `model.build: <name>` is made: `module.function(out_dir, **args)`, with `args` taken
-    from the model config by `config_keys` (model config key -> function argument)."""
-
-    module: str
-    function: str
-    config_keys: Mapping[str, str]
-    # `module.<tokenizer_function>()`: the model's tokenizer alone, made without building the model
-    tokenizer_function: str
-
-    def __call__(self, out_dir: Path, model_cfg: Mapping[str, Any]) -> Path:
-        args = {arg: model_cfg[key] for key, arg in self.config_keys.items() if key in model_cfg}
-        return getattr(importlib.import_module(self.module), self.function)(out_dir, **args)
-
-    def tokenizer(self) -> Any:
-        """The built model's tokenizer, made in memory (for checks that must not build models)."""
-        return getattr(importlib.import_module(self.module), self.tokenizer_function)()
-
-
-# model.build value -> its builder
-BUILDERS = {
-    "tiny": Builder("grpo.models.tiny", "build_tiny_model", {
-        "build_seed": "seed", "warmup_steps": "warmup_steps",
-        "warmup_target_accuracy": "warmup_target_accuracy",
-    }, "build_tokenizer"),
-    "qwen_rehearsal": Builder("grpo.models.rehearsal", "build_rehearsal_model", {"build_seed": "seed"},
-                              "build_rehearsal_tokenizer"),
-}
 
 
 def numerics_settings() -> dict[str, str]:

@@ -11,7 +11,8 @@
   Validation warns below learning rate 3e-4.
 - `32-true` (the CPU presets): fp32 everywhere, no autocast.
 
-`PRECISIONS` is the one list of names: the config rule, the validator and the trainer read it.
+`grpo.models.specs.PRECISIONS` is the one list of names and dtypes: the config rule, the validator
+and the trainer read it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from grpo.models.specs import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -44,21 +47,12 @@ class Precision:
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
 
 
-PRECISIONS: dict[str, Precision] = {
-    "bf16-mixed": Precision(torch.float32, torch.bfloat16),
-    "bf16-true": Precision(torch.bfloat16),
-    "32-true": Precision(torch.float32),
-}
-"""`model.precision` name -> what it means (module docstring)."""
-
-SMALLEST_SAFE_BF16_TRUE_LR = 3e-4
-"""Below this learning rate `bf16-true` loses most of each update (validation warns)."""
-
-
 def precision_of(model_cfg: Mapping[str, Any]) -> Precision:
     """The `Precision` that `model_cfg.precision` names (default `32-true`)."""
     name = model_cfg.get("precision", "32-true")
     if name not in PRECISIONS:
         raise ValueError(f"unknown model.precision {name!r}; expected one of "
                          f"{', '.join(PRECISIONS)}")
-    return PRECISIONS[name]
+    spec = PRECISIONS[name]
+    autocast = spec.autocast_dtype
+    return Precision(getattr(torch, spec.parameter_dtype), autocast and getattr(torch, autocast))

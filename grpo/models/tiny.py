@@ -29,50 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from grpo.data.prompts import format_prompt, load_prompt_template
 from grpo.data.toy_task import toy_pairs
 from grpo.models.build import build_once, isolated_torch_state, numerics_settings
-
-ANSWER_OPEN = "<answer>"
-ANSWER_CLOSE = "</answer>"
-PAD_TOKEN = "<pad>"
-EOS_TOKEN = "<eos>"
-# Every character a toy prompt or response contains outside the answer tags.
-CHARACTERS = "0123456789+ QA:"
+from grpo.models.tiny_tokenizer import ANSWER_CLOSE, ANSWER_OPEN, POSITIONS, build_tokenizer
 
 # Bump when the architecture, tokenizer or warm-up recipe changes, so old caches are rebuilt.
 BUILD_FORMAT_VERSION = 3
-
-
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """The 19-token character tokenizer: `<pad>`, `<eos>`, the 15 characters of CHARACTERS and
-    the single tokens `<answer>` and `</answer>`.
-
-    Text is split into single characters; a character outside the vocabulary raises an error
-    when encoding (there is no unknown token). Decoding concatenates tokens without separators.
-    `<answer>`/`</answer>` are ordinary (non-special) tokens, so they survive
-    `decode(..., skip_special_tokens=True)`; `<pad>` and `<eos>` do not.
-    """
-    vocab = {PAD_TOKEN: 0, EOS_TOKEN: 1}
-    for token in [*CHARACTERS, ANSWER_OPEN, ANSWER_CLOSE]:
-        vocab[token] = len(vocab)
-    backend = Tokenizer(models.WordLevel(vocab, unk_token=None))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    backend.add_special_tokens([AddedToken(PAD_TOKEN, special=True),
-                                AddedToken(EOS_TOKEN, special=True)])
-    backend.add_tokens([AddedToken(ANSWER_OPEN, normalized=False),
-                        AddedToken(ANSWER_CLOSE, normalized=False)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token=PAD_TOKEN,
-        eos_token=EOS_TOKEN,
-        clean_up_tokenization_spaces=False,
-        model_max_length=tiny_config(len(vocab)).max_position_embeddings,
-    )
 
 
 def tiny_config(vocab_size: int) -> Qwen2Config:
@@ -86,7 +51,7 @@ def tiny_config(vocab_size: int) -> Qwen2Config:
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
-        max_position_embeddings=256,
+        max_position_embeddings=POSITIONS,
         tie_word_embeddings=True,
         pad_token_id=0,
         bos_token_id=None,

@@ -9,10 +9,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from grpo.rollout.specs import EngineSpec
+
+if TYPE_CHECKING:  # annotations only: the interface imports without torch
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 class NonFiniteLogitsError(RuntimeError):
@@ -60,50 +63,12 @@ class Rollout:
 class RolloutEngine(ABC):
     """Samples responses from the policy; holds its own copy of the weights where it needs one.
 
-    Each engine class states what it provides, for the config validator, the factory and the
-    trainer (`grpo.rollout.ENGINES` names them): `provides_log_probs`, `samples_with_policy`,
-    `gpus_needed` and `layout_notes`.
+    What an engine provides and needs is its `spec` (`grpo.rollout.specs.ENGINE_SPECS`, read by the
+    config validator and the trainer without importing the engine).
     """
 
-    provides_log_probs: ClassVar[bool] = False
-    """Whether `Rollout.log_probs` holds the engine's log-prob of each sampled token (this is
-    what the trainer's stale-weight check compares with its own log-probs)."""
-
-    package: ClassVar[str | None] = None
-    """The Python package the engine imports when it is built (None: only the project's own
-    dependencies); the config validator checks it is installed without importing it."""
-
-    samples_with_policy: ClassVar[bool] = False
-    """Whether the engine samples with the trained policy module itself (then the trainer runs
-    it under the training precision's autocast) rather than with its own copy of the weights."""
-
-    @classmethod
-    def gpus_needed(cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool) -> int:
-        """GPUs one job needs with these `rollout` settings, the trainer's included, when the
-        policy trains on the CPU (`policy_on_cpu`) or on a GPU (0: the engine runs on the
-        policy's device)."""
-        return 0
-
-    @classmethod
-    def cpu_threads(cls, rollout_cfg: Mapping[str, Any]) -> int:
-        """The job's CPU cores the engine takes for itself (the trainer runs on the others)."""
-        return 0
-
-    @classmethod
-    def overlap_problem(cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool) -> str | None:
-        """Why this engine cannot generate while the trainer trains (`off_policy.staleness=1`)
-        with these settings, naming the fix; None when it can (its own weights, and its own
-        device or cores)."""
-        return (f"rollout={rollout_cfg['engine']} has no copy of the weights of its own to "
-                "generate with while the trainer trains")
-
-    @classmethod
-    def layout_notes(
-        cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool
-    ) -> tuple[list[str], list[str]]:
-        """(errors, warnings) the config validator reports about running this engine beside a
-        policy on the CPU or on a GPU, besides the GPU count; none by default."""
-        return [], []
+    spec: ClassVar[type[EngineSpec]]
+    """What the engine provides and needs (`grpo.rollout.specs`)."""
 
     @classmethod
     @abstractmethod

@@ -44,6 +44,7 @@ from transformers import (
 )
 
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, RolloutEngine, SamplingSettings
+from grpo.rollout.specs import HFSpec
 
 
 class HFRolloutEngine(RolloutEngine):
@@ -73,8 +74,7 @@ class HFRolloutEngine(RolloutEngine):
         self.batch_size = batch_size
         self.max_model_len = max_model_len
 
-    provides_log_probs = True
-    samples_with_policy = True
+    spec = HFSpec
 
     @classmethod
     def from_config(
@@ -94,13 +94,6 @@ class HFRolloutEngine(RolloutEngine):
     def min_length_end_ids(self, stop: Sequence[str]) -> tuple[int, ...]:
         """EOS and the single-token stop strings (MinNewTokensLengthLogitsProcessor's ids)."""
         return min_length_end_ids(self.policy, self.tokenizer, stop)
-
-    @classmethod
-    def overlap_problem(cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool) -> str | None:
-        """Always: it samples with the trained module itself."""
-        return ("rollout=hf samples with the trained policy module itself, so it cannot generate "
-                "while that module trains; use rollout=hf_process (its own process, weights and "
-                "rollout.threads cores) on the CPU, or rollout=vllm on a GPU node")
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
         """Sample from `policy` from now on; the weights are shared, so nothing is copied."""

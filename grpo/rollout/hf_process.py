@@ -34,11 +34,7 @@ from transformers import (
 
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, RolloutEngine, SamplingSettings
 from grpo.rollout.hf import HFRolloutEngine, min_length_end_ids
-
-NOT_ON_GPU = ("rollout=hf_process runs on the CPU beside a policy on the CPU; on a GPU node use "
-              "rollout=vllm (its own GPU: rollout.device=cuda:1, cluster.gpus_per_job=2)")
-"""Refused beside a policy on a GPU: it sends the weights through a pipe (3 GB a sync at 1.5B
-parameters in bf16: 20 s on an H100 node), and it was not made to run there."""
+from grpo.rollout.specs import HF_PROCESS_NOT_ON_GPU, HFProcessSpec
 
 
 class HFProcessRolloutEngine(RolloutEngine):
@@ -50,8 +46,7 @@ class HFProcessRolloutEngine(RolloutEngine):
     threads: torch threads (and cores) of the child.
     """
 
-    provides_log_probs = True
-    samples_with_policy = False
+    spec = HFProcessSpec
 
     def __init__(
         self,
@@ -63,7 +58,7 @@ class HFProcessRolloutEngine(RolloutEngine):
         threads: int,
     ) -> None:
         if next(policy.parameters()).device.type != "cpu":
-            raise ValueError(NOT_ON_GPU)
+            raise ValueError(HF_PROCESS_NOT_ON_GPU)
         if threads < 1:
             raise ValueError(f"rollout.threads must be >= 1, got {threads}")
         context = torch.multiprocessing.get_context("spawn")
@@ -80,23 +75,6 @@ class HFProcessRolloutEngine(RolloutEngine):
         self._trainer_cores = _keep_first_cores(threads)
         self._call("ready")
         self.sync_weights(policy)
-
-    @classmethod
-    def cpu_threads(cls, rollout_cfg: Mapping[str, Any]) -> int:
-        """The job's cores the engine takes for itself."""
-        return int(rollout_cfg["threads"])
-
-    @classmethod
-    def layout_notes(
-        cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool
-    ) -> tuple[list[str], list[str]]:
-        """Refused beside a policy on a GPU."""
-        return ([] if policy_on_cpu else [NOT_ON_GPU]), []
-
-    @classmethod
-    def overlap_problem(cls, rollout_cfg: Mapping[str, Any], *, policy_on_cpu: bool) -> str | None:
-        """None: the child has its own weights and cores."""
-        return None
 
     @classmethod
     def from_config(

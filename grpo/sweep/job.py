@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from grpo.config.validation import check_config, check_installed
-from grpo.core.losses import POLICY_LOSSES
+from grpo.core.specs import LOSS_SPECS
 from grpo.run.files import RunDirError, is_disk_full, read_status
 from grpo.run.pruning import OFF
 from grpo.run.run_config import resume_refusal
@@ -113,7 +113,7 @@ def describe_job(cfg: DictConfig) -> str:
     resources = f"{cluster.name}: {cluster.gpus_per_job} GPU, {cluster.cpus_per_job} CPU"
     if cluster.name == "slurm":
         resources += f", {cluster.mem_gb} GB, {cluster.time_limit_min} min, partition={cluster.partition}"
-    micro = MicroBatching.from_config(cfg, POLICY_LOSSES[cfg.loss.name].zero_at_zero_advantage)
+    micro = MicroBatching.from_config(cfg, LOSS_SPECS[cfg.loss.name].zero_at_zero_advantage)
     training = f"{BatchPlan.from_config(cfg).describe(micro)}, {micro.describe_skip()}"
     if cfg.normalization.name == "microbatch":
         training += ", normalization=microbatch divides by the optimizer step's longest response"

@@ -20,7 +20,7 @@ Timeline at staleness 1 (G = generate, T = score + old log-probs + train, S = sy
     step t+1:  take(t+1) (done) -> start G(t+2) with w(t) | T(t+1) | ...
 
 Generation runs in a worker thread; engines that can overlap hold their own weights and
-device or cores (`RolloutEngine.overlap_problem`), so the thread mostly waits on the engine's
+device or cores (`EngineSpec.overlap_problem`), so the thread mostly waits on the engine's
 process or device while the trainer trains.
 
 Failing loudly: an error of the generation in flight is raised by the next `take` with its own

@@ -68,8 +68,9 @@ from grpo.data.prompts import format_prompt, load_prompt_template, reward_fn_for
 from grpo.grading.rewards import score_batch
 from grpo.models.loading import load_policy
 from grpo.models.precision import precision_of
-from grpo.rollout import ENGINES, build_engine
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
+from grpo.rollout.engines import build_engine
+from grpo.rollout.specs import ENGINE_SPECS
 from grpo.run.checkpoint import (
     CheckpointManager,
     TrainerState,
@@ -201,7 +202,7 @@ class GRPOTrainer:
             write_record(run_dir, record)
         subdir(run_dir, "rollouts")
         self.device = resolve_device(cfg.model.device)
-        engine_threads = ENGINES[cfg.rollout.engine].cpu_threads(cfg.rollout)
+        engine_threads = ENGINE_SPECS[cfg.rollout.engine].cpu_threads(cfg.rollout)
         make_reproducible(int(cfg.seed), int(cfg.cluster.cpus_per_job) - engine_threads, self.device)
 
         self.precision = precision_of(cfg.model)
@@ -227,7 +228,7 @@ class GRPOTrainer:
         self.micro_batching = MicroBatching.from_config(cfg, self.loss.zero_at_zero_advantage)
         self.loss_hyperparameters = {key: cfg.loss[key] for key in self.loss.hyperparameters}
         self.stale_check_every = (
-            int(cfg.rollout.stale_check_every) if ENGINES[cfg.rollout.engine].provides_log_probs else 0
+            int(cfg.rollout.stale_check_every) if ENGINE_SPECS[cfg.rollout.engine].provides_log_probs else 0
         )
         self.staleness = int(cfg.off_policy.staleness)
         # fresh batches (staleness 0) are corrected too with off_policy.correct_fresh: the weight
@@ -394,7 +395,7 @@ class GRPOTrainer:
     def _sampling_precision(self) -> AbstractContextManager[Any]:
         """The training precision's autocast for an engine that samples with the policy module
         itself (hf); none for one with its own weights (vLLM casts them at each sync)."""
-        return self.precision.autocast(self.device) if self.engine.samples_with_policy else nullcontext()
+        return self.precision.autocast(self.device) if self.engine.spec.samples_with_policy else nullcontext()
 
     def _split(self, batch: RolloutBatch, rows: torch.Tensor) -> list[torch.Tensor]:
         """`rows` (indices into the rollout batch) as the index tensors of their micro-batches."""
