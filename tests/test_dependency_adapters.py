@@ -16,6 +16,7 @@ import submitit
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
 
 # Hydra's plugin discovery re-executes every module under hydra_plugins and its core plugins, so a
 # class imported before it ran (by an earlier test) is a stale copy: these tests reach the
@@ -94,6 +95,18 @@ def test_hydra_basic_sweeper_batches_and_the_chooser_of_a_config_group() -> None
         assert chooser(["loss=no_baseline"]) == hydra_compat.COMMAND_LINE
         assert chooser(["+experiment=off_policy_broad"]) == "experiment/off_policy_broad"
         assert chooser(["+experiment=demo", "loss=no_baseline"]) == hydra_compat.COMMAND_LINE
+        given = ["loss=grpo_clip", "off_policy.epochs=2", "+experiment=toy", "~prompt",
+                 "hydra/launcher=basic", "hydra.sweep.dir=x", "loss@extra=no_baseline", "seed=1,2"]
+        assert hydra_compat.group_overrides(loader, given) == (
+            "loss=grpo_clip", "+experiment=toy", "~prompt", "hydra/launcher=basic",
+            "loss@extra=no_baseline")
+        assert dict(hydra_compat.group_option(loader, "loss", "grpo_clip")) == \
+            {"name": "grpo_clip", "cliprange": 0.2}
+        assert hydra_compat.group_option(loader, "experiment", "toy") is None  # @package _global_
+        assert hydra_compat.group_option(loader, "loss", "nonexistent") is None
+        cfg = loader.load_configuration("config", ["seed=3", "loss=no_baseline"], RunMode.RUN)
+        assert hydra_compat.overrides_dirname(cfg, ["seed=3", "loss=no_baseline"]) == \
+            cfg.hydra.job.override_dirname == "loss=no_baseline,seed=3"
 
 
 def test_a_moved_defaults_list_names_hydra_and_its_version(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,8 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
 from grpo.sweep.job_loss import compose_job
 
@@ -70,6 +72,36 @@ def test_compose_job_applies_the_rule(overrides: list[str], loss: str, defaulted
     job = composed(overrides)
     assert (job.cfg.loss.name, job.loss_defaulted) == (loss, defaulted)
     assert job.overrides == tuple(overrides) + (("loss=grpo_clip",) if defaulted else ())
+
+
+@pytest.mark.parametrize(("overrides", "compositions"), [
+    ([*TOY, "off_policy.epochs=2"], 1),
+    (["off_policy.epochs=4", "train_batch_size=64", "hydra.job.config.override_dirname.kv_sep=@"], 1),
+    (["+experiment=toy", "off_policy.epochs=2"], 1),
+    # something besides the loss's yaml wrote into `loss`: composed again with the choice
+    ([*TOY, "off_policy.epochs=2", "+loss.note=1"], 2),
+])
+def test_a_defaulted_job_is_composed_once_as_hydra_would(
+    overrides: list[str], compositions: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        calls: list[list[str]] = []
+        load = loader.load_configuration
+
+        def counted(name: str, job: list[str], mode: RunMode) -> DictConfig:
+            calls.append(job)
+            return load(name, job, mode)
+
+        monkeypatch.setattr(loader, "load_configuration", counted)
+        job = compose_job(loader, "config", overrides)
+        monkeypatch.undo()
+        hydra = loader.load_configuration("config", list(job.overrides), RunMode.RUN)
+    assert job.loss_defaulted and len(calls) == compositions
+    assert OmegaConf.to_container(job.cfg) == OmegaConf.to_container(hydra)
+    assert job.cfg.hydra.job.override_dirname == hydra.hydra.job.override_dirname
+    assert "loss=grpo_clip" in job.cfg.hydra.job.override_dirname.replace("@", "=")
 
 
 @pytest.mark.slow

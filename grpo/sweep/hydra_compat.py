@@ -6,7 +6,10 @@ methods: `_parse_config()` (the `hydra.sweeper.params` of a preset as `key=v1,v2
 `split_arguments()` (the cartesian product of the parsed overrides, in batches) and
 `get_job_batch()` (the next batch its `sweep()` launches). `group_chooser()` reads who chose a
 config group's option from the defaults list (`ConfigLoader.compute_defaults_list()`, whose
-result's `overrides.override_metadata` is internal). Any of them missing or changed raises
+result's `overrides.override_metadata` is internal); `group_option()` reads one option's yaml
+through the loader's config repository (`ConfigLoaderImpl.repository`, internal) and
+`overrides_dirname()` names a job's overrides as Hydra's config loader does
+(`hydra._internal.config_loader_impl.get_overrides_dirname`). Any of them missing or changed raises
 `HydraInternalsMoved`, naming hydra-core's version; tests/test_dependency_adapters.py exercises
 each one.
 
@@ -25,8 +28,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_loader import ConfigLoader
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
+from omegaconf import DictConfig
 
 if TYPE_CHECKING:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -116,3 +121,44 @@ def group_chooser(loader: ConfigLoader, config_name: str, overrides: Sequence[st
     except AttributeError as err:
         raise HydraInternalsMoved("ConfigLoader.compute_defaults_list().overrides.override_metadata",
                                   err) from err
+
+
+def group_overrides(loader: ConfigLoader, overrides: Sequence[str]) -> tuple[str, ...]:
+    """The overrides of `overrides` that choose, add or delete a config group's option (`loss=`,
+    `+experiment=`, `~prompt`, `hydra/launcher=`, `key@package=`): the only ones a defaults list
+    depends on; the others set values."""
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    try:
+        return tuple(text for text, o in zip(overrides, parsed, strict=True)
+                     if o.package is not None or loader.repository.group_exists(o.key_or_group))  # type: ignore[attr-defined]
+    except (AttributeError, TypeError) as err:
+        raise HydraInternalsMoved("ConfigLoaderImpl.repository.group_exists()", err) from err
+
+
+def group_option(loader: ConfigLoader, group: str, option: str) -> DictConfig | None:
+    """The config of option `option` of config group `group` (`conf/<group>/<option>.yaml`) as it
+    lands in the composed config under `group`; None where Hydra would compose it otherwise (a
+    `# @package` header or a defaults list of its own) or there is no such option."""
+    try:
+        result = loader.repository.load_config(f"{group}/{option}")  # type: ignore[attr-defined]
+        if result is None:
+            return None
+        plain = result.header.get("package") in (None, "_group_", group) and not result.defaults_list
+    except (AttributeError, TypeError) as err:
+        raise HydraInternalsMoved("ConfigLoaderImpl.repository.load_config()", err) from err
+    return result.config if plain and isinstance(result.config, DictConfig) else None
+
+
+def overrides_dirname(cfg: DictConfig, overrides: Sequence[str]) -> str:
+    """`hydra.job.override_dirname` of a job composed with `overrides`, as Hydra's config loader
+    writes it (`ConfigLoaderImpl._load_configuration_impl`, from the overrides that are not
+    `hydra.*`, under `cfg`'s `hydra.job.config.override_dirname` settings)."""
+    try:
+        from hydra._internal.config_loader_impl import get_overrides_dirname
+    except ImportError as err:
+        raise HydraInternalsMoved("hydra._internal.config_loader_impl.get_overrides_dirname", err) from err
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    settings = cfg.hydra.job.config.override_dirname
+    return get_overrides_dirname(
+        overrides=[o for o in parsed if not o.is_hydra_override()], kv_sep=settings.kv_sep,
+        item_sep=settings.item_sep, exclude_keys=settings.exclude_keys)

@@ -9,7 +9,10 @@ more than one optimizer step per rollout batch) and whose `loss` config group no
 off-policy gets `grpo.config.validation`'s warning); on-policy jobs keep the root default.
 
 :func:`compose_job` is the one place this rule lives: the validating sweeper composes every job
-of a sweep through it (validation, dry-run listing and the overrides it launches), and
+of a sweep through it (validation, dry-run listing and the overrides it launches), once a job:
+the default loss's node of the composed config is swapped for `OFF_POLICY_LOSS`'s yaml, with
+Hydra's record of the choice, where that is what composing again would give (nothing but the
+loss's own yaml wrote into `loss`); and
 :func:`single_run_arguments` applies it to a single run's command line (composed once by
 :func:`compose_single_run`) before Hydra composes it, so what the dry run shows is what runs and each run's `.hydra/` records the loss it used.
 """
@@ -19,15 +22,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo.sweep.hydra_compat import group_chooser
+from grpo.sweep.hydra_compat import group_chooser, group_option, group_overrides, overrides_dirname
 from grpo.training.batch_plan import BatchPlan
 
 LOSS_GROUP = "loss"
@@ -56,17 +60,43 @@ def compose_job(
     """Compose `config_name` with `base` (e.g. a sweep's `hydra.*` overrides, not returned) and
     the job's `overrides`, adding `loss=OFF_POLICY_LOSS` when the module's rule applies (an
     impossible batch plan adds nothing: validation reports it)."""
-    def compose(job: Sequence[str]) -> DictConfig:
-        return loader.load_configuration(config_name, [*base, *job], RunMode.RUN)
-
-    cfg = compose(overrides)
+    cfg = loader.load_configuration(config_name, [*base, *overrides], RunMode.RUN)
     plan = BatchPlan.from_config(cfg)
     if plan.errors() or not plan.off_policy:
         return ComposedJob(tuple(overrides), cfg, False)
-    if group_chooser(loader, config_name, [*base, *overrides], LOSS_GROUP) is not None:
+    if _loss_chooser(loader, config_name, group_overrides(loader, [*base, *overrides])) is not None:
         return ComposedJob(tuple(overrides), cfg, False)
     job = (*overrides, f"{LOSS_GROUP}={OFF_POLICY_LOSS}")
-    return ComposedJob(job, compose(job), True)
+    if not _swap_default_loss(loader, cfg, job):
+        cfg = loader.load_configuration(config_name, [*base, *job], RunMode.RUN)
+    return ComposedJob(job, cfg, True)
+
+
+@lru_cache(maxsize=64)
+def _loss_chooser(loader: ConfigLoader, config_name: str, groups: tuple[str, ...]) -> str | None:
+    """`group_chooser` of the loss group, once for each set of group overrides `groups` (the jobs
+    of a sweep that differ only in values share one defaults list)."""
+    return group_chooser(loader, config_name, list(groups), LOSS_GROUP)
+
+
+def _swap_default_loss(loader: ConfigLoader, cfg: DictConfig, job: Sequence[str]) -> bool:
+    """Give `cfg` (composed with the root's default loss) `OFF_POLICY_LOSS` in place, as
+    composing it with the job's overrides `job` (the choice last) would: its `loss` node and
+    Hydra's record of the choice (`hydra.runtime.choices`), of the job's overrides
+    (`hydra.overrides.task`) and of their directory name (`hydra.job.override_dirname`). False,
+    leaving `cfg` as it was, where the `loss` node is not exactly the default option's yaml
+    (something else wrote into it)."""
+    default = cfg.hydra.runtime.choices.get(LOSS_GROUP)
+    was = group_option(loader, LOSS_GROUP, str(default))
+    new = group_option(loader, LOSS_GROUP, OFF_POLICY_LOSS)
+    if was is None or new is None or cfg[LOSS_GROUP] != was:
+        return False
+    with open_dict(cfg):
+        cfg[LOSS_GROUP] = new
+        cfg.hydra.runtime.choices[LOSS_GROUP] = OFF_POLICY_LOSS
+        cfg.hydra.overrides.task.append(job[-1])
+        cfg.hydra.job.override_dirname = overrides_dirname(cfg, job)
+    return True
 
 
 def compose_single_run(argv: Sequence[str], config_dir: Path, config_name: str) -> ComposedJob | None:
