@@ -1,6 +1,8 @@
 """Analysis of GRPO sweeps: collect runs, plot, report and promote configs.
 
-Modules: :mod:`analysis.collect` (reading sweep directories; the data contract),
+Modules: :mod:`analysis.run_rows` (a run's metrics and status files, read without pandas),
+:mod:`analysis.collect` (reading sweep directories into frames; the data contract),
+:mod:`analysis.formatting` (numbers and durations in the report and the monitor),
 :mod:`analysis.aggregate` (seed aggregation, ranking, on-policy baseline),
 :mod:`analysis.plots` (figures), :mod:`analysis.external` (curves of runs made elsewhere, to
 overlay), :mod:`analysis.report` (``report.md``),

@@ -39,17 +39,9 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from analysis.collect import (
-    ELAPSED,
-    EVAL_REWARD,
-    LABEL,
-    STOPPED_STATUSES,
-    TRAIN_CLOCK,
-    Collection,
-    collect,
-    gpu_hours,
-)
+from analysis.collect import LABEL, Collection, collect, gpu_hours
 from analysis.effects import VALUE, MainEffects, additive_variance, main_effects
+from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.uncertainty import (
     ALPHA,
     ConfigData,

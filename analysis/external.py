@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.collect import parse_line
+from analysis.run_rows import parse_line
 
 # what --external-x says when the file's steps are GRPO steps: drawn on the sweep's own x axis
 GRPO_STEPS = "grpo"

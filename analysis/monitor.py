@@ -23,8 +23,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from analysis.formatting import MISSING, fmt_duration, fmt_number
 from analysis.progress import SUMMARY_ORDER, RunProgress, SweepProgress, scheduler_states
-from analysis.report import MISSING, fmt_duration, fmt_number
 from grpo.run.pruning import journal_problem
 
 STYLES = {"running": "cyan", "starting": "cyan", "preempted": "cyan", "pending": "dim",

@@ -66,18 +66,11 @@ from analysis.aggregate import (
     label_curves,
     rank,
 )
-from analysis.collect import (
-    EVAL_REWARD,
-    LABEL,
-    STOPPED_STATUSES,
-    TRAIN_CLOCK,
-    Collection,
-    format_value,
-    sort_key,
-)
+from analysis.collect import LABEL, Collection, format_value, sort_key
 from analysis.effects import varying_keys
 from analysis.external import External
 from analysis.metric_names import metric_name
+from analysis.run_rows import EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.uncertainty import t_quantile
 from grpo.run.files import atomic_write, subdir
 

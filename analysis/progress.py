@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from analysis.collect import (
+from analysis.run_rows import (
     ELAPSED,
     EVAL_REWARD,
     STOPPED_STATUSES,

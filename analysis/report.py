@@ -31,48 +31,18 @@ from analysis.aggregate import (
     rank,
     spend,
 )
-from analysis.collect import (
-    ELAPSED,
-    EVAL_REWARD,
-    LABEL,
-    STOPPED_STATUSES,
-    TRAIN_CLOCK,
-    Collection,
-)
+from analysis.collect import LABEL, Collection
+from analysis.formatting import MISSING, fmt_duration, fmt_number, is_missing
 from analysis.metric_names import metric_name
 from analysis.progress import read_jobs
+from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.trends import WINDOW, Trend, trends, windows
 from analysis.uncertainty import FAMILY_TEXT, Comparison
 from grpo.run.files import atomic_write, atomic_write_text
 
-MISSING = "–"
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%
 # on MATH"; validation accuracy is eval/reward (1 only when formatted and correct)
 ACCURACY_BAR = 0.25
-
-
-def is_missing(value: Any) -> bool:
-    """Whether ``value`` is None or NaN (how pandas hands back missing values)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def fmt_number(value: Any, digits: int = 3) -> str:
-    """``value`` with ``digits`` decimals, or a dash when it is missing."""
-    if is_missing(value):
-        return MISSING
-    return f"{value:.{digits}f}"
-
-
-def fmt_duration(seconds: Any) -> str:
-    """``2h05m``, ``12m30s`` or ``45s``; a dash when missing."""
-    if is_missing(seconds):
-        return MISSING
-    total = round(seconds)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

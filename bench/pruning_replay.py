@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 from plots_time import SWEEPS  # noqa: E402
 
 from analysis.aggregate import rank  # noqa: E402
-from analysis.collect import ELAPSED, EVAL_REWARD, Collection, collect  # noqa: E402
+from analysis.collect import Collection, collect  # noqa: E402
+from analysis.run_rows import ELAPSED, EVAL_REWARD  # noqa: E402
 from analysis.synthetic import write_grid_sweep  # noqa: E402
 from grpo.run.pruning import PruningSettings, ReplayJob, ReplayOutcome, replay  # noqa: E402
 

@@ -94,6 +94,7 @@ def test_a_dry_run_imports_neither_torch_nor_transformers(tmp_path: Path) -> Non
         ["-m", "off_policy.epochs=1,2,4", "train_batch_size=64,128,256", "dry_run=true"], tmp_path)
     assert status == 2 and {"hydra", "omegaconf", "grpo"} <= packages
     assert "torch" not in packages and "transformers" not in packages
+    assert "pandas" not in packages  # the sweeper's monitor reads run files without it
     status, packages = imported_modules(
         ["-m", "model=tiny", "data=toy", "rollout=hf", "off_policy.epochs=1,2", "dry_run=true"],
         tmp_path)
