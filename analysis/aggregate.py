@@ -305,14 +305,15 @@ BORROW_KEY = "analysis.seed_variance_from"
 
 
 def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
-         labels: Iterable[str] | None = None, borrow: Path | bool = True) -> Ranking:
+         labels: Iterable[str] | None = None, borrow: Path | bool = True,
+         alpha: float = ALPHA) -> Ranking:
     """The configs (of ``labels`` only, when given) without a run stopped early, ranked by
     ``criterion`` at the largest step every one of them reached (see the module docstring; a run
     that did not reach it is left out and named), with each config's interval and the
     comparisons of :func:`analysis.uncertainty.compare_sweep` on the seed variance of the best
     source the sweep has (:func:`seed_variance`; ``borrow``: a sweep to borrow from, True for the
     one the runs' ``analysis.seed_variance_from`` names, False for none); ``near_ties`` are the
-    configs that could still be the best besides the first."""
+    configs that could still be the best besides the first (at family-wise error rate ``alpha``)."""
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, not {criterion!r}")
     summary = config_summary(collection)
@@ -352,7 +353,7 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
     baselines = {label: base for label in ranked.index
                  if (base := on_policy_baseline(collection, label, list(ranked.index))) is not None}
     uncertainty = compare_sweep(data, str(ranked.index[0]), baselines, at_step, seeds,
-                                problem_error(data))
+                                problem_error(data), alpha)
     effects = main_effects(frame, collection.label_keys, seeds,
                            replicated=bool((ranked["n_used"] > 1).any()))
     near = {c.config: c.describe() for c in uncertainty.against_best()

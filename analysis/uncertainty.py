@@ -274,13 +274,13 @@ def t_quantile(df: float) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def tukey_critical(k: int, df: float) -> float:
+def tukey_critical(k: int, df: float, alpha: float = ALPHA) -> float:
     """The Tukey-Kramer critical value of |difference| / its standard error for ``k`` >= 2
-    configs on ``df`` degrees of freedom: the 95% quantile of the studentized range / sqrt(2)
-    (Student's t quantile for 2)."""
+    configs on ``df`` degrees of freedom at family-wise error rate ``alpha``: the 1 - alpha
+    quantile of the studentized range / sqrt(2) (Student's t quantile for 2)."""
     from scipy import stats  # its import costs make plots a second: only where verdicts are made
 
-    return float(stats.studentized_range.ppf(1 - ALPHA, k, df)) / math.sqrt(2)
+    return float(stats.studentized_range.ppf(1 - alpha, k, df)) / math.sqrt(2)
 
 
 def tukey_p(t: float, k: int, df: float) -> float:
@@ -315,6 +315,7 @@ class Comparison:
     n_problems: int
     samples: tuple[int, int]
     why: str = ""
+    alpha: float = ALPHA
 
     def describe(self) -> str:
         """``worse than the best config: Δ -0.031 [-0.052, -0.010] (simultaneous 95%), p 0.004
@@ -327,7 +328,13 @@ class Comparison:
                  "worse": f"worse than the {self.role} config",
                  "not distinguishable": f"not distinguishable from the {self.role} config"}
         return (f"{words[self.verdict]}: Δ {self.diff:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}] "
-                f"(simultaneous 95%), p {_p(self.p_value)} (Tukey-adjusted {_p(self.p_adjusted)})")
+                f"(simultaneous {level_text(self.alpha)}), p {_p(self.p_value)} "
+                f"(Tukey-adjusted {_p(self.p_adjusted)})")
+
+
+def level_text(alpha: float) -> str:
+    """``95%`` for alpha 0.05, ``98.3%`` for 0.05 / 3: an interval's confidence level."""
+    return f"{100 * (1 - alpha):.3g}%"
 
 
 def _p(p: float) -> str:
@@ -370,17 +377,18 @@ class SweepComparisons:
 
 def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str, str],
                   step: int | None, seeds: SeedVariance,
-                  error: tuple[float, float] = (math.nan, 0)) -> SweepComparisons:
+                  error: tuple[float, float] = (math.nan, 0), alpha: float = ALPHA) -> SweepComparisons:
     """Intervals and comparisons of ``configs`` (ranked, best first) on the seed variance
-    ``seeds`` (see the module docstring); ``baselines`` maps a config to its on-policy baseline
-    config (both among ``configs``); ``error``: :func:`problem_error`."""
+    ``seeds`` (see the module docstring) at family-wise error rate ``alpha`` (a race splits its
+    own over its looks); ``baselines`` maps a config to its on-policy baseline config (both
+    among ``configs``); ``error``: :func:`problem_error`."""
     by_label = {c.label: c for c in configs}
     estimates = {c.label: estimate(c, seeds, error) for c in configs}
     k = len(configs)
     wanted = [(c.label, best, "best") for c in configs if c.label != best]
     wanted += [(label, base, "on-policy") for label, base in baselines.items()
                if label != base and base != best]
-    comparisons = [_comparison(by_label[a], by_label[b], role, step, seeds, k)
+    comparisons = [_comparison(by_label[a], by_label[b], role, step, seeds, k, alpha)
                    for a, b, role in wanted]
     could_be_best = [best] + [c.config for c in comparisons if c.role == "best"
                               and c.verdict in ("not distinguishable", "undecided", "no interval")]
@@ -392,12 +400,13 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
 
 
 def _comparison(a: ConfigData, b: ConfigData, role: str, step: int | None, seeds: SeedVariance,
-                k: int) -> Comparison:
-    """``a`` against ``b`` within the Tukey family of ``k`` configs."""
+                k: int, alpha: float) -> Comparison:
+    """``a`` against ``b`` within the Tukey family of ``k`` configs at family-wise rate ``alpha``."""
     nan = math.nan
     common = dict(config=a.label, reference=b.label, role=role, step=step, source=seeds.source,
                   df=seeds.df, n_seeds=(a.n_seeds, b.n_seeds),
-                  n_problems=max(a.n_problems, b.n_problems), samples=(a.samples, b.samples))
+                  n_problems=max(a.n_problems, b.n_problems), samples=(a.samples, b.samples),
+                  alpha=alpha)
     diff = a.mean - b.mean + 0.0  # + 0.0: a tie reads +0.000, not -0.000
     if not comparable(a, b):
         return Comparison(**common, diff=diff, lo=nan, hi=nan, se=nan, p_value=nan,
@@ -406,7 +415,7 @@ def _comparison(a: ConfigData, b: ConfigData, role: str, step: int | None, seeds
         return Comparison(**common, diff=diff, lo=nan, hi=nan, se=nan, p_value=nan,
                           p_adjusted=nan, verdict="undecided", why=seeds.describe())
     test = pair_test(a, b, seeds)
-    half = tukey_critical(k, seeds.df) * test.se
+    half = tukey_critical(k, seeds.df, alpha) * test.se
     t = test.diff / test.se
     p_adjusted = tukey_p(t, k, seeds.df)
     verdict = ("not distinguishable" if abs(diff) <= half else "better" if diff > 0 else "worse")

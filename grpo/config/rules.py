@@ -310,6 +310,11 @@ RULES: dict[str, Rule] = {
     "pruning.min_early_stopping_rate": _int("the pruner's minimum early-stopping rate", 0),
     "budget.gpu_hours": _number("the sweep's GPU-hour budget", 0, **POSITIVE, nullable=True,
                                 note="null = no limit"),
+    "race.max_seeds": _int("the most seeds a config gets in a race", 2, 100, nullable=True,
+                           note="null = no race: every job of the grid runs"),
+    "race.alpha": _number("the race's family-wise error rate", 0, 0.5, **POSITIVE),
+    "race.budget_gpu_hours": _number("the race's GPU-hour budget", 0, **POSITIVE, nullable=True,
+                                     note="null = no limit"),
 }
 """Dotted config key -> its rule. Keys absent from a config (another group's option) are skipped."""
 

@@ -293,9 +293,8 @@ class SweepEstimate:
         return lines
 
     def write(self, path: Path) -> None:
-        """Write {"planned", "full_grid", "unit"} to `path` as JSON (ESTIMATE_FILE_ENV)."""
-        path.write_text(json.dumps({"planned": self.planned, "full_grid": self.full_grid,
-                                    "unit": self.unit}))
+        """Write the estimate to `path` (`write_estimate`)."""
+        write_estimate(path, self.planned, self.full_grid, self.unit)
 
     def over_budget(self, budget: float | None) -> str | None:
         """The refusal when the sweep plans to spend more GPU-hours than `budget`, else None."""
@@ -327,6 +326,12 @@ def replayed(jobs: Sequence[JobCost], settings: PruningSettings, parallel: int,
         outcomes = replay(settings, max(job.n_steps for job in jobs), replay_jobs, parallel)
         total += sum(job.hours(o.seconds) for job, o in zip(jobs, outcomes, strict=True))
     return total / orders, orders
+
+
+def write_estimate(path: Path, planned: float, full_grid: float, unit: str) -> None:
+    """Write {"planned", "full_grid", "unit"} to `path` as JSON (ESTIMATE_FILE_ENV: what the
+    chain's dry run adds up)."""
+    path.write_text(json.dumps({"planned": planned, "full_grid": full_grid, "unit": unit}))
 
 
 def estimate(cfgs: Sequence[DictConfig], parallel: int) -> tuple[SweepEstimate, list[Rates]]:

@@ -32,11 +32,12 @@ from hydra.core.utils import filter_overrides
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from grpo.config.race import RaceSettings
 from grpo.config.validation import check_config, check_installed
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
 from grpo.run.run_config import resume_refusal
-from grpo.sweep.cost import ESTIMATE_FILE_ENV, estimate
+from grpo.sweep.cost import ESTIMATE_FILE_ENV, estimate, write_estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
     get_job_batch,
@@ -48,8 +49,9 @@ from grpo.sweep.job_loss import ComposedJob, compose_job
 from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
 from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
 
-SWEEP_WIDE = ("pruning", "budget")
-"""Config groups and sections that hold for a whole sweep (one pruner, one budget): never swept."""
+SWEEP_WIDE = ("pruning", "budget", "race")
+"""Config groups and sections that hold for a whole sweep (one pruner, one budget, one race):
+never swept."""
 
 
 def job_set(nums: list[int], labels: dict[int, str]) -> str:
@@ -117,6 +119,52 @@ class ValidatingSweeper(BasicSweeper):
             return None
         return resume_refusal(cfg, Path(self.config.hydra.sweep.dir) / str(subdir))
 
+    def _race_runner(self, settings: RaceSettings, sweep_dir: Path) -> Any:
+        """The race of this sweep's jobs in `sweep_dir` (`hydra_plugins.grpo_sweeps.racing`)."""
+        # imported here: the race reads the sweep back with the analysis (pandas), which the
+        # sweeper's other work and every dry run do without
+        from hydra_plugins.grpo_sweeps.racing import RaceRunner, without_seed
+
+        jobs = list(self.composed.values())
+        return RaceRunner(sweep_dir, settings, [without_seed(job.overrides) for job in jobs],
+                          [job.cfg for job in jobs],
+                          lambda batch, start: self.launcher.launch(batch, initial_job_idx=start),
+                          self._parallel(len(jobs)))
+
+    def _price_race(self, settings: RaceSettings, cfgs: list[Any]) -> None:
+        """With dry_run, the race's worst case (every config to max_seeds) against its budget;
+        refuse (exit 2) a budget that cannot pay for wave 1."""
+        runner = self._race_runner(settings, Path(self.config.hydra.sweep.dir))
+        one = runner.price(range(len(cfgs)))
+        budget = settings.budget_gpu_hours
+        if self.config.dry_run:
+            print(f"race: waves of seeds {settings.seed_of(1)}, {settings.seed_of(2)}, ... up to "
+                  f"{settings.max_seeds} seeds a config; each look at alpha "
+                  f"{settings.alpha}/{settings.max_seeds} = {settings.alpha_per_look:.3g} "
+                  f"(Bonferroni over the looks); wave 1 {one:.3g} {runner.unit}, worst case "
+                  f"(every config to max_seeds, the fixed grid) {one * settings.max_seeds:.3g}"
+                  + (f", budget {budget:g}" if budget is not None else ""))
+        if self.config.dry_run and os.environ.get(ESTIMATE_FILE_ENV):
+            # the race plans its worst case: every config to max_seeds
+            worst = one * settings.max_seeds
+            write_estimate(Path(os.environ[ESTIMATE_FILE_ENV]), worst, worst, runner.unit)
+        if budget is not None and one > budget:
+            print(f"error: race wave 1 ({len(cfgs)} runs) is priced at {one:.3g} {runner.unit}, more than "
+                  f"race.budget_gpu_hours={budget:g}; nothing was submitted", file=sys.stderr)
+            sys.exit(2)
+
+    def _race(self, settings: RaceSettings, sweep_dir: Path) -> list[Any]:
+        """Run the race (hydra_plugins.grpo_sweeps.racing) and print where it ended."""
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        race = self._race_runner(settings, sweep_dir).run()
+        last = race.waves[-1].decision if race.waves else None
+        if last is not None:
+            print(f"race over after {len(race.waves)} waves ({last.end}): "
+                  f"{', '.join(last.alive)} could be the best; {race.spent_gpu_hours():.3g} "
+                  f"{race.unit} spent of the fixed grid's {race.grid_gpu_hours:.3g}; report: "
+                  f"`make plots SWEEP={sweep_dir}`")
+        return []
+
     def _price(self, cfgs: list[Any], lines: list[str]) -> None:
         """With dry_run, print each job's line (`lines`) with its estimated cost, the rates and
         the sweep's total (grpo.sweep.cost); exit 2 when the sweep would spend more than
@@ -145,9 +193,15 @@ class ValidatingSweeper(BasicSweeper):
         jobs, swept = self._all_jobs(arguments)
         wide = sorted(k for k in swept if k.split(".")[0].split("/")[0] in SWEEP_WIDE)
         if wide:
-            print(f"error: {', '.join(wide)} cannot be swept: pruning and budget hold for the "
-                  "whole sweep (one pruner compares its runs); give one value; nothing was "
+            print(f"error: {', '.join(wide)} cannot be swept: pruning, budget and race hold for "
+                  "the whole sweep (one pruner compares its runs); give one value; nothing was "
                   "submitted", file=sys.stderr)
+            sys.exit(2)
+        race = RaceSettings.from_config(self.config.race, int(self.config.seed))
+        if race is not None and "seed" in swept:
+            print("error: seed cannot be swept in a race (race.max_seeds is set): the race gives "
+                  "wave w seed `seed` + w - 1; set seed to the first one; nothing was submitted",
+                  file=sys.stderr)
             sys.exit(2)
         self.composed = {}
         lines: list[str] = []
@@ -183,6 +237,8 @@ class ValidatingSweeper(BasicSweeper):
                   file=sys.stderr)
             sys.exit(2)
         self._price([job.cfg for job in self.composed.values()], lines)
+        if race is not None:
+            self._price_race(race, [job.cfg for job in self.composed.values()])
         if self.config.dry_run:
             return []
         sweep_dir = Path(self.config.hydra.sweep.dir)
@@ -193,6 +249,8 @@ class ValidatingSweeper(BasicSweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
             with sweep_lock(sweep_dir):
+                if race is not None:
+                    return self._race(race, sweep_dir)
                 return super().sweep(arguments)
         except RunDirError as err:
             print(f"error: {err}", file=sys.stderr)

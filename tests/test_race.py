@@ -1,0 +1,266 @@
+"""Racing configs across seeds (analysis.race, the sweeper's hydra_plugins.grpo_sweeps.racing):
+the look after each wave on run directories written to disk, the Bonferroni split of its error
+rate, the record a relaunched sweeper continues from, and the budget."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from sweep_factory import write_matching_outcomes
+
+from analysis.collect import collect
+from analysis.race import (
+    MAX_SEEDS,
+    ONE_LEFT,
+    OVER_BUDGET,
+    RACE_FILE,
+    Decision,
+    Race,
+    Wave,
+    decide,
+    read_race,
+)
+from analysis.report import build_report
+from analysis.synthetic import write_multirun, write_run
+from grpo.chain.results import find_winner
+from grpo.config.race import RaceSettings
+from grpo.run.files import RunFileError
+from hydra_plugins.grpo_sweeps.racing import RaceRunner, chunks, without_seed
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_STEPS = (0, 10, 20, 30, 40, 50)
+LRS = ("1e-4", "3e-4", "1e-3")
+
+
+def write_race_run(run_dir: Path, lr: str, seed: int, value: float) -> None:
+    """One completed run of `learning_rate=lr` with seed `seed` whose late evaluations are
+    `value` (0.3 at step 0), on 100 problems."""
+    rows = [{"step": s, "time/elapsed_s": 36.0 * s, "eval/reward": 0.3 if s == 0 else value}
+            for s in EVAL_STEPS]
+    write_run(run_dir, {"learning_rate": lr, "seed": seed}, rows,
+              {"status": "completed", "last_step": EVAL_STEPS[-1]},
+              base={"cluster": {"gpus_per_job": 0, "cpus_per_job": 1}, "seed": seed,
+                    "n_grpo_steps": EVAL_STEPS[-1], "experiment_name": "race"})
+    write_matching_outcomes(run_dir, 100, "ab" * 32)
+
+
+class Truth:
+    """A launcher that 'trains' each job by writing its run directory: config `learning_rate=lr`
+    reaches `means[lr]` plus a seed effect of sd `sd` (fixed per (lr, seed)); it records every
+    job it was asked to run and can stop (a killed sweeper) after `stop_after` jobs."""
+
+    def __init__(self, sweep: Path, means: dict[str, float], sd: float, stop_after: int | None = None):
+        self.sweep, self.means, self.sd, self.stop_after = sweep, means, sd, stop_after
+        self.launched: list[int] = []
+
+    def __call__(self, batch: list[list[str]], start: int) -> None:
+        for num, overrides in enumerate(batch, start=start):
+            if self.stop_after is not None and len(self.launched) >= self.stop_after:
+                raise KeyboardInterrupt("the sweeper was killed")
+            values = dict(o.split("=", 1) for o in overrides)
+            lr, seed = values["learning_rate"], int(values["seed"])
+            offset = np.random.default_rng([LRS.index(lr), seed]).normal(0, self.sd)
+            value = round(min(max(self.means[lr] + offset, 0), 1), 2)
+            write_race_run(self.sweep / str(num), lr, seed, value)
+            self.launched.append(num)
+
+
+def runner(sweep: Path, settings: RaceSettings, launch: Truth, price: float = 1.0) -> RaceRunner:
+    write_multirun(sweep, [f"learning_rate={','.join(LRS)}"])
+    race = RaceRunner(sweep, settings, [[f"learning_rate={lr}"] for lr in LRS],
+                      [None] * len(LRS), launch, 1)
+    race.price = lambda indices: price * len(list(indices))  # type: ignore[method-assign]
+    return race
+
+
+def test_a_clearly_worse_config_leaves_at_the_first_look_with_a_seed_variance(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, [f"learning_rate={','.join(LRS)}", "seed=0,1"])
+    values = {"1e-4": (0.30, 0.32), "3e-4": (0.60, 0.61), "1e-3": (0.59, 0.62)}
+    for job, (lr, seed) in enumerate((lr, s) for lr in LRS for s in (0, 1)):
+        write_race_run(sweep / str(job), lr, seed, values[lr][seed])
+    settings = RaceSettings(max_seeds=3, alpha=0.05)
+    every = [f"learning_rate={lr}" for lr in LRS]
+    decision = decide(collect([sweep]), every, settings, wave=2)
+    assert set(decision.alive) == {"learning_rate=3e-4", "learning_rate=1e-3"}
+    assert list(decision.left) == ["learning_rate=1e-4"] and decision.end is None
+    # each look compares at alpha / max_seeds: the Bonferroni split
+    assert "worse than the best config" in decision.left["learning_rate=1e-4"]
+    assert "(simultaneous 98.3%)" in decision.left["learning_rate=1e-4"]
+    assert "seeds in this sweep" in decision.seed_variance
+    # at the last look the race ends whatever is left; with one config left it ends at once
+    assert decide(collect([sweep]), every, settings, wave=3).end == MAX_SEEDS
+    assert decide(collect([sweep]), ["learning_rate=3e-4"], settings, wave=2).end == ONE_LEFT
+
+
+def test_without_a_seed_variance_no_config_leaves(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, [f"learning_rate={','.join(LRS)}"])
+    for job, (lr, value) in enumerate(zip(LRS, (0.1, 0.5, 0.9), strict=True)):
+        write_race_run(sweep / str(job), lr, 0, value)
+    decision = decide(collect([sweep]), [f"learning_rate={lr}" for lr in LRS],
+                      RaceSettings(max_seeds=3, alpha=0.05), wave=1)
+    assert len(decision.alive) == 3 and decision.left == {} and decision.end is None
+    assert decision.seed_variance.startswith("none")
+
+
+def test_a_race_runs_waves_until_one_config_remains_and_records_them(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    truth = Truth(sweep, {"1e-4": 0.2, "3e-4": 0.6, "1e-3": 0.45}, sd=0.01)
+    race = runner(sweep, RaceSettings(max_seeds=4, alpha=0.05), truth).run()
+    # wave 1 (seed 0): all three, no seed variance; wave 2 (seed 1): all three again, which
+    # measures it; then only the best goes on, and the race ends with one config left
+    assert [sorted(w.jobs) for w in race.waves] == [[0, 1, 2], [3, 4, 5]]
+    assert [w.seed for w in race.waves] == [0, 1]
+    assert race.waves[0].decision.left == {} and race.waves[-1].decision.end == ONE_LEFT
+    assert race.waves[-1].decision.alive == ("learning_rate=3e-4",)
+    assert truth.launched == [0, 1, 2, 3, 4, 5]
+    recorded = read_race(sweep)
+    assert recorded.configs == race.configs and recorded.settings == race.settings
+    assert [w.decision for w in recorded.waves] == [w.decision for w in race.waves]
+    assert recorded.spent_gpu_hours() == 6.0 and recorded.grid_gpu_hours == 12.0
+    report = build_report(collect([sweep]), sweep)
+    race_section = report[report.index("## Race"):report.index("## Failures")]
+    assert "each look at a family-wise error rate of 0.05 / 4 = 0.0125" in race_section
+    assert "| 1 | 0 | #0, #1, #2 | 3 | 3 |" in race_section
+    assert "| 2 | 1 | #3, #4, #5 | 3 | 3 | learning_rate=3e-4 | learning_rate=" in race_section
+    assert "Ended: one config remains." in race_section
+    assert "the fixed grid of 4 seeds a config would spend 12: 50% of it." in race_section
+    (sweep / RACE_FILE).write_text("{")
+    assert "race record is unusable" in build_report(collect([sweep]), sweep)
+
+
+def test_a_killed_race_continues_from_its_record_and_trains_no_run_twice(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    means = {"1e-4": 0.5, "3e-4": 0.52, "1e-3": 0.2}
+    settings = RaceSettings(max_seeds=3, alpha=0.05)
+    killed = Truth(sweep, means, sd=0.02, stop_after=4)  # dies in wave 2, after one of its jobs
+    with pytest.raises(KeyboardInterrupt):
+        runner(sweep, settings, killed).run()
+    assert killed.launched == [0, 1, 2, 3]
+    assert read_race(sweep).waves[-1].decision is None  # wave 2 planned, not looked at
+    relaunched = Truth(sweep, means, sd=0.02)
+    race = runner(sweep, settings, relaunched).run()
+    assert relaunched.launched[:2] == [4, 5], "wave 2's finished run 3 is not launched again"
+    assert sorted(killed.launched + relaunched.launched) == sorted(
+        num for w in race.waves for num in w.jobs)
+    # a relaunch of the finished race runs nothing
+    again = Truth(sweep, means, sd=0.02)
+    runner(sweep, settings, again).run()
+    assert again.launched == []
+
+
+def test_the_next_wave_is_not_launched_past_the_budget(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    truth = Truth(sweep, {"1e-4": 0.5, "3e-4": 0.5, "1e-3": 0.5}, sd=0.02)
+    race = runner(sweep, RaceSettings(max_seeds=5, alpha=0.05, budget_gpu_hours=7.0), truth).run()
+    assert len(race.waves) == 2 and race.spent_gpu_hours() == 6.0  # a third wave: 9 > 7
+    assert race.waves[-1].decision.end == OVER_BUDGET
+    assert read_race(sweep).waves[-1].decision.end == OVER_BUDGET
+
+
+def test_the_chain_carries_the_race_s_winner_among_the_configs_still_in(tmp_path: Path) -> None:
+    """An eliminated config with one lucky seed may end with the highest mean; the race's winner
+    is the best of the configs still in at its last look."""
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, [f"learning_rate={','.join(LRS)}"])
+    values = {(lr, s): v for lr, vs in (("1e-4", (0.70,)), ("3e-4", (0.62, 0.60, 0.61)),
+                                        ("1e-3", (0.55, 0.57, 0.58))) for s, v in enumerate(vs)}
+    jobs = {}
+    for num, ((lr, seed), value) in enumerate(values.items()):
+        write_race_run(sweep / str(num), lr, seed, value)
+        jobs.setdefault(seed, {})[num] = LRS.index(lr)
+    labels = {i: f"learning_rate={lr}" for i, lr in enumerate(LRS)}
+    race = Race([[f"learning_rate={lr}"] for lr in LRS], RaceSettings(3, 0.05), 9.0, [
+        Wave(s, jobs[s], 1.0, Decision(s + 1, ("learning_rate=3e-4", "learning_rate=1e-3")),
+             {i: labels[i] for i in jobs[s].values()}) for s in (0, 1, 2)])
+    race.write(sweep)
+    winner = find_winner(sweep, ("learning_rate",))
+    assert winner.label == "learning_rate=3e-4" and winner.values == {"learning_rate": "3e-4"}
+    (sweep / RACE_FILE).unlink()
+    assert find_winner(sweep, ("learning_rate",)).label == "learning_rate=1e-4"
+
+
+def test_a_sweep_dir_of_another_race_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep = tmp_path / "sweep"
+    runner(sweep, RaceSettings(max_seeds=2, alpha=0.05), Truth(sweep, dict.fromkeys(LRS, 0.5), 0.02)).run()
+    with pytest.raises(SystemExit) as exit_info:
+        runner(sweep, RaceSettings(max_seeds=3, alpha=0.05), Truth(sweep, {}, 0.0)).run()
+    assert exit_info.value.code == 2 and "holds a race of other configs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("payload", [
+    "not json", json.dumps({"settings": {"max_seeds": 3}}), json.dumps([1, 2]),
+    json.dumps({"configs": [["a=1"]], "settings": {"max_seeds": 2, "alpha": 0.05},
+                "grid_gpu_hours": 1.0,
+                "waves": [{"seed": 0, "jobs": {"0": 7}, "priced_gpu_hours": 1.0, "labels": {},
+                           "decision": None}]}),
+])
+def test_a_crafted_race_record_is_named_not_obeyed(tmp_path: Path, payload: str) -> None:
+    (tmp_path / RACE_FILE).write_text(payload)
+    with pytest.raises(RunFileError, match=RACE_FILE):
+        read_race(tmp_path)
+
+
+def test_seeds_are_the_race_s_and_launches_are_runs_of_consecutive_jobs() -> None:
+    assert without_seed(["lr=1", "seed=3", "+seed=4", "x=seed=1"]) == ["lr=1", "x=seed=1"]
+    assert chunks([3, 4, 5, 8, 10, 11]) == [[3, 4, 5], [8], [10, 11]]
+    settings = RaceSettings.from_config(OmegaConf.create(
+        {"max_seeds": 4, "alpha": 0.1, "budget_gpu_hours": None}), seed=7)
+    assert settings == RaceSettings(4, 0.1, None, 7)
+    assert settings.alpha_per_look == pytest.approx(0.025) and settings.seed_of(3) == 9
+    assert RaceSettings.from_config({"max_seeds": None, "alpha": 0.05}, seed=0) is None
+
+
+
+def launch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
+                           "rollout=hf", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_a_race_is_checked_and_priced_before_anything_runs(tmp_path: Path) -> None:
+    out = launch("learning_rate=1e-4,3e-4", "race.max_seeds=3", f"paths.output_root={tmp_path}",
+                 "dry_run=true")
+    assert out.returncode == 0, out.stderr
+    assert ("race: waves of seeds 0, 1, ... up to 3 seeds a config; each look at alpha 0.05/3 = "
+            "0.0167 (Bonferroni over the looks); wave 1 ") in out.stdout
+    for args, message in [
+        (["seed=0,1", "race.max_seeds=3"], "error: seed cannot be swept in a race"),
+        (["race.max_seeds=2,3"], "error: race.max_seeds cannot be swept"),
+        (["race.max_seeds=1"], "race.max_seeds=1 is out of range: the most seeds a config gets in "
+                               "a race must be null or an integer in [2, 100]"),
+        (["race.max_seeds=3", "race.budget_gpu_hours=1e-9"], "error: race wave 1 (2 runs) is priced at"),
+    ]:
+        out = launch("learning_rate=1e-4,3e-4", *args, f"paths.output_root={tmp_path}",
+                     "dry_run=true")
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr[-2000:])
+    assert not list(tmp_path.rglob("*"))
+
+
+@pytest.mark.slow
+def test_a_cpu_race_runs_its_waves_through_the_local_launcher(tmp_path: Path,
+                                                              tiny_model_dir: Path) -> None:
+    sweep = tmp_path / "race"
+    out = launch("learning_rate=3e-4,1", "race.max_seeds=2", "n_grpo_steps=4", "eval.eval_every=2",
+                 f"model.path={tiny_model_dir}", f"hydra.sweep.dir={sweep}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    race = read_race(sweep)
+    # one key, one seed each: no seed variance after wave 1, so both get their second seed
+    assert [sorted(w.jobs) for w in race.waves] == [[0, 1], [2, 3]]
+    assert race.waves[-1].decision.end == MAX_SEEDS and race.unit == "CPU-hours"
+    assert "race: wave 1 (seed 0, 2 runs): 2 configs go on" in out.stdout
+    for num, seed in ((0, 0), (1, 0), (2, 1), (3, 1)):
+        status = json.loads((sweep / str(num) / "status.json").read_text())
+        config = OmegaConf.load(sweep / str(num) / ".hydra" / "config.yaml")
+        assert status["status"] == "completed" and status["restarts"] == 0 and config.seed == seed
+    # a relaunch of the finished race launches nothing
+    again = launch("learning_rate=3e-4,1", "race.max_seeds=2", "n_grpo_steps=4",
+                   "eval.eval_every=2", f"model.path={tiny_model_dir}", f"hydra.sweep.dir={sweep}")
+    assert again.returncode == 0 and "Local sweep of" not in again.stdout + again.stderr
