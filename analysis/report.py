@@ -35,10 +35,11 @@ from analysis.collect import LABEL, Collection
 from analysis.formatting import MISSING, fmt_duration, fmt_number, is_missing
 from analysis.metric_names import metric_name
 from analysis.progress import read_jobs
+from analysis.race import read_race
 from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.trends import WINDOW, Trend, trends, windows
 from analysis.uncertainty import FAMILY_TEXT, Comparison
-from grpo.run.files import atomic_write, atomic_write_text
+from grpo.run.files import RunFileError, atomic_write, atomic_write_text
 
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%
 # on MATH"; validation accuracy is eval/reward (1 only when formatted and correct)
@@ -100,6 +101,52 @@ def _stopped(collection: Collection) -> list[str]:
     return [*lines, f"Stopped early: {spent.describe()}. The full grid's estimate prices each "
             "run that did not complete at its own pace up to its n_grpo_steps. Configs with a run "
             "stopped early are not ranked.", "", *map(_run_line, stopped.to_dict("records"))]
+
+
+def _race(collection: Collection) -> list[str]:
+    """Each raced sweep's waves (`analysis.race.RACE_FILE`): the runs of each, the configs that
+    left and why, and the GPU-hours spent against the budget and the fixed grid; nothing for a
+    sweep that was not a race."""
+    lines: list[str] = []
+    for sweep in collection.sweeps:
+        try:
+            race = read_race(sweep.path)
+        except RunFileError as err:
+            lines += ["## Race", "", f"`{sweep.path.name}`'s race record is unusable: {err}."]
+            continue
+        if race is None:
+            continue
+        s = race.settings
+        lines += ["## Race", "", (
+            f"`{sweep.path.name}` raced {len(race.configs)} configs across seeds (README "
+            f"\"Racing across seeds\"): up to {s.max_seeds} seeds a config, wave w running seed "
+            f"{s.first_seed} + w - 1; after each wave the configs not shown worse than the best "
+            f"one went on, each look at a family-wise error rate of {s.alpha:g} / {s.max_seeds} = "
+            f"{s.alpha_per_look:.3g} (Bonferroni over the looks: at most {s.alpha:g} that a truly "
+            "best config leaves at any of them)."), ""]
+        rows = []
+        for n, wave in enumerate(race.waves, start=1):
+            d = wave.decision
+            left = "; ".join(f"{label}: {why}" for label, why in d.left.items()) if d else ""
+            rows.append([n, wave.seed, ", ".join(f"#{num}" for num in sorted(wave.jobs)),
+                         len(wave.jobs), f"{wave.priced_gpu_hours:.3g}",
+                         "(not looked at yet)" if d is None else ", ".join(d.alive),
+                         left or MISSING])
+        lines.append(markdown_table(["wave", "seed", "runs", "n", f"{race.unit} (priced)",
+                                     "could still be the best after it", "left, and why"], rows))
+        last = race.waves[-1].decision if race.waves else None
+        spent = race.spent_gpu_hours()
+        budget = (f" of its budget of {s.budget_gpu_hours:g}" if s.budget_gpu_hours is not None
+                  else " (no budget)")
+        share = spent / race.grid_gpu_hours if race.grid_gpu_hours > 0 else math.nan
+        lines += ["", (f"Ended: {last.end}." if last is not None and last.end else
+                       "Not over: relaunch the sweep's command to go on."),
+                  f"Spent {spent:.3g} {race.unit} (as priced){budget}; the fixed grid of "
+                  f"{s.max_seeds} seeds a config would spend {race.grid_gpu_hours:.3g}: "
+                  f"{share:.0%} of it."]
+        if last is not None:
+            lines.append(f"Seed variance at the last look: {last.seed_variance}.")
+    return lines
 
 
 def _failures(collection: Collection) -> list[str]:
@@ -462,6 +509,7 @@ def build_report(collection: Collection, report_dir: Path,
         _ranges(collection),
         _runs(collection),
         _stopped(collection),
+        _race(collection),
         _failures(collection),
         _unusable(collection, ranking),
         _best(collection, ranking),

@@ -26,7 +26,7 @@ from analysis.collect import collect
 from analysis.promote import promote
 from analysis.synthetic import write_multirun, write_run
 from grpo.chain.__main__ import budget_lines
-from grpo.chain.plan import UserOverrides, plan_stage, winner_lookup
+from grpo.chain.plan import StagePlan, UserOverrides, plan_stage, winner_lookup
 from grpo.chain.stages import load_chain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,6 +96,8 @@ def test_chain_follows_the_assignment() -> None:
      "stages[0]: experiment='lr_sweeps' is not a preset of"),
     ("stages:\n  - experiment: lr_sweep\n    decides: []\n",
      "stages[0] (lr_sweep): `decides` must be a non-empty list of keys"),
+    ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n    race_max_seeds: 1\n",
+     "stages[0] (lr_sweep): `race_max_seeds` must be an integer >= 2"),
 ])
 def test_a_bad_chain_names_the_key(tmp_path: Path, text: str, error: str) -> None:
     (tmp_path / "chain").mkdir()
@@ -244,6 +246,19 @@ def test_two_seeds_cannot_tell_configs_apart_within_the_simultaneous_intervals(
                                "[-0.423, +0.343] (simultaneous 95%), p 0.69 (Tukey-adjusted 0.9)",
         "learning_rate=3e-05": "not distinguishable from the best config: Δ -0.350 "
                                "[-0.733, +0.033] (simultaneous 95%), p 0.032 (Tukey-adjusted 0.063)"}
+
+
+def test_a_raced_stage_runs_its_sweep_as_a_race(tmp_path: Path) -> None:
+    (tmp_path / "chain").mkdir()
+    (tmp_path / "experiment").symlink_to(ROOT / "conf" / "experiment")
+    (tmp_path / "chain" / "r.yaml").write_text(
+        "stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n    race_max_seeds: 3\n")
+    (stage,) = load_chain("r", tmp_path).stages
+    assert stage.race_max_seeds == 3
+    plan = StagePlan(stage, 1, 1, tmp_path)
+    # the user's overrides come last and win (race.max_seeds=null runs the plain grid)
+    assert plan.overrides(UserOverrides.parse(["race.max_seeds=null"])) == [
+        "+experiment=lr_sweep", "race.max_seeds=3", "race.max_seeds=null"]
 
 
 def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> None:

@@ -130,8 +130,10 @@ class StagePlan:
 
     def overrides(self, user: UserOverrides) -> list[str]:
         """The stage's launch.py overrides (besides ``-m`` and the sweep directory)."""
+        race = ([f"race.max_seeds={self.stage.race_max_seeds}"]
+                if self.stage.race_max_seeds is not None else [])
         return [f"+experiment={self.stage.experiment}", *(c.override() for c in self.carried),
-                *user.lines]
+                *race, *user.lines]
 
     def record(self, user: UserOverrides) -> str:
         """``chain.json`` of the stage's sweep: its overrides and where each carried value came

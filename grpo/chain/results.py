@@ -22,6 +22,8 @@ from analysis.aggregate import Ranking, rank
 from analysis.collect import LABEL, collect, find_latest_sweep, run_values
 from analysis.monitor import counts_text
 from analysis.progress import FINISHED_STATUSES, RunProgress, SweepProgress, scheduler_states
+from analysis.race import read_race
+from grpo.run.files import RunFileError
 
 
 @dataclass(frozen=True)
@@ -85,14 +87,19 @@ class Winner:
 
 def find_winner(sweep: Path, keys: tuple[str, ...], off_policy_only: bool = False
                 ) -> Winner | str:
-    """The best config of ``sweep`` (among its off-policy configs when ``off_policy_only``)
-    with its values of ``keys``, or why there is none."""
+    """The best config of ``sweep`` (among its off-policy configs when ``off_policy_only``; of a
+    race, among the configs still in at its last look, its near-ties the others of them) with
+    its values of ``keys``, or why there is none."""
     try:
         collection = collect([sweep])
-    except (OSError, ValueError) as error:
+        race = read_race(sweep)
+    except (OSError, ValueError, RunFileError) as error:
         return f"its sweep {sweep} cannot be read ({error})"
     runs = collection.runs
     labels = set(runs.loc[runs["off_policy"].eq(True), LABEL]) if off_policy_only else None
+    last = race.waves[-1].decision if race is not None and race.waves else None
+    if last is not None:
+        labels = set(last.alive) if labels is None else labels & set(last.alive)
     ranking = rank(collection, labels=labels)
     if ranking.best is None:
         what = "off-policy config" if off_policy_only else "config"

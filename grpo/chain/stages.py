@@ -16,18 +16,20 @@ from omegaconf import OmegaConf
 from grpo.training.batch_plan import CONFIG_KEYS
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-STAGE_KEYS = ("experiment", "decides", "off_policy_only", "study")
+STAGE_KEYS = ("experiment", "decides", "off_policy_only", "study", "race_max_seeds")
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One study: its preset, the keys it decides, and whether it takes the batch plan of the
-    best off-policy config of the stages before it."""
+    """One study: its preset, the keys it decides, whether it takes the batch plan of the best
+    off-policy config of the stages before it, and whether it is a race across seeds."""
 
     experiment: str
     decides: tuple[str, ...]
     off_policy_only: bool = False
     study: str | None = None
+    race_max_seeds: int | None = None
+    """Race the stage's configs across up to this many seeds (`race.max_seeds`; None: no race)."""
 
     def decides_batch_plan(self) -> bool:
         """Whether the stage decides a key of the batch plan (epochs, train batch size, ...)."""
@@ -88,8 +90,12 @@ def load_chain(name: str, conf_dir: Path = CONF_DIR) -> Chain:
         study = entry.get("study")
         if study is not None and not isinstance(study, str):
             raise ValueError(f"{where} ({experiment}): `study` must be a name")
+        race = entry.get("race_max_seeds")
+        if race is not None and (not isinstance(race, int) or isinstance(race, bool) or race < 2):
+            raise ValueError(f"{where} ({experiment}): `race_max_seeds` must be an integer >= 2 "
+                             "(the most seeds a config gets in the stage's race) or absent")
         stages.append(Stage(experiment, tuple(decides), bool(entry.get("off_policy_only", False)),
-                            study))
+                            study, race))
     names = [stage.experiment for stage in stages]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
