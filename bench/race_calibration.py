@@ -1,0 +1,162 @@
+"""Calibration of racing across seeds: simulated races with a known truth, through the real
+sweeper's race (hydra_plugins.grpo_sweeps.racing.RaceRunner: its waves, record and looks) and
+the real readers (analysis.collect.collect, analysis.aggregate.rank, analysis.race.decide).
+
+The simulated world is bench/selection_calibration.py's: problem i has a difficulty q_i ~ U(0.1,
+0.9) shared by every config; run (config c, seed s) answers it right with probability q_i +
+delta_c + a_cs, a_cs ~ N(0, seed sd); 1024 problems, 20 evaluations of which the late ones are
+averaged; runs of the same seed share each evaluation's random numbers. Each wave's runs are
+written as run directories by a launcher that stands in for the trainer, then the race looks.
+
+Truths (9 configs; seed sd 1.5 and 3 points): ``equal`` (all the same), ``one better`` (config 0
+is 3 points better), ``additive`` (a 3x3 grid, effects 0/1/2 points along one key plus 0/0.5/1
+along the other: the corner cell is 3 points better than the worst, 0.5 better than the
+runner-up); and, beyond the issue's three, ``spread`` (the 9 configs 2 points apart, 0 to -16,
+as a learning-rate sweep spans a good region and clearly bad ones). Figures, each with its Monte
+Carlo standard error: the share of races whose pick (the
+best of the configs left) is a truly best config; with ``equal``, the false-winner rate (the race
+ends with one config, calling it better than every other: goal <= 5%); the runs (GPU-hours) as a
+share of the fixed grid of max_seeds seeds a config (goal <= 50%); and how often the fixed grid,
+read by the same analysis at the plain 5% level, ends with one config.
+
+Usage: python bench/race_calibration.py [--races 100] [--max-seeds 5] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import math
+import multiprocessing
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from selection_calibration import BASE, DIGEST, EVAL_EVERY, N_EVALS, N_PROBLEMS  # noqa: E402
+
+from analysis.aggregate import LATE_EVALS, rank  # noqa: E402
+from analysis.collect import collect  # noqa: E402
+from analysis.race import ONE_LEFT  # noqa: E402
+from analysis.run_rows import EVAL_REWARD  # noqa: E402
+from analysis.synthetic import write_multirun, write_run  # noqa: E402
+from grpo.config.race import RaceSettings  # noqa: E402
+from grpo.run.outcomes import EvalOutcomes, write_outcomes  # noqa: E402
+from hydra_plugins.grpo_sweeps.racing import RaceRunner  # noqa: E402
+
+GRID = [(a, b) for a in range(3) for b in range(3)]
+"""The 9 configs: (k0, k1) levels."""
+
+
+def effects(truth: str) -> np.ndarray:
+    """Each config's true effect (reward / 1, config order)."""
+    if truth == "equal":
+        return np.zeros(len(GRID))
+    if truth == "one better":
+        return np.array([0.03] + [0.0] * (len(GRID) - 1))
+    if truth == "spread":
+        return -0.02 * np.arange(len(GRID))
+    return np.array([0.01 * a + 0.005 * b for a, b in GRID])  # additive
+
+
+class SimulatedTrainer:
+    """Launches a wave's jobs by writing their run directories (the trainer's files: metrics
+    with every evaluation, per-problem outcomes of the late ones, the config records)."""
+
+    def __init__(self, sweep: Path, truth: np.ndarray, seed_sd: float, rng: np.random.Generator):
+        self.sweep, self.truth, self.seed_sd = sweep, truth, seed_sd
+        self.difficulty = rng.uniform(0.1, 0.9, N_PROBLEMS)
+        self.rng = rng
+        self.runs = 0
+
+    def __call__(self, batch: list[list[str]], start: int) -> None:
+        steps = np.arange(1, N_EVALS + 1) * EVAL_EVERY
+        for num, overrides in enumerate(batch, start=start):
+            values = dict(o.split("=", 1) for o in overrides)
+            c = GRID.index((int(values["k0"]), int(values["k1"])))
+            seed = int(values["seed"])
+            draws = np.random.default_rng([seed, 7]).uniform(size=(N_EVALS, N_PROBLEMS))
+            p = self.difficulty + self.truth[c] + self.rng.normal(0.0, self.seed_sd)
+            right = draws < p[None, :]
+            rows = [{"step": 0, EVAL_REWARD: 0.5, "time/elapsed_s": 1.0}]
+            rows += [{"step": int(step), EVAL_REWARD: float(r), "time/elapsed_s": float(step)}
+                     for step, r in zip(steps, right.mean(axis=1), strict=True)]
+            run = self.sweep / str(num)
+            write_run(run, {"k0": values["k0"], "k1": values["k1"], "seed": seed}, rows,
+                      {"status": "completed", "last_step": int(steps[-1])}, base=BASE)
+            for step, problems in zip(steps[-LATE_EVALS:], right[-LATE_EVALS:], strict=True):
+                write_outcomes(run, EvalOutcomes(int(step), 1, DIGEST,
+                                                 tuple(problems.astype(float).tolist())))
+            self.runs += 1
+
+
+def one_race(args: tuple[str, float, int, int]) -> dict[str, object]:
+    """Simulate one race; what the calibration counts of it."""
+    truth_name, seed_sd, max_seeds, seed = args
+    truth = effects(truth_name)
+    with tempfile.TemporaryDirectory() as root:
+        sweep = Path(root) / "sweep"
+        write_multirun(sweep, ["k0=0,1,2", "k1=0,1,2"])
+        trainer = SimulatedTrainer(sweep, truth, seed_sd, np.random.default_rng(seed))
+        runner = RaceRunner(sweep, RaceSettings(max_seeds, 0.05),
+                            [[f"k0={a}", f"k1={b}"] for a, b in GRID], [None] * len(GRID),
+                            trainer, 1)
+        runner.price = lambda indices: float(len(list(indices)))  # type: ignore[method-assign]
+        with contextlib.redirect_stdout(io.StringIO()):  # the sweeper's line per wave
+            race = runner.run()
+        last = race.waves[-1].decision
+        pick = last.alive[0]
+        picked = GRID.index(tuple(int(part.split("=")[1]) for part in pick.split(", ")))
+        # the fixed grid: every config to max_seeds seeds, read at the plain 5% level
+        fixed_dir = Path(root) / "fixed"
+        write_multirun(fixed_dir, ["k0=0,1,2", "k1=0,1,2", f"seed={','.join(map(str, range(max_seeds)))}"])
+        fixed = SimulatedTrainer(fixed_dir, truth, seed_sd, np.random.default_rng(seed + 10**6))
+        fixed([[f"k0={a}", f"k1={b}", f"seed={s}"] for a, b in GRID for s in range(max_seeds)], 0)
+        fixed_u = rank(collect([fixed_dir])).uncertainty
+    return {"truth": truth_name, "sd": seed_sd, "correct": bool(truth[picked] == truth.max()),
+            "one_left": last.end == ONE_LEFT, "share": trainer.runs / (len(GRID) * max_seeds),
+            "waves": len(race.waves),
+            "fixed_one_left": fixed_u is not None and len(fixed_u.could_be_best) == 1}
+
+
+def rate(values: list[bool]) -> str:
+    p = float(np.mean(values))
+    return f"{100 * p:5.1f}% ± {100 * math.sqrt(p * (1 - p) / len(values)):.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--races", type=int, default=100, help="simulated races per cell")
+    parser.add_argument("--max-seeds", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    cells = [(t, sd) for t in ("equal", "one better", "additive", "spread") for sd in (0.015, 0.03)]
+    jobs = [(t, sd, args.max_seeds, 1000 * i + r) for i, (t, sd) in enumerate(cells)
+            for r in range(args.races)]
+    start = time.time()
+    with multiprocessing.Pool(args.workers) as pool:
+        results = pool.map(one_race, jobs, chunksize=4)
+    print(f"{args.races} races a cell, 9 configs, max_seeds={args.max_seeds}, alpha 0.05 split "
+          f"over the looks (each at {0.05 / args.max_seeds:.3g}); {time.time() - start:.0f} s\n")
+    print("| truth | seed sd | picks a truly best config | ends with one config | runs / fixed grid "
+          "| waves | fixed grid ends with one config |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for truth, sd in cells:
+        rs = [r for r in results if r["truth"] == truth and r["sd"] == sd]
+        shares = [float(r["share"]) for r in rs]
+        print(f"| {truth} | {100 * sd:g} points | {rate([r['correct'] for r in rs])} "
+              f"| {rate([r['one_left'] for r in rs])} "
+              f"| {100 * np.mean(shares):.0f}% ± {100 * np.std(shares) / math.sqrt(len(rs)):.1f} "
+              f"| {np.mean([r['waves'] for r in rs]):.1f} "
+              f"| {rate([r['fixed_one_left'] for r in rs])} |")
+    print("\n'ends with one config' under the equal truth is the false-winner rate (goal <= 5%).")
+
+
+if __name__ == "__main__":
+    main()
