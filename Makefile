@@ -98,10 +98,10 @@ watch: $(STAMP) ## live view of the latest sweep, running or finished (SWEEP=dir
 
 # each test's time is printed (console_output_style=times: per file in one process, per test on
 # xdist workers, which list each test as it starts and ends), so a log cut short still shows
-# where the time went; the 15 slowest tests are listed at the end
+# where the time went; the 25 slowest tests are listed at the end
 test: $(STAMP) ## run the whole test suite (slow and SLURM tests included) on TEST_WORKERS processes
 	$(PY) -m pytest -o console_output_style=times \
-		$(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup -v) --durations=15
+		$(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup -v) --durations=25
 
 test-latest: ## drift canary: fast tests in a throw-away venv with the newest releases pyproject allows
 	bash scripts/test_latest.sh

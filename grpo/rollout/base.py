@@ -82,7 +82,7 @@ class RolloutEngine(ABC):
         seed: int,
         max_model_len: int,
     ) -> RolloutEngine:
-        """The engine for the `rollout` config group; see `grpo.rollout.build_engine`."""
+        """The engine for the `rollout` config group; see `grpo.rollout.engines.build_engine`."""
 
     def generate(
         self, prompts: Sequence[str], n: int, sampling: SamplingSettings
