@@ -1,5 +1,5 @@
 """Calibration of racing across seeds: simulated races with a known truth, through the real
-sweeper's race (hydra_plugins.grpo_sweeps.racing.RaceRunner: its waves, record and looks) and
+sweeper's race (analysis.race.RaceRunner: its waves, record and looks) and
 the real readers (analysis.collect.collect, analysis.aggregate.rank, analysis.race.decide).
 
 The simulated world is bench/selection_calibration.py's: problem i has a difficulty q_i ~ U(0.1,
@@ -43,12 +43,11 @@ from selection_calibration import BASE, DIGEST, EVAL_EVERY, N_EVALS, N_PROBLEMS 
 
 from analysis.aggregate import LATE_EVALS, rank  # noqa: E402
 from analysis.collect import collect  # noqa: E402
-from analysis.race import ONE_LEFT  # noqa: E402
+from analysis.race import ONE_LEFT, RaceRunner  # noqa: E402
 from analysis.run_rows import EVAL_REWARD  # noqa: E402
 from analysis.synthetic import write_multirun, write_run  # noqa: E402
 from grpo.config.race import RaceSettings  # noqa: E402
 from grpo.run.outcomes import EvalOutcomes, write_outcomes  # noqa: E402
-from hydra_plugins.grpo_sweeps.racing import RaceRunner  # noqa: E402
 
 GRID = [(a, b) for a in range(3) for b in range(3)]
 """The 9 configs: (k0, k1) levels."""
@@ -105,9 +104,8 @@ def one_race(args: tuple[str, float, int, int]) -> dict[str, object]:
         write_multirun(sweep, ["k0=0,1,2", "k1=0,1,2"])
         trainer = SimulatedTrainer(sweep, truth, seed_sd, np.random.default_rng(seed))
         runner = RaceRunner(sweep, RaceSettings(max_seeds, 0.05),
-                            [[f"k0={a}", f"k1={b}"] for a, b in GRID], [None] * len(GRID),
-                            trainer, 1)
-        runner.price = lambda indices: float(len(list(indices)))  # type: ignore[method-assign]
+                            [[f"k0={a}", f"k1={b}"] for a, b in GRID], trainer,
+                            lambda indices: float(len(indices)))
         with contextlib.redirect_stdout(io.StringIO()):  # the sweeper's line per wave
             race = runner.run()
         last = race.waves[-1].decision

@@ -22,16 +22,18 @@ from analysis.race import (
     RACE_FILE,
     Decision,
     Race,
+    RaceRunner,
     Wave,
+    chunks,
     decide,
     read_race,
+    without_seed,
 )
 from analysis.report import build_report
 from analysis.synthetic import write_multirun, write_run
 from grpo.chain.results import find_winner
 from grpo.config.race import RaceSettings
 from grpo.run.files import RunFileError
-from hydra_plugins.grpo_sweeps.racing import RaceRunner, chunks, without_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_STEPS = (0, 10, 20, 30, 40, 50)
@@ -73,10 +75,8 @@ class Truth:
 
 def runner(sweep: Path, settings: RaceSettings, launch: Truth, price: float = 1.0) -> RaceRunner:
     write_multirun(sweep, [f"learning_rate={','.join(LRS)}"])
-    race = RaceRunner(sweep, settings, [[f"learning_rate={lr}"] for lr in LRS],
-                      [None] * len(LRS), launch, 1)
-    race.price = lambda indices: price * len(list(indices))  # type: ignore[method-assign]
-    return race
+    return RaceRunner(sweep, settings, [[f"learning_rate={lr}"] for lr in LRS], launch,
+                      lambda indices: price * len(indices))
 
 
 def test_a_clearly_worse_config_leaves_at_the_first_look_with_a_seed_variance(tmp_path: Path) -> None:

@@ -120,16 +120,24 @@ class ValidatingSweeper(BasicSweeper):
         return resume_refusal(cfg, Path(self.config.hydra.sweep.dir) / str(subdir))
 
     def _race_runner(self, settings: RaceSettings, sweep_dir: Path) -> Any:
-        """The race of this sweep's jobs in `sweep_dir` (`hydra_plugins.grpo_sweeps.racing`)."""
+        """The race of this sweep's jobs in `sweep_dir` (`analysis.race.RaceRunner`), each wave
+        priced by the cost model and launched by the sweep's launcher."""
         # imported here: the race reads the sweep back with the analysis (pandas), which the
         # sweeper's other work and every dry run do without
-        from hydra_plugins.grpo_sweeps.racing import RaceRunner, without_seed
+        from analysis.race import RaceRunner, without_seed
 
         jobs = list(self.composed.values())
-        return RaceRunner(sweep_dir, settings, [without_seed(job.overrides) for job in jobs],
-                          [job.cfg for job in jobs],
-                          lambda batch, start: self.launcher.launch(batch, initial_job_idx=start),
-                          self._parallel(len(jobs)))
+        parallel = self._parallel(len(jobs))
+
+        def price(indices: Sequence[int]) -> float:
+            cost, _ = estimate([jobs[i].cfg for i in indices], parallel)
+            runner.unit = cost.unit
+            return float(cost.full_grid)
+
+        runner = RaceRunner(sweep_dir, settings, [without_seed(job.overrides) for job in jobs],
+                            lambda batch, start: self.launcher.launch(batch, initial_job_idx=start),
+                            price)
+        return runner
 
     def _price_race(self, settings: RaceSettings, cfgs: list[Any]) -> None:
         """With dry_run, the race's worst case (every config to max_seeds) against its budget;
@@ -154,7 +162,7 @@ class ValidatingSweeper(BasicSweeper):
             sys.exit(2)
 
     def _race(self, settings: RaceSettings, sweep_dir: Path) -> list[Any]:
-        """Run the race (hydra_plugins.grpo_sweeps.racing) and print where it ended."""
+        """Run the race (`analysis.race.RaceRunner`) and print where it ended."""
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         race = self._race_runner(settings, sweep_dir).run()
         last = race.waves[-1].decision if race.waves else None
