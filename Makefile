@@ -30,7 +30,7 @@ TORCH_VERSION ?=
 UPGRADE ?= 0
 export LOCK_PYTHON UV TORCH_CPU_INDEX TORCH_VERSION UPGRADE
 # pytest-xdist workers of `make test` (tests/conftest.py groups them per module, SLURM tests
-# together); 1 runs it in one process. 2 on 2 cores: 31-37 min instead of 55 (the one process
+# together); 1 runs it in one process. 2 on 2 cores (README "Development" has the times; one process
 # leaves a core idle while it waits on subprocesses, Hydra starts and the SLURM scheduler)
 TEST_WORKERS ?= 2
 # the vLLM CPU test venv (make test-vllm): its own torch/transformers pins, so apart from .venv

@@ -33,6 +33,8 @@ ACCEPTED: dict[tuple[str, str], str] = {
     ("optimizer.max_grad_norm", "null"): "no gradient clipping",
     ("optimizer.max_grad_norm", "huge"): "a clip that never bites: no clipping",
     ("budget.gpu_hours", "null"): "no GPU-hour limit",
+    ("race.max_seeds", "null"): "no race: the grid runs as swept (the default)",
+    ("race.budget_gpu_hours", "null"): "no GPU-hour limit on the race's waves",
     ("model.micro_batch_tokens", "null"): "micro_batch_size sequences a micro-batch",
     ("model.warmup_target_accuracy", "null"): "the tiny model warms up for warmup_steps only",
     ("model.attn_implementation", "null"): "transformers' default attention kernel",
