@@ -37,7 +37,7 @@ from grpo.config.validation import check_config, check_installed
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
 from grpo.run.run_config import resume_refusal
-from grpo.sweep.cost import ESTIMATE_FILE_ENV, estimate, write_estimate
+from grpo.sweep.cost import ESTIMATE_FILE_ENV, SweepEstimate, estimate, write_estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
     get_job_batch,
@@ -139,25 +139,27 @@ class ValidatingSweeper(BasicSweeper):
                             price)
         return runner
 
-    def _price_race(self, settings: RaceSettings, cfgs: list[Any]) -> None:
+    def _price_race(self, settings: RaceSettings, cfgs: list[Any], cost: SweepEstimate | None) -> None:
         """With dry_run, the race's worst case (every config to max_seeds) against its budget;
-        refuse (exit 2) a budget that cannot pay for wave 1."""
-        runner = self._race_runner(settings, Path(self.config.hydra.sweep.dir))
-        one = runner.price(range(len(cfgs)))
+        refuse (exit 2) a budget that cannot pay for wave 1. `cost`: the grid's estimate where
+        `_price` made one (wave 1 is the grid)."""
+        if cost is None:
+            cost, _ = estimate(cfgs, self._parallel(len(cfgs)))
+        one, unit = cost.full_grid, cost.unit
         budget = settings.budget_gpu_hours
         if self.config.dry_run:
             print(f"race: waves of seeds {settings.seed_of(1)}, {settings.seed_of(2)}, ... up to "
                   f"{settings.max_seeds} seeds a config; each look at alpha "
                   f"{settings.alpha}/{settings.max_seeds} = {settings.alpha_per_look:.3g} "
-                  f"(Bonferroni over the looks); wave 1 {one:.3g} {runner.unit}, worst case "
+                  f"(Bonferroni over the looks); wave 1 {one:.3g} {unit}, worst case "
                   f"(every config to max_seeds, the fixed grid) {one * settings.max_seeds:.3g}"
                   + (f", budget {budget:g}" if budget is not None else ""))
         if self.config.dry_run and os.environ.get(ESTIMATE_FILE_ENV):
             # the race plans its worst case: every config to max_seeds
             worst = one * settings.max_seeds
-            write_estimate(Path(os.environ[ESTIMATE_FILE_ENV]), worst, worst, runner.unit)
+            write_estimate(Path(os.environ[ESTIMATE_FILE_ENV]), worst, worst, unit)
         if budget is not None and one > budget:
-            print(f"error: race wave 1 ({len(cfgs)} runs) is priced at {one:.3g} {runner.unit}, more than "
+            print(f"error: race wave 1 ({len(cfgs)} runs) is priced at {one:.3g} {unit}, more than "
                   f"race.budget_gpu_hours={budget:g}; nothing was submitted", file=sys.stderr)
             sys.exit(2)
 
@@ -173,13 +175,14 @@ class ValidatingSweeper(BasicSweeper):
                   f"`make plots SWEEP={sweep_dir}`")
         return []
 
-    def _price(self, cfgs: list[Any], lines: list[str]) -> None:
+    def _price(self, cfgs: list[Any], lines: list[str]) -> SweepEstimate | None:
         """With dry_run, print each job's line (`lines`) with its estimated cost, the rates and
         the sweep's total (grpo.sweep.cost); exit 2 when the sweep would spend more than
-        budget.gpu_hours. Nothing is estimated when neither is asked for."""
+        budget.gpu_hours. Nothing is estimated when neither is asked for (None); else returns
+        the estimate."""
         budget = cfgs[0].budget.gpu_hours
         if not self.config.dry_run and budget is None:
-            return
+            return None
         cost, rates = estimate(cfgs, self._parallel(len(cfgs)))
         if self.config.dry_run:
             print(f"dry run: {len(cfgs)} jobs, nothing submitted")
@@ -193,6 +196,7 @@ class ValidatingSweeper(BasicSweeper):
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)
             sys.exit(2)
+        return cost
 
     def sweep(self, arguments: list[str]) -> Any:
         note = output_root_note(self.config.hydra)
@@ -244,9 +248,10 @@ class ValidatingSweeper(BasicSweeper):
                               for nums, messages in sorted(by_jobs.items())),
                   file=sys.stderr)
             sys.exit(2)
-        self._price([job.cfg for job in self.composed.values()], lines)
+        cfgs = [job.cfg for job in self.composed.values()]
+        cost = self._price(cfgs, lines)
         if race is not None:
-            self._price_race(race, [job.cfg for job in self.composed.values()])
+            self._price_race(race, cfgs, cost)
         if self.config.dry_run:
             return []
         sweep_dir = Path(self.config.hydra.sweep.dir)
