@@ -2,8 +2,9 @@
 
 While a sweep runs, the launchers (``hydra_plugins/grpo_sweeps``) show one row per job,
 refreshed in place: overrides, status, step/total, last train and validation reward, seconds
-per step and ETA. ``python -m analysis watch [SWEEP]`` (``make watch``) shows the same view of a
-running or finished sweep from any shell. When stdout is not a terminal (CI, a log file) a
+per step and ETA; a race's runs (``analysis.race``) show their wave, under a line that says
+where the race stands. ``python -m analysis watch [SWEEP]`` (``make watch``) shows the same view
+of a running or finished sweep from any shell. When stdout is not a terminal (CI, a log file) a
 plain line is printed per run whenever its status changes or it gets another tenth of the way. At the end, :meth:`SweepMonitor.summary` prints one line per job
 with its final status, the runs that resumed and from which step, the best config (the
 report's ranking) and where the report is.
@@ -82,8 +83,9 @@ def counts_text(rows: Sequence[RunProgress]) -> str:
 
 
 def plain_line(run: RunProgress) -> str:
-    """One run as a line of text (logs, CI, the summary)."""
-    parts = [f"#{run.num} {run.label}: {status_text(run)}", f"step {steps_text(run)}"]
+    """One run as a line of text (logs, CI, the summary); a race's runs name their wave."""
+    wave = "" if run.wave is None else f"(wave {run.wave}) "
+    parts = [f"#{run.num} {wave}{run.label}: {status_text(run)}", f"step {steps_text(run)}"]
     if run.train_reward is not None:
         parts.append(f"train {run.train_reward:.3f}")
     if run.eval_reward is not None:
@@ -104,14 +106,17 @@ def table(rows: Sequence[RunProgress], max_rows: int | None = None) -> Table:
         rank = {s: i for i, s in enumerate(SHOW_FIRST)}
         keep = sorted(rows, key=lambda r: (rank.get(r.status, len(rank)), r.num))[:max_rows]
         shown = sorted(keep, key=lambda r: r.num)
+    raced = any(run.wave is not None for run in rows)
     grid = Table(caption_justify="left", expand=False)
-    for name, justify in (("#", "right"), ("overrides", "left"), ("status", "left"),
+    for name, justify in (("#", "right"), *((("wave", "right"),) if raced else ()),
+                          ("overrides", "left"), ("status", "left"),
                           ("step", "right"), ("train", "right"), ("eval", "right"),
                           ("s/step", "right"), ("ETA", "right")):
         grid.add_column(name, justify=justify, no_wrap=name != "overrides")
     for run in shown:
         grid.add_row(
-            str(run.num), run.label, Text(status_text(run), style=STYLES.get(run.status, "")),
+            str(run.num), *((MISSING if run.wave is None else str(run.wave),) if raced else ()),
+            run.label, Text(status_text(run), style=STYLES.get(run.status, "")),
             steps_text(run), fmt_number(run.train_reward), eval_text(run),
             MISSING if run.seconds_per_step is None or not run.active
             else f"{run.seconds_per_step:.2f}",
@@ -141,6 +146,7 @@ class SweepMonitor:
         self._last_read = -float("inf")
         self._live: Live | None = None
         self._printed: dict[int, tuple[str, int]] = {}
+        self._race_said: str | None = None
 
     def __enter__(self) -> SweepMonitor:
         self.say(f"Sweep directory: {shown_path(self.progress.sweep_dir)}")
@@ -169,12 +175,17 @@ class SweepMonitor:
 
     def show(self, rows: Sequence[RunProgress]) -> None:
         """Draw ``rows``: the live table, or plain lines for the runs that moved on."""
+        race = self.progress.race.status_text() if self.progress.race is not None else None
         if self._live is not None:
             title = (f"{shown_path(self.progress.sweep_dir)}: {counts_text(rows)} | "
                      f"{fmt_duration(self.clock() - self.started)} elapsed")
-            view = Group(Text(title, style="italic"), table(rows, max(self.console.height - 6, 5)))
+            view = Group(Text(title, style="italic"), *((Text(race),) if race else ()),
+                         table(rows, max(self.console.height - 7, 5)))
             self._live.update(view, refresh=True)
             return
+        if race is not None and race != self._race_said:
+            self._race_said = race
+            self.say(race)
         for run in rows:
             tenth = int(run.steps_done / run.n_steps / PLAIN_STEP_FRACTION) if run.n_steps else 0
             key = (run.status, tenth)
@@ -187,6 +198,8 @@ class SweepMonitor:
         rows = self.rows if rows is None else rows
         sweep = self.progress.sweep_dir
         lines = [f"Sweep {shown_path(sweep)}: {len(rows)} runs: {counts_text(rows)}"]
+        if self.progress.race is not None:
+            lines.append(self.progress.race.status_text())
         lines += [f"  {plain_line(run)}" for run in rows]
         resumed = [f"#{r.num} from step {', then '.join(map(str, r.resumed_from))}"
                    for r in rows if r.resumed_from]

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from analysis.race_record import Race, read_race
 from analysis.run_rows import (
     ELAPSED,
     EVAL_REWARD,
@@ -38,7 +39,7 @@ from analysis.run_rows import (
     parse_line,
     read_status,
 )
-from grpo.run.files import STATUSES, atomic_write_text
+from grpo.run.files import STATUSES, RunFileError, atomic_write_text
 from grpo.run.tracking import run_overrides
 
 JOBS_FILE = "jobs.json"
@@ -208,7 +209,7 @@ class RunProgress:
     ``seconds_per_step``: recent wall-clock per step; ``eta_s``: seconds left at that pace;
     ``resumed_from``: the step each restart continued from; ``log``: the job's stderr file;
     ``job_ended``: the scheduler says the job is over (a ``preempted`` run whose job ended
-    will not be requeued).
+    will not be requeued); ``wave``: the race's wave the job belongs to (None: not a race).
     """
 
     num: int
@@ -227,6 +228,7 @@ class RunProgress:
     resumed_from: tuple[int, ...] = ()
     log: str | None = None
     job_ended: bool = False
+    wave: int | None = None
 
     @property
     def active(self) -> bool:
@@ -235,13 +237,16 @@ class RunProgress:
 
 
 class SweepProgress:
-    """Reads the progress of every job of a sweep; call :meth:`read` as often as you like."""
+    """Reads the progress of every job of a sweep; call :meth:`read` as often as you like.
+    ``race``: the sweep's race record as the last read found it (None: not a race, or a record
+    that cannot be read)."""
 
     def __init__(self, sweep_dir: Path, jobs: Sequence[Job] | None = None) -> None:
         self.sweep_dir = Path(sweep_dir)
         self._jobs = list(jobs) if jobs is not None else None
         self._tails: dict[int, MetricsTail] = {}
         self._overrides: dict[int, tuple[str, ...]] = {}
+        self.race: Race | None = None
 
     def jobs(self) -> list[Job]:
         """The jobs given, else those of ``jobs.json``, else one per numbered run directory."""
@@ -259,10 +264,15 @@ class SweepProgress:
         jobs = self.jobs()
         overrides = [self._job_overrides(job) for job in jobs]
         keys = varying_keys(overrides)
+        try:
+            self.race = read_race(self.sweep_dir)
+        except (RunFileError, OSError):  # torn or crafted: the runs are shown without waves
+            self.race = None
+        waves = self.race.wave_of() if self.race is not None else {}
         rows = []
         for job, job_overrides in zip(jobs, overrides, strict=True):
             label = " ".join(o for o in job_overrides if override_key(o) in keys)
-            run = self._read_run(job, label or "(no overrides)")
+            run = replace(self._read_run(job, label or "(no overrides)"), wave=waves.get(job.num))
             rows.append(outcome(run, (scheduler or {}).get(job.num), (errors or {}).get(job.num)))
         return rows
 

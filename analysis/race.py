@@ -16,8 +16,9 @@ leaves at any look is at most `alpha` (conservative: the looks are positively co
 
 The race ends when one config remains, when a config has had `max_seeds` seeds, or when the
 next wave would take the sweep past its budget (the sweeper prices each wave before launching
-it). `RACE_FILE` in the sweep directory records each wave's jobs, seed and decision: the
-report's "Race" section reads it, and a relaunched sweeper reads it to continue.
+it). `race.json` in the sweep directory (`analysis.race_record`) records each wave's jobs, seed
+and decision: the report's "Race" section and `make watch` read it, and a relaunched sweeper
+reads it to continue.
 
 `RaceRunner` runs a race for the validating sweeper (hydra_plugins.grpo_sweeps): each wave goes
 through the sweep's launcher like any batch of jobs (the local pool, or one SLURM job array a
@@ -30,39 +31,17 @@ give the same decisions.
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from analysis.aggregate import rank
 from analysis.collect import LABEL, Collection, collect
+from analysis.progress import FINISHED_STATUSES
+from analysis.race_record import MAX_SEEDS, ONE_LEFT, OVER_BUDGET, Decision, Race, Wave, read_race
 from grpo.config.race import RaceSettings
-from grpo.run.files import RunFileError, atomic_write_text, read_json, read_status
-
-RACE_FILE = "race.json"
-"""The race's record in the sweep directory."""
-MAX_RACE_BYTES = 4 << 20
-"""Largest race record read (one of 1000 configs over 10 waves is about 200 kB)."""
-ONE_LEFT = "one config remains"
-MAX_SEEDS = "every config still in has max_seeds seeds"
-OVER_BUDGET = "the next wave would pass the budget"
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the look after wave `wave` decided: `alive` the configs that go on (best first),
-    `left` those that left at this look and why, `end` why the race ends here (None: it goes
-    on), `seed_variance` the seed variance the comparisons rest on, in words."""
-
-    wave: int
-    alive: tuple[str, ...]
-    left: dict[str, str] = field(default_factory=dict)
-    end: str | None = None
-    seed_variance: str = ""
+from grpo.run.files import read_status
 
 
 def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings,
@@ -83,96 +62,6 @@ def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings,
         left.update({c.config: c.describe() for c in u.against_best() if c.config not in could})
     end = (ONE_LEFT if len(could) <= 1 else MAX_SEEDS if wave >= settings.max_seeds else None)
     return Decision(wave, tuple(could), left, end, variance)
-
-
-@dataclass
-class Wave:
-    """One wave: its `seed`, its jobs (job number -> config index), the GPU-hours the sweeper
-    priced it at, the look after it (`decision`, None until the wave is done) and the label the
-    analysis gives each config (config index -> label)."""
-
-    seed: int
-    jobs: dict[int, int]
-    priced_gpu_hours: float
-    decision: Decision | None = None
-    labels: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass
-class Race:
-    """A race's record (`RACE_FILE`): the configs (each one's job overrides, without the seed),
-    the settings, the GPU-hours of the fixed grid of `max_seeds` seeds a config, as priced, and
-    the waves so far."""
-
-    configs: list[list[str]]
-    settings: RaceSettings
-    grid_gpu_hours: float
-    waves: list[Wave] = field(default_factory=list)
-    unit: str = "GPU-hours"
-    """What the prices count: GPU-hours, or CPU-hours for jobs without a GPU."""
-
-    def next_job(self) -> int:
-        """The job number the next wave starts at."""
-        return sum(len(w.jobs) for w in self.waves)
-
-    def alive(self) -> list[int]:
-        """The config indices that go on to the next wave (all of them before wave 1)."""
-        if not self.waves:
-            return list(range(len(self.configs)))
-        last = self.waves[-1]
-        return sorted(last.jobs.values()) if last.decision is None else [
-            i for i in sorted(last.jobs.values()) if last.labels.get(i) in last.decision.alive]
-
-    def spent_gpu_hours(self) -> float:
-        """The GPU-hours of the waves so far, as priced."""
-        return sum(w.priced_gpu_hours for w in self.waves)
-
-    def write(self, sweep_dir: Path) -> None:
-        """Record the race in `sweep_dir` (atomically)."""
-        payload = {"version": 1, "configs": self.configs, "settings": asdict(self.settings),
-                   "grid_gpu_hours": self.grid_gpu_hours, "unit": self.unit,
-                   "waves": [{"seed": w.seed, "jobs": {str(n): i for n, i in w.jobs.items()},
-                              "priced_gpu_hours": w.priced_gpu_hours,
-                              "labels": {str(i): label for i, label in w.labels.items()},
-                              "decision": None if w.decision is None else asdict(w.decision)}
-                             for w in self.waves]}
-        atomic_write_text(sweep_dir / RACE_FILE, json.dumps(payload, indent=1) + "\n")
-
-
-def read_race(sweep_dir: Path) -> Race | None:
-    """The race recorded in `sweep_dir`, or None where there is none. A record that is not one
-    (crafted, torn) raises RunFileError naming the file."""
-    path = sweep_dir / RACE_FILE
-    if not path.exists():
-        return None
-    payload = read_json(path, MAX_RACE_BYTES)
-    try:
-        settings = RaceSettings(**payload["settings"])
-        configs = [[str(o) for o in overrides] for overrides in payload["configs"]]
-        waves = []
-        for entry in payload["waves"]:
-            decision = entry["decision"]
-            waves.append(Wave(
-                int(entry["seed"]), {int(n): int(i) for n, i in entry["jobs"].items()},
-                float(entry["priced_gpu_hours"]),
-                None if decision is None else Decision(
-                    int(decision["wave"]), tuple(map(str, decision["alive"])),
-                    {str(k): str(v) for k, v in decision["left"].items()},
-                    None if decision["end"] is None else str(decision["end"]),
-                    str(decision["seed_variance"])),
-                {int(i): str(label) for i, label in entry["labels"].items()}))
-        race = Race(configs, settings, float(payload["grid_gpu_hours"]), waves,
-                    str(payload["unit"]))
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise RunFileError(f"{path} is not a race record ({type(err).__name__}: {err})") from None
-    if any(i not in range(len(configs)) for w in waves for i in w.jobs.values()) or not all(
-            math.isfinite(w.priced_gpu_hours) for w in waves):
-        raise RunFileError(f"{path} is not a race record (a job of a config it does not list)")
-    return race
-
-
-FINISHED = ("completed", "collapsed", "diverged", "pruned")
-"""Statuses of a run that is over: its job is not launched again."""
 
 
 def without_seed(overrides: Sequence[str]) -> list[str]:
@@ -259,7 +148,7 @@ class RaceRunner:
     def run_wave(self, wave: Wave) -> None:
         """Launch the wave's jobs whose runs are not over, in runs of consecutive job numbers."""
         todo = [num for num in sorted(wave.jobs) if (status := read_status(
-            self.sweep_dir / str(num))) is None or status.get("status") not in FINISHED]
+            self.sweep_dir / str(num))) is None or status.get("status") not in FINISHED_STATUSES]
         for nums in chunks(todo):
             self.launch([[*self.configs[wave.jobs[n]], f"seed={wave.seed}"] for n in nums], nums[0])
 

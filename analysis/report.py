@@ -35,7 +35,7 @@ from analysis.collect import LABEL, Collection
 from analysis.formatting import MISSING, fmt_duration, fmt_number, is_missing
 from analysis.metric_names import metric_name
 from analysis.progress import read_jobs
-from analysis.race import read_race
+from analysis.race_record import read_race
 from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.trends import WINDOW, Trend, trends, windows
 from analysis.uncertainty import FAMILY_TEXT, Comparison
@@ -104,7 +104,7 @@ def _stopped(collection: Collection) -> list[str]:
 
 
 def _race(collection: Collection) -> list[str]:
-    """Each raced sweep's waves (`analysis.race.RACE_FILE`): the runs of each, the configs that
+    """Each raced sweep's waves (`analysis.race_record.RACE_FILE`): the runs of each, the configs that
     left and why, and the GPU-hours spent against the budget and the fixed grid; nothing for a
     sweep that was not a race."""
     lines: list[str] = []

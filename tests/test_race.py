@@ -4,6 +4,7 @@ rate, the record a relaunched sweeper continues from, and the budget."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -12,22 +13,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+from rich.console import Console
 from sweep_factory import write_matching_outcomes
 
 from analysis.collect import collect
-from analysis.race import (
+from analysis.monitor import plain_line, table, watch
+from analysis.progress import SweepProgress
+from analysis.race import RaceRunner, chunks, decide, without_seed
+from analysis.race_record import (
     MAX_SEEDS,
     ONE_LEFT,
     OVER_BUDGET,
     RACE_FILE,
     Decision,
     Race,
-    RaceRunner,
     Wave,
-    chunks,
-    decide,
     read_race,
-    without_seed,
 )
 from analysis.report import build_report
 from analysis.synthetic import write_multirun, write_run
@@ -154,6 +155,42 @@ def test_a_killed_race_continues_from_its_record_and_trains_no_run_twice(tmp_pat
     again = Truth(sweep, means, sd=0.02)
     runner(sweep, settings, again).run()
     assert again.launched == []
+
+
+def test_the_monitor_shows_each_run_s_wave_and_where_the_race_stands(tmp_path: Path) -> None:
+    """`make watch` (analysis.monitor over analysis.progress) reads the race record: each run's
+    wave, and a line with the wave, the configs still in and the spend; a torn record is shown
+    without waves, not a crash."""
+    sweep = tmp_path / "sweep"
+    means = {"1e-4": 0.5, "3e-4": 0.52, "1e-3": 0.2}
+    settings = RaceSettings(max_seeds=3, alpha=0.05)
+    with pytest.raises(KeyboardInterrupt):  # killed during wave 2, after its first run
+        runner(sweep, settings, Truth(sweep, means, sd=0.02, stop_after=4)).run()
+    progress = SweepProgress(sweep)
+    rows = progress.read()
+    assert [(r.num, r.wave) for r in rows] == [(0, 1), (1, 1), (2, 1), (3, 2)]
+    assert progress.race.status_text() == (
+        "race: wave 2 of at most 3 running (seed 1, 3 runs); 3 of 3 configs in; "
+        "6 of the fixed grid's 9 GPU-hours")
+    assert plain_line(rows[3]).startswith("#3 (wave 2) learning_rate=1e-4")
+    console = Console(record=True, width=200)
+    console.print(table(rows))
+    shown = console.export_text().splitlines()
+    (header,) = [line.split("┃")[1:3] for line in shown if "┃" in line]
+    cells = [line.split("│")[1:3] for line in shown if "│" in line]
+    assert [c.strip() for c in header] == ["#", "wave"]
+    assert [[c.strip() for c in row] for row in cells] == [["0", "1"], ["1", "1"], ["2", "1"], ["3", "2"]]
+
+    runner(sweep, settings, Truth(sweep, means, sd=0.02)).run()
+    output = io.StringIO()
+    rows = watch(sweep, console=Console(file=output, width=300))
+    said = output.getvalue()
+    last = read_race(sweep)
+    assert f"race: ended after wave {len(last.waves)}: {last.waves[-1].decision.end}" in said
+    assert all(r.wave is not None for r in rows) and f"#{rows[-1].num} (wave {len(last.waves)}) " in said
+
+    (sweep / RACE_FILE).write_text('{"configs": [')  # torn
+    assert [r.wave for r in progress.read()] == [None] * len(rows) and progress.race is None
 
 
 def test_the_next_wave_is_not_launched_past_the_budget(tmp_path: Path) -> None:

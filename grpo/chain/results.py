@@ -22,7 +22,7 @@ from analysis.aggregate import Ranking, rank
 from analysis.collect import LABEL, collect, find_latest_sweep, run_values
 from analysis.monitor import counts_text
 from analysis.progress import FINISHED_STATUSES, RunProgress, SweepProgress, scheduler_states
-from analysis.race import read_race
+from analysis.race_record import read_race
 from grpo.run.files import RunFileError
 
 
