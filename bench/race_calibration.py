@@ -19,7 +19,10 @@ ends with one config, calling it better than every other: goal <= 5%); the runs 
 share of the fixed grid of max_seeds seeds a config (goal <= 50%); and how often the fixed grid,
 read by the same analysis at the plain 5% level, ends with one config.
 
-Usage: python bench/race_calibration.py [--races 100] [--max-seeds 5] [--workers 2]
+With ``--record`` each case's share is written to grpo/config/race_calibration.json, which the
+dry run of a race prints as its expected case.
+
+Usage: python bench/race_calibration.py [--races 100] [--max-seeds 5] [--workers 2] [--record]
 """
 
 from __future__ import annotations
@@ -43,14 +46,19 @@ from selection_calibration import BASE, DIGEST, EVAL_EVERY, N_EVALS, N_PROBLEMS 
 
 from analysis.aggregate import LATE_EVALS, rank  # noqa: E402
 from analysis.collect import collect  # noqa: E402
-from analysis.race import ONE_LEFT, RaceRunner  # noqa: E402
+from analysis.race import RaceRunner  # noqa: E402
+from analysis.race_record import ONE_LEFT  # noqa: E402
 from analysis.run_rows import EVAL_REWARD  # noqa: E402
 from analysis.synthetic import write_multirun, write_run  # noqa: E402
-from grpo.config.race import RaceSettings  # noqa: E402
+from grpo.config.race import CALIBRATION_FILE, CalibratedCase, Calibration, RaceSettings  # noqa: E402
 from grpo.run.outcomes import EvalOutcomes, write_outcomes  # noqa: E402
 
 GRID = [(a, b) for a in range(3) for b in range(3)]
 """The 9 configs: (k0, k1) levels."""
+TRUTHS = {"equal": "all configs equal", "one better": "one config 3 points better",
+          "additive": "a 3x3 grid 0.5-3 points apart", "spread": "configs 2 points apart"}
+"""Each truth (`effects`) in the words of the dry run's expected case."""
+ALPHA = 0.05
 
 
 def effects(truth: str) -> np.ndarray:
@@ -103,7 +111,7 @@ def one_race(args: tuple[str, float, int, int]) -> dict[str, object]:
         sweep = Path(root) / "sweep"
         write_multirun(sweep, ["k0=0,1,2", "k1=0,1,2"])
         trainer = SimulatedTrainer(sweep, truth, seed_sd, np.random.default_rng(seed))
-        runner = RaceRunner(sweep, RaceSettings(max_seeds, 0.05),
+        runner = RaceRunner(sweep, RaceSettings(max_seeds, ALPHA),
                             [[f"k0={a}", f"k1={b}"] for a, b in GRID], trainer,
                             lambda indices: float(len(indices)))
         with contextlib.redirect_stdout(io.StringIO()):  # the sweeper's line per wave
@@ -133,6 +141,8 @@ def main() -> None:
     parser.add_argument("--races", type=int, default=100, help="simulated races per cell")
     parser.add_argument("--max-seeds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--record", action="store_true",
+                        help=f"write each case's share to {CALIBRATION_FILE.name} (the dry run's expected case)")
     args = parser.parse_args()
     cells = [(t, sd) for t in ("equal", "one better", "additive", "spread") for sd in (0.015, 0.03)]
     jobs = [(t, sd, args.max_seeds, 1000 * i + r) for i, (t, sd) in enumerate(cells)
@@ -140,8 +150,8 @@ def main() -> None:
     start = time.time()
     with multiprocessing.Pool(args.workers) as pool:
         results = pool.map(one_race, jobs, chunksize=4)
-    print(f"{args.races} races a cell, 9 configs, max_seeds={args.max_seeds}, alpha 0.05 split "
-          f"over the looks (each at {0.05 / args.max_seeds:.3g}); {time.time() - start:.0f} s\n")
+    print(f"{args.races} races a cell, 9 configs, max_seeds={args.max_seeds}, alpha {ALPHA} split "
+          f"over the looks (each at {ALPHA / args.max_seeds:.3g}); {time.time() - start:.0f} s\n")
     print("| truth | seed sd | picks a truly best config | ends with one config | runs / fixed grid "
           "| waves | fixed grid ends with one config |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -154,6 +164,14 @@ def main() -> None:
               f"| {np.mean([r['waves'] for r in rs]):.1f} "
               f"| {rate([r['fixed_one_left'] for r in rs])} |")
     print("\n'ends with one config' under the equal truth is the false-winner rate (goal <= 5%).")
+    if args.record:
+        cases = []
+        for truth, sd in cells:
+            shares = [float(r["share"]) for r in results if r["truth"] == truth and r["sd"] == sd]
+            cases.append(CalibratedCase(TRUTHS[truth], round(100 * sd, 3), float(np.mean(shares)),
+                                        float(np.std(shares) / math.sqrt(len(shares)))))
+        Calibration(len(GRID), args.max_seeds, ALPHA, args.races, tuple(cases)).write()
+        print(f"recorded in {CALIBRATION_FILE}")
 
 
 if __name__ == "__main__":

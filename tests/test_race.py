@@ -33,7 +33,7 @@ from analysis.race_record import (
 from analysis.report import build_report
 from analysis.synthetic import write_multirun, write_run
 from grpo.chain.results import find_winner
-from grpo.config.race import RaceSettings
+from grpo.config.race import Calibration, RaceSettings
 from grpo.run.files import RunFileError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -268,6 +268,18 @@ def test_a_race_is_checked_and_priced_before_anything_runs(tmp_path: Path) -> No
     assert out.returncode == 0, out.stderr
     assert ("race: waves of seeds 0, 1, ... up to 3 seeds a config; each look at alpha 0.05/3 = "
             "0.0167 (Bonferroni over the looks); wave 1 ") in out.stdout
+    # the expected case: each calibrated case's share of the worst case, which the line names
+    calibration = Calibration.read()
+    worst = float(out.stdout.split("(every config to max_seeds, the fixed grid) ")[1].split()[0])
+    (expected,) = [line for line in out.stdout.splitlines() if line.startswith("race: expected")]
+    assert "(calibrated with 9 configs, max_seeds 5, alpha 0.05; this race has 2, 3, 0.05" in expected
+    for case in calibration.cases:  # the worst case as printed is rounded to 3 digits
+        said = expected.split(f"{case.truth}: ")[1].split(";")[0]
+        share, spend = said.split(f" at seed sd {case.seed_sd_points:g} points")[0].split(", ")[-1].split(" = ")
+        assert share == f"{100 * case.share:.0f}%", case
+        assert float(spend.split()[0]) == pytest.approx(worst * case.share, rel=0.01), case
+    assert {case.truth for case in calibration.cases} >= {
+        "all configs equal", "one config 3 points better", "configs 2 points apart"}
     for args, message in [
         (["seed=0,1", "race.max_seeds=3"], "error: seed cannot be swept in a race"),
         (["race.max_seeds=2,3"], "error: race.max_seeds cannot be swept"),

@@ -32,7 +32,7 @@ from hydra.core.utils import filter_overrides
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo.config.race import RaceSettings
+from grpo.config.race import Calibration, RaceSettings
 from grpo.config.validation import check_config, check_installed
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
@@ -140,7 +140,8 @@ class ValidatingSweeper(BasicSweeper):
         return runner
 
     def _price_race(self, settings: RaceSettings, cfgs: list[Any], cost: SweepEstimate | None) -> None:
-        """With dry_run, the race's worst case (every config to max_seeds) against its budget;
+        """With dry_run, the race's worst case (every config to max_seeds) against its budget
+        and its expected case (the calibration's share of the worst case in each of its cases);
         refuse (exit 2) a budget that cannot pay for wave 1. `cost`: the grid's estimate where
         `_price` made one (wave 1 is the grid)."""
         if cost is None:
@@ -154,6 +155,8 @@ class ValidatingSweeper(BasicSweeper):
                   f"(Bonferroni over the looks); wave 1 {one:.3g} {unit}, worst case "
                   f"(every config to max_seeds, the fixed grid) {one * settings.max_seeds:.3g}"
                   + (f", budget {budget:g}" if budget is not None else ""))
+            print(Calibration.read().expected_text(one * settings.max_seeds, unit, len(cfgs),
+                                                   settings))
         if self.config.dry_run and os.environ.get(ESTIMATE_FILE_ENV):
             # the race plans its worst case: every config to max_seeds
             worst = one * settings.max_seeds
