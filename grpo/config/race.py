@@ -1,5 +1,6 @@
 """A race's settings (`race.*`; `analysis.race` says what a race is), read by the sweeper, its
-dry run and the analysis without either's imports."""
+dry run and the analysis without either's imports; and the calibration of what a race spends
+(`CALIBRATION_FILE`), which the dry run prints as the race's expected case."""
 
 from __future__ import annotations
 
