@@ -3,7 +3,7 @@
 #   1. a CPU race on the local launcher, from the command line to its report;
 #   2. the same race killed during its second wave and relaunched with the same command: it
 #      finishes, and no run is trained twice (every run's status says 0 restarts and its metrics
-#      hold each step once);
+#      hold each step once); `make watch` shows the runs' waves and where the race stands;
 #   3. the race on the local SLURM cluster (scripts/slurm_cluster.sh start): each wave one job
 #      array.
 # Usage: bash bench/race_demo.sh [OUT_DIR]   (about 6 minutes on 2 cores)
@@ -43,7 +43,11 @@ kill -9 -- -"$sweeper" 2>/dev/null || true
 wait "$sweeper" 2>/dev/null || true
 echo "killed the sweeper and its jobs during wave 2:"
 "$PY" -c "import json; r=json.load(open('$OUT/killed/race.json')); print('  waves recorded:', len(r['waves']), '; wave 2 looked at:', r['waves'][-1]['decision'] is not None)"
+echo "make watch on the killed race (each run's wave, and where the race stands):"
+"$PY" -m analysis watch "$OUT/killed" | sed -n '1,/^Resumed/p'
 "$PY" launch.py -m "${RACE[@]}" hydra.sweep.dir="$OUT/killed" | grep "^race"
+echo "make watch on the finished race:"
+"$PY" -m analysis watch "$OUT/killed" | sed -n '1,/^Resumed/p'
 "$PY" - "$OUT/killed" <<'EOF'
 import json, sys
 from pathlib import Path
