@@ -83,14 +83,15 @@ class Race:
         return {num: n for n, wave in enumerate(self.waves, 1) for num in wave.jobs}
 
     def status_text(self) -> str:
-        """Where the race stands, for the live monitor: ``race: wave 2 of at most 3 running
-        (seed 1, 3 runs); 3 of 3 configs in; 0.00396 of the fixed grid's 0.00593 CPU-hours``."""
+        """Where the race stands, for the live monitor: ``race: wave 2 of at most 3 (seed 1, 3
+        runs), not looked at yet; 3 of 3 configs in; 0.00395 of the fixed grid's 0.00593
+        CPU-hours``."""
         n, last = len(self.waves), self.waves[-1] if self.waves else None
         if last is None:
             where = "wave 1 not launched yet"
         elif last.decision is None:
-            where = (f"wave {n} of at most {self.settings.max_seeds} running (seed {last.seed}, "
-                     f"{len(last.jobs)} runs)")
+            where = (f"wave {n} of at most {self.settings.max_seeds} (seed {last.seed}, "
+                     f"{len(last.jobs)} runs), not looked at yet")
         elif last.decision.end is not None:
             where = f"ended after wave {n}: {last.decision.end}"
         else:

@@ -38,7 +38,7 @@ setsid "$PY" launch.py -m "${RACE[@]}" hydra.sweep.dir="$OUT/killed" > "$OUT/kil
 sweeper=$!
 until "$PY" -c "import json,sys; w=json.load(open('$OUT/killed/race.json'))['waves']; sys.exit(len(w) < 2)" 2>/dev/null \
       && ls "$OUT/killed"/*/metrics.jsonl 2>/dev/null | wc -l | grep -qv '^[0-3]$'; do sleep 0.5; done
-sleep 3
+sleep 1
 kill -9 -- -"$sweeper" 2>/dev/null || true
 wait "$sweeper" 2>/dev/null || true
 echo "killed the sweeper and its jobs during wave 2:"

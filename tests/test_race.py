@@ -170,7 +170,7 @@ def test_the_monitor_shows_each_run_s_wave_and_where_the_race_stands(tmp_path: P
     rows = progress.read()
     assert [(r.num, r.wave) for r in rows] == [(0, 1), (1, 1), (2, 1), (3, 2)]
     assert progress.race.status_text() == (
-        "race: wave 2 of at most 3 running (seed 1, 3 runs); 3 of 3 configs in; "
+        "race: wave 2 of at most 3 (seed 1, 3 runs), not looked at yet; 3 of 3 configs in; "
         "6 of the fixed grid's 9 GPU-hours")
     assert plain_line(rows[3]).startswith("#3 (wave 2) learning_rate=1e-4")
     console = Console(record=True, width=200)
