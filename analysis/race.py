@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +111,8 @@ class RaceRunner:
         """Wave after wave until the race ends (module docstring); returns the record."""
         race = self.start()
         while True:
-            if not race.waves or race.waves[-1].decision is not None:
-                last = race.waves[-1].decision if race.waves else None
+            last = race.last_decision()
+            if not race.waves or last is not None:
                 if last is not None and last.end is not None:
                     return race
                 wave = self.plan(race)
@@ -132,11 +133,9 @@ class RaceRunner:
         priced = self.price(alive)
         budget = self.settings.budget_gpu_hours
         if budget is not None and race.spent_gpu_hours() + priced > budget:
-            if race.waves:
-                previous = race.waves[-1].decision
-                assert previous is not None
-                race.waves[-1].decision = Decision(previous.wave, previous.alive, previous.left,
-                                                   OVER_BUDGET, previous.seed_variance)
+            previous = race.last_decision()
+            if previous is not None:
+                race.waves[-1].decision = replace(previous, end=OVER_BUDGET)
                 race.write(self.sweep_dir)
             print(f"race: {OVER_BUDGET}: {race.spent_gpu_hours():.3g} {race.unit} spent + "
                   f"{priced:.3g} for wave {len(race.waves) + 1} > race.budget_gpu_hours={budget}")

@@ -74,6 +74,10 @@ class Race:
         return sorted(last.jobs.values()) if last.decision is None else [
             i for i in sorted(last.jobs.values()) if last.labels.get(i) in last.decision.alive]
 
+    def last_decision(self) -> Decision | None:
+        """The look after the last wave (None: no wave yet, or the last not looked at)."""
+        return self.waves[-1].decision if self.waves else None
+
     def spent_gpu_hours(self) -> float:
         """The GPU-hours of the waves so far, as priced."""
         return sum(w.priced_gpu_hours for w in self.waves)
@@ -86,14 +90,14 @@ class Race:
         """Where the race stands, for the live monitor: ``race: wave 2 of at most 3 (seed 1, 3
         runs), not looked at yet; 3 of 3 configs in; 0.00395 of the fixed grid's 0.00593
         CPU-hours``."""
-        n, last = len(self.waves), self.waves[-1] if self.waves else None
-        if last is None:
+        n, decision = len(self.waves), self.last_decision()
+        if not self.waves:
             where = "wave 1 not launched yet"
-        elif last.decision is None:
-            where = (f"wave {n} of at most {self.settings.max_seeds} (seed {last.seed}, "
-                     f"{len(last.jobs)} runs), not looked at yet")
-        elif last.decision.end is not None:
-            where = f"ended after wave {n}: {last.decision.end}"
+        elif decision is None:
+            where = (f"wave {n} of at most {self.settings.max_seeds} (seed {self.waves[-1].seed}, "
+                     f"{len(self.waves[-1].jobs)} runs), not looked at yet")
+        elif decision.end is not None:
+            where = f"ended after wave {n}: {decision.end}"
         else:
             where = f"wave {n} looked at, wave {n + 1} next"
         budget = self.settings.budget_gpu_hours

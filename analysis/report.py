@@ -134,7 +134,7 @@ def _race(collection: Collection) -> list[str]:
                          left or MISSING])
         lines.append(markdown_table(["wave", "seed", "runs", "n", f"{race.unit} (priced)",
                                      "could still be the best after it", "left, and why"], rows))
-        last = race.waves[-1].decision if race.waves else None
+        last = race.last_decision()
         spent = race.spent_gpu_hours()
         budget = (f" of its budget of {s.budget_gpu_hours:g}" if s.budget_gpu_hours is not None
                   else " (no budget)")

@@ -116,7 +116,7 @@ def one_race(args: tuple[str, float, int, int]) -> dict[str, object]:
                             lambda indices: float(len(indices)))
         with contextlib.redirect_stdout(io.StringIO()):  # the sweeper's line per wave
             race = runner.run()
-        last = race.waves[-1].decision
+        last = race.last_decision()
         pick = last.alive[0]
         picked = GRID.index(tuple(int(part.split("=")[1]) for part in pick.split(", ")))
         # the fixed grid: every config to max_seeds seeds, read at the plain 5% level

@@ -97,7 +97,7 @@ def find_winner(sweep: Path, keys: tuple[str, ...], off_policy_only: bool = Fals
         return f"its sweep {sweep} cannot be read ({error})"
     runs = collection.runs
     labels = set(runs.loc[runs["off_policy"].eq(True), LABEL]) if off_policy_only else None
-    last = race.waves[-1].decision if race is not None and race.waves else None
+    last = race.last_decision() if race is not None else None
     if last is not None:
         labels = set(last.alive) if labels is None else labels & set(last.alive)
     ranking = rank(collection, labels=labels)

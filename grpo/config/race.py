@@ -88,6 +88,7 @@ class Calibration:
                 f"races a case (bench/race_calibration.py){differs}: {spends}")
 
     def write(self, path: Path = CALIBRATION_FILE) -> None:
+        """Record the calibration in `path` (what `bench/race_calibration.py --record` does)."""
         payload = {"n_configs": self.n_configs, "max_seeds": self.max_seeds, "alpha": self.alpha,
                    "races": self.races, "cases": [vars(case) for case in self.cases]}
         path.write_text(json.dumps(payload, indent=1) + "\n")

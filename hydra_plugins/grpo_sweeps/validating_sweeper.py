@@ -147,20 +147,18 @@ class ValidatingSweeper(BasicSweeper):
         if cost is None:
             cost, _ = estimate(cfgs, self._parallel(len(cfgs)))
         one, unit = cost.full_grid, cost.unit
+        worst = one * settings.max_seeds  # every config to max_seeds: the fixed grid
         budget = settings.budget_gpu_hours
         if self.config.dry_run:
             print(f"race: waves of seeds {settings.seed_of(1)}, {settings.seed_of(2)}, ... up to "
                   f"{settings.max_seeds} seeds a config; each look at alpha "
                   f"{settings.alpha}/{settings.max_seeds} = {settings.alpha_per_look:.3g} "
                   f"(Bonferroni over the looks); wave 1 {one:.3g} {unit}, worst case "
-                  f"(every config to max_seeds, the fixed grid) {one * settings.max_seeds:.3g}"
+                  f"(every config to max_seeds, the fixed grid) {worst:.3g}"
                   + (f", budget {budget:g}" if budget is not None else ""))
-            print(Calibration.read().expected_text(one * settings.max_seeds, unit, len(cfgs),
-                                                   settings))
-        if self.config.dry_run and os.environ.get(ESTIMATE_FILE_ENV):
-            # the race plans its worst case: every config to max_seeds
-            worst = one * settings.max_seeds
-            write_estimate(Path(os.environ[ESTIMATE_FILE_ENV]), worst, worst, unit)
+            print(Calibration.read().expected_text(worst, unit, len(cfgs), settings))
+            if os.environ.get(ESTIMATE_FILE_ENV):  # the race plans its worst case
+                write_estimate(Path(os.environ[ESTIMATE_FILE_ENV]), worst, worst, unit)
         if budget is not None and one > budget:
             print(f"error: race wave 1 ({len(cfgs)} runs) is priced at {one:.3g} {unit}, more than "
                   f"race.budget_gpu_hours={budget:g}; nothing was submitted", file=sys.stderr)
@@ -170,7 +168,7 @@ class ValidatingSweeper(BasicSweeper):
         """Run the race (`analysis.race.RaceRunner`) and print where it ended."""
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         race = self._race_runner(settings, sweep_dir).run()
-        last = race.waves[-1].decision if race.waves else None
+        last = race.last_decision()
         if last is not None:
             print(f"race over after {len(race.waves)} waves ({last.end}): "
                   f"{', '.join(last.alive)} could be the best; {race.spent_gpu_hours():.3g} "
