@@ -276,7 +276,7 @@ def test_a_race_is_checked_and_priced_before_anything_runs(tmp_path: Path) -> No
     for case in calibration.cases:  # the worst case as printed is rounded to 3 digits
         said = expected.split(f"{case.truth}: ")[1].split(";")[0]
         share, spend = said.split(f" at seed sd {case.seed_sd_points:g} points")[0].split(", ")[-1].split(" = ")
-        assert share == f"{100 * case.share:.0f}%", case
+        assert share == f"{100 * case.share:.0f}% ± {100 * case.share_se:.1f}", case
         assert float(spend.split()[0]) == pytest.approx(worst * case.share, rel=0.01), case
     assert {case.truth for case in calibration.cases} >= {
         "all configs equal", "one config 3 points better", "configs 2 points apart"}

@@ -72,12 +72,14 @@ class Calibration:
 
     def expected_text(self, worst: float, unit: str, n_configs: int, settings: RaceSettings) -> str:
         """The dry run's expected case: the race's spend in each calibrated truth, at each seed
-        sd, as a share of the worst case `worst` (the fixed grid) and in `unit`; says where this
-        race's setting differs from the calibration's (then the shares are a rough guide)."""
+        sd, as a share of the worst case `worst` (the fixed grid, ± the calibration's Monte Carlo
+        standard error) and in `unit`; says where this race's setting differs from the
+        calibration's (then the shares are a rough guide)."""
         truths = {case.truth: [c for c in self.cases if c.truth == case.truth] for case in self.cases}
         spends = "; ".join(
-            f"{truth}: " + ", ".join(f"{100 * c.share:.0f}% = {worst * c.share:.3g} {unit} at seed "
-                                     f"sd {c.seed_sd_points:g} points" for c in cases)
+            f"{truth}: " + ", ".join(f"{100 * c.share:.0f}% ± {100 * c.share_se:.1f} = "
+                                     f"{worst * c.share:.3g} {unit} at seed sd "
+                                     f"{c.seed_sd_points:g} points" for c in cases)
             for truth, cases in truths.items())
         setting = (self.n_configs, self.max_seeds, self.alpha)
         differs = "" if setting == (n_configs, settings.max_seeds, settings.alpha) else (
