@@ -34,7 +34,7 @@ from analysis.race_record import Race, read_race
 from analysis.run_rows import (
     ELAPSED,
     EVAL_REWARD,
-    STOPPED_STATUSES,
+    FINISHED_STATUSES,
     bad_reward,
     parse_line,
     read_status,
@@ -47,9 +47,6 @@ TRAIN_REWARD = "train/reward_mean"
 # statuses of a run that is still expected to write: `pending` (not started), `starting` (its
 # job runs but has not written a status yet), and `preempted` runs, which are requeued
 ACTIVE_STATUSES = ("pending", "starting", "running", "preempted")
-# statuses of a run that ended as a result, good or bad: it ran to its end, or a health guard or
-# the sweep's pruner stopped it
-FINISHED_STATUSES = ("completed", *STOPPED_STATUSES)
 # the order of the end-of-sweep counts; statuses outside it are counted after them
 SUMMARY_ORDER = (*FINISHED_STATUSES, "cancelled", "failed")
 # rows over which seconds per step are averaged

@@ -35,10 +35,11 @@ from analysis.collect import LABEL, Collection
 from analysis.formatting import MISSING, fmt_duration, fmt_number, is_missing
 from analysis.metric_names import metric_name
 from analysis.progress import read_jobs
-from analysis.race_record import read_race
+from analysis.race_record import verified_race
 from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.trends import WINDOW, Trend, trends, windows
 from analysis.uncertainty import FAMILY_TEXT, Comparison
+from grpo.config.race import BUDGET_UNIT
 from grpo.run.files import RunFileError, atomic_write, atomic_write_text
 
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%
@@ -110,7 +111,7 @@ def _race(collection: Collection) -> list[str]:
     lines: list[str] = []
     for sweep in collection.sweeps:
         try:
-            race = read_race(sweep.path)
+            race = verified_race(sweep.path)
         except RunFileError as err:
             lines += ["## Race", "", f"`{sweep.path.name}`'s race record is unusable: {err}."]
             continue
@@ -128,21 +129,24 @@ def _race(collection: Collection) -> list[str]:
         for n, wave in enumerate(race.waves, start=1):
             d = wave.decision
             left = "; ".join(f"{label}: {why}" for label, why in d.left.items()) if d else ""
+            measured = MISSING if wave.spent_hours is None else f"{sum(wave.spent_hours.values()):.3g}"
             rows.append([n, wave.seed, ", ".join(f"#{num}" for num in sorted(wave.jobs)),
-                         len(wave.jobs), f"{wave.priced_gpu_hours:.3g}",
-                         "(not looked at yet)" if d is None else ", ".join(d.alive),
+                         len(wave.jobs), f"{wave.priced_gpu_hours:.3g}", measured,
+                         "(not looked at yet)" if d is None else ", ".join(d.alive) or "none",
                          left or MISSING])
-        lines.append(markdown_table(["wave", "seed", "runs", "n", f"{race.unit} (priced)",
-                                     "could still be the best after it", "left, and why"], rows))
+        lines.append(markdown_table(["wave", "seed", "runs", "n", f"{race.unit} priced",
+                                     f"{race.unit} measured", "could still be the best after it",
+                                     "left, and why"], rows))
         last = race.last_decision()
-        spent = race.spent_gpu_hours()
+        spent, grid = race.spent_gpu_hours(), race.fixed_grid_hours()
         budget = (f" of its budget of {s.budget_gpu_hours:g}" if s.budget_gpu_hours is not None
                   else " (no budget)")
-        share = spent / race.grid_gpu_hours if race.grid_gpu_hours > 0 else math.nan
+        share = spent / grid if grid > 0 else math.nan
         lines += ["", (f"Ended: {last.end}." if last is not None and last.end else
                        "Not over: relaunch the sweep's command to go on."),
-                  f"Spent {spent:.3g} {race.unit} (as priced){budget}; the fixed grid of "
-                  f"{s.max_seeds} seeds a config would spend {race.grid_gpu_hours:.3g}: "
+                  f"Spent {spent:.3g} {race.unit} ({BUDGET_UNIT}; measured by the finished runs, "
+                  f"priced for a wave not looked at yet){budget}; the fixed grid of "
+                  f"{s.max_seeds} seeds a config would spend {grid:.3g} at the same rates: "
                   f"{share:.0%} of it."]
         if last is not None:
             lines.append(f"Seed variance at the last look: {last.seed_variance}.")

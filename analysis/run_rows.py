@@ -28,11 +28,24 @@ UNSTABLE_STATUSES = ("diverged", "collapsed")
 STOPPED_STATUSES = (*UNSTABLE_STATUSES, "pruned")
 """Runs stopped before their last step, by a health guard or by the sweep's pruner: a config with
 one is not ranked (its curve ends early), and the figures mark where each one stopped."""
+FINISHED_STATUSES = ("completed", *STOPPED_STATUSES)
+"""Runs that ended as a result, good or bad: they ran to their end, or a health guard or the
+sweep's pruner stopped them."""
+MAX_STEP = 2**53
+"""The largest step a metrics row may have (more than any run trains; a larger one is a damaged
+or crafted line: a frame's integers and float axes hold up to it exactly)."""
 NON_FINITE = frozenset({"nan", "inf", "-inf", "+inf", "infinity", "-infinity"})
 
 
+def is_step_row(row: Any) -> bool:
+    """Whether parsed JSON `row` is a metrics row: an object whose ``step`` is an integer in
+    [0, MAX_STEP]."""
+    return type(row) is dict and type(step := row.get("step")) is int and 0 <= step <= MAX_STEP
+
+
 def parse_line(line: str) -> tuple[dict[str, Any] | None, bool]:
-    """The step row on ``line`` (None if none) and whether the line is damaged.
+    """The step row on ``line`` (None if none) and whether the line is damaged (also a row whose
+    ``step`` is not an integer in [0, MAX_STEP]).
 
     A damaged line is a truncated write, possibly with the row written after a resume glued
     to it; metrics rows are flat, so the last ``{`` of such a line opens that row.
@@ -42,8 +55,7 @@ def parse_line(line: str) -> tuple[dict[str, Any] | None, bool]:
             row = parse_json(text, "a metrics line")
         except RunFileError:
             continue
-        step = row.get("step") if isinstance(row, dict) else None
-        is_row = type(step) is int and step >= 0
+        is_row = is_step_row(row)
         return (with_floats(row) if is_row else None), damaged or not is_row
     return None, True
 

@@ -186,7 +186,7 @@ def test_the_dry_run_prices_the_off_policy_sweep_and_a_budget_refuses_it(
     # ... without, it is refused, and nothing is submitted
     refused = launch("-m", "+experiment=off_policy_broad", "pruning=off", budget, *handout)
     assert refused.returncode == 2
-    assert (f"error: the sweep's estimated {sum(hours):.2f} GPU-hours (the full grid) exceed "
+    assert (f"error: the sweep's estimated {sum(hours):.3g} GPU-hours (the full grid) exceed "
             f"{budget}; nothing was submitted") in refused.stderr
     assert not (tmp_path / "outputs").exists()
 
@@ -220,9 +220,14 @@ def test_the_cost_scan_of_many_crafted_runs_stays_within_seconds(tmp_path: Path)
     assert time.perf_counter() - start < 60
 
 
-def test_a_gpu_hour_budget_on_a_cpu_sweep_says_it_is_not_enforced(tmp_path: Path) -> None:
-    out = launch("-m", "model=tiny", "data=toy", "rollout=hf", "seed=0,1", "budget.gpu_hours=0.001",
+def test_a_budget_on_a_cpu_sweep_counts_its_cpu_hours(tmp_path: Path) -> None:
+    """budget.gpu_hours counts the cost model's unit, CPU-hours for jobs without a GPU, as
+    race.budget_gpu_hours does (one unit for both budgets)."""
+    out = launch("-m", "model=tiny", "data=toy", "rollout=hf", "seed=0,1", "budget.gpu_hours=1e-7",
                  "dry_run=true", f"paths.output_root={tmp_path}")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert ("budget.gpu_hours=0.001 is not enforced: the jobs use no GPU (cluster.gpus_per_job=0)"
-            in out.stderr)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "CPU-hours (the full grid) exceed budget.gpu_hours=1e-07; nothing was submitted (a " \
+           "budget counts GPU-hours, or CPU-hours for jobs without a GPU" in out.stderr
+    out = launch("-m", "model=tiny", "data=toy", "rollout=hf", "seed=0,1", "budget.gpu_hours=10",
+                 "dry_run=true", f"paths.output_root={tmp_path}")
+    assert out.returncode == 0 and "is not enforced" not in out.stderr, out.stderr[-2000:]

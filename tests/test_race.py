@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +20,10 @@ from sweep_factory import write_matching_outcomes
 from analysis.collect import collect
 from analysis.monitor import plain_line, table, watch
 from analysis.progress import SweepProgress
-from analysis.race import RaceRunner, chunks, decide, without_seed
+from analysis.race import RaceRunner, chunks, decide
 from analysis.race_record import (
     MAX_SEEDS,
+    NONE_LEFT,
     ONE_LEFT,
     OVER_BUDGET,
     RACE_FILE,
@@ -29,9 +31,10 @@ from analysis.race_record import (
     Race,
     Wave,
     read_race,
+    without_seed,
 )
 from analysis.report import build_report
-from analysis.synthetic import write_multirun, write_run
+from analysis.synthetic import config_with, write_multirun, write_run
 from grpo.chain.results import find_winner
 from grpo.config.race import Calibration, RaceSettings
 from grpo.run.files import RunFileError
@@ -41,15 +44,25 @@ EVAL_STEPS = (0, 10, 20, 30, 40, 50)
 LRS = ("1e-4", "3e-4", "1e-3")
 
 
-def write_race_run(run_dir: Path, lr: str, seed: int, value: float) -> None:
-    """One completed run of `learning_rate=lr` with seed `seed` whose late evaluations are
-    `value` (0.3 at step 0), on 100 problems."""
+RUN_BASE = {"cluster": {"gpus_per_job": 0, "cpus_per_job": 1}, "n_grpo_steps": EVAL_STEPS[-1],
+            "experiment_name": "race"}
+"""The config every synthetic race run shares (a CPU job: its spend is in CPU-hours)."""
+RUN_HOURS = 36.0 * EVAL_STEPS[-1] / 3600
+"""What each synthetic run measured: 0.5 CPU-hours (36 s a step, 50 steps, 1 CPU)."""
+
+
+def identity(lr: str) -> dict:
+    """The resolved config of a race run of `learning_rate=lr` (what `write_race_run` writes)."""
+    return OmegaConf.to_container(OmegaConf.create(config_with({"learning_rate": lr, "seed": 0}, RUN_BASE)))
+
+
+def write_race_run(run_dir: Path, lr: str, seed: int, value: float, status: str = "completed") -> None:
+    """One run of `learning_rate=lr` with seed `seed` (completed, or ended with `status`) whose
+    late evaluations are `value` (0.3 at step 0), on 100 problems."""
     rows = [{"step": s, "time/elapsed_s": 36.0 * s, "eval/reward": 0.3 if s == 0 else value}
             for s in EVAL_STEPS]
     write_run(run_dir, {"learning_rate": lr, "seed": seed}, rows,
-              {"status": "completed", "last_step": EVAL_STEPS[-1]},
-              base={"cluster": {"gpus_per_job": 0, "cpus_per_job": 1}, "seed": seed,
-                    "n_grpo_steps": EVAL_STEPS[-1], "experiment_name": "race"})
+              {"status": status, "last_step": EVAL_STEPS[-1]}, base={**RUN_BASE, "seed": seed})
     write_matching_outcomes(run_dir, 100, "ab" * 32)
 
 
@@ -74,10 +87,13 @@ class Truth:
             self.launched.append(num)
 
 
-def runner(sweep: Path, settings: RaceSettings, launch: Truth, price: float = 1.0) -> RaceRunner:
-    write_multirun(sweep, [f"learning_rate={','.join(LRS)}"])
-    return RaceRunner(sweep, settings, [[f"learning_rate={lr}"] for lr in LRS], launch,
-                      lambda indices: price * len(indices))
+def runner(sweep: Path, settings: RaceSettings, launch: Truth, price: float = 1.0,
+           lrs: tuple[str, ...] = LRS) -> RaceRunner:
+    """The race of `lrs` in `sweep`, each run priced at `price` CPU-hours."""
+    write_multirun(sweep, [f"learning_rate={','.join(lrs)}"])
+    return RaceRunner(sweep, settings, [[f"learning_rate={lr}"] for lr in lrs],
+                      [identity(lr) for lr in lrs], launch, lambda indices: price * len(indices),
+                      "CPU-hours")
 
 
 def test_a_clearly_worse_config_leaves_at_the_first_look_with_a_seed_variance(tmp_path: Path) -> None:
@@ -125,14 +141,17 @@ def test_a_race_runs_waves_until_one_config_remains_and_records_them(tmp_path: P
     recorded = read_race(sweep)
     assert recorded.configs == race.configs and recorded.settings == race.settings
     assert [w.decision for w in recorded.waves] == [w.decision for w in race.waves]
-    assert recorded.spent_gpu_hours() == 6.0 and recorded.grid_gpu_hours == 12.0
+    # the spend is what the finished runs measured (0.5 CPU-hours each), not the price (1.0)
+    assert recorded.spent_gpu_hours() == 6 * RUN_HOURS == 3.0 and recorded.grid_gpu_hours == 12.0
+    assert recorded.fixed_grid_hours() == 4 * 3 * RUN_HOURS
     report = build_report(collect([sweep]), sweep)
     race_section = report[report.index("## Race"):report.index("## Failures")]
     assert "each look at a family-wise error rate of 0.05 / 4 = 0.0125" in race_section
-    assert "| 1 | 0 | #0, #1, #2 | 3 | 3 |" in race_section
-    assert "| 2 | 1 | #3, #4, #5 | 3 | 3 | learning_rate=3e-4 | learning_rate=" in race_section
+    assert "| 1 | 0 | #0, #1, #2 | 3 | 3 | 1.5 |" in race_section
+    assert "| 2 | 1 | #3, #4, #5 | 3 | 3 | 1.5 | learning_rate=3e-4 | learning_rate=" in race_section
     assert "Ended: one config remains." in race_section
-    assert "the fixed grid of 4 seeds a config would spend 12: 50% of it." in race_section
+    assert "Spent 3 CPU-hours (GPU-hours, or CPU-hours for jobs without a GPU" in race_section
+    assert "the fixed grid of 4 seeds a config would spend 6 at the same rates: 50% of it." in race_section
     (sweep / RACE_FILE).write_text("{")
     assert "race record is unusable" in build_report(collect([sweep]), sweep)
 
@@ -171,7 +190,7 @@ def test_the_monitor_shows_each_run_s_wave_and_where_the_race_stands(tmp_path: P
     assert [(r.num, r.wave) for r in rows] == [(0, 1), (1, 1), (2, 1), (3, 2)]
     assert progress.race.status_text() == (
         "race: wave 2 of at most 3 (seed 1, 3 runs), not looked at yet; 3 of 3 configs in; "
-        "6 of the fixed grid's 9 GPU-hours")
+        "4.5 of the fixed grid's 4.5 CPU-hours")  # wave 1 measured (1.5), wave 2 priced (3)
     assert plain_line(rows[3]).startswith("#3 (wave 2) learning_rate=1e-4")
     console = Console(record=True, width=200)
     console.print(table(rows))
@@ -196,8 +215,10 @@ def test_the_monitor_shows_each_run_s_wave_and_where_the_race_stands(tmp_path: P
 def test_the_next_wave_is_not_launched_past_the_budget(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     truth = Truth(sweep, {"1e-4": 0.5, "3e-4": 0.5, "1e-3": 0.5}, sd=0.02)
-    race = runner(sweep, RaceSettings(max_seeds=5, alpha=0.05, budget_gpu_hours=7.0), truth).run()
-    assert len(race.waves) == 2 and race.spent_gpu_hours() == 6.0  # a third wave: 9 > 7
+    race = runner(sweep, RaceSettings(max_seeds=5, alpha=0.05, budget_gpu_hours=5.0), truth).run()
+    # wave 2: 1.5 measured + 3 priced <= 5; a third: 3 measured + 3 priced > 5 (priced alone, the
+    # race would have stopped after wave 1: 3 + 3 > 5)
+    assert len(race.waves) == 2 and race.spent_gpu_hours() == 3.0
     assert race.waves[-1].decision.end == OVER_BUDGET
     assert read_race(sweep).waves[-1].decision.end == OVER_BUDGET
 
@@ -216,7 +237,8 @@ def test_the_chain_carries_the_race_s_winner_among_the_configs_still_in(tmp_path
     labels = {i: f"learning_rate={lr}" for i, lr in enumerate(LRS)}
     race = Race([[f"learning_rate={lr}"] for lr in LRS], RaceSettings(3, 0.05), 9.0, [
         Wave(s, jobs[s], 1.0, Decision(s + 1, ("learning_rate=3e-4", "learning_rate=1e-3")),
-             {i: labels[i] for i in jobs[s].values()}) for s in (0, 1, 2)])
+             {i: labels[i] for i in jobs[s].values()}) for s in (0, 1, 2)],
+        identities=[identity(lr) for lr in LRS])
     race.write(sweep)
     winner = find_winner(sweep, ("learning_rate",))
     assert winner.label == "learning_rate=3e-4" and winner.values == {"learning_rate": "3e-4"}
@@ -229,7 +251,8 @@ def test_a_sweep_dir_of_another_race_is_refused(tmp_path: Path, capsys: pytest.C
     runner(sweep, RaceSettings(max_seeds=2, alpha=0.05), Truth(sweep, dict.fromkeys(LRS, 0.5), 0.02)).run()
     with pytest.raises(SystemExit) as exit_info:
         runner(sweep, RaceSettings(max_seeds=3, alpha=0.05), Truth(sweep, {}, 0.0)).run()
-    assert exit_info.value.code == 2 and "holds a race of other configs" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "holds a race of other settings (race.max_seeds: 2 -> 3;" in said
 
 
 @pytest.mark.parametrize("payload", [
@@ -286,10 +309,42 @@ def test_a_race_is_checked_and_priced_before_anything_runs(tmp_path: Path) -> No
         (["race.max_seeds=1"], "race.max_seeds=1 is out of range: the most seeds a config gets in "
                                "a race must be null or an integer in [2, 100]"),
         (["race.max_seeds=3", "race.budget_gpu_hours=1e-9"], "error: race wave 1 (2 runs) is priced at"),
+        # a value the rules refuse is one line, before the race's settings are read
+        (["seed=abc"], "seed='abc' is not a number: the run's seed must be an integer"),
+        (["seed=abc", "race.max_seeds=3"], "seed='abc' is not a number"),
+        (["race.max_seeds=nan"], "race.max_seeds=nan is not an integer"),
+        (["race.max_seeds=abc"], "race.max_seeds='abc' is not a number"),
+        (["race.max_seeds=3", "race.alpha=null"], "race.alpha=null is null"),
+        (["race.max_seeds=3", "race.alpha=abc"], "race.alpha='abc' is not a number"),
+        (["race.max_seeds=3", "race.budget_gpu_hours=abc"], "race.budget_gpu_hours='abc' is not a number"),
+        (["race.foo=1"], "race.foo=1: no config or config group defines 'race.foo'; race has "
+                         "race.alpha, race.budget_gpu_hours, race.max_seeds"),
+        # every wave's seed in range, not only wave 1's
+        (["race.max_seeds=3", "seed=4294967294"], "wave 3 would run seed 4294967296, past the "
+                                                  "largest seed 4294967295; set seed to at most 4294967293"),
+        # race keys where they mean nothing
+        (["race.max_seeds=3", "pruning=successive_halving", "pruning.min_resource=50"],
+         "race.max_seeds with pruning=successive_halving: the pruner would stop configs outside"),
+        (["race.max_seeds=3", "hydra.sweep.subdir=run_${hydra.job.num}"],
+         "a race numbers its runs' directories by job"),
+        # budget.gpu_hours prices a race's worst case, in the race's unit (here CPU-hours)
+        (["race.max_seeds=3", f"budget.gpu_hours={2 * worst / 3:.3g}"],
+         "CPU-hours (a race's worst case: every config to race.max_seeds=3 seeds) exceed budget.gpu_hours="),
     ]:
         out = launch("learning_rate=1e-4,3e-4", *args, f"paths.output_root={tmp_path}",
                      "dry_run=true")
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr[-2000:])
+        assert "Traceback" not in out.stderr, (args, out.stderr[-2000:])
+    # the budget that refuses the race's worst case lets the grid of wave 1 through
+    assert launch("learning_rate=1e-4,3e-4", f"budget.gpu_hours={2 * worst / 3:.3g}",
+                  f"paths.output_root={tmp_path}", "dry_run=true").returncode == 0
+    one = launch("race.max_seeds=3", f"paths.output_root={tmp_path}", "dry_run=true")
+    assert one.returncode == 2 and "race.max_seeds is set but the sweep has one config" in one.stderr
+    single = subprocess.run([sys.executable, str(ROOT / "launch.py"), "model=tiny", "data=toy",
+                             "rollout=hf", "race.max_seeds=3", f"paths.output_root={tmp_path}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert single.returncode == 2 and "race.max_seeds=3: a race runs waves of a sweep's configs " \
+        "across seeds; a single run has nothing to race" in single.stderr
     assert not list(tmp_path.rglob("*"))
 
 
@@ -313,3 +368,177 @@ def test_a_cpu_race_runs_its_waves_through_the_local_launcher(tmp_path: Path,
     again = launch("learning_rate=3e-4,1", "race.max_seeds=2", "n_grpo_steps=4",
                    "eval.eval_every=2", f"model.path={tiny_model_dir}", f"hydra.sweep.dir={sweep}")
     assert again.returncode == 0 and "Local sweep of" not in again.stdout + again.stderr
+
+
+MEANS = {"1e-4": 0.5, "3e-4": 0.52, "1e-3": 0.2}
+
+
+def finished_race(sweep: Path) -> Race:
+    """A race of LRS up to 3 seeds run to its end in `sweep` (1e-3 far behind the two others)."""
+    return runner(sweep, RaceSettings(max_seeds=3, alpha=0.05), Truth(sweep, MEANS, sd=0.02)).run()
+
+
+def looks(race: Race) -> list[tuple]:
+    """Each wave's jobs, seed and look, as the readers use them."""
+    return [(w.jobs, w.seed, w.decision.alive, w.decision.end, w.labels) for w in race.waves]
+
+
+def tree(sweep: Path) -> dict[str, bytes]:
+    """Every file under `sweep`, by relative path, with its bytes."""
+    return {str(p.relative_to(sweep)): p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("damage", ["deleted", "junk", "torn", "format 1", "a wrong look"])
+def test_a_missing_or_damaged_record_is_rebuilt_from_the_runs(
+        tmp_path: Path, damage: str, capsys: pytest.CaptureFixture) -> None:
+    """The record is a cache of what the runs say: a relaunch replays the race's looks from the
+    run directories, so a lost, damaged, outdated or wrong record gives the original race's
+    decisions back (and the chain the original winner), and no run is launched again."""
+    sweep = tmp_path / "sweep"
+    original = finished_race(sweep)
+    assert original.waves[0].decision.alive and len(original.waves) >= 2
+    record = sweep / RACE_FILE
+    payload = json.loads(record.read_text())
+    if damage == "deleted":
+        record.unlink()
+    elif damage == "junk":
+        record.write_text("{")
+    elif damage == "torn":
+        record.write_text(record.read_text()[:200])
+    elif damage == "format 1":
+        record.write_text(json.dumps({**payload, "version": 1, "identities": None}))
+    else:  # the look after wave 1 rewritten: only 1e-3, the worst config, goes on
+        payload["waves"][0]["decision"]["alive"] = ["learning_rate=1e-3"]
+        record.write_text(json.dumps(payload))
+    capsys.readouterr()
+    again = Truth(sweep, MEANS, sd=0.02)
+    rebuilt = runner(sweep, RaceSettings(max_seeds=3, alpha=0.05), again).run()
+    assert again.launched == [] and looks(rebuilt) == looks(original)
+    assert looks(read_race(sweep)) == looks(original)
+    said = capsys.readouterr().err
+    if damage in ("junk", "torn", "format 1"):
+        assert "is not a race record" in said or "not readable JSON" in said
+        assert "the race is rebuilt from its runs' own configs" in said
+    if damage == "a wrong look":
+        assert ("race.json recorded the look after wave 1 as learning_rate=1e-3 going on; its "
+                "runs say") in said and "the runs' look is taken" in said
+    winner = find_winner(sweep, ("learning_rate",))
+    assert winner.label in original.waves[-1].decision.alive
+
+
+def test_a_relaunch_that_composes_the_same_configs_is_the_same_race(tmp_path: Path) -> None:
+    """The race's identity is what its runs train with, not the spelling of the command: the
+    same configs in another order continue the race (in its recorded order), launching
+    nothing; another config is refused, naming what differs, before anything is written."""
+    sweep = tmp_path / "sweep"
+    original = finished_race(sweep)
+    before = tree(sweep)
+    again = Truth(sweep, MEANS, sd=0.02)
+    reordered = runner(sweep, RaceSettings(max_seeds=3, alpha=0.05), again, lrs=tuple(reversed(LRS))).run()
+    assert again.launched == [] and looks(reordered) == looks(original)
+    assert reordered.configs == original.configs
+    before = tree(sweep)
+    other = ("1e-4", "3e-4", "3e-3")
+    with pytest.raises(SystemExit) as refused:
+        RaceRunner(sweep, RaceSettings(max_seeds=3, alpha=0.05), [[f"learning_rate={lr}"] for lr in other],
+                   [identity(lr) for lr in other], Truth(sweep, {}, 0.0), lambda i: 1.0).prepare()
+    assert refused.value.code == 2 and tree(sweep) == before
+
+
+def test_a_run_that_is_not_the_wave_s_is_refused_naming_its_directory(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A relaunch checks each job directory's trained config and seed against the wave that
+    claims it (a finished run of another config is not taken as the wave's), and a run no wave
+    claims must be one of the race's configs and seeds; a refusal names the directory and the
+    keys that differ, and writes nothing."""
+    sweep = tmp_path / "sweep"
+    finished_race(sweep)
+    shutil.rmtree(sweep / "1")
+    shutil.copytree(sweep / "2", sweep / "1")  # job 1 (3e-4, seed 0) now holds 1e-3's run
+    for record in (True, False):
+        if not record:
+            (sweep / RACE_FILE).unlink()
+        before = tree(sweep)
+        again = Truth(sweep, MEANS, sd=0.02)
+        with pytest.raises(SystemExit) as refused:
+            runner(sweep, RaceSettings(max_seeds=3, alpha=0.05), again).run()
+        said = capsys.readouterr().err
+        assert refused.value.code == 2 and again.launched == [] and tree(sweep) == before
+        # without the record, wave 1's order is read from its directories: 1e-3 is found at
+        # job 1, so job 2 (1e-3's too) is the one that is not its wave's
+        job = 1 if record else 2
+        assert (f"{sweep / str(job)} holds a run that is not job {job} of wave 1 of the race's: "
+                "learning_rate: \"1e-3\" -> \"3e-4\" (trained -> expected)") in said, said
+        assert "move that directory away (the race then runs that job again)" in said
+    shutil.rmtree(sweep / "1")
+    write_race_run(sweep / "40", "1e-4", 7, 0.9)  # a config of the race, a seed of none of its waves
+    with pytest.raises(SystemExit):
+        runner(sweep, RaceSettings(max_seeds=3, alpha=0.05), Truth(sweep, MEANS, sd=0.02)).run()
+    assert (f"{sweep / '40'} holds a run that is not one of this race's: its seed 7 is not one of "
+            "the race's seeds (0-2)") in capsys.readouterr().err
+
+
+def test_a_look_reads_only_the_race_s_runs_and_a_deleted_run_is_run_again(tmp_path: Path) -> None:
+    """A run that no wave claims (here job 50, a config and seed of the race with an extreme
+    value) is not read by any look; a run of a wave already looked at that was deleted is run
+    again, and the looks are made again with it."""
+    sweep = tmp_path / "sweep"
+    original = finished_race(sweep)
+    write_race_run(sweep / "50", "1e-3", 1, 1.0)
+    shutil.rmtree(sweep / "0")
+    again = Truth(sweep, MEANS, sd=0.02)
+    race = runner(sweep, RaceSettings(max_seeds=3, alpha=0.05), again).run()
+    assert again.launched == [0] and looks(race) == looks(original)
+
+
+def test_a_record_that_claims_runs_that_are_gone_is_not_reported_as_run(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    original = finished_race(sweep)
+    last_job = max(original.waves[-1].jobs)
+    shutil.rmtree(sweep / str(last_job))
+    report = build_report(collect([sweep]), sweep)
+    assert (f"race.json claims job {last_job} of wave {len(original.waves)}, whose directory is "
+            "gone; relaunch the race's command (the same `launch.py -m ...`): it rebuilds the "
+            "record from the runs and runs what is missing") in report
+    assert "| 1 | 0 | #0, #1, #2 |" not in report
+    assert "cannot be read" in find_winner(sweep, ("learning_rate",))
+
+
+class Collapsing(Truth):
+    """A launcher whose runs of `collapsed` configs end collapsed (a health guard's stop)."""
+
+    def __init__(self, sweep: Path, collapsed: set[str]):
+        super().__init__(sweep, dict.fromkeys(LRS, 0.5), 0.02)
+        self.collapsed = collapsed
+
+    def __call__(self, batch: list[list[str]], start: int) -> None:
+        for num, overrides in enumerate(batch, start=start):
+            values = dict(o.split("=", 1) for o in overrides)
+            lr = values["learning_rate"]
+            write_race_run(self.sweep / str(num), lr, int(values["seed"]), 0.0 if lr in self.collapsed else 0.5,
+                           "collapsed" if lr in self.collapsed else "completed")
+            self.launched.append(num)
+
+
+def test_a_race_whose_configs_all_stopped_early_says_none_remains(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    truth = Collapsing(sweep, set(LRS))
+    race = runner(sweep, RaceSettings(max_seeds=3, alpha=0.05), truth).run()
+    assert truth.launched == [0, 1, 2] and len(race.waves) == 1
+    decision = race.waves[0].decision
+    assert decision.alive == () and decision.end == NONE_LEFT != ONE_LEFT
+    assert all(why.startswith("a run stopped early (collapsed") for why in decision.left.values())
+    assert f"Ended: {NONE_LEFT}." in build_report(collect([sweep]), sweep)
+
+
+def test_a_race_record_that_cannot_be_written_ends_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep = tmp_path / "sweep"
+    (sweep / RACE_FILE).mkdir(parents=True)  # what a full disk or a read-only file makes of it
+    truth = Truth(sweep, MEANS, sd=0.02)
+    with pytest.raises(SystemExit) as ended:
+        runner(sweep, RaceSettings(max_seeds=3, alpha=0.05), truth).run()
+    said = capsys.readouterr().err
+    assert ended.value.code == 1 and truth.launched == []
+    assert f"error: cannot write the race record {sweep / RACE_FILE} (" in said
+    assert "then launch the same command again (finished runs are not run again)" in said

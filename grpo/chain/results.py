@@ -22,7 +22,7 @@ from analysis.aggregate import Ranking, rank
 from analysis.collect import LABEL, collect, find_latest_sweep, run_values
 from analysis.monitor import counts_text
 from analysis.progress import FINISHED_STATUSES, RunProgress, SweepProgress, scheduler_states
-from analysis.race_record import read_race
+from analysis.race_record import verified_race
 from grpo.run.files import RunFileError
 
 
@@ -92,7 +92,7 @@ def find_winner(sweep: Path, keys: tuple[str, ...], off_policy_only: bool = Fals
     its values of ``keys``, or why there is none."""
     try:
         collection = collect([sweep])
-        race = read_race(sweep)
+        race = verified_race(sweep)
     except (OSError, ValueError, RunFileError) as error:
         return f"its sweep {sweep} cannot be read ({error})"
     runs = collection.runs

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+BUDGET_UNIT = "GPU-hours, or CPU-hours for jobs without a GPU (cluster.gpus_per_job=0)"
+"""What `budget.gpu_hours` and `race.budget_gpu_hours` count (the cost model's unit of the jobs,
+`grpo.sweep.cost`), and what a race's spend is measured in."""
 CALIBRATION_FILE = Path(__file__).with_name("race_calibration.json")
 """What `bench/race_calibration.py --record` measured: simulated races with a known truth, each
 case's share of the fixed grid's GPU-hours the race spent (the dry run's expected case)."""

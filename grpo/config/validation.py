@@ -408,12 +408,6 @@ def _check_cost(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     missing = [key for key in ("max_new_tokens", *COST_RATES) if cost is None or key not in cost]
     report.errors += [f"model.cost.{key} is missing: the dry run's cost estimate reads it; set it "
                       f"(conf/model/{cfg.model.name}.yaml holds the presets' figures)" for key in missing]
-    budget = cfg.budget.gpu_hours
-    if budget is not None and int(cfg.cluster.gpus_per_job) == 0:
-        report.warnings.append(
-            f"budget.gpu_hours={budget} is not enforced: the jobs use no GPU "
-            "(cluster.gpus_per_job=0), so the sweep spends 0 GPU-hours; the dry run prints its "
-            "CPU-hours instead (drop budget.gpu_hours, or give the jobs GPUs)")
 
 
 def _check_pruning(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:

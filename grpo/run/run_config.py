@@ -32,7 +32,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from grpo.run.checkpoint_names import checkpoint_dirs, checkpoint_step
-from grpo.run.files import RunDirError, append_line, atomic_write_text, read_json, subdir
+from grpo.run.files import RunDirError, append_line, atomic_write_text, read_json, read_yaml, subdir
 
 RUN_CONFIG = "run_config.json"
 RECORD_DIR = ".hydra"
@@ -217,3 +217,42 @@ def check_resume(cfg: DictConfig, run_dir: Path, checkpoint: Path, step: int) ->
             "changes": {key: [old, new] for key, (old, new) in comparison.allowed.items()},
         }))
     return comparison.allowed
+
+
+RACE_SEED = "seed"
+"""The one key in which the runs of one config of a race differ (each wave has its own)."""
+
+
+def curve_differences(trained: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The keys in which two resolved configs give different curves, `{key: (trained, new)}`:
+    those `compare` refuses for a resume, and `n_grpo_steps` (a run of more steps is another run
+    to compare, not the same one continued)."""
+    refused = compare(trained, new, step=0).refused
+    old_steps, new_steps = trained.get("n_grpo_steps", ABSENT), new.get("n_grpo_steps", ABSENT)
+    if not _same(old_steps, new_steps):
+        refused["n_grpo_steps"] = (old_steps, new_steps)
+    return dict(sorted(refused.items()))
+
+
+def describe_differences(differences: dict[str, tuple[Any, Any]], limit: int = 6) -> str:
+    """``learning_rate: 1e-05 -> 0.03, seed: 0 -> 1`` (the first `limit`, then how many more)."""
+    shown = [f"{key}: {_show(old)} -> {_show(new)}" for key, (old, new) in list(differences.items())[:limit]]
+    more = len(differences) - limit
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def trained_config(run_dir: Path) -> dict[str, Any] | None:
+    """The resolved config the run in `run_dir` trained with: the one stored with its newest
+    checkpoint (read, not verified), else its `.hydra/config.yaml` resolved now; None where
+    neither can be read (no record, junk, an interpolation that does not resolve)."""
+    for _, payload in _stored_configs(run_dir):
+        return payload["config"]
+    path = run_dir / RECORD_DIR / "config.yaml"
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        data = read_yaml(path)
+        config = OmegaConf.to_container(OmegaConf.create(data), resolve=True) if isinstance(data, dict) else None
+    except Exception:  # noqa: BLE001 -- a crafted record of any kind is "unreadable", said by the caller
+        return None
+    return config if isinstance(config, dict) else None

@@ -52,6 +52,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig
 
+from grpo.config.race import BUDGET_UNIT
 from grpo.config.rules import COST_RATES as RATES
 from grpo.config.validation import load_splits
 from grpo.core.specs import CORRECTION_WEIGHS, LOSS_SPECS
@@ -296,15 +297,22 @@ class SweepEstimate:
         """Write the estimate to `path` (`write_estimate`)."""
         write_estimate(path, self.planned, self.full_grid, self.unit)
 
-    def over_budget(self, budget: float | None) -> str | None:
-        """The refusal when the sweep plans to spend more GPU-hours than `budget`, else None."""
-        if budget is None or self.unit != "GPU-hours" or self.planned <= budget:
+    def over_budget(self, budget: float | None, race_seeds: int | None = None) -> str | None:
+        """The refusal when the sweep plans to spend more than `budget` (`BUDGET_UNIT`: GPU-hours,
+        CPU-hours for jobs without a GPU), else None. A race (`race_seeds`: its max_seeds) plans
+        its worst case: every config to max_seeds seeds, the fixed grid."""
+        planned = self.planned if race_seeds is None else self.full_grid * race_seeds
+        if budget is None or planned <= budget:
             return None
-        what = "with pruning, replayed" if self.pruned is not None else "the full grid"
-        fix = "" if self.pruned is not None else ", turn pruning on (pruning=successive_halving)"
-        return (f"the sweep's estimated {self.planned:.2f} GPU-hours ({what}) exceed "
-                f"budget.gpu_hours={budget:g}; nothing was submitted. Sweep fewer values, lower "
-                f"n_grpo_steps or eval.n_examples{fix}, or raise budget.gpu_hours")
+        if race_seeds is not None:
+            what, fix = f"a race's worst case: every config to race.max_seeds={race_seeds} seeds", ""
+        else:
+            what = "with pruning, replayed" if self.pruned is not None else "the full grid"
+            fix = "" if self.pruned is not None else ", turn pruning on (pruning=successive_halving)"
+        return (f"the sweep's estimated {planned:.3g} {self.unit} ({what}) exceed "
+                f"budget.gpu_hours={budget:g}; nothing was submitted (a budget counts {BUDGET_UNIT}). "
+                f"Sweep fewer values, lower n_grpo_steps or eval.n_examples{fix}, or raise "
+                "budget.gpu_hours")
 
 
 def replayed(jobs: Sequence[JobCost], settings: PruningSettings, parallel: int,

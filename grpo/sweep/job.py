@@ -120,12 +120,19 @@ def describe_job(cfg: DictConfig) -> str:
     return f"{training}, n_grpo_steps={cfg.n_grpo_steps} | {resources}"
 
 
+def raw_list(node: Any) -> list[str]:
+    """The strings of a list node as written, unresolved (Hydra's override lists: an override
+    like ``hydra.sweep.subdir=run_${hydra.job.num}`` is text, not an interpolation to resolve)."""
+    return [str(item) for item in OmegaConf.to_container(node, resolve=False)]
+
+
 def output_root_note(hydra_cfg: DictConfig) -> str | None:
     """A warning when ``paths.output_root`` is overridden but Hydra's output directory is given
     too, outside it: ``hydra.sweep.dir`` (``-m``) or ``hydra.run.dir`` (one run) wins."""
     key = "hydra.sweep.dir" if hydra_cfg.mode == RunMode.MULTIRUN else "hydra.run.dir"
-    given = {o.split("=", 1)[0].lstrip("+"): o for o in hydra_cfg.overrides.hydra}
-    root = [o for o in hydra_cfg.overrides.task if o.lstrip("+").startswith("paths.output_root=")]
+    # as written: an override's value may hold an interpolation only its job resolves
+    given = {o.split("=", 1)[0].lstrip("+"): o for o in raw_list(hydra_cfg.overrides.hydra)}
+    root = [o for o in raw_list(hydra_cfg.overrides.task) if o.lstrip("+").startswith("paths.output_root=")]
     if key not in given or not root:
         return None
     if Path(given[key].split("=", 1)[1]).is_relative_to(root[0].split("=", 1)[1]):
@@ -169,6 +176,11 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
             "study in the sweep directory); a single run has no runs to be compared with and "
             "would share a study with whatever ran beside it. Launch the runs as a sweep (-m), "
             "or set pruning=off")
+    if single and cfg.race.get("max_seeds") is not None:
+        report.errors.append(
+            f"race.max_seeds={cfg.race.max_seeds}: a race runs waves of a sweep's configs across "
+            "seeds; a single run has nothing to race. Launch the configs as a sweep (-m "
+            "key=a,b race.max_seeds=...), or drop race.max_seeds")
     if single and cfg.dry_run and not report.errors:
         # what the run would refuse in its directory, said now (a sweep's jobs: the sweeper)
         refusal = resume_refusal(cfg, run_dir)

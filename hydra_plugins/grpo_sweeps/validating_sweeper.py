@@ -32,11 +32,14 @@ from hydra.core.utils import filter_overrides
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo.config.race import Calibration, RaceSettings
+from analysis.race_record import check_relaunch, short_labels, without_seed
+from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
+from grpo.config.rules import SEED_MAX
 from grpo.config.validation import check_config, check_installed
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
-from grpo.run.run_config import resume_refusal
+from grpo.run.pruning import OFF
+from grpo.run.run_config import resolved, resume_refusal
 from grpo.sweep.cost import ESTIMATE_FILE_ENV, SweepEstimate, estimate, write_estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
@@ -44,11 +47,13 @@ from grpo.sweep.hydra_compat import (
     preset_overrides,
     split_into_jobs,
 )
-from grpo.sweep.job import describe_job, output_refusal, output_root_note
+from grpo.sweep.job import describe_job, output_refusal, output_root_note, raw_list
 from grpo.sweep.job_loss import ComposedJob, compose_job
 from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
 from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
 
+JOB_SUBDIR = "${hydra.job.num}"
+"""The run directories of a sweep as the analysis and a race read them: `<sweep>/<job number>`."""
 SWEEP_WIDE = ("pruning", "budget", "race")
 """Config groups and sections that hold for a whole sweep (one pruner, one budget, one race):
 never swept."""
@@ -86,7 +91,7 @@ class ValidatingSweeper(BasicSweeper):
     def _compose(self, overrides: Sequence[str]) -> ComposedJob:
         """One job composed as the launcher will run it (`grpo.sweep.job_loss.compose_job`)."""
         job = compose_job(self.hydra_context.config_loader, self.config.hydra.job.config_name,
-                          list(overrides), base=list(self.config.hydra.overrides.hydra))
+                          list(overrides), base=raw_list(self.config.hydra.overrides.hydra))
         self.composed[tuple(overrides)] = job
         return job
 
@@ -124,24 +129,24 @@ class ValidatingSweeper(BasicSweeper):
         priced by the cost model and launched by the sweep's launcher."""
         # imported here: the race reads the sweep back with the analysis (pandas), which the
         # sweeper's other work and every dry run do without
-        from analysis.race import RaceRunner, without_seed
+        from analysis.race import RaceRunner
 
         jobs = list(self.composed.values())
         parallel = self._parallel(len(jobs))
+        unit = estimate([jobs[0].cfg], parallel)[0].unit
 
         def price(indices: Sequence[int]) -> float:
-            cost, _ = estimate([jobs[i].cfg for i in indices], parallel)
-            runner.unit = cost.unit
-            return float(cost.full_grid)
+            return float(estimate([jobs[i].cfg for i in indices], parallel)[0].full_grid)
 
-        runner = RaceRunner(sweep_dir, settings, [without_seed(job.overrides) for job in jobs],
-                            lambda batch, start: self.launcher.launch(batch, initial_job_idx=start),
-                            price)
-        return runner
+        return RaceRunner(sweep_dir, settings, [without_seed(job.overrides) for job in jobs],
+                          [resolved(job.cfg) for job in jobs],
+                          lambda batch, start: self.launcher.launch(batch, initial_job_idx=start),
+                          price, unit)
 
     def _price_race(self, settings: RaceSettings, cfgs: list[Any], cost: SweepEstimate | None) -> None:
-        """With dry_run, the race's worst case (every config to max_seeds) against its budget
-        and its expected case (the calibration's share of the worst case in each of its cases);
+        """With dry_run, the race's worst case (every config to max_seeds) against its budget,
+        its expected case (the calibration's share of the worst case in each of its cases) and
+        what a launch would find in its sweep directory (`check_relaunch`: a refusal exits 2);
         refuse (exit 2) a budget that cannot pay for wave 1. `cost`: the grid's estimate where
         `_price` made one (wave 1 is the grid)."""
         if cost is None:
@@ -159,9 +164,19 @@ class ValidatingSweeper(BasicSweeper):
             print(Calibration.read().expected_text(worst, unit, len(cfgs), settings))
             if os.environ.get(ESTIMATE_FILE_ENV):  # the race plans its worst case
                 write_estimate(Path(os.environ[ESTIMATE_FILE_ENV]), worst, worst, unit)
+            jobs = list(self.composed.values())
+            found = check_relaunch(Path(self.config.hydra.sweep.dir), settings,
+                                   [resolved(job.cfg) for job in jobs],
+                                   short_labels([without_seed(job.overrides) for job in jobs]))
+            if isinstance(found, str):
+                print(f"error: {found}", file=sys.stderr)
+                sys.exit(2)
+            for note in found.notes:
+                print(f"warning: {note}", file=sys.stderr)
         if budget is not None and one > budget:
             print(f"error: race wave 1 ({len(cfgs)} runs) is priced at {one:.3g} {unit}, more than "
-                  f"race.budget_gpu_hours={budget:g}; nothing was submitted", file=sys.stderr)
+                  f"race.budget_gpu_hours={budget:g} (which counts {BUDGET_UNIT}); nothing was "
+                  "submitted", file=sys.stderr)
             sys.exit(2)
 
     def _race(self, settings: RaceSettings, sweep_dir: Path) -> list[Any]:
@@ -171,16 +186,17 @@ class ValidatingSweeper(BasicSweeper):
         last = race.last_decision()
         if last is not None:
             print(f"race over after {len(race.waves)} waves ({last.end}): "
-                  f"{', '.join(last.alive)} could be the best; {race.spent_gpu_hours():.3g} "
-                  f"{race.unit} spent of the fixed grid's {race.grid_gpu_hours:.3g}; report: "
+                  f"{', '.join(last.alive) or 'no config'} could be the best; "
+                  f"{race.spent_gpu_hours():.3g} {race.unit} spent, measured, of the fixed grid's "
+                  f"{race.fixed_grid_hours():.3g} at the runs' measured rates; report: "
                   f"`make plots SWEEP={sweep_dir}`")
         return []
 
-    def _price(self, cfgs: list[Any], lines: list[str]) -> SweepEstimate | None:
+    def _price(self, cfgs: list[Any], lines: list[str], race: RaceSettings | None) -> SweepEstimate | None:
         """With dry_run, print each job's line (`lines`) with its estimated cost, the rates and
         the sweep's total (grpo.sweep.cost); exit 2 when the sweep would spend more than
-        budget.gpu_hours. Nothing is estimated when neither is asked for (None); else returns
-        the estimate."""
+        budget.gpu_hours (a `race`: its worst case). Nothing is estimated when neither is asked
+        for (None); else returns the estimate."""
         budget = cfgs[0].budget.gpu_hours
         if not self.config.dry_run and budget is None:
             return None
@@ -193,11 +209,38 @@ class ValidatingSweeper(BasicSweeper):
             print("\n".join(cost.lines()))
             if os.environ.get(ESTIMATE_FILE_ENV):
                 cost.write(Path(os.environ[ESTIMATE_FILE_ENV]))
-        refusal = cost.over_budget(budget)
+        refusal = cost.over_budget(budget, None if race is None else race.max_seeds)
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)
             sys.exit(2)
         return cost
+
+    def _refuse_race_misuse(self, race: RaceSettings, cfgs: list[Any]) -> None:
+        """Exit 2 where race keys meet a sweep they mean nothing in: one config (nothing to
+        race), a pruner (it would stop configs outside the race's error rate), run directories
+        not numbered by job; or where a later wave's seed would be out of range."""
+        problems = []
+        last = race.seed_of(race.max_seeds)
+        if last > SEED_MAX:
+            problems.append(f"seed={race.first_seed} with race.max_seeds={race.max_seeds}: wave "
+                            f"{race.max_seeds} would run seed {last}, past the largest seed "
+                            f"{SEED_MAX}; set seed to at most {SEED_MAX - race.max_seeds + 1}")
+        if len(cfgs) < 2:
+            problems.append("race.max_seeds is set but the sweep has one config: a race compares "
+                            "configs; sweep a key (key=a,b), or drop race.max_seeds and sweep "
+                            "seed=0,1,2 for seeds of one config")
+        subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
+        if subdir != JOB_SUBDIR:
+            problems.append(f"race.max_seeds with hydra.sweep.subdir={subdir}: a race numbers its "
+                            f"runs' directories by job (hydra.sweep.subdir={JOB_SUBDIR}, the "
+                            "default); drop the hydra.sweep.subdir override")
+        if cfgs[0].pruning.name != OFF:
+            problems.append(f"race.max_seeds with pruning={cfgs[0].pruning.name}: the pruner "
+                            "would stop configs outside the race's alpha; use one of them "
+                            "(pruning=off, or race.max_seeds=null)")
+        if problems:
+            print("error: " + "; ".join(problems) + "; nothing was submitted", file=sys.stderr)
+            sys.exit(2)
 
     def sweep(self, arguments: list[str]) -> Any:
         note = output_root_note(self.config.hydra)
@@ -210,8 +253,8 @@ class ValidatingSweeper(BasicSweeper):
                   "the whole sweep (one pruner compares its runs); give one value; nothing was "
                   "submitted", file=sys.stderr)
             sys.exit(2)
-        race = RaceSettings.from_config(self.config.race, int(self.config.seed))
-        if race is not None and "seed" in swept:
+        racing = self.config.race.get("max_seeds") is not None
+        if racing and "seed" in swept:
             print("error: seed cannot be swept in a race (race.max_seeds is set): the race gives "
                   "wave w seed `seed` + w - 1; set seed to the first one; nothing was submitted",
                   file=sys.stderr)
@@ -229,7 +272,8 @@ class ValidatingSweeper(BasicSweeper):
             labels[num] = f"job #{num} [{shown or 'no swept keys'}]"
             report = check_config(cfg).include(check_installed(cfg))
             report.errors += resources.refusals(cfg)
-            if not report.errors and (refusal := self._resume_refusal(num, cfg)) is not None:
+            # a race checks its job directories against its own waves (check_relaunch)
+            if not report.errors and not racing and (refusal := self._resume_refusal(num, cfg)) is not None:
                 report.errors.append(refusal)
             for message in report.warnings:
                 warnings.setdefault(message, []).append(num)
@@ -250,7 +294,10 @@ class ValidatingSweeper(BasicSweeper):
                   file=sys.stderr)
             sys.exit(2)
         cfgs = [job.cfg for job in self.composed.values()]
-        cost = self._price(cfgs, lines)
+        race = RaceSettings.from_config(cfgs[0].race, int(cfgs[0].seed)) if racing else None
+        if race is not None:
+            self._refuse_race_misuse(race, cfgs)
+        cost = self._price(cfgs, lines, race)
         if race is not None:
             self._price_race(race, cfgs, cost)
         if self.config.dry_run:
@@ -260,6 +307,8 @@ class ValidatingSweeper(BasicSweeper):
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)
             sys.exit(1)
+        if race is not None:  # refused before anything is written (runs again under the lock)
+            self._race_runner(race, sweep_dir).prepare(warn=False)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
             with sweep_lock(sweep_dir):
