@@ -41,7 +41,11 @@ NOT_CARRIED_GROUPS = ("hydra", "experiment", "promoted", "cluster", "local")
 PRESET_GROUP = "experiment/promoted"
 """Where (under the config directory) promoted presets are written: `+experiment=promoted/<NAME>`."""
 NOT_CARRIED_KEYS = ("experiment_name", "n_grpo_steps", "seed", "dry_run", "cluster", "paths",
-                    "hydra")
+                    "hydra", "race")
+"""Keys of the source run that are not carried: how and where it ran, and a race's settings (a
+race is how the source sweep chose its runs, not a property of a config)."""
+MAX_NAME = 100
+"""The longest preset name (a file name: most filesystems allow 255 bytes)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,8 @@ def check_arguments(name: str, top_k: int, steps: int) -> None:
     asked before the sweep is read."""
     if not NAME_PATTERN.fullmatch(name):
         raise ValueError(f"--name {name!r} must match {NAME_PATTERN.pattern}")
+    if len(name) > MAX_NAME:
+        raise ValueError(f"--name is {len(name)} characters long; give a name of at most {MAX_NAME}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"--top-k is {top_k}; give the number of configs to promote, at least 1")
     problem = rule_for("n_grpo_steps").problem(steps)
@@ -192,6 +198,11 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
     check_arguments(name, top_k, steps)
     preset_path = conf_dir / PRESET_GROUP / f"{name}.yaml"
     option_dir = conf_dir / "promoted" / name
+    linked = [p for p in (preset_path, preset_path.parent, option_dir, option_dir.parent) if p.is_symlink()]
+    if linked:
+        raise ValueError(f"{linked[0]} is a symbolic link: promote writes only inside {conf_dir} "
+                         "and never through a link; remove the link (`rm` it, not what it points "
+                         "to) or give another --name")
     taken = [p for p in (preset_path, option_dir) if p.exists() or p.is_symlink()]
     if taken and not overwrite:
         raise ValueError(f"a promotion named {name} exists ({', '.join(map(str, taken))}); give "
@@ -210,7 +221,8 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
 
     option_dir.mkdir(parents=True, exist_ok=True)
     for stale in option_dir.glob("*.yaml"):
-        stale.unlink()
+        if stale.is_file() or stale.is_symlink():  # a link is removed, not what it points to
+            stale.unlink()
     paths = []
     for option in options:
         settings = carried_settings(option.source, conf_dir, collection.label_keys)

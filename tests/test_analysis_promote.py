@@ -35,6 +35,8 @@ train_batch_size: 128
 micro_batch_size: 2
 eval:
   eval_every: 10
+race:
+  max_seeds: null
 """,
     "loss/reinforce_with_baseline.yaml": "name: reinforce_with_baseline\n",
     "loss/grpo_clip.yaml": "name: grpo_clip\n",
@@ -238,3 +240,32 @@ def test_promote_never_replaces_a_preset_and_checks_its_arguments(
     with pytest.raises(SystemExit, match="--steps: n_grpo_steps=0 is out of range"):
         main(["promote", "--sweep", str(tmp_path / "missing"), "--top-k", "1", "--name", "x",
               "--steps", "0", "--conf-dir", str(conf)])
+
+
+def test_promote_carries_no_race_and_writes_through_no_link(tmp_path: Path, conf: Path) -> None:
+    """A race's settings are how its sweep chose runs, not a config's: an option promoted from a
+    race does not set race.max_seeds. `--overwrite` never follows a linked option directory or
+    preset folder out of the config tree (it once deleted the yaml files it found there), and
+    a name too long for a file is refused as such."""
+    evals = {"grpo_clip,1,64": [0.1, 0.2], "grpo_clip,2,64": [0.1, 0.6]}
+    source = hydra_sweep(conf, tmp_path / "raced", ["+experiment=broad", "train_batch_size=64",
+                                                     "race.max_seeds=3"], evals)
+    assert OmegaConf.load(source / "0" / ".hydra" / "config.yaml").race.max_seeds == 3
+    promotion = promote(collect([source]), 1, "best_eval_reward", "raced", conf_dir=conf)
+    for option in promotion.options:
+        assert "race" not in OmegaConf.to_container(OmegaConf.load(option)), option.read_text()
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.yaml").write_text("mine: 1\n")
+    (conf / "promoted" / "linked").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match="promoted/linked is a symbolic link: promote writes only"):
+        promote(collect([source]), 1, "best_eval_reward", "linked", conf_dir=conf, overwrite=True)
+    assert [p.name for p in elsewhere.iterdir()] == ["keep.yaml"]
+    (conf / "experiment" / "promoted" / "x.yaml").symlink_to(elsewhere / "keep.yaml")
+    with pytest.raises(ValueError, match="x.yaml is a symbolic link"):
+        promote(collect([source]), 1, "best_eval_reward", "x", conf_dir=conf, overwrite=True)
+    assert (elsewhere / "keep.yaml").read_text() == "mine: 1\n"
+    with pytest.raises(SystemExit, match="--name is 300 characters long; give a name of at most 100"):
+        main(["promote", "--sweep", str(source), "--top-k", "1", "--name", "n" * 300,
+              "--conf-dir", str(conf)])
