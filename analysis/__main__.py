@@ -26,7 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.aggregate import BEST_CRITERION, BORROW_KEY, CRITERIA, rank
-from analysis.collect import LABEL, Collection, collect, find_latest_sweep, save_steps
+from analysis.collect import (
+    LABEL,
+    Collection,
+    collect,
+    find_latest_sweep,
+    save_steps,
+    sweep_dir_problem,
+)
 from analysis.external import GRPO_STEPS
 from analysis.report import ACCURACY_BAR, write_report
 from grpo.run.files import RunDirError
@@ -47,6 +54,9 @@ def _collect(args: argparse.Namespace) -> Collection:
     """The sweeps of ``--sweep`` and ``--sweeps``, else the latest under ``--outputs``,
     collected."""
     sweeps = [*args.sweep, *map(Path, shlex.split(args.sweeps or ""))]
+    borrow = getattr(args, "seed_variance_from", None)
+    if borrow is not None and (problem := sweep_dir_problem(borrow)) is not None:
+        raise FileNotFoundError(f"--seed-variance-from: {problem}")
     return collect(sweeps or [latest_sweep(args.outputs)])
 
 
@@ -121,8 +131,8 @@ def cmd_watch(args: argparse.Namespace) -> None:
     from analysis.monitor import watch
 
     sweep = args.sweep_dir or latest_sweep(args.outputs)
-    if not sweep.is_dir():
-        raise FileNotFoundError(f"sweep directory {sweep} does not exist")
+    if (problem := sweep_dir_problem(sweep)) is not None:
+        raise FileNotFoundError(problem)
     watch(sweep, once=args.once, interval_s=args.interval)
 
 

@@ -442,6 +442,12 @@ def _advice(collection: Collection, ranked: pd.DataFrame, u: SweepComparisons) -
     if not u.decided:
         if len(ranked) < 2:
             return None
+        if u.seeds.degenerate:
+            return ("the seeds measured a variance of 0 (every seed of a config gave the same "
+                    "value: a floor or ceiling, such as reward 0 or 1 on every problem): more seeds "
+                    "of these configs measure nothing more; compare the configs where they differ "
+                    "(another step, a criterion that is not at its bound, or more evaluation "
+                    "problems, eval.n_examples)")
         top = list(ranked.index[:3])
         return (f"a second seed for the best {len(top)} configs ({'; '.join(top)}) would measure "
                 f"the seed variance ({len(top)} df): {_price(collection, dict.fromkeys(top, 1))}")

@@ -84,6 +84,7 @@ from analysis.run_rows import (
     EVAL_REWARD,
     TRAIN_CLOCK,
     bad_reward,
+    is_step_row,
     parse_line,
     read_status,
     with_floats,
@@ -201,7 +202,7 @@ def _whole_log(lines: list[str], text: str) -> list[dict[str, Any]] | None:
         rows = json.loads("[" + ",".join(lines) + "]")
     except (json.JSONDecodeError, RecursionError):
         return None
-    if not all(type(row) is dict and type(row.get("step")) is int and row["step"] >= 0 for row in rows):
+    if not all(map(is_step_row, rows)):
         return None
     if NON_FINITE_TEXT.search(text):
         rows = [with_floats(row) for row in rows]
@@ -310,8 +311,9 @@ def format_value(value: Any) -> str:
     """How a swept value is written in a config label."""
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:g}"
+    if isinstance(value, float):  # short, unless that would merge two values (1e-05, 1.000001e-05)
+        short = f"{value:g}"
+        return short if float(short) == value or math.isnan(value) else repr(value)
     return str(value)
 
 
@@ -470,13 +472,22 @@ def _varying_override_keys(runs: Sequence[_Run]) -> list[str]:
     return [k for k in keys if len({run.overrides.get(k) for run in runs}) > 1]
 
 
+def sweep_dir_problem(path: Path) -> str | None:
+    """Why `path` cannot be a sweep directory (it does not exist, or is not a directory)."""
+    if path.is_dir():
+        return None
+    return (f"{path} is a file, not a sweep directory" if path.exists()
+            else f"sweep directory {path} does not exist")
+
+
 def collect(sweep_dirs: Sequence[Path]) -> Collection:
     """Read every run of ``sweep_dirs`` into a :class:`Collection` (see the module docstring)."""
     sweeps: list[SweepInfo] = []
     runs: list[_Run] = []
     for sweep_dir in map(Path, sweep_dirs):
-        if not sweep_dir.is_dir():
-            raise FileNotFoundError(f"sweep directory {sweep_dir} does not exist")
+        problem = sweep_dir_problem(sweep_dir)
+        if problem is not None:
+            raise FileNotFoundError(problem)
         sweep_runs = [_Run.read(sweep_dir, p) for p in _run_dirs(sweep_dir)]
         if not sweep_runs:
             raise ValueError(f"sweep directory {sweep_dir} holds no run (no job directory 0/, "

@@ -28,6 +28,8 @@ from analysis.uncertainty import ALPHA, ConfigData, SeedVariance, pair_test
 
 TREND_METRICS = ("train/entropy", "train/mean_response_length", "train/grad_norm",
                  "train/clip_fraction")
+NOT_FINITE = "no late value: a run logged a non-finite value"
+"""The verdict of a config one of whose runs logged inf or nan in the late window."""
 WINDOW = 0.1
 """Share of the compared steps the early and the late window each cover..."""
 MIN_WINDOW = 3
@@ -38,7 +40,7 @@ MIN_WINDOW = 3
 class Trend:
     """``metric`` of config ``label``: mean ``early`` and ``late`` (over its runs and the window's
     steps), the change, and against the best config's late value: ``versus_best`` (``higher``,
-    ``lower``, ``within noise``, ``no test``; empty for the best config itself), the
+    ``lower``, ``within noise``, ``no test``, :data:`NOT_FINITE`; empty for the best config itself), the
     Holm-adjusted p-value and the seed variance the test used (``noise``, in words)."""
 
     label: str
@@ -73,8 +75,14 @@ def trends(collection: Collection, labels: Sequence[str], best: str, at_step: in
         steps = collection.steps
         early = (steps.loc[steps[LABEL].isin(labels) & steps["step"].isin(early_steps)]
                  .groupby(LABEL)[metric].mean() if metric in steps else pd.Series(dtype=float))
+        # a run that logged inf or nan in the window has no late value to compare: its config
+        # is said apart, and kept out of the seed variance (one such run made it nan for all)
+        finite = runs[VALUE].map(math.isfinite)
+        not_finite = set(runs.loc[~finite, LABEL])
         configs = [ConfigData(label, part[VALUE].to_numpy(float))
-                   for label, part in runs.groupby(LABEL, sort=False)]
+                   for label, part in runs[finite].groupby(LABEL, sort=False)
+                   if label not in not_finite]
+        runs = runs[finite & ~runs[LABEL].isin(not_finite)]
         other = (late_run_means(borrowed, borrowed.labels, metric, late_steps)
                  if borrowed is not None else pd.DataFrame())
         lent = None
@@ -91,6 +99,10 @@ def trends(collection: Collection, labels: Sequence[str], best: str, at_step: in
         adjusted = dict(zip(tested, holm(list(tested.values())), strict=True))
         noise = seeds.describe()
         for label in labels:
+            if label in not_finite:
+                out.append(Trend(label, metric, float(early.get(label, math.nan)), math.nan,
+                                 NOT_FINITE, math.nan, noise))
+                continue
             if label not in by_label:
                 continue
             late = by_label[label].mean

@@ -21,12 +21,13 @@ from sweep_factory import (
 )
 
 from analysis.__main__ import main
-from analysis.aggregate import BAND_TEXT
+from analysis.aggregate import BAND_TEXT, rank
 from analysis.collect import (
     LABEL,
     Collection,
     collect,
     find_latest_sweep,
+    format_value,
     read_metrics,
     read_swept,
     save_steps,
@@ -552,3 +553,42 @@ def test_the_analysis_writes_only_inside_the_sweep(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"error: cannot write .*collected\.(parquet|csv): Is a "
                                          r"directory; nothing of the runs was changed"):
         main(["plots", "--sweep", str(sweep)])
+
+
+def test_labels_keep_apart_values_that_a_short_format_would_merge(tmp_path: Path) -> None:
+    """Two learning rates equal under %g (1e-05, 1.000001e-05) once shared a label, which broke
+    every per-config table ("Categorical categories must be unique")."""
+    assert format_value(1e-5) == "1e-05" and format_value(1.000001e-5) == "1.000001e-05"
+    assert format_value(0.5) == "0.5" and format_value(float("nan")) == "nan"
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, ["learning_rate=1e-05,1.000001e-05"])
+    for job, lr in enumerate((1e-5, 1.000001e-5)):
+        write_run(sweep / str(job), {"learning_rate": lr}, rows(job, range(0, 11)), {"status": "completed"})
+    collection = collect([sweep])
+    assert collection.labels == ["learning_rate=1e-05", "learning_rate=1.000001e-05"]
+    assert list(rank(collection).table.index) != []
+
+
+def test_a_borrowed_variance_that_is_not_a_sweep_directory_is_named(tmp_path: Path) -> None:
+    sweep = write_scenario(tmp_path / "exp" / "sweep")
+    with pytest.raises(SystemExit, match=r"--seed-variance-from: sweep directory .*missing does not exist"):
+        main(["plots", "--sweep", str(sweep), "--seed-variance-from", str(tmp_path / "missing")])
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit, match=r"--seed-variance-from: .*file is a file, not a sweep directory"):
+        main(["plots", "--sweep", str(sweep), "--seed-variance-from", str(tmp_path / "file")])
+    with pytest.raises(SystemExit, match=r".*file is a file, not a sweep directory"):
+        main(["plots", "--sweep", str(tmp_path / "file")])
+
+
+def test_seeds_that_measure_a_variance_of_0_do_not_ask_for_a_second_seed(tmp_path: Path) -> None:
+    """Where configs have 2 seeds each that gave the same value (a reward floor), the advice is
+    not "a second seed would measure the seed variance": it was measured, and it is 0."""
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, ["learning_rate=1e-05,0.001", "seed=0,1"])
+    for job, (lr, seed) in enumerate((lr, s) for lr in (1e-5, 1e-3) for s in (0, 1)):
+        evals = [{"step": s, "eval/reward": 0.0 if lr == 1e-3 else 0.25} for s in (0, 10)]
+        write_run(sweep / str(job), {"learning_rate": lr, "seed": seed}, evals, {"status": "completed"})
+    lines = rank(collect([sweep])).verdict_lines()
+    said = " ".join(lines)
+    assert "a degenerate estimate" in said and "a second seed" not in said
+    assert "more seeds of these configs measure nothing more" in said

@@ -229,6 +229,8 @@ def test_analysis_lists_crafted_runs_as_unusable_and_reports_the_rest(tmp_path: 
     (sweep / "2" / ".hydra" / "config.yaml").write_bytes(DEEP_YAML)
     (sweep / "2" / ".hydra" / "overrides.yaml").write_bytes(b"a: " + b"[" * 100_000)
     (sweep / "3" / "status.json").write_text('{"status": 5, "last_step": "9", "restarts": []}')
+    with (sweep / "3" / "metrics.jsonl").open("a") as log:  # a step no frame holds (OverflowError)
+        log.write(json.dumps({"step": 10**30, "eval/reward": 0.5}) + "\n")
     (sweep / "4" / "metrics.jsonl").unlink()
     (sweep / "4" / "metrics.jsonl").mkdir()
     (sweep / "multirun.yaml").write_bytes(b"a: " + b"[" * 100_000)  # swept keys from the runs then
@@ -244,6 +246,7 @@ def test_analysis_lists_crafted_runs_as_unusable_and_reports_the_rest(tmp_path: 
     assert "sweep/1`" in unusable and "metrics.jsonl holds no step" in unusable
     assert ".hydra/config.yaml is unreadable (config.yaml is nested more than 64 levels deep)" in unusable
     assert "sweep/3` (status unknown): status.json holds no status" in unusable
+    assert "had 1 unparsable metrics line(s) (skipped)" in report
     assert "sweep/4`" in unusable
 
 

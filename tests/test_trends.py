@@ -12,7 +12,7 @@ from scipy import stats
 
 from analysis.collect import collect
 from analysis.synthetic import write_multirun, write_run
-from analysis.trends import holm, trends, windows
+from analysis.trends import NOT_FINITE, holm, trends, windows
 
 LABELS = ["learning_rate=0.001", "learning_rate=0.0001", "learning_rate=0.0002"]
 
@@ -78,3 +78,15 @@ def test_one_seed_and_one_swept_key_gives_no_test_between_steps(tmp_path: Path) 
     assert {got[label].versus_best for label in LABELS[1:]} == {"no test"}
     assert all(math.isnan(got[label].p_adjusted) for label in LABELS[1:])
     assert got[LABELS[1]].noise.startswith("none: one seed per config")
+
+
+def test_a_run_that_logged_an_infinite_value_is_said_apart_not_a_nan_for_all(tmp_path: Path) -> None:
+    """One run's infinite entropy in the late window once made the pooled variance, and so every
+    config's comparison, nan: that config is said apart, the others are compared as before."""
+    late = {0.001: [0.60, 0.64], 0.0001: [0.95, 0.99], 0.0002: [0.62, math.inf]}
+    entropy_sweep(tmp_path / "s", (0, 1), late)
+    got = {t.label: t for t in trends(collect([tmp_path / "s"]), LABELS, LABELS[0], at_step=30)}
+    assert got[LABELS[2]].versus_best == NOT_FINITE and math.isnan(got[LABELS[2]].late)
+    assert got[LABELS[1]].versus_best == "higher" and math.isfinite(got[LABELS[1]].p_adjusted)
+    assert "seeds in this sweep" in got[LABELS[1]].noise and "(2 df)" in got[LABELS[1]].noise
+    assert "nan" not in got[LABELS[1]].noise
