@@ -98,6 +98,8 @@ def test_chain_follows_the_assignment() -> None:
      "stages[0] (lr_sweep): `decides` must be a non-empty list of keys"),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n    race_max_seeds: 1\n",
      "stages[0] (lr_sweep): `race_max_seeds` must be an integer >= 2"),
+    ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n    off_policy_only: \"no\"\n",
+     "stages[0] (lr_sweep): `off_policy_only` must be true or false, not 'no'"),
 ])
 def test_a_bad_chain_names_the_key(tmp_path: Path, text: str, error: str) -> None:
     (tmp_path / "chain").mkdir()
@@ -488,3 +490,35 @@ def test_a_chain_names_a_budget_for_every_study(tmp_path: Path) -> None:
         "budgets: {b: -1}\nstages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n")
     with pytest.raises(ValueError, match="GPU-hours"):
         load_chain("c", tmp_path)
+
+
+@pytest.mark.slow
+def test_the_readme_chain_dry_run_prints_every_stage_and_the_budget(tmp_path: Path) -> None:
+    """README's `python -m grpo.chain model=tiny data=toy rollout=hf dry_run=true`: it once stopped
+    at stage 5 (the off-policy presets took the toy recipe's rollout batch of 64, below their
+    train batches); every stage is planned and priced, a stage whose own dry run refuses it is
+    said at the end (prompt_ablation's r1_zero prompt on the tiny model's alphabet), and the
+    chain's budget lines follow."""
+    out = chain(*CPU, f"paths.output_root={tmp_path}", "dry_run=true")
+    for n, stage in enumerate(load_chain("cs336").stages, 1):
+        assert f"stage {n}/8 {stage.experiment}:" in out.stdout, out.stdout[-3000:]
+    assert "must be <= rollout_batch_size" not in out.stderr
+    assert "whole chain" in out.stdout and "grpo_off_policy_sweep" in out.stdout
+    assert out.returncode == 2 and ("error: 1 stage(s) would be refused as planned: stage 8/8 "
+                                    "prompt_ablation (exit 2)") in out.stderr
+    assert not list(tmp_path.rglob("*")), "a dry run wrote nothing"
+
+
+def test_an_unwritable_stage_directory_and_a_sweep_the_chain_did_not_start(tmp_path: Path) -> None:
+    """A stage directory that cannot be made ends the chain in one line (it was a traceback);
+    an unfinished sweep without the chain's record is said to be one, not one that "ran with
+    other overrides"."""
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    out = chain("--stages", "lr_sweep", *CPU, f"paths.output_root={blocked}")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert f"error: cannot write {blocked}" in out.stderr
+    sweep = craft(tmp_path / "out", "lr_sweep", [({"learning_rate": 3e-4}, [0.5], "failed")])
+    dry = chain("--stages", "lr_sweep", *CPU, f"paths.output_root={tmp_path / 'out'}", "dry_run=true")
+    assert (f"its latest sweep {sweep} is unfinished (1 runs: 1 failed) and has no chain.json (the "
+            "chain did not start it, or its record is unreadable)") in dry.stdout, dry.stdout[-2000:]

@@ -111,6 +111,7 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
               "nothing is run")
     lookup = winner_lookup(chain, user)
     estimates: dict[int, dict | None] = {}
+    invalid: list[str] = []  # a dry run's stages that its own dry run refused
     for index in indices:
         stage = chain.stages[index]
         head = f"stage {index + 1}/{len(chain.stages)} {stage.experiment}"
@@ -130,6 +131,10 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
         if state is not None and recorded_overrides(state.sweep) == plan.overrides(user):
             target = state.sweep
             print(f"  resuming its unfinished sweep {state.sweep} ({state.counts()})")
+        elif state is not None and recorded_overrides(state.sweep) is None:
+            print(f"  its latest sweep {state.sweep} is unfinished ({state.counts()}) and has no "
+                  f"{RECORD} (the chain did not start it, or its record is unreadable): a new "
+                  f"sweep {target}")
         elif state is not None:
             print(f"  its latest sweep {state.sweep} is unfinished ({state.counts()}) but ran "
                   f"with other overrides (see its {RECORD}): a new sweep {target}")
@@ -138,8 +143,8 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
                 estimate_file = Path(scratch) / "estimate.json"
                 returncode = launch(plan, user, target, dry_run, estimate_file)
                 estimates[index] = read_estimate(estimate_file)
-            if returncode:
-                return returncode
+            if returncode:  # said by the stage's dry run; the chain's plan goes on
+                invalid.append(f"{head} (exit {returncode})")
             continue
         returncode = launch(plan, user, target, dry_run)
         ended = sweep_state(target) if target.is_dir() else None
@@ -150,6 +155,10 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
             return returncode or 1
     if dry_run:
         print("\n".join(budget_lines(chain, estimates)))
+        if invalid:
+            print(f"error: {len(invalid)} stage(s) would be refused as planned: "
+                  f"{'; '.join(invalid)} (their errors above); nothing was run", file=sys.stderr)
+            return 2
     else:
         print(f"chain {chain.name}: " + ", ".join(chain.names[i] for i in indices) + " finished")
     return 0
@@ -217,6 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, HydraException, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a stage directory that cannot be made or written
+        print(f"error: cannot write {error.filename or 'a stage directory'} "
+              f"({error.strerror or error}): give paths.output_root's directories back their "
+              "permissions, or free space, and run the same command again", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

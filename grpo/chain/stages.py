@@ -94,8 +94,11 @@ def load_chain(name: str, conf_dir: Path = CONF_DIR) -> Chain:
         if race is not None and (not isinstance(race, int) or isinstance(race, bool) or race < 2):
             raise ValueError(f"{where} ({experiment}): `race_max_seeds` must be an integer >= 2 "
                              "(the most seeds a config gets in the stage's race) or absent")
-        stages.append(Stage(experiment, tuple(decides), bool(entry.get("off_policy_only", False)),
-                            study, race))
+        off_policy_only = entry.get("off_policy_only", False)
+        if not isinstance(off_policy_only, bool):
+            raise ValueError(f"{where} ({experiment}): `off_policy_only` must be true or false, "
+                             f"not {off_policy_only!r}")
+        stages.append(Stage(experiment, tuple(decides), off_policy_only, study, race))
     names = [stage.experiment for stage in stages]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

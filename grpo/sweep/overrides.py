@@ -81,9 +81,15 @@ def _variants(group_overrides: Sequence[Override]) -> list[list[str]]:
 
 def suggestion(override: Override, candidates: Sequence[str], groups: set[str],
                chosen: set[str]) -> str:
-    """``did you mean X=value?`` with the nearest candidate, or where keys are listed."""
+    """``did you mean X=value?`` with the nearest candidate (a key that takes a value, or a
+    config group), else the keys of the section it names (``race.foo``: race's keys), else
+    where keys are listed."""
     match = difflib.get_close_matches(override.key_or_group, candidates, n=1, cutoff=0.6)
     if not match:
+        parent = override.key_or_group.rsplit(".", 1)[0]
+        siblings = [c for c in candidates if c.startswith(f"{parent}.") and "." not in c[len(parent) + 1:]]
+        if "." in override.key_or_group and siblings:
+            return f"{parent} has {', '.join(siblings)}"
         return "`python launch.py --cfg job` prints every key"
     key = match[0]
     prefix = "+" if key in groups and key not in chosen else ""
@@ -170,7 +176,7 @@ def check_overrides(overrides: Sequence[str], config_dir: Path, config_name: str
                 sections |= {k for k, n in nodes if isinstance(n, DictConfig) and len(n)}
         except (HydraException, ValueError):
             return []
-    candidates = sorted(known | groups)
+    candidates = sorted((known - sections) | groups)  # a section takes keys, not a value
     unknown = [
         f"{o.input_line}: no config or config group defines '{o.key_or_group}'"
         f"{ADDED if o.is_add() or o.is_force_add() else ''}; "
