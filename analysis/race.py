@@ -98,9 +98,11 @@ def chunks(nums: Sequence[int]) -> list[list[int]]:
 
 
 def race_runs(collection: Collection, jobs: set[int]) -> Collection:
-    """`collection` (one sweep's) with only the runs of job numbers `jobs`."""
-    return replace(collection, runs=collection.runs[collection.runs["job"].isin(jobs)],
-                   steps=collection.steps[collection.steps["job"].isin(jobs)])
+    """`collection` (one sweep's) with only the runs of job numbers `jobs` and their configs."""
+    runs = collection.runs[collection.runs["job"].isin(jobs)]
+    kept = set(runs[LABEL])
+    return replace(collection, runs=runs, steps=collection.steps[collection.steps["job"].isin(jobs)],
+                   configs={label: v for label, v in collection.configs.items() if label in kept})
 
 
 def refuse(message: str) -> NoReturn:

@@ -49,7 +49,7 @@ from analysis.collect import collect  # noqa: E402
 from analysis.race import RaceRunner  # noqa: E402
 from analysis.race_record import ONE_LEFT  # noqa: E402
 from analysis.run_rows import EVAL_REWARD  # noqa: E402
-from analysis.synthetic import write_multirun, write_run  # noqa: E402
+from analysis.synthetic import config_with, write_multirun, write_run  # noqa: E402
 from grpo.config.race import CALIBRATION_FILE, CalibratedCase, Calibration, RaceSettings  # noqa: E402
 from grpo.run.outcomes import EvalOutcomes, write_outcomes  # noqa: E402
 
@@ -112,8 +112,9 @@ def one_race(args: tuple[str, float, int, int]) -> dict[str, object]:
         write_multirun(sweep, ["k0=0,1,2", "k1=0,1,2"])
         trainer = SimulatedTrainer(sweep, truth, seed_sd, np.random.default_rng(seed))
         runner = RaceRunner(sweep, RaceSettings(max_seeds, ALPHA),
-                            [[f"k0={a}", f"k1={b}"] for a, b in GRID], trainer,
-                            lambda indices: float(len(indices)))
+                            [[f"k0={a}", f"k1={b}"] for a, b in GRID],
+                            [config_with({"k0": str(a), "k1": str(b), "seed": 0}, BASE) for a, b in GRID],
+                            trainer, lambda indices: float(len(indices)))
         with contextlib.redirect_stdout(io.StringIO()):  # the sweeper's line per wave
             race = runner.run()
         last = race.last_decision()

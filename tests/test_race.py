@@ -542,3 +542,15 @@ def test_a_race_record_that_cannot_be_written_ends_in_one_line(
     assert ended.value.code == 1 and truth.launched == []
     assert f"error: cannot write the race record {sweep / RACE_FILE} (" in said
     assert "then launch the same command again (finished runs are not run again)" in said
+
+
+def test_a_look_after_a_config_left_compares_only_the_configs_still_in(tmp_path: Path) -> None:
+    """After 1e-3 leaves at wave 2, wave 3's look reads only the other two configs' runs (a
+    collection that still listed 1e-3 without runs once failed to rank)."""
+    sweep = tmp_path / "sweep"
+    truth = Truth(sweep, {"1e-4": 0.5, "3e-4": 0.51, "1e-3": 0.2}, sd=0.01)
+    race = runner(sweep, RaceSettings(max_seeds=4, alpha=0.05), truth).run()
+    assert list(race.waves[1].decision.left) == ["learning_rate=1e-3"]
+    assert [sorted(w.jobs.values()) for w in race.waves[2:]] == [[0, 1]] * (len(race.waves) - 2)
+    assert len(race.waves) == 4 and race.waves[-1].decision.end == MAX_SEEDS
+    assert set(race.waves[-1].decision.alive) == {"learning_rate=1e-4", "learning_rate=3e-4"}
