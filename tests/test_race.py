@@ -368,6 +368,34 @@ def test_a_cpu_race_runs_its_waves_through_the_local_launcher(tmp_path: Path,
     again = launch("learning_rate=3e-4,1", "race.max_seeds=2", "n_grpo_steps=4",
                    "eval.eval_every=2", f"model.path={tiny_model_dir}", f"hydra.sweep.dir={sweep}")
     assert again.returncode == 0 and "Local sweep of" not in again.stdout + again.stderr
+    # the same configs spelled otherwise (another order, a key that changes no curve) are the
+    # same race; a lost or damaged record is rebuilt from the runs; nothing runs again
+    original = looks(race)
+    for damage in ("none", "deleted", "junk"):
+        if damage == "deleted":
+            (sweep / RACE_FILE).unlink()
+        elif damage == "junk":
+            (sweep / RACE_FILE).write_text('{"configs": [')
+        same = launch("eval.eval_every=2", "logging.progress_every=3", "race.max_seeds=2",
+                      "learning_rate=1,3e-4", "n_grpo_steps=4", f"model.path={tiny_model_dir}",
+                      f"hydra.sweep.dir={sweep}")
+        assert same.returncode == 0, (damage, same.stderr[-3000:])
+        assert "Local sweep of" not in same.stdout + same.stderr, damage
+        assert looks(read_race(sweep)) == original, damage
+    # another race in the same directory is refused before anything is written, by its dry run
+    # too, naming what differs
+    before = tree(sweep)
+    for dry in ([], ["dry_run=true"]):
+        other = launch("learning_rate=3e-4,0.1", "race.max_seeds=2", "n_grpo_steps=4",
+                       "eval.eval_every=2", f"model.path={tiny_model_dir}",
+                       f"hydra.sweep.dir={sweep}", *dry)
+        assert other.returncode == 2, other.stderr[-3000:]
+        assert (f"error: {sweep} holds a race of other configs: the recorded config "
+                "[learning_rate=1] is not launched") in other.stderr, other.stderr[-3000:]
+        assert ("the launched config [learning_rate=0.1] is not in the record (the nearest "
+                "recorded, [learning_rate=0.0003]: learning_rate: 0.0003 -> 0.1) (recorded -> "
+                "launched)") in other.stderr
+        assert tree(sweep) == before
 
 
 MEANS = {"1e-4": 0.5, "3e-4": 0.52, "1e-3": 0.2}
