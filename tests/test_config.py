@@ -311,8 +311,12 @@ def test_unknown_override_is_refused_with_the_nearest_key(tmp_path: Path) -> Non
     (["+experimen=demo"], ["did you mean +experiment=demo?"]),
     (["model.pth=/models/x", "sampling.temprature=0.5"],
      ["did you mean model.path=/models/x?", "did you mean sampling.temperature=0.5?"]),
-    # data.max_operand exists only with data=toy
-    (["data.max_operand=3"], ["`python launch.py --cfg job` prints every key"]),
+    # data.max_operand exists only with data=toy: the keys data has here are listed
+    (["data.max_operand=3"], ["data has data.answer_field, data.name, data.question_field, "
+                              "data.solution_field, data.train_path, data.validation_path"]),
+    # a section takes keys, not a value: never suggested for a key under it (race=1 is refused)
+    (["race.foo=1"], ["race has race.alpha, race.budget_gpu_hours, race.max_seeds"]),
+    (["+nothing_near_this=1"], ["`python launch.py --cfg job` prints every key"]),
     (["~optimizer.betass"], ["did you mean optimizer.betas?"]),
     # what empties a key the run reads: a group deleted or null, a key deleted, a section
     # replaced by null or a value
