@@ -323,6 +323,9 @@ def check_relaunch(sweep_dir: Path, settings: RaceSettings, identities: list[dic
             return f"{sweep_dir} holds a race of other configs: {order}{fix}"
     else:
         order = _order_from_runs(sweep_dir, settings, identities)
+        if not notes and (found := job_dirs(sweep_dir)):
+            notes.append(f"{sweep_dir / RACE_FILE} is missing beside {len(found)} job "
+                         "directories: the race is rebuilt from its runs' own configs")
     claims = {} if record is None else {
         num: (order[i], wave.seed, f"job {num} of wave {n} of the race")
         for n, wave in enumerate(record.waves, 1) for num, i in wave.jobs.items()}

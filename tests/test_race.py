@@ -444,6 +444,8 @@ def test_a_missing_or_damaged_record_is_rebuilt_from_the_runs(
     assert again.launched == [] and looks(rebuilt) == looks(original)
     assert looks(read_race(sweep)) == looks(original)
     said = capsys.readouterr().err
+    if damage == "deleted":
+        assert f"{record} is missing beside 9 job directories: the race is rebuilt" in said
     if damage in ("junk", "torn", "format 1"):
         assert "is not a race record" in said or "not readable JSON" in said
         assert "the race is rebuilt from its runs' own configs" in said
