@@ -18,6 +18,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from grpo.config.validation import check_config, check_installed
 from grpo.core.specs import LOSS_SPECS
@@ -130,14 +131,19 @@ def output_root_note(hydra_cfg: DictConfig) -> str | None:
     """A warning when ``paths.output_root`` is overridden but Hydra's output directory is given
     too, outside it: ``hydra.sweep.dir`` (``-m``) or ``hydra.run.dir`` (one run) wins."""
     key = "hydra.sweep.dir" if hydra_cfg.mode == RunMode.MULTIRUN else "hydra.run.dir"
-    # as written: an override's value may hold an interpolation only its job resolves
-    given = {o.split("=", 1)[0].lstrip("+"): o for o in raw_list(hydra_cfg.overrides.hydra)}
+    # the overrides as written (one may hold an interpolation only its job resolves, such as
+    # hydra.sweep.subdir=run_${hydra.job.num}); the directory as the config resolves it
+    given = {o.split("=", 1)[0].lstrip("+") for o in raw_list(hydra_cfg.overrides.hydra)}
     root = [o for o in raw_list(hydra_cfg.overrides.task) if o.lstrip("+").startswith("paths.output_root=")]
     if key not in given or not root:
         return None
-    if Path(given[key].split("=", 1)[1]).is_relative_to(root[0].split("=", 1)[1]):
+    try:
+        directory = str(OmegaConf.select(hydra_cfg, key.split(".", 1)[1], throw_on_missing=True))
+    except OmegaConfBaseException:
+        return None  # a directory only the job knows
+    if Path(directory).is_relative_to(root[0].split("=", 1)[1]):
         return None  # the directory is under the output root (the study chain gives such)
-    return (f"{root[0]} is not used for run directories: {given[key]} is given and wins "
+    return (f"{root[0]} is not used for run directories: {key}={directory} is given and wins "
             f"(drop {key} to write under paths.output_root)")
 
 
