@@ -294,7 +294,8 @@ class Ranking:
             return lines
         lines.append(f"Verdicts: {u.method_text()}.")
         if len(u.could_be_best) > 1:
-            lines.append(f"Could still be the best ({len(u.could_be_best)} configs, 95%): "
+            lines.append(f"Could still be the best ({len(u.could_be_best)} configs, 95%, Hsu's "
+                         "comparisons with the best): "
                          + "; ".join(u.could_be_best)
                          + (f". What would decide: {self.advice}." if self.advice else "."))
         return lines

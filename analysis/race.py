@@ -80,7 +80,7 @@ def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings,
     else:
         could = list(u.could_be_best)
         variance = u.seeds.describe()
-        left.update({c.config: c.describe() for c in u.against_best() if c.config not in could})
+        left.update({label: u.why_out(label) for label in ranking.table.index if label not in could})
     end = (NONE_LEFT if not could else ONE_LEFT if len(could) == 1
            else MAX_SEEDS if wave >= settings.max_seeds else None)
     return Decision(wave, tuple(could), left, end, variance)

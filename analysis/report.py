@@ -221,7 +221,8 @@ def _best(collection: Collection, ranking: Ranking) -> list[str]:
     if ranking.best is None:
         lines += [rule, "", "No config has an evaluation after step 0 yet.", ""]
     else:
-        ties = ([f"Could still be the best (not shown worse than it; 95%): {len(ranking.near_ties)} "
+        ties = ([f"Could still be the best (Hsu's comparisons with the best do not put it below "
+                 f"the best; 95%): {len(ranking.near_ties)} "
                  "other config(s):", *(f"- {label}: {why}" for label, why in ranking.near_ties.items())]
                 if ranking.near_ties else [])
         lines += [rule, "", f"**Best: {ranking.describe_best()}**.", "", *ties,

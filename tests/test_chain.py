@@ -153,7 +153,7 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
     preset = promotion.preset.read_text()
     assert ("# learning_rate=2e-05: not distinguishable from the best config: Δ +0.000 "
             "[-0.119, +0.119] (simultaneous 95%), p 1 (Tukey-adjusted 1) (top1)\n") in preset
-    assert "# Could still be the best (3 configs, 95%): learning_rate=1e-05; " in preset
+    assert "# Could still be the best (3 configs, 95%, Hsu's comparisons with the best): learning_rate=1e-05; " in preset
 
     lines = plans(out)["baselines"]
     assert lines[0] == (f"  learning_rate=1e-05  carried from lr_sweep: best config "
@@ -170,7 +170,7 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
                         "seeds in this sweep, pooled over the 4 configs with 2 or more (4 df).")
     assert lines[4].startswith("    lr_sweep: Verdicts: Tukey-Kramer simultaneous 95% intervals")
     # the runner-up is 2e-05 at the same mean: no amount of data resolves a difference of 0
-    assert lines[5] == ("    lr_sweep: Could still be the best (3 configs, 95%): learning_rate=1e-05; "
+    assert lines[5] == ("    lr_sweep: Could still be the best (3 configs, 95%, Hsu's comparisons with the best): learning_rate=1e-05; "
                         "learning_rate=2e-05; learning_rate=3e-05. What would decide: the observed "
                         "difference is 0: no number of seeds would resolve it.")
     assert lines[6:8] == [
@@ -232,7 +232,7 @@ def test_a_config_whose_runs_did_not_reach_the_compared_step_is_named(tmp_path: 
            "lr_sweep/2025-01-01_00-00-00/1 cancelled at step 2)" in lines
 
 
-def test_two_seeds_cannot_tell_configs_apart_within_the_simultaneous_intervals(
+def test_the_near_ties_are_hsu_s_comparisons_with_the_best_not_tukey_s_pairs(
         tmp_path: Path) -> None:
     jobs = [({"learning_rate": lr, "seed": seed}, [reward], "completed")
             for lr, seed, reward in [(1e-5, 0, 0.40), (1e-5, 1, 0.60), (2e-5, 0, 0.45),
@@ -240,14 +240,17 @@ def test_two_seeds_cannot_tell_configs_apart_within_the_simultaneous_intervals(
     ranking = rank(collect([craft(tmp_path, "lr_sweep", jobs)]))
     assert ranking.best == "learning_rate=1e-05"  # mean 0.50 over 0.46 and 0.15
     # pooled seed variance (0.02 + 0.0002 + 0.005) / 3 = 0.0084 on 3 df: standard error of a
-    # difference sqrt(0.0084) = 0.0917; over 3 configs the studentized range q(0.95, 3, 3) = 5.91,
-    # / sqrt(2) = 4.18: 3e-05's unadjusted p of 0.032 is 0.063 adjusted, so two seeds cannot tell
-    # even 0.35 apart from the best
+    # difference sqrt(0.0084) = 0.0917. Tukey's pairwise intervals (q(0.95, 3, 3) / sqrt(2) =
+    # 4.18) cannot tell even 3e-05's 0.35 from the best (adjusted p 0.063), but Hsu's comparisons
+    # with the best (one-sided Dunnett d = 2.94 for 2 comparisons on 3 df) bound 3e-05's mean
+    # minus the best's by -0.350 + 2.94 x 0.0917 = -0.081 < 0: it cannot be the best
     assert ranking.near_ties == {
         "learning_rate=2e-05": "not distinguishable from the best config: Δ -0.040 "
-                               "[-0.423, +0.343] (simultaneous 95%), p 0.69 (Tukey-adjusted 0.9)",
-        "learning_rate=3e-05": "not distinguishable from the best config: Δ -0.350 "
-                               "[-0.733, +0.033] (simultaneous 95%), p 0.032 (Tukey-adjusted 0.063)"}
+                               "[-0.423, +0.343] (simultaneous 95%), p 0.69 (Tukey-adjusted 0.9)"}
+    bound = ranking.uncertainty.bounds["learning_rate=3e-05"]
+    assert bound.critical == pytest.approx(2.9383, abs=1e-4)
+    assert bound.upper == pytest.approx(-0.35 + 2.9383 * math.sqrt(0.0084), abs=1e-4)
+    assert ranking.uncertainty.against_best()[1].verdict == "not distinguishable"  # Tukey's
 
 
 def test_a_raced_stage_runs_its_sweep_as_a_race(tmp_path: Path) -> None:

@@ -108,8 +108,9 @@ def test_a_clearly_worse_config_leaves_at_the_first_look_with_a_seed_variance(tm
     assert set(decision.alive) == {"learning_rate=3e-4", "learning_rate=1e-3"}
     assert list(decision.left) == ["learning_rate=1e-4"] and decision.end is None
     # each look compares at alpha / max_seeds: the Bonferroni split
-    assert "worse than the best config" in decision.left["learning_rate=1e-4"]
-    assert "(simultaneous 98.3%)" in decision.left["learning_rate=1e-4"]
+    # it leaves by Hsu's comparisons with the best, at the look's share of alpha
+    assert decision.left["learning_rate=1e-4"].startswith("below the best: its mean minus ")
+    assert "(Hsu's comparisons with the best, simultaneous 98.3%" in decision.left["learning_rate=1e-4"]
     assert "seeds in this sweep" in decision.seed_variance
     # at the last look the race ends whatever is left; with one config left it ends at once
     assert decide(collect([sweep]), every, settings, wave=3).end == MAX_SEEDS

@@ -17,9 +17,11 @@ from analysis.uncertainty import (
     OTHER_PROBLEMS,
     ConfigData,
     SeedVariance,
+    best_bounds,
     combine,
     compare_sweep,
     estimate,
+    mcb_critical,
     pair_test,
     problem_error,
     resolve,
@@ -327,3 +329,42 @@ def test_replicated_grids_test_the_interaction_against_the_seeds() -> None:
     assert (interaction.df, interaction.sum_sq) == (4.0, pytest.approx(ss))
     assert interaction.f == pytest.approx(ss / 4 / pooled)
     assert effects.model == "full factorial"
+
+
+def test_hsu_s_critical_values_match_student_dunnett_s_table_and_a_monte_carlo() -> None:
+    """Hsu's comparisons with the best: one comparison is Student's one-sided quantile; equal
+    seeds give Dunnett's one-sided values (1.92 for 2 comparisons on infinite df, Dunnett 1955;
+    2.87 for 8 on 8 df, the figure the review set against Tukey's 4.08); unequal seeds change
+    the correlations, checked against an independent Monte Carlo of the maximum of correlated t's."""
+    half = math.sqrt(0.5)
+    assert mcb_critical((half,), 10.0) == pytest.approx(float(stats.t.ppf(0.95, 10)), abs=1e-9)
+    assert mcb_critical((half, half), math.inf) == pytest.approx(1.916, abs=1e-3)
+    assert mcb_critical((half,) * 8, 8.0) == pytest.approx(2.87, abs=5e-3)
+    assert tukey_critical(9, 8.0) == pytest.approx(4.08, abs=5e-3)
+    lambdas = (math.sqrt(1 / 3), math.sqrt(2 / 4), math.sqrt(4 / 6))  # n_i = 2; n_j = 1, 2, 4
+    rng = np.random.default_rng(7)
+    n, df = 1_000_000, 6
+    lam = np.array(lambdas)
+    shared, own = rng.standard_normal(n), rng.standard_normal((n, 3))
+    t = (lam * shared[:, None] + np.sqrt(1 - lam ** 2) * own) / np.sqrt(rng.chisquare(df, n) / df)[:, None]
+    for alpha in (0.05, 0.01):
+        assert mcb_critical(lambdas, float(df), alpha) == pytest.approx(
+            float(np.quantile(t.max(axis=1), 1 - alpha)), abs=0.02), alpha
+
+
+def test_the_configs_that_could_be_best_are_those_hsu_s_upper_bound_keeps() -> None:
+    """Config i stays while min over j of (mean_i - mean_j + d_i se_ij) >= 0, d_i its own
+    critical value (its seeds against each other's); computed by hand here."""
+    seeds = SeedVariance(0.01, 6, "seeds", "given")
+    configs = [ConfigData("a", np.array([0.60, 0.62, 0.58])), ConfigData("b", np.array([0.50, 0.52])),
+               ConfigData("c", np.array([0.40, 0.44, 0.42, 0.38]))]
+    bounds = best_bounds(configs, seeds)
+    for c in configs:
+        others = [o for o in configs if o is not c]
+        d = mcb_critical(tuple(sorted(round(math.sqrt(o.n_seeds / (c.n_seeds + o.n_seeds)), 6)
+                                      for o in others)), 6.0)
+        upper = min(c.mean - o.mean + d * math.sqrt(0.01 * (1 / c.n_seeds + 1 / o.n_seeds)) for o in others)
+        assert bounds[c.label].critical == pytest.approx(d) and bounds[c.label].upper == pytest.approx(upper)
+    assert bounds["a"].upper > 0 and bounds["b"].upper > 0 > bounds["c"].upper
+    u = compare_sweep(configs, "a", {}, 10, seeds)
+    assert u.could_be_best == ["a", "b"] and u.why_out("c").startswith("below the best: its mean minus a's")
