@@ -10,10 +10,14 @@
   an interaction and the cell comparisons are conservative.
 * :func:`main_effects`: the n-way ANOVA of the swept keys (type II sums of squares) with F tests
   against the sweep's seed variance (:class:`analysis.uncertainty.SeedVariance`: the same error
-  term as the comparisons), and each level's effect (its marginal mean minus the grand mean, from
-  sum-to-zero contrasts) with a 95% interval. With seeds the model holds every interaction of the
-  keys, and the interactions are tested too; with one seed a cell (or cells missing: a config
-  left out) it is the additive model.
+  term as the comparisons), and each level's least-squares effect (from sum-to-zero contrasts:
+  the level's fitted mean minus the grand mean of the fitted cells, which is not its marginal
+  mean minus the grand mean where the grid is unbalanced) with a 95% interval. With seeds the
+  model holds every interaction of the keys, and the interactions are tested too; with one seed a
+  cell it is the additive model (the interaction is in the residual). With seeds and cells
+  missing (a config left out) the full model cannot be fitted: the effects come from the
+  additive model, and the interaction is tested as the cell-means model against it (one
+  parameter a cell present: the interaction's df are the cells' df left by the main effects).
 
 A frame holds one row per run: a column per key (the swept values, in config order) and ``value``.
 """
@@ -50,8 +54,9 @@ class Term:
 
 @dataclass(frozen=True)
 class LevelEffect:
-    """A level of a key: its marginal mean minus the grand mean (``effect``) with a 95%
-    interval, and the runs at that level."""
+    """A level of a key: its least-squares effect (sum-to-zero contrasts of the fitted model;
+    not its marginal mean minus the grand mean in an unbalanced grid) with a 95% interval, and
+    the runs at that level."""
 
     key: str
     level: str
@@ -63,13 +68,16 @@ class LevelEffect:
 
 @dataclass(frozen=True)
 class MainEffects:
-    """The ANOVA table (``terms``), each level's effect, the error term (``error``) and the
-    model (``additive`` or ``full factorial``)."""
+    """The ANOVA table (``terms``), each level's effect, the error term (``error``), the model
+    (``additive``, ``full factorial``, or ``additive, interaction against cell means`` where
+    seeds allow the test but cells are missing) and ``missing`` the cells of the grid no run
+    holds (labels)."""
 
     terms: list[Term]
     levels: list[LevelEffect]
     error: SeedVariance
     model: str
+    missing: tuple[str, ...] = ()
 
     def frame(self) -> pd.DataFrame:
         """``main_effects.csv``: one row per level (``term``, ``level``, ``effect``, ``ci_low``,
@@ -175,9 +183,11 @@ def main_effects(frame: pd.DataFrame, keys: Sequence[str], error: SeedVariance,
     coded = _coded(frame, keys)
     interactions = replicated and len(keys) > 1
     fit = _fit(coded, len(keys), interactions)
-    if interactions and not _full_rank(fit):  # cells missing (a config left out): no interaction
+    cell_test = None
+    if interactions and not _full_rank(fit):  # cells missing (a config left out)
         interactions = False
         fit = _fit(coded, len(keys), interactions)
+        cell_test = _cell_means_test(coded, fit, len(keys))
     if not _full_rank(fit):
         return None
     if fit.df_resid > 0:
@@ -195,9 +205,9 @@ def main_effects(frame: pd.DataFrame, keys: Sequence[str], error: SeedVariance,
     terms = []
     for term, row in table.iterrows():
         name = " × ".join(names[part] for part in str(term).split(":"))
-        f = float(row["sum_sq"]) / float(row["df"]) / error.variance
-        terms.append(Term(name, float(row["df"]), float(row["sum_sq"]), f,
-                          float(special.fdtrc(row["df"], error.df, f))))
+        terms.append(_term(name, float(row["df"]), float(row["sum_sq"]), error))
+    if cell_test is not None:
+        terms.append(_term(" × ".join(keys) + " (cell means against the additive model)", *cell_test, error))
     cov = fit.cov_params(scale=error.variance).to_numpy()
     params = list(fit.params.index)
     half_width = t_quantile(error.df)
@@ -214,4 +224,34 @@ def main_effects(frame: pd.DataFrame, keys: Sequence[str], error: SeedVariance,
             half = half_width * math.sqrt(float(contrast @ cov @ contrast))
             levels.append(LevelEffect(key, str(level), effect, effect - half, effect + half,
                                       int((coded[f"f{i}"] == level).sum())))
-    return MainEffects(terms, levels, error, "full factorial" if interactions else "additive")
+    grid = [tuple(levels_) for levels_ in
+            pd.MultiIndex.from_product([coded[f"f{i}"].cat.categories for i in range(len(keys))])]
+    present = set(zip(*(coded[f"f{i}"].astype(str) for i in range(len(keys))), strict=True))
+    missing = tuple(", ".join(f"{k}={v}" for k, v in zip(keys, cell, strict=True))
+                    for cell in grid if tuple(map(str, cell)) not in present)
+    model = ("full factorial" if interactions else
+             "additive, interaction against cell means" if cell_test is not None else "additive")
+    return MainEffects(terms, levels, error, model, missing)
+
+
+def _term(name: str, df: float, sum_sq: float, error: SeedVariance) -> Term:
+    """A row of the ANOVA table: its F against ``error`` and the p-value on their df."""
+    f = sum_sq / df / error.variance
+    return Term(name, df, sum_sq, f, float(special.fdtrc(df, error.df, f)))
+
+
+def _cell_means_test(coded: pd.DataFrame, additive, n_keys: int  # noqa: ANN001 -- statsmodels' fit
+                     ) -> tuple[float, float] | None:
+    """(df, sum of squares) of the interaction where cells are missing: the cell-means model
+    (one mean a cell present) against the additive ``additive`` fit; None where it leaves no df."""
+    import statsmodels.formula.api as smf
+
+    cells = coded.assign(cell=pd.Categorical(
+        coded[[f"f{i}" for i in range(n_keys)]].astype(str).agg("|".join, axis=1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        means = smf.ols(f"{VALUE} ~ C(cell)", data=cells).fit()
+    df = float(additive.df_resid - means.df_resid)
+    if df < 1 or not _full_rank(additive):
+        return None
+    return df, float(additive.ssr - means.ssr)

@@ -322,13 +322,24 @@ def _effects(ranking: Ranking) -> list[str]:
         markdown_table(["term", "df", "sum of squares", "F", "p"],
                        [[t.name, f"{t.df:g}", f"{t.sum_sq:.3g}", f"{t.f:.2f}", fmt_p(t.p)]
                         for t in effects.terms]), "",
-        "Each level's effect: its marginal mean minus the grand mean, with a 95% interval.", "",
+        "Each level's least-squares effect (sum-to-zero contrasts of the fitted model: in an "
+        "unbalanced grid not its marginal mean minus the grand mean), with a 95% interval.", "",
         markdown_table(["key", "level", "effect", "95% interval", "runs"],
                        [[e.key, e.level, f"{e.effect:+.3f}", f"[{e.lo:+.3f}, {e.hi:+.3f}]",
                          e.n_runs] for e in effects.levels])]
-    if effects.model == "additive" and len(keys) > 1:
+    if effects.missing:
+        lines += ["", f"Cells of the grid with no ranked run: {'; '.join(effects.missing)}."]
+    if effects.model == "additive, interaction against cell means":
+        lines += ["", "Seeds, but cells missing: the full factorial model cannot be fitted, so the "
+                  "effects come from the additive model and the interaction is tested as the "
+                  "cell-means model against it (its row above)."]
+    elif effects.model == "additive" and len(keys) > 1:
         lines += ["", "One seed a cell: the interaction of the keys cannot be told from the seed "
                   "noise here (it is in the residual); run 2 or more seeds to test it."]
+    left = {**{label: f"a run stopped early ({why})" for label, why in ranking.excluded.items()},
+            **{label: f"no run reached step {ranking.at_step}" for label in ranking.not_compared}}
+    if left:
+        lines += ["", "Left out of the ANOVA: " + "; ".join(f"{label} ({why})" for label, why in left.items()) + "."]
     return lines
 
 

@@ -592,3 +592,12 @@ def test_seeds_that_measure_a_variance_of_0_do_not_ask_for_a_second_seed(tmp_pat
     said = " ".join(lines)
     assert "a degenerate estimate" in said and "a second seed" not in said
     assert "more seeds of these configs measure nothing more" in said
+
+
+def test_the_main_effects_section_names_the_configs_it_leaves_out(tmp_path: Path) -> None:
+    sweep = write_scenario(tmp_path / "exp" / "sweep")
+    text = build_report(collect([sweep]), sweep)
+    section = text[text.index("## Main effects"):text.index("## Validation-accuracy bar")]
+    assert ("Left out of the ANOVA: off_policy.epochs=2, train_batch_size=64 (a run stopped early "
+            "(collapsed, diverged)); off_policy.epochs=1, train_batch_size=64 (no run reached step 9).") in section
+    assert "Each level's least-squares effect (sum-to-zero contrasts" in section

@@ -299,7 +299,8 @@ def test_main_effects_f_tests_and_level_intervals_by_hand() -> None:
     f = 3 * float((rows_effect ** 2).sum()) / 2 / 0.0005
     assert (epochs.df, epochs.f) == (2.0, pytest.approx(f))
     assert epochs.p == pytest.approx(stats.f.sf(f, 2, 9))
-    # a level's effect: its marginal mean minus the grand mean, variance sigma^2 (1/3 - 1/9)
+    # a level's least-squares effect: in this balanced grid its marginal mean minus the grand
+    # mean, variance sigma^2 (1/3 - 1/9)
     half = stats.t.ppf(0.975, 9) * math.sqrt(0.0005 * (1 / 3 - 1 / 9))
     level = {(e.key, e.level): e for e in effects.levels}
     four = level["off_policy.epochs", "4"]  # the last level: minus the others' sum
@@ -368,3 +369,41 @@ def test_the_configs_that_could_be_best_are_those_hsu_s_upper_bound_keeps() -> N
     assert bounds["a"].upper > 0 and bounds["b"].upper > 0 > bounds["c"].upper
     u = compare_sweep(configs, "a", {}, 10, seeds)
     assert u.could_be_best == ["a", "b"] and u.why_out("c").startswith("below the best: its mean minus a's")
+
+
+def test_a_replicated_grid_with_a_missing_cell_tests_the_interaction_against_cell_means() -> None:
+    """Two seeds a cell and one cell missing (a config left out): the full model cannot be
+    fitted; the effects are the additive model's least-squares effects (not marginal means
+    minus the grand mean: the grid is unbalanced) and the interaction is the cell-means model
+    against the additive one, by hand with numpy's least squares."""
+    y = grid_values()
+    shift = np.array([0.01, -0.01])
+    full = pd.concat([GRID.assign(**{VALUE: y.ravel() + s}) for s in shift], ignore_index=True)
+    frame = full[~((full["off_policy.epochs"] == 4) & (full["train_batch_size"] == 256))]
+    keys = ["off_policy.epochs", "train_batch_size"]
+    seeds = SeedVariance(0.0001, 8, "seeds", "test")
+    effects = main_effects(frame.reset_index(drop=True), keys, seeds, replicated=True)
+    assert effects.model == "additive, interaction against cell means"
+    assert effects.missing == ("off_policy.epochs=4, train_batch_size=256",)
+
+    def design(sum_to_zero_rows: pd.DataFrame) -> np.ndarray:
+        cols = [np.ones(len(sum_to_zero_rows))]
+        for key, levels in (("off_policy.epochs", (1, 2, 4)), ("train_batch_size", (64, 128, 256))):
+            for level in levels[:-1]:
+                cols.append((sum_to_zero_rows[key] == level).astype(float).to_numpy()
+                            - (sum_to_zero_rows[key] == levels[-1]).astype(float).to_numpy())
+        return np.column_stack(cols)
+
+    x, v = design(frame), frame[VALUE].to_numpy()
+    beta, ssr_additive = np.linalg.lstsq(x, v, rcond=None)[:2]
+    cells = frame.groupby(keys)[VALUE].transform("mean").to_numpy()
+    ssr_cells = float(((v - cells) ** 2).sum())
+    (interaction,) = [t for t in effects.terms if "cell means" in t.name]
+    assert interaction.df == 3.0  # 8 cells - 1 - (2 + 2) main-effect df
+    assert interaction.sum_sq == pytest.approx(float(ssr_additive[0]) - ssr_cells)
+    assert interaction.f == pytest.approx(interaction.sum_sq / 3 / 0.0001)
+    level = {(e.key, e.level): e.effect for e in effects.levels}
+    assert level["off_policy.epochs", "1"] == pytest.approx(beta[1])
+    assert level["off_policy.epochs", "4"] == pytest.approx(-beta[1] - beta[2])
+    marginal = frame.groupby("off_policy.epochs")[VALUE].mean() - frame[VALUE].mean()
+    assert abs(level["off_policy.epochs", "4"] - marginal[4]) > 0.001  # least squares, not marginal
