@@ -1,14 +1,15 @@
-"""How little any valid race could spend on bench/race_calibration.py's truths: an optimistic
-bound, not a calibration of the project's code.
+"""What a race of a simple rule spends on bench/race_calibration.py's truths when it is given
+every advantage: an optimistic reference for the project's race, not a calibration of its code
+and not a lower bound on every valid rule (a sharper sequential rule, such as an alpha-spending
+boundary, could spend less).
 
 Each config's value in a wave is its true effect plus N(0, seed sd) (no problem noise), the seed
 variance is known exactly (no degrees of freedom lost to estimating it), and after each wave a
 config leaves when it is below the best config still in by more than z standard errors of the
-difference: comparisons with the best only (Hsu's MCB, Bonferroni over the 8 comparisons at
-0.05 / 5 a look). Each of these favours the race over the project's rule (Tukey-Kramer over all
-pairs on an estimated variance), so the shares it prints are lower bounds for a race that keeps
-its false-elimination rate at 5%. The second column drops all multiplicity control (one-sided 5%
-a comparison and a look): not a valid procedure, shown for scale.
+difference: comparisons with the best only, Bonferroni over the 8 comparisons at 0.05 / 5 a look.
+The project's rule (Hsu's comparisons with the best on an estimated variance, with problem noise)
+has none of these advantages. The second column drops all multiplicity control (one-sided 5% a
+comparison and a look): not a valid procedure, shown for scale.
 
 Usage: python bench/race_bound.py
 """

@@ -1,0 +1,77 @@
+"""The set of configs that could still be the best, calibrated (issue 45, item 1): how often it
+misses a truly best config in its least favourable case (every config equal: each is a best
+one), and its half-width, for Hsu's comparisons with the best (what the analysis uses) against
+the Tukey deduction it replaced, through the real code (analysis.uncertainty.compare_sweep on
+each simulated sweep's values; Tukey's set: the configs whose Tukey-Kramer comparison with the
+observed best is not "worse").
+
+Each simulated sweep: k configs, each config's runs drawn N(0, 1) (the seed noise; the scale does
+not matter), the seed variance pooled over the configs (df = runs - k). Designs: equal seeds, and
+unequal seeds (half the configs with one more), where Hsu's critical values differ per config.
+
+Usage: python bench/near_tie_calibration.py [--sweeps 4000] [--k 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analysis.uncertainty import (  # noqa: E402
+    ConfigData,
+    SeedVariance,
+    compare_sweep,
+    mcb_critical,
+    tukey_critical,
+)
+
+
+def one_sweep(rng: np.random.Generator, seeds: list[int]) -> tuple[bool, bool]:
+    """(Hsu's set misses config 0, Tukey's set misses config 0) for one all-equal sweep."""
+    configs = [ConfigData(f"c{i}", rng.normal(0.0, 1.0, n)) for i, n in enumerate(seeds)]
+    variance = SeedVariance.pooled(configs)
+    ranked = sorted(configs, key=lambda c: -c.mean)
+    u = compare_sweep(ranked, ranked[0].label, {}, 10, variance)
+    tukey = [ranked[0].label] + [c.config for c in u.against_best() if c.verdict != "worse"]
+    return "c0" not in u.could_be_best, "c0" not in tukey
+
+
+def rate(values: list[bool]) -> str:
+    p = float(np.mean(values))
+    return f"{100 * p:.2f}% ± {100 * math.sqrt(p * (1 - p) / len(values)):.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweeps", type=int, default=4000)
+    parser.add_argument("--k", type=int, default=9)
+    args = parser.parse_args()
+    k = args.k
+    designs = {f"{k} configs x 2 seeds": [2] * k, f"{k} configs x 3 seeds": [3] * k,
+               f"{k} configs, 2 or 3 seeds": [2 + (i % 2) for i in range(k)]}
+    print(f"{args.sweeps} all-equal sweeps a design (the least favourable case: every config is "
+          "a best one); a miss: config 0 is not in the set (goal <= 5%)\n")
+    print("| design | df | Hsu's critical value (equal seeds) | Tukey's | half-width ratio | "
+          "Hsu misses a best config | Tukey's deduction misses it |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, seeds in designs.items():
+        start = time.time()
+        rng = np.random.default_rng(sum(seeds))
+        results = [one_sweep(rng, seeds) for _ in range(args.sweeps)]
+        df = float(sum(seeds) - k)
+        hsu = mcb_critical((round(math.sqrt(0.5), 6),) * (k - 1), df)
+        tukey = tukey_critical(k, df)
+        print(f"| {name} | {df:g} | {hsu:.2f} | {tukey:.2f} | {hsu / tukey:.2f} | "
+              f"{rate([r[0] for r in results])} | {rate([r[1] for r in results])} |", flush=True)
+        print(f"  ({time.time() - start:.0f} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
