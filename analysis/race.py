@@ -134,11 +134,10 @@ class RaceRunner:
                                short_labels(self.configs))
         if isinstance(found, str):
             refuse(found)
-        race = Race([self.configs[j] for j in found.order], self.settings, 0.0, unit=self.unit,
-                    identities=[self.identities[j] for j in found.order])
-        self.order = found.order
-        race.grid_gpu_hours = self.price_of(range(len(race.configs))) * self.settings.max_seeds
-        race.unit = self.unit
+        self.order = found.order  # the race's config i is this launch's config order[i]
+        race = Race([self.configs[j] for j in self.order], self.settings,
+                    self.price(self.order) * self.settings.max_seeds, unit=self.unit,
+                    identities=[self.identities[j] for j in self.order])
         while (wave := self.plan(race, quiet=True)) is not None:
             race.waves.append(wave)
             self.check_wave(race, wave)
