@@ -65,9 +65,6 @@ POWER = 0.8
 IDENTICAL = 1e-12
 """A seed variance at or below it (a seed sd of 1e-6 reward) is 0 up to rounding: every seed gave
 the same value, a degenerate estimate."""
-FLAT_SEEDS = 3
-"""Seeds of one config that, all giving the same value, mark a floor or ceiling rather than
-chance (two equal values of a 25-problem reward happen by chance)."""
 MANY_SEEDS = 10
 """Seeds per config beyond which `resolve` says the difference is too small to be worth it."""
 Source = Literal["seeds", "additive", "borrowed", "additive+borrowed", "none"]
@@ -153,29 +150,15 @@ class SeedVariance:
     @staticmethod
     def pooled(configs: Sequence[ConfigData]) -> SeedVariance:
         """Sum over configs of squared deviations of seed values from their config's mean, over
-        the runs - configs degrees of freedom (source ``none`` when no config has two seeds).
-        A config whose ``FLAT_SEEDS`` or more seeds all gave the same value (a floor or ceiling: a
-        learning rate that does not learn, or collapses to reward 0) is left out of the pool,
-        named in the notes,
-        while another config's seeds vary: its zero squares would pull the pooled variance below
-        the varying configs' (measured on real CPU runs, README "Seed noise of real runs")."""
-        varied = [c for c in configs if c.n_seeds > 1 and np.ptp(c.seed_values) > 0]
-        flat = [c for c in configs if c.n_seeds >= FLAT_SEEDS and c not in varied]
-        pool = [c for c in configs if c not in flat] if varied else list(configs)
-        df = sum(c.n_seeds - 1 for c in pool)
+        the runs - configs degrees of freedom (source ``none`` when no config has two seeds)."""
+        df = sum(c.n_seeds - 1 for c in configs)
         if df == 0:
             return SeedVariance.missing("one seed per config")
-        squares = sum(float(np.sum((c.seed_values - c.seed_values.mean()) ** 2)) for c in pool)
-        with_seeds = sum(c.n_seeds > 1 for c in pool)
-        variance = SeedVariance(squares / df, df, "seeds",
-                                f"seeds in this sweep, pooled over the {with_seeds} config"
-                                f"{'s' if with_seeds != 1 else ''} with 2 or more")
-        if not varied or not flat:
-            return variance
-        return variance.with_notes(
-            "left out of the pool: " + ", ".join(f"{c.label} (all {c.n_seeds} seeds gave "
-                                                 f"{c.seed_values[0]:.3g})" for c in flat)
-            + ": a floor or ceiling, not the seed noise of the configs that vary")
+        squares = sum(float(np.sum((c.seed_values - c.seed_values.mean()) ** 2)) for c in configs)
+        with_seeds = sum(c.n_seeds > 1 for c in configs)
+        return SeedVariance(squares / df, df, "seeds",
+                            f"seeds in this sweep, pooled over the {with_seeds} config"
+                            f"{'s' if with_seeds != 1 else ''} with 2 or more")
 
     @staticmethod
     def missing(why: str) -> SeedVariance:

@@ -1,8 +1,12 @@
 """Pooling the seed variance beside a floor (issue 45, item 2, the case measured on real runs):
 two equal learning configs and one that sits at a floor (every seed the same value, as a
 learning rate that collapses to reward 0 or does not learn), a few seeds each. Pooled with the
-floor's zero squares, the learning configs' variance is understated and their comparison calls
-differences that are not there; `SeedVariance.pooled` leaves such a config out.
+floor's zero squares (what `SeedVariance.pooled` does), the learning configs' variance is
+understated and their comparison calls differences that are not there. The second column is a
+candidate rule, the floor left out of the pool: it keeps the false verdicts under 5% but, with
+few configs that vary, leaves too few degrees of freedom to tell the floor itself from the best
+(a race then keeps a collapsed config to max_seeds); per-pair variances (Games-Howell/Welch) are
+the fix that keeps both, not built yet.
 
 Each simulated sweep: the two learning configs' runs ~ N(0.5, sd), rounded to a 25-problem
 reward (a multiple of 0.04, as the toy task's evaluation), the floor config's all 0. Through the
@@ -42,8 +46,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=4000)
     args = parser.parse_args()
-    print("| seeds a config | seed sd | false verdicts, floor left out (the analysis) | "
-          "false verdicts, floor pooled (former rule) |")
+    print("| seeds a config | seed sd | false verdicts, floor left out (a candidate) | "
+          "false verdicts, floor pooled (the analysis) |")
     print("| --- | --- | --- | --- |")
     for seeds in (3, 5):
         for sd in (0.06, 0.125):
@@ -52,10 +56,8 @@ def main() -> None:
             for _ in range(args.sweeps):
                 configs = [ConfigData(name, np.round(rng.normal(0.5, sd, seeds) * 25) / 25)
                            for name in ("a", "b")] + [ConfigData("floor", np.zeros(seeds))]
-                now.append(false_verdict(configs, SeedVariance.pooled(configs)))
-                squares = sum(float(np.sum((c.seed_values - c.mean) ** 2)) for c in configs)
-                df = 3 * (seeds - 1)
-                before.append(false_verdict(configs, SeedVariance(squares / df, df, "seeds", "all three")))
+                now.append(false_verdict(configs, SeedVariance.pooled(configs[:2])))  # floor left out
+                before.append(false_verdict(configs, SeedVariance.pooled(configs)))
             cells = []
             for values in (now, before):
                 p = float(np.mean(values))

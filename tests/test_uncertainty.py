@@ -408,22 +408,3 @@ def test_a_replicated_grid_with_a_missing_cell_tests_the_interaction_against_cel
     marginal = frame.groupby("off_policy.epochs")[VALUE].mean() - frame[VALUE].mean()
     assert abs(level["off_policy.epochs", "4"] - marginal[4]) > 0.001  # least squares, not marginal
 
-
-def test_configs_whose_seeds_all_gave_one_value_are_left_out_of_the_pool() -> None:
-    """Real CPU runs (README "Seed noise of real runs"): a learning rate that does not learn and
-    one that collapses gave the same value on every one of 10 seeds; pooled with them, the
-    learning config's variance was understated 3-fold. With 3 or more seeds all equal, a config
-    is left out of the pool and named; 2 equal seeds are chance, and an all-flat sweep keeps its
-    degenerate variance of 0."""
-    learning = ConfigData("lr=3e-4", np.array([0.40, 0.52, 0.64, 0.48]))
-    floor = ConfigData("lr=3e-2", np.zeros(4))
-    plateau = ConfigData("lr=1e-5", np.full(3, 0.2))
-    pooled = SeedVariance.pooled([learning, floor, plateau])
-    assert pooled.variance == pytest.approx(float(np.var(learning.seed_values, ddof=1)))
-    assert pooled.df == 3
-    assert pooled.notes[0].startswith("left out of the pool: lr=3e-2 (all 4 seeds gave 0), lr=1e-5 "
-                                      "(all 3 seeds gave 0.2): a floor or ceiling")
-    two = ConfigData("two", np.array([0.3, 0.3]))
-    with_two = SeedVariance.pooled([learning, two])
-    assert with_two.df == 4 and not with_two.notes  # two equal seeds stay in
-    assert SeedVariance.pooled([floor, plateau]).degenerate
