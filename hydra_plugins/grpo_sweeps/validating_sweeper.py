@@ -138,10 +138,16 @@ class ValidatingSweeper(BasicSweeper):
         def price(indices: Sequence[int]) -> float:
             return float(estimate([jobs[i].cfg for i in indices], parallel)[0].full_grid)
 
-        return RaceRunner(sweep_dir, settings, [without_seed(job.overrides) for job in jobs],
-                          [resolved(job.cfg) for job in jobs],
+        configs, identities = self._race_configs()
+        return RaceRunner(sweep_dir, settings, configs, identities,
                           lambda batch, start: self.launcher.launch(batch, initial_job_idx=start),
                           price, unit)
+
+    def _race_configs(self) -> tuple[list[list[str]], list[dict[str, Any]]]:
+        """The race's configs: each job's overrides without its seed, and its resolved config
+        (what its runs must train with)."""
+        jobs = list(self.composed.values())
+        return [without_seed(job.overrides) for job in jobs], [resolved(job.cfg) for job in jobs]
 
     def _price_race(self, settings: RaceSettings, cfgs: list[Any], cost: SweepEstimate | None) -> None:
         """With dry_run, the race's worst case (every config to max_seeds) against its budget,
@@ -164,10 +170,9 @@ class ValidatingSweeper(BasicSweeper):
             print(Calibration.read().expected_text(worst, unit, len(cfgs), settings))
             if os.environ.get(ESTIMATE_FILE_ENV):  # the race plans its worst case
                 write_estimate(Path(os.environ[ESTIMATE_FILE_ENV]), worst, worst, unit)
-            jobs = list(self.composed.values())
-            found = check_relaunch(Path(self.config.hydra.sweep.dir), settings,
-                                   [resolved(job.cfg) for job in jobs],
-                                   short_labels([without_seed(job.overrides) for job in jobs]))
+            configs, identities = self._race_configs()
+            found = check_relaunch(Path(self.config.hydra.sweep.dir), settings, identities,
+                                   short_labels(configs))
             if isinstance(found, str):
                 print(f"error: {found}", file=sys.stderr)
                 sys.exit(2)
