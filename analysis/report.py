@@ -38,7 +38,7 @@ from analysis.progress import read_jobs
 from analysis.race_record import verified_race
 from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.trends import WINDOW, Trend, trends, windows
-from analysis.uncertainty import FAMILY_TEXT, Comparison
+from analysis.uncertainty import FAMILY_TEXT, Comparison, Estimate
 from grpo.config.race import BUDGET_UNIT
 from grpo.run.files import RunFileError, atomic_write, atomic_write_text
 
@@ -233,11 +233,12 @@ def _best(collection: Collection, ranking: Ranking) -> list[str]:
     summary = config_summary(collection)
     used = ranking.table["n_used"] if "n_used" in ranking.table else pd.Series(dtype=float)
     header = ["config", "runs", "with metrics", "compared", "seeds", "statuses",
-              f"{criterion} at step {_fmt_step(ranking.at_step)} [95% interval]",
+              f"{criterion} at step {_fmt_step(ranking.at_step)} [95% interval]", "seed sd",
               "mean final eval reward", "mean best eval reward", "mean wall-clock", "GPU-hours"]
     rows = [
         [label, s["n_runs"], s["n_with_data"], int(used.get(label, 0)), s["seeds"], s["statuses"],
          estimates[label].describe() if label in estimates else MISSING,
+         fmt_number(estimates[label].seed_sd) if label in estimates else MISSING,
          fmt_number(s["final_eval_reward"]),
          fmt_number(s["best_eval_reward"]), fmt_duration(s["wall_clock_s"]),
          fmt_number(s["gpu_hours"], 2)]
@@ -247,21 +248,26 @@ def _best(collection: Collection, ranking: Ranking) -> list[str]:
 
 
 COMPARISON_COLUMNS = ("config", "reference", "role", "step", "variance_source", "variance_df",
-                      "seeds_config", "seeds_reference", "problems", "samples_per_problem_config",
+                      "seeds_config", "seeds_reference", "seed_sd_config", "seed_sd_reference",
+                      "problems", "samples_per_problem_config",
                       "samples_per_problem_reference", "difference", "ci_low", "ci_high",
                       "p_value", "p_adjusted", "verdict", "why")
 
 
 def comparison_frame(ranking: Ranking) -> pd.DataFrame:
     """One row per comparison of the ranking (:data:`COMPARISON_COLUMNS`): ``comparisons.csv``."""
-    comparisons = ranking.uncertainty.comparisons if ranking.uncertainty else []
-    return pd.DataFrame([_comparison_row(c) for c in comparisons], columns=list(COMPARISON_COLUMNS))
+    u = ranking.uncertainty
+    comparisons = u.comparisons if u else []
+    return pd.DataFrame([_comparison_row(c, u.estimates) for c in comparisons],
+                        columns=list(COMPARISON_COLUMNS))
 
 
-def _comparison_row(c: Comparison) -> list[Any]:
+def _comparison_row(c: Comparison, estimates: dict[str, Estimate]) -> list[Any]:
+    sd = {label: estimates[label].seed_sd if label in estimates else math.nan
+          for label in (c.config, c.reference)}
     return [c.config, c.reference, c.role, c.step, c.source, c.df, c.n_seeds[0], c.n_seeds[1],
-            c.n_problems, c.samples[0], c.samples[1], c.diff, c.lo, c.hi, c.p_value,
-            c.p_adjusted, c.verdict, c.why]
+            sd[c.config], sd[c.reference], c.n_problems, c.samples[0], c.samples[1], c.diff, c.lo,
+            c.hi, c.p_value, c.p_adjusted, c.verdict, c.why]
 
 
 def _comparisons(ranking: Ranking) -> list[str]:
@@ -270,7 +276,8 @@ def _comparisons(ranking: Ranking) -> list[str]:
         return [*lines, "Nothing to compare: fewer than two configs are ranked."]
     u = ranking.uncertainty
     lines += [f"**Seed variance**: {u.seeds.describe()}.",
-              *(f"- {note}." for note in u.seeds.notes), ""]
+              *(f"- {note}." for note in u.seeds.notes),
+              f"- {u.variance_test}.", ""]
     if u.decided:
         lines += [
             f"Each config against the best one and against its on-policy baseline, on "

@@ -200,6 +200,9 @@ class Estimate:
     n_seeds: int
     n_problems: int
     df: float = math.nan
+    seed_sd: float = math.nan
+    """The sd of the config's own seeds (NaN with one seed), beside the pooled one its interval
+    rests on: where the configs' sds differ, the pooled variance is their average."""
 
     def interval(self) -> str:
         """``[0.381, 0.443]``, or empty where there is none."""
@@ -231,8 +234,9 @@ def estimate(config: ConfigData, seeds: SeedVariance,
     docstring; ``error``: :func:`problem_error`), on Satterthwaite's degrees of freedom; no
     interval without a usable seed variance."""
     mean, s = config.mean, config.n_seeds
+    own = float(np.std(config.seed_values, ddof=1)) if s > 1 else math.nan
     if not seeds.usable:
-        return Estimate(mean, math.nan, math.nan, s, config.n_problems)
+        return Estimate(mean, math.nan, math.nan, s, config.n_problems, seed_sd=own)
     terms = [(seeds.variance / s, seeds.df)]  # (a component of the variance, its df)
     if config.problems is not None and config.n_problems > 1:
         n = config.n_problems
@@ -245,7 +249,27 @@ def estimate(config: ConfigData, seeds: SeedVariance,
     variance = sum(v for v, _ in terms)
     df = variance ** 2 / sum(v ** 2 / d for v, d in terms)
     half = t_quantile(df) * math.sqrt(variance)
-    return Estimate(mean, max(mean - half, 0.0), min(mean + half, 1.0), s, config.n_problems, df)
+    return Estimate(mean, max(mean - half, 0.0), min(mean + half, 1.0), s, config.n_problems, df, own)
+
+
+def equal_variance_test(configs: Sequence[ConfigData]) -> str:
+    """Brown-Forsythe's test that the configs with two or more seeds share one seed variance
+    (``scipy.stats.levene``, median-centred), in words; why there is none where fewer than two
+    configs have seeds or none of them vary."""
+    from scipy import stats
+
+    seeded = [c for c in configs if c.n_seeds > 1]
+    if len(seeded) < 2 or all(np.ptp(c.seed_values) == 0 for c in seeded):
+        return "no test of equal seed variances (fewer than two configs whose seeds vary)"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result = stats.levene(*(c.seed_values for c in seeded), center="median")
+    if not math.isfinite(result.statistic):  # every seed as far from its config's median
+        return "no test of equal seed variances (Brown-Forsythe is undefined for these seeds)"
+    verdict = ("the configs' seed variances differ: the pooled variance is their average, too "
+               "wide for some comparisons and too narrow for others" if result.pvalue < ALPHA
+               else "no sign that they differ (a test of little power with few seeds)")
+    return (f"equal seed variances, Brown-Forsythe over the {len(seeded)} configs with 2 or more "
+            f"seeds: W = {result.statistic:.2f}, p {_p(float(result.pvalue))}: {verdict}")
 
 
 @dataclass(frozen=True)
@@ -445,6 +469,8 @@ class SweepComparisons:
     bounds: dict[str, BestBound] = dataclasses.field(default_factory=dict)
     """Hsu's bounds (:func:`best_bounds`) that decide ``could_be_best``; empty without a usable
     seed variance."""
+    variance_test: str = ""
+    """Brown-Forsythe's test of equal seed variances over the configs (:func:`equal_variance_test`)."""
 
     def why_out(self, label: str) -> str:
         """Why config ``label`` is not among those that could be the best."""
@@ -487,7 +513,8 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
     resolution = None
     if runner_up is not None and runner_up.verdict == "not distinguishable":
         resolution = resolve(runner_up, by_label[best], k, seeds)
-    return SweepComparisons(seeds, estimates, comparisons, k, could_be_best, resolution, bounds)
+    return SweepComparisons(seeds, estimates, comparisons, k, could_be_best, resolution, bounds,
+                            equal_variance_test(configs))
 
 
 def _comparison(a: ConfigData, b: ConfigData, role: str, step: int | None, seeds: SeedVariance,

@@ -408,3 +408,22 @@ def test_a_replicated_grid_with_a_missing_cell_tests_the_interaction_against_cel
     marginal = frame.groupby("off_policy.epochs")[VALUE].mean() - frame[VALUE].mean()
     assert abs(level["off_policy.epochs", "4"] - marginal[4]) > 0.001  # least squares, not marginal
 
+
+
+def test_each_config_s_own_seed_sd_and_brown_forsythe_are_reported() -> None:
+    """The pooled variance is the configs' average; each config's own seed sd is reported beside
+    it, and Brown-Forsythe's test (scipy's median-centred Levene) says whether they differ."""
+    narrow = ConfigData("narrow", np.array([0.50, 0.51, 0.49, 0.50, 0.52]))
+    wide = ConfigData("wide", np.array([0.30, 0.60, 0.45, 0.15, 0.70]))
+    flat = ConfigData("one", np.array([0.4]))
+    seeds = SeedVariance.pooled([narrow, wide, flat])
+    u = compare_sweep([narrow, wide, flat], "narrow", {}, 10, seeds)
+    assert u.estimates["wide"].seed_sd == pytest.approx(float(np.std(wide.seed_values, ddof=1)))
+    assert math.isnan(u.estimates["one"].seed_sd)
+    w, p = stats.levene(narrow.seed_values, wide.seed_values, center="median")
+    assert u.variance_test.startswith(f"equal seed variances, Brown-Forsythe over the 2 configs with "
+                                      f"2 or more seeds: W = {w:.2f}, p ")
+    assert ("the configs' seed variances differ" in u.variance_test) == (p < 0.05)
+    assert p < 0.05
+    same = compare_sweep([narrow, ConfigData("b", narrow.seed_values + 0.1)], "b", {}, 10, seeds)
+    assert "no sign that they differ" in same.variance_test
