@@ -66,6 +66,8 @@ IDENTICAL = 1e-12
 """A seed variance at or below it (a seed sd of 1e-6 reward) is 0 up to rounding: every seed gave
 the same value, a degenerate estimate."""
 MANY_SEEDS = 10
+MAX_RESOLVED_SEEDS = 1000
+"""The most seeds per config `resolve` searches."""
 """Seeds per config beyond which `resolve` says the difference is too small to be worth it."""
 Source = Literal["seeds", "additive", "borrowed", "additive+borrowed", "none"]
 Verdict = Literal["better", "worse", "not distinguishable", "undecided", "no interval"]
@@ -554,22 +556,42 @@ class Resolution:
 
 def resolve(comparison: Comparison, best: ConfigData, family: int,
             seeds: SeedVariance) -> Resolution:
-    """What would tell ``comparison``'s two configs apart at 80% power within the Tukey family
-    of ``family`` configs, if the true difference were the observed one (normal approximation:
-    standard error diff / (critical value + z of the power))."""
+    """What would move ``comparison``'s config out of the set that could be the best (Hsu's
+    bound below 0) at 80% power among ``family`` configs, if the true difference were the observed
+    one: the fewest seeds per config n (both configs at n; normal approximation) whose standard
+    error se * sqrt(n0 / n) the difference exceeds by Hsu's critical value plus the power's z,
+    the critical value taken on the df of that design (today's df plus ``family`` x (n - n0)
+    runs), not today's: a larger design is also a better-measured one."""
     diff = abs(comparison.diff)
     if diff == 0:
         return Resolution(0, math.inf, "the observed difference is 0: no number of seeds "
                           "would resolve it")
-    critical = tukey_critical(family, seeds.df)
     z_power = float(special.ndtri(POWER))
-    target = diff / (critical + z_power)
-    factor = (comparison.se / target) ** 2
-    n = math.ceil(best.n_seeds * factor)  # > n_seeds: an undistinguished pair has se > target
-    return Resolution(n, factor, (
-        f"to call a difference of {diff:.3f} at {POWER:.0%} power among {family} configs, its "
-        f"standard error must be {diff:.3f} / (critical {critical:.2f} + z {z_power:.2f}) = "
-        f"{target:.4f}; it is {comparison.se:.4f} now, so ({comparison.se:.4f} / {target:.4f})^2 "
-        f"= {factor:.1f} times the data: {n} seeds per config"
-        + (" (more seeds than a study usually runs)"
-           if n > MANY_SEEDS else "")))
+    n0 = best.n_seeds
+    lambdas = (round(math.sqrt(0.5), 6),) * max(family - 1, 1)
+
+    def critical(n: int) -> float:
+        return mcb_critical(lambdas, float(seeds.df + family * (n - n0)))
+
+    def enough(n: int) -> bool:
+        return diff >= (critical(n) + z_power) * comparison.se * math.sqrt(n0 / n)
+
+    lo, hi = n0, n0 + 1
+    while not enough(hi) and hi < MAX_RESOLVED_SEEDS:
+        lo, hi = hi, min(2 * hi, MAX_RESOLVED_SEEDS)
+    if not enough(hi):
+        return Resolution(hi, math.inf, f"a difference of {diff:.3f} would take more than "
+                          f"{MAX_RESOLVED_SEEDS} seeds per config to resolve")
+    while hi - lo > 1:  # the smallest n that is enough, between lo (not) and hi (enough)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    n, d = hi, critical(hi)
+    df = seeds.df + family * (n - n0)
+    se = comparison.se * math.sqrt(n0 / n)
+    return Resolution(n, n / n0, (
+        f"to show a difference of {diff:.3f} at {POWER:.0%} power among {family} configs, it must "
+        f"exceed (Hsu's critical value + z {z_power:.2f}) standard errors: with {n} seeds per "
+        f"config the design has {df:g} df, a critical value of {d:.2f} and a standard error of "
+        f"{comparison.se:.4f} x sqrt({n0} / {n}) = {se:.4f}, so ({d:.2f} + {z_power:.2f}) x "
+        f"{se:.4f} = {(d + z_power) * se:.3f} <= {diff:.3f}: {n} seeds per config"
+        + (" (more seeds than a study usually runs)" if n > MANY_SEEDS else "")))

@@ -220,18 +220,24 @@ def test_configs_evaluated_on_other_problems_are_not_compared() -> None:
 
 
 def test_the_data_a_difference_needs_is_worked_out() -> None:
+    """The fewest seeds per config n at which Hsu's bound moves the runner-up out at 80% power,
+    the critical value taken on the df of the design with n seeds (8 + 6 (n - 2)), found here by
+    walking n up one by one; with today's df (8) and Tukey's critical value the former arithmetic
+    asked for 41 seeds."""
     configs = sweep_of({"a": [0.62, 0.60], "b": [0.60, 0.58]})
     seeds = SeedVariance(0.0004, 8, "seeds", "test")
     result = compare_sweep(configs, "a", {}, 10, seeds)
     runner_up = result.comparisons[0]
     assert runner_up.verdict == "not distinguishable"
     text = resolve(runner_up, configs[0], family=6, seeds=seeds)
-    critical = stats.studentized_range.ppf(0.95, 6, 8) / math.sqrt(2)
-    target = 0.02 / (critical + stats.norm.ppf(0.8))
-    factor = (0.02 / target) ** 2  # se = sqrt(0.0004 x (1/2 + 1/2)) = 0.02
-    assert text.factor == pytest.approx(factor)
-    assert text.seeds == math.ceil(2 * factor)
-    assert f"= {target:.4f}" in text.text and f"{text.seeds} seeds per config" in text.text
+    z = stats.norm.ppf(0.8)
+    half = (round(math.sqrt(0.5), 6),) * 5
+    n = next(n for n in range(3, 200)  # se = sqrt(0.0004 x (1/2 + 1/2)) = 0.02 at 2 seeds
+             if 0.02 >= (mcb_critical(half, 8.0 + 6 * (n - 2)) + z) * 0.02 * math.sqrt(2 / n))
+    assert text.seeds == n == 20 and text.factor == pytest.approx(n / 2)
+    assert f"the design has {8 + 6 * (n - 2)} df" in text.text and f"{n} seeds per config" in text.text
+    old = math.ceil(2 * ((tukey_critical(6, 8.0) + z) * 0.02 / 0.02) ** 2)
+    assert old == 41 and text.seeds < old
     zero = resolve(runner_up.__class__(**{**runner_up.__dict__, "diff": 0.0}), configs[0], 6, seeds)
     assert zero.text.startswith("the observed difference is 0")
     assert result.resolution is not None and result.resolution.seeds == resolve(
