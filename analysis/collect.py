@@ -85,6 +85,7 @@ from analysis.run_rows import (
     TRAIN_CLOCK,
     bad_reward,
     is_step_row,
+    job_dirs,
     parse_line,
     read_status,
     with_floats,
@@ -302,11 +303,6 @@ def find_latest_sweep(outputs: Path) -> Path:
     return max(candidates, key=lambda p: p.stat().st_mtime).parent
 
 
-def _run_dirs(sweep_dir: Path) -> list[Path]:
-    jobs = [p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()]
-    return sorted(jobs, key=lambda p: int(p.name))
-
-
 def format_value(value: Any) -> str:
     """How a swept value is written in a config label."""
     if isinstance(value, bool):
@@ -488,7 +484,7 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
         problem = sweep_dir_problem(sweep_dir)
         if problem is not None:
             raise FileNotFoundError(problem)
-        sweep_runs = [_Run.read(sweep_dir, p) for p in _run_dirs(sweep_dir)]
+        sweep_runs = [_Run.read(sweep_dir, p) for p in job_dirs(sweep_dir)]
         if not sweep_runs:
             raise ValueError(f"sweep directory {sweep_dir} holds no run (no job directory 0/, "
                              "1/, ...): nothing to collect; pass the directory of a sweep")

@@ -36,6 +36,7 @@ from analysis.run_rows import (
     EVAL_REWARD,
     FINISHED_STATUSES,
     bad_reward,
+    job_dirs,
     parse_line,
     read_status,
 )
@@ -316,8 +317,9 @@ class SweepProgress:
 
 
 def _numbered_dirs(sweep_dir: Path) -> list[Path]:
+    """`job_dirs`, none where the sweep directory cannot be listed (the monitor goes on)."""
     try:
-        return [p for p in sweep_dir.iterdir() if p.name.isdigit() and p.is_dir()]
+        return job_dirs(sweep_dir)
     except OSError:
         return []
 

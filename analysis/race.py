@@ -56,7 +56,7 @@ from analysis.race_record import (
     Relaunch,
     Wave,
     check_relaunch,
-    job_dirs,
+    job_numbers,
     job_refusal,
     short_labels,
 )
@@ -231,7 +231,7 @@ class RaceRunner:
         record what the wave's finished runs measured."""
         configs = set(wave.jobs.values())
         jobs = {num for w in race.waves for num, i in w.jobs.items() if i in configs}
-        if not set(job_dirs(self.sweep_dir)) & jobs:
+        if not set(job_numbers(self.sweep_dir)) & jobs:
             return Decision(len(race.waves), (), {}, NONE_LEFT, "none: no run of the wave started")
         collection = race_runs(collect([self.sweep_dir]), jobs)
         runs = collection.runs

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.run_rows import FINISHED_STATUSES
+from analysis.run_rows import FINISHED_STATUSES, job_dirs
 from grpo.config.race import RaceSettings
 from grpo.run.files import RunFileError, atomic_write_text, read_json, read_status
 from grpo.run.run_config import RACE_SEED, curve_differences, describe_differences, trained_config
@@ -284,11 +284,10 @@ def without_seed(overrides: Sequence[str]) -> list[str]:
     return [o for o in overrides if o.split("=", 1)[0].lstrip("+") != RACE_SEED]
 
 
-def job_dirs(sweep_dir: Path) -> list[int]:
-    """The job numbers of the sweep directory's job directories (`0/`, `1/`, ...)."""
-    if not sweep_dir.is_dir():
-        return []
-    return sorted(int(p.name) for p in sweep_dir.iterdir() if p.name.isdigit() and len(p.name) < 10)
+def job_numbers(sweep_dir: Path) -> list[int]:
+    """The job numbers of the sweep directory's job directories (`run_rows.job_dirs`); none
+    where there is no sweep directory yet."""
+    return [int(p.name) for p in job_dirs(sweep_dir)] if sweep_dir.is_dir() else []
 
 
 def _settings_differences(recorded: RaceSettings, settings: RaceSettings) -> str:
@@ -323,14 +322,14 @@ def check_relaunch(sweep_dir: Path, settings: RaceSettings, identities: list[dic
             return f"{sweep_dir} holds a race of other configs: {order}{fix}"
     else:
         order = _order_from_runs(sweep_dir, settings, identities)
-        if not notes and (found := job_dirs(sweep_dir)):
+        if not notes and (found := job_numbers(sweep_dir)):
             notes.append(f"{sweep_dir / RACE_FILE} is missing beside {len(found)} job "
                          "directories: the race is rebuilt from its runs' own configs")
     claims = {} if record is None else {
         num: (order[i], wave.seed, f"job {num} of wave {n} of the race")
         for n, wave in enumerate(record.waves, 1) for num, i in wave.jobs.items()}
     seeds = range(settings.first_seed, settings.first_seed + settings.max_seeds)
-    for num in job_dirs(sweep_dir):
+    for num in job_numbers(sweep_dir):
         run_dir = sweep_dir / str(num)
         if num in claims:
             j, seed, claim = claims[num]

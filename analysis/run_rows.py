@@ -37,6 +37,13 @@ or crafted line: a frame's integers and float axes hold up to it exactly)."""
 NON_FINITE = frozenset({"nan", "inf", "-inf", "+inf", "infinity", "-infinity"})
 
 
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """The sweep's job directories (`0/`, `1/`, ...: a directory named by its job number), in job
+    order. OSError where the sweep directory cannot be listed."""
+    jobs = [p for p in sweep_dir.iterdir() if p.name.isdigit() and p.is_dir()]
+    return sorted(jobs, key=lambda p: int(p.name))
+
+
 def is_step_row(row: Any) -> bool:
     """Whether parsed JSON `row` is a metrics row: an object whose ``step`` is an integer in
     [0, MAX_STEP]."""
