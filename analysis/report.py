@@ -282,7 +282,7 @@ def _comparisons(ranking: Ranking) -> list[str]:
         lines += [
             f"Each config against the best one and against its on-policy baseline, on "
             f"`{ranking.criterion}` at GRPO step {ranking.at_step}: the difference (config minus "
-            f"reference), its {FAMILY_TEXT} ({u.family} configs, on the seed variance above), "
+            f"reference), its {FAMILY_TEXT} ({u.family} configs; the df in `comparisons.csv`), "
             "so each interval is wider than a lone pair's; the unadjusted and the Tukey-adjusted "
             "p-value. A verdict of better or worse needs the interval to exclude 0; a config not "
             "shown worse than the best one could still be the best (the list above). The "

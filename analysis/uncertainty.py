@@ -25,12 +25,16 @@ config-level verdict is given: the comparisons are **undecided**.
 **Comparisons** (:func:`compare_sweep`): every pair of ranked configs evaluated on the same
 problems gets a Tukey-Kramer simultaneous 95% interval (the studentized range of
 ``scipy.stats.studentized_range`` over the ranked configs, on the variance's df): at most 5% of
-sweeps hold a false **better**/**worse** among all of them, whatever pairs the report shows. A
+sweeps hold a false **better**/**worse** among all of them, whatever pairs the report shows.
+Seed variances differ across a sweep (a config at a reward floor hardly varies), so each pair
+rests on the larger of the sweep's variance and the two configs' own pooled variance, each on
+its own df (:func:`pair_variance`), which keeps that 5% where one pooled variance does not. A
 config **could be the best** while Hsu's constrained multiple comparisons with the best (Hsu
 1996, ch. 4; :func:`best_bounds`) keep it: the simultaneous upper bound of its mean minus the
 largest of the others, min over j of mean_i - mean_j + d_i se_ij, is >= 0, d_i the one-sided
-Dunnett critical value of its k - 1 comparisons (:func:`mcb_critical`: the multivariate t of
-their correlations, which unequal seed counts change). With probability 95% the truly best
+Dunnett critical value of its k - 1 comparisons on the df of pair ij's variance
+(:func:`mcb_critical`: the multivariate t of their correlations, which unequal seed counts
+change). With probability 95% the truly best
 config is in that set; its half-width is about 0.7 of Tukey's (2.87 against 4.08 standard errors
 for 9 configs on 8 df), and the set is a subset of the configs Tukey's intervals do not show
 worse than the best. The set is what the chain, ``promote``, the race and the report carry as
@@ -71,8 +75,9 @@ MAX_RESOLVED_SEEDS = 1000
 """Seeds per config beyond which `resolve` says the difference is too small to be worth it."""
 Source = Literal["seeds", "additive", "borrowed", "additive+borrowed", "none"]
 Verdict = Literal["better", "worse", "not distinguishable", "undecided", "no interval"]
-FAMILY_TEXT = ("Tukey-Kramer simultaneous 95% intervals over every pair of ranked configs: at most "
-               "5% of sweeps call a difference that is not there")
+FAMILY_TEXT = ("Tukey-Kramer simultaneous 95% intervals over every pair of ranked configs, each "
+               "pair on the larger of the pooled seed variance and the two configs' own (on its "
+               "own df): at most 5% of sweeps call a difference that is not there")
 
 
 @dataclass(frozen=True)
@@ -277,25 +282,44 @@ def equal_variance_test(configs: Sequence[ConfigData]) -> str:
 @dataclass(frozen=True)
 class PairTest:
     """``a`` minus ``b``: the difference, its unadjusted 95% interval, standard error and
-    two-sided p-value on the seed variance's df."""
+    two-sided p-value on ``df`` degrees of freedom (the pair's variance: :func:`pair_variance`)."""
 
     diff: float
     lo: float
     hi: float
     se: float
     p_value: float
+    df: float
+
+
+def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[float, float]:
+    """The seed variance (and its df) a comparison of ``a`` and ``b`` rests on: the sweep's
+    ``seeds`` (usable), or the two configs' own seed variance pooled over just the two (df
+    n_a + n_b - 2) where that is larger, on its own df. Seed variances differ across a
+    learning-rate sweep (configs at a floor vary little); the sweep's pool then understates the
+    learning configs' and calls differences between them that are not there (9% of all-equal
+    sweeps of 6 learning and 3 near-floor configs, 3 seeds each). The larger of the two, each on
+    its own df, holds that at 5% and costs power only where the pair's own estimate happens to
+    be the larger (``bench/floor_pool_calibration.py``, README)."""
+    own_df = a.n_seeds + b.n_seeds - 2
+    if own_df > 0 and a.n_seeds > 1 and b.n_seeds > 1:
+        squares = sum(float(np.sum((c.seed_values - c.seed_values.mean()) ** 2)) for c in (a, b))
+        if squares / own_df > seeds.variance:
+            return squares / own_df, float(own_df)
+    return seeds.variance, float(seeds.df)
 
 
 def pair_test(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> PairTest | None:
-    """``a`` minus ``b`` on the seed variance (Student's t); None when the two cannot be compared
-    (other problems, or no usable variance)."""
+    """``a`` minus ``b`` on the pair's seed variance (:func:`pair_variance`; Student's t); None
+    when the two cannot be compared (other problems, or no usable variance)."""
     if not seeds.usable or not comparable(a, b):
         return None
     diff = a.mean - b.mean
-    se = math.sqrt(seeds.variance * (1 / a.n_seeds + 1 / b.n_seeds))
-    half = t_quantile(seeds.df) * se
-    p = float(2 * special.stdtr(seeds.df, -abs(diff / se)))
-    return PairTest(diff, diff - half, diff + half, se, p)
+    variance, df = pair_variance(a, b, seeds)
+    se = math.sqrt(variance * (1 / a.n_seeds + 1 / b.n_seeds))
+    half = t_quantile(df) * se
+    p = float(2 * special.stdtr(df, -abs(diff / se)))
+    return PairTest(diff, diff - half, diff + half, se, p, df)
 
 
 @functools.lru_cache(maxsize=256)
@@ -390,11 +414,15 @@ def best_bounds(configs: Sequence[ConfigData], seeds: SeedVariance,
         others = [o for o in configs if o.label != c.label and comparable(c, o)]
         if not others:
             continue
-        lambdas = tuple(round(math.sqrt(o.n_seeds / (c.n_seeds + o.n_seeds)), 6) for o in others)
-        d = mcb_critical(tuple(sorted(lambdas)), float(seeds.df), alpha)
-        limits = [(c.mean - o.mean + d * math.sqrt(seeds.variance * (1 / c.n_seeds + 1 / o.n_seeds)),
-                   o.label) for o in others]
-        upper, against = min(limits)
+        lambdas = tuple(sorted(round(math.sqrt(o.n_seeds / (c.n_seeds + o.n_seeds)), 6)
+                               for o in others))
+        limits = []
+        for o in others:
+            variance, df = pair_variance(c, o, seeds)
+            d = mcb_critical(lambdas, df, alpha)
+            limits.append((c.mean - o.mean + d * math.sqrt(variance * (1 / c.n_seeds + 1 / o.n_seeds)),
+                           o.label, d))
+        upper, against, d = min(limits)
         bounds[c.label] = BestBound(c.label, upper, d, against, alpha)
     return bounds
 
@@ -418,13 +446,22 @@ class Comparison:
     hi: float
     se: float
     p_value: float
-    p_adjusted: float
     verdict: Verdict
     n_seeds: tuple[int, int]
     n_problems: int
     samples: tuple[int, int]
     why: str = ""
     alpha: float = ALPHA
+    family: int = 2
+    """The configs of the Tukey family the adjusted p-value is taken over."""
+
+    @property
+    def p_adjusted(self) -> float:
+        """The Tukey-adjusted p-value (NaN without an interval), computed when read: scipy's
+        studentized range takes some 30 ms a value, and most comparisons are never shown."""
+        if not self.se > 0:
+            return math.nan
+        return tukey_p(self.diff / self.se, self.family, self.df)
 
     def describe(self) -> str:
         """``worse than the best config: Δ -0.031 [-0.052, -0.010] (simultaneous 95%), p 0.004
@@ -506,7 +543,7 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
     wanted = [(c.label, best, "best") for c in configs if c.label != best]
     wanted += [(label, base, "on-policy") for label, base in baselines.items()
                if label != base and base != best]
-    comparisons = [_comparison(by_label[a], by_label[b], role, step, seeds, k, alpha)
+    comparisons = [compare_pair(by_label[a], by_label[b], role, step, seeds, k, alpha)
                    for a, b, role in wanted]
     bounds = best_bounds(configs, seeds, alpha) if seeds.usable else {}
     could_be_best = [c.label for c in configs
@@ -519,28 +556,26 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
                             equal_variance_test(configs))
 
 
-def _comparison(a: ConfigData, b: ConfigData, role: str, step: int | None, seeds: SeedVariance,
+def compare_pair(a: ConfigData, b: ConfigData, role: str, step: int | None, seeds: SeedVariance,
                 k: int, alpha: float) -> Comparison:
     """``a`` against ``b`` within the Tukey family of ``k`` configs at family-wise rate ``alpha``."""
     nan = math.nan
     common = dict(config=a.label, reference=b.label, role=role, step=step, source=seeds.source,
                   df=seeds.df, n_seeds=(a.n_seeds, b.n_seeds),
                   n_problems=max(a.n_problems, b.n_problems), samples=(a.samples, b.samples),
-                  alpha=alpha)
+                  alpha=alpha, family=k)
     diff = a.mean - b.mean + 0.0  # + 0.0: a tie reads +0.000, not -0.000
     if not comparable(a, b):
         return Comparison(**common, diff=diff, lo=nan, hi=nan, se=nan, p_value=nan,
-                          p_adjusted=nan, verdict="no interval", why=OTHER_PROBLEMS)
+                          verdict="no interval", why=OTHER_PROBLEMS)
     if not seeds.usable:
         return Comparison(**common, diff=diff, lo=nan, hi=nan, se=nan, p_value=nan,
-                          p_adjusted=nan, verdict="undecided", why=seeds.describe())
+                          verdict="undecided", why=seeds.describe())
     test = pair_test(a, b, seeds)
-    half = tukey_critical(k, seeds.df, alpha) * test.se
-    t = test.diff / test.se
-    p_adjusted = tukey_p(t, k, seeds.df)
+    half = tukey_critical(k, test.df, alpha) * test.se
     verdict = ("not distinguishable" if abs(diff) <= half else "better" if diff > 0 else "worse")
-    return Comparison(**common, diff=diff, lo=diff - half, hi=diff + half, se=test.se,
-                      p_value=test.p_value, p_adjusted=p_adjusted, verdict=verdict)
+    return Comparison(**{**common, "df": test.df}, diff=diff, lo=diff - half, hi=diff + half,
+                      se=test.se, p_value=test.p_value, verdict=verdict)
 
 
 @dataclass(frozen=True)

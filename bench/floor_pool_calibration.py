@@ -1,68 +1,118 @@
-"""Pooling the seed variance beside a floor (issue 45, item 2, the case measured on real runs):
-two equal learning configs and one that sits at a floor (every seed the same value, as a
-learning rate that collapses to reward 0 or does not learn), a few seeds each. Pooled with the
-floor's zero squares (what `SeedVariance.pooled` does), the learning configs' variance is
-understated and their comparison calls differences that are not there. The second column is a
-candidate rule, the floor left out of the pool: it keeps the false verdicts under 5% but, with
-few configs that vary, leaves too few degrees of freedom to tell the floor itself from the best
-(a race then keeps a collapsed config to max_seeds); per-pair variances (Games-Howell/Welch) are
-the fix that keeps both, not built yet.
+"""Verdicts when seed variances differ (issue 45, item 2), through the real code: how often
+``analysis.uncertainty`` calls equal configs different, misses a truly best config, and detects a
+real difference, with each pair's variance the larger of the sweep's pool and the pair's own
+(``pair_variance``, what the analysis does) against the sweep's pool alone (the former rule:
+``pair_variance`` patched here to return the pool).
 
-Each simulated sweep: the two learning configs' runs ~ N(0.5, sd), rounded to a 25-problem
-reward (a multiple of 0.04, as the toy task's evaluation), the floor config's all 0. Through the
-real code: `compare_sweep` on the pool as the analysis makes it, and on the pool with the floor
-kept (the former rule), counting sweeps where the two equal configs are called better/worse
-(Tukey-Kramer, 95%; goal <= 5%).
+Designs (each config's runs drawn independently; a sweep's seed variance pooled as the analysis
+pools it, ``SeedVariance.pooled``):
 
-Usage: python bench/floor_pool_calibration.py [--sweeps 4000]
+- ``floor``: two equal learning configs N(0.5, sd) rounded to a 25-problem reward (the 0.04 grid
+  of the toy task) beside a config at a floor (every seed 0), as the real runs of
+  ``bench/seed_noise.py`` look. False: the two learning configs called different. Miss: config a
+  (a best one) out of Hsu's set. Sharp: the floor out of that set.
+- ``learning-rate``: the issue's learning-rate sweep: 6 equal learning configs (seed sd 1) and 3
+  near the floor (40 sd below, seed sd 0.3). False: any pair of the 6 called different (Tukey, all
+  36 pairs). Miss: learning config 0 (a best one) out of Hsu's set.
+- ``equal``: 9 configs, one seed sd (the homoscedastic case of the calibration table). False: any
+  pair called different; miss: config 0 out of Hsu's set.
+- ``one-better``: 9 configs, one 3 sd better. Sharp: it alone is in Hsu's set (what the chain,
+  ``promote`` and a race carry on).
+
+Each cell ± its Monte Carlo error (binomial). Goal: false verdicts and misses <= 5%.
+
+Usage: python bench/floor_pool_calibration.py [--sweeps 1000]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.uncertainty import ConfigData, SeedVariance, compare_sweep  # noqa: E402
+import analysis.uncertainty as uncertainty  # noqa: E402
+from analysis.uncertainty import ConfigData, SeedVariance, compare_pair, compare_sweep  # noqa: E402
+
+Draw = Callable[[np.random.Generator, int], list[ConfigData]]
 
 
-def false_verdict(configs: list[ConfigData], variance: SeedVariance) -> bool:
-    """Whether the two learning configs (a, b) are called different."""
+def floor(sd: float) -> Draw:
+    def draw(rng: np.random.Generator, n: int) -> list[ConfigData]:
+        return [ConfigData(name, np.round(rng.normal(0.5, sd, n) * 25) / 25)
+                for name in ("a", "b")] + [ConfigData("floor", np.zeros(n))]
+    return draw
+
+
+def normal(means: list[float], sds: list[float]) -> Draw:
+    def draw(rng: np.random.Generator, n: int) -> list[ConfigData]:
+        return [ConfigData(f"c{i}", rng.normal(m, s, n))
+                for i, (m, s) in enumerate(zip(means, sds, strict=True))]
+    return draw
+
+
+def outcomes(configs: list[ConfigData], equal: set[str], best: str) -> tuple[bool, bool, bool]:
+    """(a false verdict among ``equal``, ``best`` left out of Hsu's set, a sharp answer: with a
+    config named ``floor`` the floor out of the set, else ``best`` alone in it)."""
+    variance = SeedVariance.pooled(configs)
     ranked = sorted(configs, key=lambda c: -c.mean)
     u = compare_sweep(ranked, ranked[0].label, {}, 10, variance)
-    best = ranked[0].label
-    if best in ("a", "b"):
-        other = "b" if best == "a" else "a"
-        return any(c.config == other and c.verdict in ("better", "worse") for c in u.against_best())
-    return False
+    by_label = {c.label: c for c in configs}
+    false = any(compare_pair(by_label[a], by_label[b], "best", 10, variance, len(configs),
+                             uncertainty.ALPHA).verdict in ("better", "worse")
+                for a, b in itertools.combinations(sorted(equal), 2))
+    sharp = ("floor" not in u.could_be_best if "floor" in by_label
+             else u.could_be_best == [best])
+    return false, best not in u.could_be_best, sharp
+
+
+def rate(values: list[bool]) -> str:
+    p = float(np.mean(values))
+    return f"{100 * p:.1f}% ± {100 * math.sqrt(p * (1 - p) / len(values)):.1f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweeps", type=int, default=4000)
+    parser.add_argument("--sweeps", type=int, default=1000)
     args = parser.parse_args()
-    print("| seeds a config | seed sd | false verdicts, floor left out (a candidate) | "
-          "false verdicts, floor pooled (the analysis) |")
-    print("| --- | --- | --- | --- |")
-    for seeds in (3, 5):
+    designs: list[tuple[str, int, Draw, set[str], str]] = []
+    for n in (3, 5):
         for sd in (0.06, 0.125):
-            rng = np.random.default_rng(seeds * 1000 + int(sd * 1000))
-            now, before = [], []
-            for _ in range(args.sweeps):
-                configs = [ConfigData(name, np.round(rng.normal(0.5, sd, seeds) * 25) / 25)
-                           for name in ("a", "b")] + [ConfigData("floor", np.zeros(seeds))]
-                now.append(false_verdict(configs, SeedVariance.pooled(configs[:2])))  # floor left out
-                before.append(false_verdict(configs, SeedVariance.pooled(configs)))
-            cells = []
-            for values in (now, before):
-                p = float(np.mean(values))
-                cells.append(f"{100 * p:.1f}% ± {100 * math.sqrt(p * (1 - p) / len(values)):.1f}")
-            print(f"| {seeds} | {sd:g} | {cells[0]} | {cells[1]} |", flush=True)
+            designs.append((f"floor, sd {sd:g}", n, floor(sd), {"a", "b"}, "a"))
+    lr = normal([0.0] * 6 + [-40.0] * 3, [1.0] * 6 + [0.3] * 3)
+    designs += [("learning-rate", n, lr, {f"c{i}" for i in range(6)}, "c0") for n in (2, 3, 5)]
+    designs += [("equal", n, normal([0.0] * 9, [1.0] * 9), {f"c{i}" for i in range(9)}, "c0")
+                for n in (2, 3)]
+    designs += [("one-better", n, normal([3.0] + [0.0] * 8, [1.0] * 9), set(), "c0")
+                for n in (2, 3)]
+    pair_variance = uncertainty.pair_variance
+    print(f"{args.sweeps} sweeps a row; each cell: the analysis (pair variance) / the pool alone\n")
+    print("| design | seeds a config | false verdicts among equal configs | a best config "
+          "missed by Hsu's set | a sharp answer |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, n, draw, equal, best in designs:
+        start = time.time()
+        cells = []
+        for rule in ("pair", "pooled"):
+            uncertainty.pair_variance = (pair_variance if rule == "pair" else
+                                         lambda a, b, seeds: (seeds.variance, float(seeds.df)))
+            rng = np.random.default_rng(n * 1000 + len(name))
+            cells.append([outcomes(draw(rng, n), equal, best) for _ in range(args.sweeps)])
+        uncertainty.pair_variance = pair_variance
+        columns = [" / ".join(rate([r[i] for r in rows]) for rows in cells) for i in range(3)]
+        if len(equal) < 2:
+            columns[0] = "-"
+        if len(equal) > 2:  # every equal config is a best one: no sharp answer to give
+            columns[2] = "-"
+        print(f"| {name} | {n} | {' | '.join(columns)} |", flush=True)
+        print(f"  ({time.time() - start:.0f} s)", file=sys.stderr)
 
 
 if __name__ == "__main__":

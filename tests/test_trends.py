@@ -56,9 +56,15 @@ def test_late_values_are_compared_between_seeds_with_the_pooled_variance(tmp_pat
     # pooled over the three configs: squares 0.0008 + 0.0008 + 0.0018 on 3 df
     pooled = sum(float(np.sum((np.array(v) - np.mean(v)) ** 2)) for v in means.values()) / 3
     assert pooled == pytest.approx(0.0034 / 3)
-    se = math.sqrt(pooled * (1 / 2 + 1 / 2))
-    p = {lr: 2 * stats.t.sf(abs(np.mean(means[lr]) - np.mean(means[0.001])) / se, 3)
-         for lr in (0.0001, 0.0002)}
+    # each pair on the larger of the pool and its own two configs' variance, on its own df:
+    # 1e-4 with 1e-3 (0.0016 / 2) on the pool, 2e-4 with 1e-3 (0.0026 / 2) on its own 2 df
+    own = {lr: sum(float(np.sum((np.array(means[x]) - np.mean(means[x])) ** 2))
+                   for x in (lr, 0.001)) / 2 for lr in (0.0001, 0.0002)}
+    assert own[0.0001] < pooled < own[0.0002]
+    variance = {0.0001: (pooled, 3), 0.0002: (own[0.0002], 2)}
+    p = {lr: 2 * stats.t.sf(abs(np.mean(means[lr]) - np.mean(means[0.001]))
+                            / math.sqrt(v * (1 / 2 + 1 / 2)), df)
+         for lr, (v, df) in variance.items()}
     assert p[0.0001] < p[0.0002]  # Holm: the smaller times 2, the larger at least that
     assert got[LABELS[1]].p_adjusted == pytest.approx(2 * p[0.0001])
     assert got[LABELS[2]].p_adjusted == pytest.approx(max(2 * p[0.0001], p[0.0002]))

@@ -5,6 +5,7 @@ seeds, not one; values near the 0-1 bounds; unequal numbers of seeds)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -23,6 +24,7 @@ from analysis.uncertainty import (
     estimate,
     mcb_critical,
     pair_test,
+    pair_variance,
     problem_error,
     resolve,
     t_quantile,
@@ -168,7 +170,7 @@ def test_verdicts_come_from_simultaneous_intervals_and_the_set_that_could_be_bes
     assert far.p_adjusted == pytest.approx(stats.studentized_range.sf(10 * math.sqrt(2), 4, 12))
     assert close.p_value == pytest.approx(2 * stats.t.sf(2.0, 12))
     # p-values as shown: two significant digits down to 0.001, then "<0.001"
-    shown = far.__class__(**{**far.__dict__, "p_value": 0.0015, "p_adjusted": 0.0004})
+    shown = dataclasses.replace(far, p_value=0.0015)  # far's adjusted p is 1e-4
     assert shown.describe().endswith("p 0.0015 (Tukey-adjusted <0.001)")
     # the on-policy comparison is in the same family: far - base = -0.10, 5 se: worse
     on_policy = got["far", "on-policy"]
@@ -433,3 +435,37 @@ def test_each_config_s_own_seed_sd_and_brown_forsythe_are_reported() -> None:
     assert p < 0.05
     same = compare_sweep([narrow, ConfigData("b", narrow.seed_values + 0.1)], "b", {}, 10, seeds)
     assert "no sign that they differ" in same.variance_test
+
+
+def test_a_pair_rests_on_its_own_seed_variance_where_that_exceeds_the_sweeps_pool() -> None:
+    """Two learning configs that vary (squares 0.02 and 0.005 over 2 seeds each) beside a floor
+    (5 seeds, every one 0.2): the pool (0.025 / 6) understates the learning pair's own variance
+    (0.025 / 2 = 0.0125 on 2 df), which their comparison and Hsu's bound use; the floor against
+    either keeps the pool (the pair's own, 0.02 / 5 or 0.005 / 5, is not larger)."""
+    a, b = ConfigData("a", np.array([0.40, 0.60])), ConfigData("b", np.array([0.45, 0.55]))
+    floor = ConfigData("floor", np.full(5, 0.2))
+    seeds = SeedVariance.pooled([a, b, floor])
+    pool = (0.025 / 6, 6)
+    assert (seeds.variance, seeds.df) == pytest.approx(pool)
+    assert pair_variance(a, b, seeds) == pytest.approx((0.0125, 2))
+    assert pair_variance(a, floor, seeds) == pytest.approx(pool)
+    assert pair_variance(b, floor, seeds) == pytest.approx(pool)
+    # one seed: no own variance, the pool
+    assert pair_variance(a, ConfigData("one", np.array([0.5])), seeds) == pytest.approx(pool)
+    test = pair_test(b, a, seeds)
+    assert (test.se, test.df) == pytest.approx((math.sqrt(0.0125), 2))
+    assert test.p_value == pytest.approx(1.0)  # equal means
+    u = compare_sweep([a, b, floor], "a", {}, 10, seeds)
+    near = next(c for c in u.comparisons if c.config == "b")
+    half = stats.studentized_range.ppf(0.95, 3, 2) / math.sqrt(2) * math.sqrt(0.0125)
+    assert (near.df, near.lo, near.hi) == pytest.approx((2, -half, half))
+    assert near.p_adjusted == pytest.approx(1.0)
+    far = next(c for c in u.comparisons if c.config == "floor")
+    assert far.df == 6 and far.se == pytest.approx(math.sqrt(0.025 / 6 * (1 / 5 + 1 / 2)))
+    # Hsu: the floor's bound against a (the pool, d on 6 df), b's against a (its own, d on 2 df)
+    d_floor = mcb_critical((round(math.sqrt(2 / 7), 6),) * 2, 6.0)
+    d_b = mcb_critical(tuple(sorted((round(math.sqrt(2 / 4), 6), round(math.sqrt(5 / 7), 6)))), 2.0)
+    assert u.bounds["floor"].upper == pytest.approx(-0.3 + d_floor * far.se)
+    assert (u.bounds["b"].upper, u.bounds["b"].critical) == pytest.approx(
+        (d_b * math.sqrt(0.0125), d_b))
+    assert u.could_be_best == ["a", "b"]
