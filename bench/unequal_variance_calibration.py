@@ -21,7 +21,7 @@ pools it, ``SeedVariance.pooled``):
 
 Each cell ± its Monte Carlo error (binomial). Goal: false verdicts and misses <= 5%.
 
-Usage: python bench/floor_pool_calibration.py [--sweeps 1000]
+Usage: python bench/unequal_variance_calibration.py [--sweeps 1000]
 """
 
 from __future__ import annotations
