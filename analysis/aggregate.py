@@ -50,6 +50,7 @@ from analysis.uncertainty import (
     combine,
     compare_sweep,
     problem_error,
+    upper_bound_factor,
 )
 from grpo.run.outcomes import LATE_EVALS, OUTCOMES_DIR, outcomes_path, read_many
 
@@ -210,6 +211,12 @@ class Design:
     digests: frozenset[str]
     samples: frozenset[int]
     late_steps: frozenset[tuple[int, ...]]
+    training: frozenset[str] = frozenset()
+    """Each compared run's values of :data:`SEED_VARIANCE_KEYS` (``key=value, ...``)."""
+
+    def settings_outside(self, source: Design) -> list[str]:
+        """This (the borrowing) sweep's training settings that ``source`` never ran, sorted."""
+        return sorted(self.training - source.training)
 
     def mismatch(self, other: Design) -> str | None:
         """What differs from ``other`` (the borrowing sweep's design), in words; None: nothing."""
@@ -222,6 +229,14 @@ class Design:
             if mine != theirs:
                 return (f"its {name} {_listed(mine)} differ from this sweep's {_listed(theirs)}")
         return None
+
+
+SEED_VARIANCE_KEYS = ("loss.name", "normalization.name", "std_norm.enabled", "learning_rate",
+                      "off_policy.epochs")
+"""The config keys that change a run's seed variance, measured (the seed sd grows from 0.040 to
+0.214 with the learning rate on real runs, ``bench/seed_noise.py``) or expected (the loss, the
+length and std normalizations, the off-policy epochs): a borrowed variance is taken as it is only
+for settings its source ran (:func:`borrow_variance`)."""
 
 
 def _listed(values: frozenset) -> str:
@@ -432,8 +447,16 @@ def borrow_variance(sweep: Path, named_by: str, criterion: Criterion, at_step: i
     if mismatch is not None:
         return SeedVariance.missing(f"{head}: {mismatch}"), None
     seeds = theirs.uncertainty.seeds
-    return SeedVariance(seeds.variance, seeds.df, "borrowed",
-                        f"the seeds of sweep {sweep} at step {at_step} (named by {named_by})"), other
+    text = f"the seeds of sweep {sweep} at step {at_step} (named by {named_by})"
+    outside = design.settings_outside(theirs.design)
+    if not outside:
+        return SeedVariance(seeds.variance, seeds.df, "borrowed", text), other
+    factor = upper_bound_factor(seeds.df)
+    shown = "; ".join(outside[:3]) + (f"; and {len(outside) - 3} more" if len(outside) > 3 else "")
+    return SeedVariance(seeds.variance * factor, seeds.df, "borrowed", (
+        f"{text}, inflated x{factor:.2f} to its upper 95% confidence bound ({seeds.variance:.3g} "
+        f"measured): this sweep ran settings that change the seed variance and that sweep did "
+        f"not ({shown})")), other
 
 
 def _advice(collection: Collection, ranked: pd.DataFrame, u: SweepComparisons) -> str | None:
@@ -506,10 +529,13 @@ def config_data(collection: Collection, values: pd.DataFrame, labels: Sequence[s
     def texts(keys: Sequence[str]) -> frozenset[str]:
         return frozenset("|".join(map(str, row)) for row in compared[list(keys)].itertuples(index=False))
 
+    training = frozenset(", ".join(f"{k}={v}" for k, v in zip(SEED_VARIANCE_KEYS, row, strict=True))
+                         for row in compared.reindex(columns=list(SEED_VARIANCE_KEYS))
+                         .itertuples(index=False))
     design = Design(texts(("model.name", "model.path")), texts(("data.name", "data.train_path")),
                     frozenset(digests), frozenset(samples),
                     frozenset(tuple(int(s) for s in steps) for steps in values["late_steps"]
-                              if isinstance(steps, tuple)))
+                              if isinstance(steps, tuple)), training)
     return configs, problems, design
 
 

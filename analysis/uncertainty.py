@@ -17,7 +17,9 @@ config, from the best source the sweep has (:func:`analysis.aggregate.rank` choo
 ``seeds`` (pooled over the configs with two or more seeds: df = runs - configs), ``additive`` (a
 one-seed factorial grid: the residual mean square of the additive model of the swept keys,
 :mod:`analysis.effects`; it holds any interaction too, so it errs on the safe side),
-``borrowed`` (an earlier multi-seed sweep of the same model, data, problems and evaluation steps),
+``borrowed`` (an earlier multi-seed sweep of the same model, data, problems and evaluation steps;
+inflated to its upper 95% bound, :func:`upper_bound_factor`, where this sweep ran training
+settings it did not),
 ``additive+borrowed`` (the two pooled by their df after an F test finds them in agreement,
 :func:`combine`), or ``none``. Without a usable variance (none, or 0: identical values) no
 config-level verdict is given: the comparisons are **undecided**.
@@ -174,6 +176,12 @@ class SeedVariance:
 
 def _df(df: float) -> str:
     return f"{df:.0f}" if float(df).is_integer() else f"{df:.1f}"
+
+
+def upper_bound_factor(df: float, alpha: float = ALPHA) -> float:
+    """What a variance estimated on ``df`` degrees of freedom is multiplied by to give its
+    one-sided upper 1 - ``alpha`` confidence bound: df / chi2_alpha(df) (2.54 on 10 df)."""
+    return float(df / special.chdtri(df, 1 - alpha))
 
 
 def combine(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:

@@ -185,8 +185,9 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
                          "first stage with 2 or more seeds a config (seed sd 0.0292 (variance "
                          "0.000854) from seeds in this sweep, pooled over the 4 configs with 2 or "
                          "more (4 df)): this stage's one-seed verdicts borrow it where the model, "
-                         "data, validation problems and evaluation steps match (the report says "
-                         "whether they did)"]
+                         "data, validation problems and evaluation steps match, inflated to its "
+                         "upper 95% bound for settings it did not run (another loss, "
+                         "normalization, learning rate or epochs; the report says which)"]
 
 
 def test_pruned_configs_are_left_out_and_the_rest_compared_at_a_common_step(tmp_path: Path) -> None:

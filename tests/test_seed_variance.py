@@ -26,6 +26,7 @@ from analysis.plots import choose_layout, plot_interaction
 from analysis.progress import Job, write_jobs
 from analysis.report import build_report, write_report
 from analysis.synthetic import write_multirun, write_run
+from analysis.uncertainty import upper_bound_factor
 from grpo.run.outcomes import outcomes_path
 
 EVAL_STEPS = (0, 10, 20, 30, 40, 50)
@@ -148,19 +149,32 @@ def test_a_one_dimensional_one_seed_sweep_gives_no_verdict_and_prices_the_seeds(
 def test_a_one_seed_sweep_borrows_an_earlier_multi_seed_sweeps_variance(tmp_path: Path) -> None:
     lr = {"learning_rate": (1e-5, 3e-5, 1e-4)}
     earlier = write_sweep(tmp_path / "lr_sweep", lr, seeds=(0, 1, 2), rng=1)
-    later = write_sweep(tmp_path / "baselines", {"loss": ("no_baseline", "reinforce")}, rng=2,
+    # settings the source ran (two of its learning rates): its variance as it is
+    later = write_sweep(tmp_path / "again", {"learning_rate": (1e-5, 1e-4)}, rng=2,
                         extra={BORROW_KEY: str(earlier)})
     own = rank(collect([earlier])).uncertainty.seeds
     got = rank(collect([later]))
     seeds = got.uncertainty.seeds
     assert (seeds.source, seeds.variance, seeds.df) == ("borrowed", own.variance, own.df) == (
         "borrowed", pytest.approx(own.variance), 6)
-    assert str(earlier) in seeds.text and BORROW_KEY in seeds.text
+    assert str(earlier) in seeds.text and BORROW_KEY in seeds.text and "inflated" not in seeds.text
     assert got.uncertainty.decided and got.borrowed is not None
     report = build_report(collect([later]), later, ranking=got)
     assert f"the seeds of sweep {earlier} at step 50" in report
+    # another loss (a setting that changes the seed variance, which the source never ran): the
+    # variance inflated to its upper 95% bound, 6 / chi2_0.05(6) = 3.67 times, saying why
+    baselines = write_sweep(tmp_path / "baselines", {"loss.name": ("no_baseline", "grpo_clip")},
+                            rng=2, extra={BORROW_KEY: str(earlier)})
+    seeds = rank(collect([baselines])).uncertainty.seeds
+    factor = 6 / stats.chi2.ppf(0.05, 6)
+    assert (seeds.source, seeds.df) == ("borrowed", 6)
+    assert seeds.variance == pytest.approx(own.variance * factor) and factor == pytest.approx(3.67, abs=0.01)
+    assert (f"inflated x3.67 to its upper 95% confidence bound ({own.variance:.3g} measured): this "
+            "sweep ran settings that change the seed variance and that sweep did not "
+            "(loss.name=no_baseline, normalization.name=mean, std_norm.enabled=True, "
+            "learning_rate=1e-05, off_policy.epochs=1)") in seeds.text
     # the command line names it too, for a sweep that recorded nothing
-    plain = write_sweep(tmp_path / "plain", {"loss": ("no_baseline", "reinforce")}, rng=3)
+    plain = write_sweep(tmp_path / "plain", {"learning_rate": (1e-5, 3e-5)}, rng=3)
     assert rank(collect([plain])).uncertainty.seeds.source == "none"
     assert rank(collect([plain]), borrow=earlier).uncertainty.seeds.source == "borrowed"
     main(["plots", "--sweep", str(plain), "--seed-variance-from", str(earlier)])
@@ -193,11 +207,14 @@ def test_a_one_seed_grid_pools_its_residual_with_a_borrowed_variance(tmp_path: P
     assert additive.source == "additive"
     if seeds.source == "additive+borrowed":
         assert seeds.df == additive.df + borrowed.df
+        # the grid ran off-policy epochs 2 and 4, which the source did not: inflated first
+        lent = borrowed.variance * upper_bound_factor(borrowed.df)
         assert seeds.variance == pytest.approx((additive.df * additive.variance + borrowed.df
-                                                * borrowed.variance) / seeds.df)
+                                                * lent) / seeds.df)
         assert "agree" in seeds.notes[-1]
     else:
-        assert seeds.variance == max(additive.variance, borrowed.variance)
+        assert seeds.variance == max(additive.variance,
+                                     borrowed.variance * upper_bound_factor(borrowed.df))
         assert "disagree" in seeds.notes[-1]
 
 

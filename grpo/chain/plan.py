@@ -234,7 +234,9 @@ def _borrow_seed_variance(plan: StagePlan, earlier: Sequence[Stage], user: UserO
             return [f"  {carried.override()}  the seed variance of {source.experiment}, the first "
                     f"stage with 2 or more seeds a config ({seeds.describe()}): this stage's "
                     "one-seed verdicts borrow it where the model, data, validation problems and "
-                    "evaluation steps match (the report says whether they did)"]
+                    "evaluation steps match, inflated to its upper 95% bound for settings it did "
+                    "not run (another loss, normalization, learning rate or epochs; the report "
+                    "says which)"]
     return [f"  {BORROW_KEY}: nothing to borrow (no earlier stage has 2 or more seeds a config): "
             "a one-dimensional one-seed stage gives no verdict"]
 
