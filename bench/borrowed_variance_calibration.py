@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from monte_carlo import rate  # noqa: E402
 
 from analysis.uncertainty import (  # noqa: E402
     ALPHA,
@@ -41,11 +43,6 @@ def called(configs: list[ConfigData], variance: SeedVariance) -> list[tuple[str,
     """Every pair's verdict (a, b, verdict)."""
     return [(a.label, b.label, compare_pair(a, b, "best", 10, variance, len(configs), ALPHA).verdict)
             for a, b in itertools.combinations(configs, 2)]
-
-
-def rate(values: list[bool]) -> str:
-    p = float(np.mean(values))
-    return f"{100 * p:.1f}% ± {100 * math.sqrt(p * (1 - p) / len(values)):.1f}"
 
 
 def main() -> None:

@@ -23,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from monte_carlo import rate  # noqa: E402
 
 from analysis.uncertainty import (  # noqa: E402
     ConfigData,
@@ -41,11 +44,6 @@ def one_sweep(rng: np.random.Generator, seeds: list[int]) -> tuple[bool, bool]:
     u = compare_sweep(ranked, ranked[0].label, {}, 10, variance)
     tukey = [ranked[0].label] + [c.config for c in u.against_best() if c.verdict != "worse"]
     return "c0" not in u.could_be_best, "c0" not in tukey
-
-
-def rate(values: list[bool]) -> str:
-    p = float(np.mean(values))
-    return f"{100 * p:.2f}% ± {100 * math.sqrt(p * (1 - p) / len(values)):.2f}"
 
 
 def main() -> None:
@@ -69,7 +67,8 @@ def main() -> None:
         hsu = mcb_critical((round(math.sqrt(0.5), 6),) * (k - 1), df)
         tukey = tukey_critical(k, df)
         print(f"| {name} | {df:g} | {hsu:.2f} | {tukey:.2f} | {hsu / tukey:.2f} | "
-              f"{rate([r[0] for r in results])} | {rate([r[1] for r in results])} |", flush=True)
+              f"{rate([r[0] for r in results], digits=2)} | "
+              f"{rate([r[1] for r in results], digits=2)} |", flush=True)
         print(f"  ({time.time() - start:.0f} s)", file=sys.stderr)
 
 

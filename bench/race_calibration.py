@@ -42,6 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from monte_carlo import rate  # noqa: E402
 from selection_calibration import BASE, DIGEST, EVAL_EVERY, N_EVALS, N_PROBLEMS  # noqa: E402
 
 from analysis.aggregate import LATE_EVALS, rank  # noqa: E402
@@ -132,11 +133,6 @@ def one_race(args: tuple[str, float, int, int]) -> dict[str, object]:
             "fixed_one_left": fixed_u is not None and len(fixed_u.could_be_best) == 1}
 
 
-def rate(values: list[bool]) -> str:
-    p = float(np.mean(values))
-    return f"{100 * p:5.1f}% ± {100 * math.sqrt(p * (1 - p) / len(values)):.1f}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--races", type=int, default=100, help="simulated races per cell")
@@ -159,11 +155,11 @@ def main() -> None:
     for truth, sd in cells:
         rs = [r for r in results if r["truth"] == truth and r["sd"] == sd]
         shares = [float(r["share"]) for r in rs]
-        print(f"| {truth} | {100 * sd:g} points | {rate([r['correct'] for r in rs])} "
-              f"| {rate([r['one_left'] for r in rs])} "
+        print(f"| {truth} | {100 * sd:g} points | {rate([r['correct'] for r in rs], width=5)} "
+              f"| {rate([r['one_left'] for r in rs], width=5)} "
               f"| {100 * np.mean(shares):.0f}% ± {100 * np.std(shares) / math.sqrt(len(rs)):.1f} "
               f"| {np.mean([r['waves'] for r in rs]):.1f} "
-              f"| {rate([r['fixed_one_left'] for r in rs])} |")
+              f"| {rate([r['fixed_one_left'] for r in rs], width=5)} |")
     print("\n'ends with one config' under the equal truth is the false-winner rate (goal <= 5%).")
     if args.record:
         cases = []

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +36,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from monte_carlo import rate  # noqa: E402
 
 import analysis.uncertainty as uncertainty  # noqa: E402
 from analysis.uncertainty import ConfigData, SeedVariance, compare_pair, compare_sweep  # noqa: E402
@@ -71,11 +73,6 @@ def outcomes(configs: list[ConfigData], equal: set[str], best: str) -> tuple[boo
     sharp = ("floor" not in u.could_be_best if "floor" in by_label
              else u.could_be_best == [best])
     return false, best not in u.could_be_best, sharp
-
-
-def rate(values: list[bool]) -> str:
-    p = float(np.mean(values))
-    return f"{100 * p:.1f}% ± {100 * math.sqrt(p * (1 - p) / len(values)):.1f}"
 
 
 def main() -> None:
