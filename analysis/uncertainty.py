@@ -590,11 +590,43 @@ def compare_pair(a: ConfigData, b: ConfigData, role: str, step: int | None, seed
                       se=test.se, p_value=test.p_value, verdict=verdict)
 
 
+def power_against_best(diff: float, se: float, family: int, df: float) -> float:
+    """The power with which Hsu's comparisons with the best move a config ``diff`` (> 0) below
+    the best out of the set that could be the best, ``se`` the standard error of the two
+    configs' difference, among ``family`` configs of equal seeds, on ``df`` degrees of freedom:
+    P(T' > d) for T' noncentral t with noncentrality diff / se, d Hsu's critical value on ``df``
+    (``scipy.stats.nct``). Give it the pair's own df (2 x seeds - 2) where configs have seeds:
+    the analysis judges a pair on its own variance where that is the larger (:func:`pair_variance`),
+    and on the pool's df the normal approximation stated 80% where the analysis had 47-71%
+    (``bench/resolve_power.py``); on the pair's df it is within 5 points from 3 seeds a config
+    and conservative below."""
+    from scipy import stats
+
+    lambdas = (round(math.sqrt(0.5), 6),) * max(family - 1, 1)
+    critical = mcb_critical(lambdas, float(df))
+    if not math.isfinite(df):
+        return float(special.ndtr(diff / se - critical))
+    return float(stats.nct.sf(critical, df, diff / se))
+
+
+def own_df(seeds: int) -> float:
+    """The df a pair of configs of ``seeds`` seeds each has of its own (:func:`pair_variance`)."""
+    return float(2 * seeds - 2)
+
+
+def detectable_difference(se: float, family: int, df: float) -> float:
+    """The smallest difference from the best that :func:`power_against_best` finds at
+    :data:`POWER` for a difference of standard error ``se`` among ``family`` configs on ``df``."""
+    from scipy import optimize
+
+    return float(optimize.brentq(lambda diff: power_against_best(diff, se, family, df) - POWER,
+                                 1e-9 * se, 100 * se, xtol=1e-6 * se))
+
+
 @dataclass(frozen=True)
 class Resolution:
-    """What would tell two configs apart at ``POWER``: the standard error their difference
-    needs (``target``) against the one it has, the factor of data that takes, and the seeds
-    per config that gives (``seeds``); ``text`` the arithmetic in words."""
+    """What would tell two configs apart at ``POWER``: the seeds per config it takes
+    (``seeds``), the factor of data that is, and ``text`` the arithmetic in words."""
 
     seeds: int
     factor: float
@@ -604,41 +636,33 @@ class Resolution:
 def resolve(comparison: Comparison, best: ConfigData, family: int,
             seeds: SeedVariance) -> Resolution:
     """What would move ``comparison``'s config out of the set that could be the best (Hsu's
-    bound below 0) at 80% power among ``family`` configs, if the true difference were the observed
-    one: the fewest seeds per config n (both configs at n; normal approximation) whose standard
-    error se * sqrt(n0 / n) the difference exceeds by Hsu's critical value plus the power's z,
-    the critical value taken on the df of that design (today's df plus ``family`` x (n - n0)
-    runs), not today's: a larger design is also a better-measured one."""
+    bound below 0) at 80% power among ``family`` configs, if the true difference were the
+    observed one: the fewest seeds per config n (both configs at n) at which
+    :func:`power_against_best` reaches :data:`POWER`, its standard error se * sqrt(n0 / n), on
+    the pair's own df at n seeds (:func:`own_df`): a larger design is also a better-measured one."""
     diff = abs(comparison.diff)
     if diff == 0:
         return Resolution(0, math.inf, "the observed difference is 0: no number of seeds "
                           "would resolve it")
-    z_power = float(special.ndtri(POWER))
     n0 = best.n_seeds
-    lambdas = (round(math.sqrt(0.5), 6),) * max(family - 1, 1)
 
-    def critical(n: int) -> float:
-        return mcb_critical(lambdas, float(seeds.df + family * (n - n0)))
+    def power(n: int) -> float:
+        return power_against_best(diff, comparison.se * math.sqrt(n0 / n), family, own_df(n))
 
-    def enough(n: int) -> bool:
-        return diff >= (critical(n) + z_power) * comparison.se * math.sqrt(n0 / n)
-
-    lo, hi = n0, n0 + 1
-    while not enough(hi) and hi < MAX_RESOLVED_SEEDS:
+    lo, hi = max(n0, 1), max(n0, 1) + 1
+    while power(hi) < POWER and hi < MAX_RESOLVED_SEEDS:
         lo, hi = hi, min(2 * hi, MAX_RESOLVED_SEEDS)
-    if not enough(hi):
+    if power(hi) < POWER:
         return Resolution(hi, math.inf, f"a difference of {diff:.3f} would take more than "
                           f"{MAX_RESOLVED_SEEDS} seeds per config to resolve")
     while hi - lo > 1:  # the smallest n that is enough, between lo (not) and hi (enough)
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
-    n, d = hi, critical(hi)
-    df = seeds.df + family * (n - n0)
+        lo, hi = (lo, mid) if power(mid) >= POWER else (mid, hi)
+    n = hi
     se = comparison.se * math.sqrt(n0 / n)
     return Resolution(n, n / n0, (
-        f"to show a difference of {diff:.3f} at {POWER:.0%} power among {family} configs, it must "
-        f"exceed (Hsu's critical value + z {z_power:.2f}) standard errors: with {n} seeds per "
-        f"config the design has {df:g} df, a critical value of {d:.2f} and a standard error of "
-        f"{comparison.se:.4f} x sqrt({n0} / {n}) = {se:.4f}, so ({d:.2f} + {z_power:.2f}) x "
-        f"{se:.4f} = {(d + z_power) * se:.3f} <= {diff:.3f}: {n} seeds per config"
+        f"to show a difference of {diff:.3f} at {POWER:.0%} power among {family} configs: with {n} "
+        f"seeds per config its standard error is {comparison.se:.4f} x sqrt({n0} / {n}) = "
+        f"{se:.4f}, and Hsu's comparison with the best on the pair's own {own_df(n):g} df "
+        f"(noncentral t) finds it with power {power(n):.0%}: {n} seeds per config"
         + (" (more seeds than a study usually runs)" if n > MANY_SEEDS else "")))

@@ -21,10 +21,13 @@ from analysis.uncertainty import (
     best_bounds,
     combine,
     compare_sweep,
+    detectable_difference,
     estimate,
     mcb_critical,
+    own_df,
     pair_test,
     pair_variance,
+    power_against_best,
     problem_error,
     resolve,
     t_quantile,
@@ -222,10 +225,11 @@ def test_configs_evaluated_on_other_problems_are_not_compared() -> None:
 
 
 def test_the_data_a_difference_needs_is_worked_out() -> None:
-    """The fewest seeds per config n at which Hsu's bound moves the runner-up out at 80% power,
-    the critical value taken on the df of the design with n seeds (8 + 6 (n - 2)), found here by
-    walking n up one by one; with today's df (8) and Tukey's critical value the former arithmetic
-    asked for 41 seeds."""
+    """The fewest seeds per config n at which Hsu's bound moves the runner-up out at 80% power:
+    the noncentral t of the difference over its standard error 0.02 x sqrt(2 / n), on the pair's
+    own 2n - 2 df, beyond Hsu's critical value on those df; found here by walking n up one by
+    one. The normal approximation on the design's df (8 + 6 (n - 2)) asked for 20, Tukey's on
+    today's df for 41."""
     configs = sweep_of({"a": [0.62, 0.60], "b": [0.60, 0.58]})
     seeds = SeedVariance(0.0004, 8, "seeds", "test")
     result = compare_sweep(configs, "a", {}, 10, seeds)
@@ -234,16 +238,39 @@ def test_the_data_a_difference_needs_is_worked_out() -> None:
     text = resolve(runner_up, configs[0], family=6, seeds=seeds)
     z = stats.norm.ppf(0.8)
     half = (round(math.sqrt(0.5), 6),) * 5
-    n = next(n for n in range(3, 200)  # se = sqrt(0.0004 x (1/2 + 1/2)) = 0.02 at 2 seeds
-             if 0.02 >= (mcb_critical(half, 8.0 + 6 * (n - 2)) + z) * 0.02 * math.sqrt(2 / n))
-    assert text.seeds == n == 20 and text.factor == pytest.approx(n / 2)
-    assert f"the design has {8 + 6 * (n - 2)} df" in text.text and f"{n} seeds per config" in text.text
+
+    def power(n: int) -> float:  # se = sqrt(0.0004 x (1/2 + 1/2)) = 0.02 at 2 seeds
+        df = 2 * n - 2
+        return stats.nct.sf(mcb_critical(half, float(df)), df, 0.02 / (0.02 * math.sqrt(2 / n)))
+
+    n = next(n for n in range(3, 200) if power(n) >= 0.8)
+    assert text.seeds == n == 21 and text.factor == pytest.approx(n / 2)
+    assert power(n - 1) < 0.8 <= power(n)
+    assert f"on the pair's own {2 * n - 2} df (noncentral t)" in text.text
+    assert f"power {power(n):.0%}: {n} seeds per config" in text.text
+    normal = next(n for n in range(3, 200)
+                  if 0.02 >= (mcb_critical(half, 8.0 + 6 * (n - 2)) + z) * 0.02 * math.sqrt(2 / n))
     old = math.ceil(2 * ((tukey_critical(6, 8.0) + z) * 0.02 / 0.02) ** 2)
-    assert old == 41 and text.seeds < old
+    assert (normal, old) == (20, 41)
     zero = resolve(runner_up.__class__(**{**runner_up.__dict__, "diff": 0.0}), configs[0], 6, seeds)
     assert zero.text.startswith("the observed difference is 0")
     assert result.resolution is not None and result.resolution.seeds == resolve(
         runner_up, configs[0], 2, seeds).seeds
+
+
+def test_power_against_the_best_is_the_noncentral_t_beyond_hsu_s_critical_value() -> None:
+    """Two configs (one comparison): Hsu's critical value is Student's one-sided quantile, so
+    the power is scipy's noncentral t beyond it; with the variance known (inf df) the normal;
+    the detectable difference is where that power is 80%."""
+    t = stats.t.ppf(0.95, 4)
+    assert power_against_best(0.3, 0.1, 2, 4.0) == pytest.approx(stats.nct.sf(t, 4, 3.0))
+    assert power_against_best(0.3, 0.1, 2, math.inf) == pytest.approx(
+        stats.norm.cdf(3.0 - stats.norm.ppf(0.95)))
+    found = detectable_difference(0.1, 2, 4.0)
+    assert power_against_best(found, 0.1, 2, 4.0) == pytest.approx(0.8, abs=1e-6)
+    assert found == pytest.approx(0.1 * (stats.norm.ppf(0.95) + stats.norm.ppf(0.8)), rel=0.3)
+    assert power_against_best(0.3, 0.1, 9, 4.0) < power_against_best(0.3, 0.1, 2, 4.0)
+    assert own_df(3) == 4
 
 
 def test_two_variances_are_pooled_when_an_f_test_finds_them_alike_else_the_larger_is_used() -> None:
