@@ -44,6 +44,7 @@ ACCEPTED: dict[tuple[str, str], str] = {
     ("cluster.account", "null"): "no SLURM account",
     ("cluster.qos", "null"): "the default quality of service",
     ("analysis.seed_variance_from", "null"): "no seed variance borrowed (the default)",
+    ("analysis.assumed_seed_sd", "null"): "no power in the dry run, which says how to get it (the default)",
     ("prompt.stop", "empty"): "no stop sequence: responses end at EOS or max_new_tokens",
     ("learning_rate", "huge"): "the first update diverges: the health guard stops the run as diverged",
     ("optimizer.weight_decay", "huge"): "the weights blow up: the run stops as diverged",

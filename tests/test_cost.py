@@ -231,3 +231,31 @@ def test_a_budget_on_a_cpu_sweep_counts_its_cpu_hours(tmp_path: Path) -> None:
     out = launch("-m", "model=tiny", "data=toy", "rollout=hf", "seed=0,1", "budget.gpu_hours=10",
                  "dry_run=true", f"paths.output_root={tmp_path}")
     assert out.returncode == 0 and "is not enforced" not in out.stderr, out.stderr[-2000:]
+
+
+def test_the_dry_run_says_what_the_sweep_can_find_with_an_assumed_seed_sd(tmp_path: Path) -> None:
+    """With analysis.assumed_seed_sd, the smallest difference from the best that Hsu's
+    comparisons find at 80% power (detectable_difference: noncentral t on the pair's own df)
+    with this sweep's seeds and with 2 and 3, each priced at the sweep's cost a run; without it,
+    how to get one; a value out of range is refused naming the key."""
+    from analysis.uncertainty import detectable_difference, power_against_best
+
+    sweep = ("-m", "model=tiny", "data=toy", "rollout=hf", "learning_rate=1e-5,3e-4,3e-3",
+             "dry_run=true", f"paths.output_root={tmp_path}")
+    out = launch(*sweep, "analysis.assumed_seed_sd=0.05")
+    assert out.returncode == 0, out.stderr[-2000:]
+    grid = float(out.stdout.split("cost: 3 jobs, ")[1].split()[0])
+    lines = out.stdout.split("power (analysis.assumed_seed_sd=0.05): ")[1].splitlines()
+    assert lines[0].startswith("the smallest difference from the best of 3 configs that Hsu's")
+    two, three = (detectable_difference(0.05 * (2 / n) ** 0.5, 3, 2.0 * n - 2) for n in (2, 3))
+    assert 0.14 < three < 0.15 < 0.25 < two < 0.26  # 2 seeds: 2 df of its own; 3: 4 df
+    assert power_against_best(three, 0.05 * (2 / 3) ** 0.5, 3, 4.0) == pytest.approx(0.8, abs=1e-4)
+    assert lines[1].startswith("  1 seed a config (this sweep): no seed variance of its own")
+    assert lines[2].startswith(f"  2 seeds a config: {two:.3f} (6 runs, ~")
+    assert lines[3].startswith(f"  3 seeds a config: {three:.3f} (9 runs, ~")
+    priced = float(lines[3].split("~")[1].split()[0])
+    assert priced == pytest.approx(3 * grid, rel=0.2)  # the grid's line is rounded to 2 decimals
+    out = launch(*sweep)
+    assert "power: no seed sd known at launch; set analysis.assumed_seed_sd" in out.stdout
+    out = launch(*sweep, "analysis.assumed_seed_sd=2")
+    assert out.returncode == 2 and "analysis.assumed_seed_sd=2" in out.stderr

@@ -313,6 +313,9 @@ RULES: dict[str, Rule] = {
     "race.max_seeds": _int("the most seeds a config gets in a race", 2, 100, nullable=True,
                            note="null = no race: every job of the grid runs"),
     "race.alpha": _number("the race's family-wise error rate", 0, 0.5, **POSITIVE),
+    "analysis.assumed_seed_sd": _number("the seed sd of a run's reward assumed for the dry run's "
+                                        "power", 0, 1, **POSITIVE, nullable=True,
+                                        note="null = unknown"),
     "race.budget_gpu_hours": _number("the race's GPU-hour budget", 0, **POSITIVE, nullable=True,
                                      note="null = no limit"),
 }

@@ -143,6 +143,43 @@ class ValidatingSweeper(BasicSweeper):
                           lambda batch, start: self.launcher.launch(batch, initial_job_idx=start),
                           price, unit)
 
+    def _power_lines(self, cfg: Any, cost: SweepEstimate) -> list[str]:
+        """The dry run's power: with `analysis.assumed_seed_sd`, the smallest difference from
+        the best config that Hsu's comparisons with the best find at 80% power
+        (`analysis.uncertainty.detectable_difference`) with this sweep's seeds a config and with
+        2 and 3, each priced at this sweep's cost a run; without it, what would give one."""
+        sd = OmegaConf.select(cfg, "analysis.assumed_seed_sd", default=None)
+        if sd is None:
+            return ["power: no seed sd known at launch; set analysis.assumed_seed_sd (the seed sd "
+                    "of a run's late_eval_reward, from an earlier sweep's report) to see the "
+                    "smallest difference from the best this sweep can find"]
+        # imported here: scipy is only needed where the power is asked for
+        from analysis.uncertainty import POWER, detectable_difference, own_df
+
+        configs = [tuple(without_seed(job.overrides)) for job in self.composed.values()]
+        k = len(set(configs))
+        if k < 2:
+            return ["power: one config, nothing to compare"]
+        seeds = min(configs.count(c) for c in set(configs))
+        per_run = cost.full_grid / len(configs)
+        lines = [f"power (analysis.assumed_seed_sd={sd:g}): the smallest difference from the best "
+                 f"of {k} configs that Hsu's comparisons with the best find at {POWER:.0%} power "
+                 "(a config that far below leaves the set that could be the best; noncentral t "
+                 "on the pair's own df)"]
+        for n in sorted({seeds, 2, 3}):
+            here = " (this sweep)" if n == seeds else ""
+            se = float(sd) * (2 / n) ** 0.5
+            if n == 1:
+                found = detectable_difference(se, k, float("inf"))
+                lines.append(f"  1 seed a config{here}: no seed variance of its own (a grid's "
+                             "additive residual or analysis.seed_variance_from gives one); with "
+                             f"the seed variance known exactly, {found:.3f}")
+                continue
+            found = detectable_difference(se, k, own_df(n))
+            lines.append(f"  {n} seeds a config{here}: {found:.3f} ({k * n} runs, "
+                         f"~{per_run * k * n:.3g} {cost.unit})")
+        return lines
+
     def _race_configs(self) -> tuple[list[list[str]], list[dict[str, Any]]]:
         """The race's configs: each job's overrides without its seed, and its resolved config
         (what its runs must train with)."""
@@ -306,6 +343,8 @@ class ValidatingSweeper(BasicSweeper):
         if race is not None:
             self._price_race(race, cfgs, cost)
         if self.config.dry_run:
+            if cost is not None:
+                print("\n".join(self._power_lines(cfgs[0], cost)))
             return []
         sweep_dir = Path(self.config.hydra.sweep.dir)
         refusal = output_refusal(sweep_dir)
