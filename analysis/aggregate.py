@@ -274,6 +274,8 @@ class Ranking:
     design: Design | None = None
     borrowed: Collection | None = None
     compared: pd.DataFrame = field(default_factory=pd.DataFrame)
+    borrowed_outside: tuple[str, ...] = ()
+    """This sweep's training settings the borrowed sweep never ran (its variance is inflated)."""
 
     @property
     def best(self) -> str | None:
@@ -376,7 +378,8 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
             if c.config in uncertainty.could_be_best}
     return Ranking(criterion, ranked, excluded, near, at_step, uncertainty, not_compared,
                    unreached, effects, problems, _advice(collection, ranked, uncertainty), design,
-                   borrowed[1] if borrowed is not None else None, frame)
+                   borrowed[1] if borrowed is not None else None, frame,
+                   borrowed[2] if borrowed is not None else ())
 
 
 def _step_text(value: Any) -> str:
@@ -428,35 +431,36 @@ def _borrowed_sweep(collection: Collection, borrow: Path | bool) -> tuple[Path |
 
 
 def borrow_variance(sweep: Path, named_by: str, criterion: Criterion, at_step: int,
-                    design: Design) -> tuple[SeedVariance, Collection | None]:
+                    design: Design) -> tuple[SeedVariance, Collection | None, tuple[str, ...]]:
     """The pooled seed variance of ``sweep`` at ``at_step`` (source ``borrowed``), where its
-    runs have two or more seeds a config and its :class:`Design` matches ``design``; else a
-    variance of source ``none`` saying why it was not borrowed."""
+    runs have two or more seeds a config and its :class:`Design` matches ``design``, inflated to
+    its upper 95% bound where ``design`` ran training settings it did not (returned third); else
+    a variance of source ``none`` saying why it was not borrowed."""
     head = f"cannot borrow from {sweep} (named by {named_by})"
     try:
         other = collect([sweep])
     except (OSError, ValueError) as error:
-        return SeedVariance.missing(f"{head}: {error}"), None
+        return SeedVariance.missing(f"{head}: {error}"), None, ()
     theirs = rank(other, criterion, borrow=False)
     if theirs.uncertainty is None or theirs.uncertainty.seeds.source != "seeds":
-        return SeedVariance.missing(f"{head}: it has no config with two or more seeds"), None
+        return SeedVariance.missing(f"{head}: it has no config with two or more seeds"), None, ()
     if theirs.at_step != at_step:
         return SeedVariance.missing(f"{head}: its compared step is {theirs.at_step}, this "
-                                    f"sweep's {at_step}"), None
+                                    f"sweep's {at_step}"), None, ()
     mismatch = theirs.design.mismatch(design)
     if mismatch is not None:
-        return SeedVariance.missing(f"{head}: {mismatch}"), None
+        return SeedVariance.missing(f"{head}: {mismatch}"), None, ()
     seeds = theirs.uncertainty.seeds
     text = f"the seeds of sweep {sweep} at step {at_step} (named by {named_by})"
     outside = design.settings_outside(theirs.design)
     if not outside:
-        return SeedVariance(seeds.variance, seeds.df, "borrowed", text), other
+        return SeedVariance(seeds.variance, seeds.df, "borrowed", text), other, ()
     factor = upper_bound_factor(seeds.df)
     shown = "; ".join(outside[:3]) + (f"; and {len(outside) - 3} more" if len(outside) > 3 else "")
     return SeedVariance(seeds.variance * factor, seeds.df, "borrowed", (
         f"{text}, inflated x{factor:.2f} to its upper 95% confidence bound ({seeds.variance:.3g} "
         f"measured): this sweep ran settings that change the seed variance and that sweep did "
-        f"not ({shown})")), other
+        f"not ({shown})")), other, tuple(outside)
 
 
 def _advice(collection: Collection, ranked: pd.DataFrame, u: SweepComparisons) -> str | None:

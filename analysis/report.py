@@ -370,7 +370,7 @@ def _trends(collection: Collection, ranking: Ranking) -> list[str]:
     if ranking.best is None or not ranking.at_step:
         return [*lines, "No ranked config yet."]
     found = trends(collection, list(ranking.table.index), ranking.best, ranking.at_step,
-                   ranking.borrowed)
+                   ranking.borrowed, inflate=bool(ranking.borrowed_outside))
     if not found:
         return [*lines, "No training metrics logged."]
     early, late = windows(ranking.at_step)

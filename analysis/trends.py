@@ -24,7 +24,7 @@ import pandas as pd
 from analysis.aggregate import seed_variance
 from analysis.collect import LABEL, Collection
 from analysis.effects import VALUE
-from analysis.uncertainty import ALPHA, ConfigData, SeedVariance, pair_test
+from analysis.uncertainty import ALPHA, ConfigData, SeedVariance, pair_test, upper_bound_factor
 
 TREND_METRICS = ("train/entropy", "train/mean_response_length", "train/grad_norm",
                  "train/clip_fraction")
@@ -63,9 +63,11 @@ def windows(at_step: int) -> tuple[range, range]:
 
 
 def trends(collection: Collection, labels: Sequence[str], best: str, at_step: int,
-           borrowed: Collection | None = None) -> list[Trend]:
+           borrowed: Collection | None = None, inflate: bool = False) -> list[Trend]:
     """Every metric of ``TREND_METRICS`` that was logged, for each of ``labels`` (best first);
-    ``borrowed``: the sweep the ranking borrowed its seed variance from, collected."""
+    ``borrowed``: the sweep the ranking borrowed its seed variance from, collected; ``inflate``:
+    this sweep ran training settings that one did not, so its variance is taken at its upper 95%
+    bound (as the ranking's, :func:`analysis.aggregate.borrow_variance`)."""
     early_steps, late_steps = windows(at_step)
     out: list[Trend] = []
     for metric in TREND_METRICS:
@@ -89,8 +91,11 @@ def trends(collection: Collection, labels: Sequence[str], best: str, at_step: in
         if not other.empty:
             theirs = SeedVariance.pooled([ConfigData(label, part[VALUE].to_numpy(float))
                                           for label, part in other.groupby(LABEL, sort=False)])
-            lent = SeedVariance(theirs.variance, theirs.df, "borrowed",
-                                f"the borrowed sweep's seeds ({theirs.df} df)")
+            factor = upper_bound_factor(theirs.df) if inflate else 1.0
+            lent = SeedVariance(theirs.variance * factor, theirs.df, "borrowed",
+                                f"the borrowed sweep's seeds ({theirs.df} df)"
+                                + (f", inflated x{factor:.2f} to their upper 95% bound"
+                                   if inflate else ""))
         seeds = seed_variance(configs, runs, collection.label_keys, lent)
         by_label = {c.label: c for c in configs}
         tests = {c.label: pair_test(c, by_label[best], seeds) for c in configs

@@ -96,3 +96,22 @@ def test_a_run_that_logged_an_infinite_value_is_said_apart_not_a_nan_for_all(tmp
     assert got[LABELS[1]].versus_best == "higher" and math.isfinite(got[LABELS[1]].p_adjusted)
     assert "seeds in this sweep" in got[LABELS[1]].noise and "(2 df)" in got[LABELS[1]].noise
     assert "nan" not in got[LABELS[1]].noise
+
+
+def test_a_borrowed_variance_is_inflated_for_the_trends_as_for_the_ranking(tmp_path: Path) -> None:
+    """A one-seed sweep borrows its trend tests' seed variance from a two-seed sweep of the same
+    learning rates: pooled over its three configs (squares 0.0008 + 0.0008 + 0.0018 on 3 df);
+    where the ranking found settings the source did not run, times 3 / chi2_0.05(3)."""
+    entropy_sweep(tmp_path / "source", (0, 1),
+                  {0.001: [0.60, 0.64], 0.0001: [0.95, 0.99], 0.0002: [0.62, 0.68]})
+    entropy_sweep(tmp_path / "one", (0,), {0.001: [0.6], 0.0001: [0.99], 0.0002: [0.61]})
+    source, one = collect([tmp_path / "source"]), collect([tmp_path / "one"])
+    plain = {t.label: t for t in trends(one, LABELS, LABELS[0], 30, source)}
+    inflated = {t.label: t for t in trends(one, LABELS, LABELS[0], 30, source, inflate=True)}
+    factor = 3 / stats.chi2.ppf(0.05, 3)
+    variance = float(plain[LABELS[1]].noise.split("(variance ")[1].split(")")[0])
+    assert variance == pytest.approx(0.0034 / 3, rel=0.05)  # the wiggle moves it a little
+    assert float(inflated[LABELS[1]].noise.split("(variance ")[1].split(")")[0]) == pytest.approx(
+        variance * factor, rel=1e-2)
+    assert "inflated x8.53 to their upper 95% bound" in inflated[LABELS[1]].noise
+    assert plain[LABELS[2]].p_adjusted < inflated[LABELS[2]].p_adjusted
