@@ -128,6 +128,42 @@ def test_without_a_seed_variance_no_config_leaves(tmp_path: Path) -> None:
     assert decision.seed_variance.startswith("none")
 
 
+def test_wave_1_looks_with_a_borrowed_variance_where_one_is_named(tmp_path: Path) -> None:
+    """One seed a config and one swept key: nothing in wave 1 measures the seed variance, but
+    with analysis.seed_variance_from naming a two-seed sweep of the same settings the first look
+    borrows it (as it is) and a clearly worse config leaves at wave 1; a source that ran another
+    loss lends its variance inflated to its upper 95% bound."""
+    def sweep_of(path: Path, lrs: tuple[str, ...], seeds: tuple[int, ...],
+                 values: dict[str, tuple[float, ...]], extra: dict) -> Path:
+        write_multirun(path, [f"learning_rate={','.join(lrs)}"]
+                       + ([f"seed={','.join(map(str, seeds))}"] if len(seeds) > 1 else []))
+        for job, (lr, seed) in enumerate((lr, s) for lr in lrs for s in seeds):
+            rows = [{"step": s, "time/elapsed_s": 36.0 * s,
+                     "eval/reward": 0.3 if s == 0 else values[lr][seed]} for s in EVAL_STEPS]
+            write_run(path / str(job), {"learning_rate": lr, "seed": seed, **extra}, rows,
+                      {"status": "completed", "last_step": EVAL_STEPS[-1]},
+                      base={**RUN_BASE, "seed": seed})
+            write_matching_outcomes(path / str(job), 100, "ab" * 32)
+        return path
+
+    source = sweep_of(tmp_path / "source", LRS, (0, 1),
+                      {"1e-4": (0.40, 0.42), "3e-4": (0.60, 0.62), "1e-3": (0.58, 0.61)}, {})
+    wave_1 = {"1e-4": (0.30,), "3e-4": (0.60,), "1e-3": (0.61,)}
+    race = sweep_of(tmp_path / "race", LRS, (0,), wave_1,
+                    {"analysis.seed_variance_from": str(source)})
+    every = [f"learning_rate={lr}" for lr in LRS]
+    decision = decide(collect([race]), every, RaceSettings(max_seeds=3, alpha=0.05), wave=1)
+    assert f"the seeds of sweep {source}" in decision.seed_variance
+    assert "inflated" not in decision.seed_variance
+    assert list(decision.left) == ["learning_rate=1e-4"]
+    other = sweep_of(tmp_path / "other", LRS, (0, 1),
+                     {"1e-4": (0.40, 0.42), "3e-4": (0.60, 0.62), "1e-3": (0.58, 0.61)},
+                     {"loss.name": "no_baseline"})
+    race = sweep_of(tmp_path / "race2", LRS, (0,), wave_1, {"analysis.seed_variance_from": str(other)})
+    decision = decide(collect([race]), every, RaceSettings(max_seeds=3, alpha=0.05), wave=1)
+    assert "inflated x8.53 to its upper 95% confidence bound" in decision.seed_variance  # 3 df
+
+
 def test_a_race_runs_waves_until_one_config_remains_and_records_them(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     truth = Truth(sweep, {"1e-4": 0.2, "3e-4": 0.6, "1e-3": 0.45}, sd=0.01)
