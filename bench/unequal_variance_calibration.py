@@ -14,6 +14,9 @@ pools it, ``SeedVariance.pooled``):
 - ``learning-rate``: the issue's learning-rate sweep: 6 equal learning configs (seed sd 1) and 3
   near the floor (40 sd below, seed sd 0.3). False: any pair of the 6 called different (Tukey, all
   36 pairs). Miss: learning config 0 (a best one) out of Hsu's set.
+- ``real-run seed sds``: the seed sds measured on real CPU runs (``real_runs``), the three
+  learning configs at one mean. False: any pair of them called different; miss: the one of
+  smallest sd (a best one) out of Hsu's set.
 - ``equal``: 9 configs, one seed sd (the homoscedastic case of the calibration table). False: any
   pair called different; miss: config 0 out of Hsu's set.
 - ``one-better``: 9 configs, one 3 sd better. Sharp: it alone is in Hsu's set (what the chain,
@@ -53,6 +56,16 @@ def floor(sd: float) -> Draw:
     return draw
 
 
+def real_runs(rng: np.random.Generator, n: int) -> list[ConfigData]:
+    """The seed sds the real CPU runs measured (``bench/seed_noise.py``: 0.040, 0.125 and 0.214
+    for learning rates 1e-4, 3e-4 and 1e-3, every seed the same at 1e-5 and 3e-2), the three
+    learning ones given one mean (0.4) so that any verdict among them is false, rounded to the
+    toy task's 0.04 grid."""
+    learning = [ConfigData(f"c{i}", np.round(rng.normal(0.4, sd, n) * 25) / 25)
+                for i, sd in enumerate((0.040, 0.125, 0.214))]
+    return learning + [ConfigData("c3", np.full(n, 0.2)), ConfigData("c4", np.zeros(n))]
+
+
 def normal(means: list[float], sds: list[float]) -> Draw:
     def draw(rng: np.random.Generator, n: int) -> list[ConfigData]:
         return [ConfigData(f"c{i}", rng.normal(m, s, n))
@@ -83,6 +96,7 @@ def main() -> None:
     for n in (3, 5):
         for sd in (0.06, 0.125):
             designs.append((f"floor, sd {sd:g}", n, floor(sd), {"a", "b"}, "a"))
+    designs += [("real-run seed sds", n, real_runs, {"c0", "c1", "c2"}, "c0") for n in (3, 5)]
     lr = normal([0.0] * 6 + [-40.0] * 3, [1.0] * 6 + [0.3] * 3)
     designs += [("learning-rate", n, lr, {f"c{i}" for i in range(6)}, "c0") for n in (2, 3, 5)]
     designs += [("equal", n, normal([0.0] * 9, [1.0] * 9), {f"c{i}" for i in range(9)}, "c0")
