@@ -72,9 +72,9 @@ IDENTICAL = 1e-12
 """A seed variance at or below it (a seed sd of 1e-6 reward) is 0 up to rounding: every seed gave
 the same value, a degenerate estimate."""
 MANY_SEEDS = 10
+"""Seeds per config beyond which `resolve` says the difference is too small to be worth it."""
 MAX_RESOLVED_SEEDS = 1000
 """The most seeds per config `resolve` searches."""
-"""Seeds per config beyond which `resolve` says the difference is too small to be worth it."""
 Source = Literal["seeds", "additive", "borrowed", "additive+borrowed", "none"]
 Verdict = Literal["better", "worse", "not distinguishable", "undecided", "no interval"]
 FAMILY_TEXT = ("Tukey-Kramer simultaneous 95% intervals over every pair of ranked configs, each "
@@ -309,11 +309,10 @@ def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[fl
     sweeps of 6 learning and 3 near-floor configs, 3 seeds each). The larger of the two, each on
     its own df, holds that at 5% and costs power only where the pair's own estimate happens to
     be the larger (``bench/unequal_variance_calibration.py``, README)."""
-    own_df = a.n_seeds + b.n_seeds - 2
-    if own_df > 0 and a.n_seeds > 1 and b.n_seeds > 1:
-        squares = sum(float(np.sum((c.seed_values - c.seed_values.mean()) ** 2)) for c in (a, b))
-        if squares / own_df > seeds.variance:
-            return squares / own_df, float(own_df)
+    if a.n_seeds > 1 and b.n_seeds > 1:
+        own = SeedVariance.pooled([a, b])
+        if own.variance > seeds.variance:
+            return own.variance, float(own.df)
     return seeds.variance, float(seeds.df)
 
 
