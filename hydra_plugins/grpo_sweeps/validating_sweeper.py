@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -156,12 +157,12 @@ class ValidatingSweeper(BasicSweeper):
         # imported here: scipy is only needed where the power is asked for
         from analysis.uncertainty import POWER, detectable_difference, own_df
 
-        configs = [tuple(without_seed(job.overrides)) for job in self.composed.values()]
-        k = len(set(configs))
+        counts = Counter(tuple(without_seed(job.overrides)) for job in self.composed.values())
+        k = len(counts)
         if k < 2:
             return ["power: one config, nothing to compare"]
-        seeds = min(configs.count(c) for c in set(configs))
-        per_run = cost.full_grid / len(configs)
+        seeds = min(counts.values())
+        per_run = cost.full_grid / counts.total()
         lines = [f"power (analysis.assumed_seed_sd={sd:g}): the smallest difference from the best "
                  f"of {k} configs that Hsu's comparisons with the best find at {POWER:.0%} power "
                  "(a config that far below leaves the set that could be the best; noncentral t "
