@@ -10,9 +10,12 @@ pruned) leaves. Where there is no seed variance yet (a one-key grid with one see
 config is shown worse, so wave 2 gives every config its second seed, which measures it.
 
 Repeated looks: the race looks after each wave, at most `max_seeds` times, and an elimination
-at any look is a verdict. The family-wise error rate `alpha` is split over the looks
-(Bonferroni): each look compares at `alpha / max_seeds`, so the chance that a truly best config
-leaves at any look is at most `alpha` (conservative: the looks are positively correlated).
+at any look is a verdict. Every look compares at one level, calibrated by simulation so that a
+truly best config leaves at some look with probability `alpha` (`analysis.race_boundary`; about
+twice Bonferroni's `alpha / max_seeds`, which spent under half of `alpha`). The level depends on
+whether wave 1's look had a seed variance (a borrowed one, or a grid's additive residual): the
+first look says, and the race keeps its answer. A config that leaves because a run stopped early
+(collapsed, diverged, pruned) is not a statistical elimination and spends none of `alpha`.
 
 The race ends when one config remains, when a config has had `max_seeds` seeds, or when the
 next wave would take the sweep past its budget (the sweeper prices each wave before launching
@@ -45,12 +48,15 @@ from typing import Any, NoReturn
 
 from analysis.aggregate import rank
 from analysis.collect import LABEL, Collection, collect
+from analysis.race_boundary import Boundary, boundary
 from analysis.race_record import (
     MAX_SEEDS,
     NONE_LEFT,
+    NOT_REACHED,
     ONE_LEFT,
     OVER_BUDGET,
     RACE_FILE,
+    STOPPED_EARLY,
     Decision,
     Race,
     Relaunch,
@@ -65,13 +71,17 @@ from grpo.config.race import RaceSettings
 from grpo.run.files import read_status
 
 
-def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings,
-           wave: int) -> Decision:
-    """The look after wave `wave` (1-based) at the configs `alive` (labels of `collection`):
-    which of them could still be the best at `settings.alpha_per_look` (module docstring)."""
-    ranking = rank(collection, labels=alive, alpha=settings.alpha_per_look)
-    left = {label: f"a run stopped early ({statuses})" for label, statuses in ranking.excluded.items()}
-    left.update({label: f"no run reached the compared step ({where})"
+def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings, wave: int,
+           n_configs: int, first_look: bool | None = None) -> Decision:
+    """The look after wave `wave` (1-based) at the configs `alive` (labels of `collection`) of a
+    race of `n_configs`: which of them could still be the best at the race's calibrated level
+    (`analysis.race_boundary.boundary`); `first_look` whether wave 1's look had a seed variance
+    (None at wave 1: this look is the first)."""
+    level = boundary(n_configs, settings.max_seeds, settings.alpha,
+                     True if first_look is None else first_look).level
+    ranking = rank(collection, labels=alive, alpha=level)
+    left = {label: f"{STOPPED_EARLY} ({statuses})" for label, statuses in ranking.excluded.items()}
+    left.update({label: f"{NOT_REACHED} ({where})"
                  for label, where in ranking.not_compared.items()})
     u = ranking.uncertainty
     if u is None:
@@ -83,7 +93,22 @@ def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings,
         left.update({label: u.why_out(label) for label in ranking.table.index if label not in could})
     end = (NONE_LEFT if not could else ONE_LEFT if len(could) == 1
            else MAX_SEEDS if wave >= settings.max_seeds else None)
-    return Decision(wave, tuple(could), left, end, variance)
+    return Decision(wave, tuple(could), left, end, variance,
+                    level if u is not None and u.decided else None)
+
+
+def first_look(race: Race) -> bool | None:
+    """Whether the look after wave 1 had a seed variance (None: wave 1 not looked at yet)."""
+    first = race.waves[0].decision if race.waves else None
+    return None if first is None else first.level is not None
+
+
+def race_boundary(race: Race) -> Boundary:
+    """The calibrated level of `race`'s looks (`decide`'s; as if wave 1 had a seed variance
+    until its look says)."""
+    look = first_look(race)
+    return boundary(len(race.configs), race.settings.max_seeds, race.settings.alpha,
+                    True if look is None else look)
 
 
 def chunks(nums: Sequence[int]) -> list[list[int]]:
@@ -242,7 +267,7 @@ class RaceRunner:
         wave.spent_hours = {i: measured[num] if math.isfinite(measured.get(num, math.nan)) else 0.0
                             for num, i in wave.jobs.items()}
         return decide(collection, sorted(set(wave.labels.values())), self.settings,
-                      len(race.waves))
+                      len(race.waves), len(race.configs), first_look(race))
 
 
 def disagreements(found: Relaunch, race: Race) -> list[str]:

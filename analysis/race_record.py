@@ -37,17 +37,32 @@ MAX_SEEDS = "every config still in has max_seeds seeds"
 OVER_BUDGET = "the next wave would pass the budget"
 
 
+STOPPED_EARLY = "a run stopped early"
+"""Why a config whose run collapsed, diverged or was pruned left (followed by its statuses)."""
+NOT_REACHED = "no run reached the compared step"
+"""Why a config none of whose runs reached the step the others are compared at left."""
+RUN_DEPARTURES = (STOPPED_EARLY, NOT_REACHED)
+
+
 @dataclass(frozen=True)
 class Decision:
     """What the look after wave `wave` decided: `alive` the configs that go on (best first),
     `left` those that left at this look and why, `end` why the race ends here (None: it goes
-    on), `seed_variance` the seed variance the comparisons rest on, in words."""
+    on), `seed_variance` the seed variance the comparisons rest on, in words, `level` the
+    family-wise rate the look compared at (`analysis.race_boundary`; None: no seed variance, so
+    nothing was compared)."""
 
     wave: int
     alive: tuple[str, ...]
     left: dict[str, str] = field(default_factory=dict)
     end: str | None = None
     seed_variance: str = ""
+    level: float | None = None
+
+    def outside_alpha(self) -> dict[str, str]:
+        """The configs of `left` that left because of their runs, not a comparison (a run
+        stopped early, or none reached the compared step): they spent none of the race's alpha."""
+        return {label: why for label, why in self.left.items() if why.startswith(RUN_DEPARTURES)}
 
 
 @dataclass
@@ -179,7 +194,8 @@ def read_race(sweep_dir: Path) -> Race | None:
                     int(decision["wave"]), tuple(map(str, decision["alive"])),
                     {str(k): str(v) for k, v in decision["left"].items()},
                     None if decision["end"] is None else str(decision["end"]),
-                    str(decision["seed_variance"])),
+                    str(decision["seed_variance"]),
+                    None if decision.get("level") is None else float(decision["level"])),
                 {int(i): str(label) for i, label in entry["labels"].items()},
                 None if entry["spent_hours"] is None else {
                     int(i): float(h) for i, h in entry["spent_hours"].items()}))

@@ -35,6 +35,7 @@ from analysis.collect import LABEL, Collection
 from analysis.formatting import MISSING, fmt_duration, fmt_number, is_missing
 from analysis.metric_names import metric_name
 from analysis.progress import read_jobs
+from analysis.race import race_boundary
 from analysis.race_record import verified_race
 from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.trends import WINDOW, Trend, trends, windows
@@ -122,9 +123,8 @@ def _race(collection: Collection) -> list[str]:
             f"`{sweep.path.name}` raced {len(race.configs)} configs across seeds (README "
             f"\"Racing across seeds\"): up to {s.max_seeds} seeds a config, wave w running seed "
             f"{s.first_seed} + w - 1; after each wave the configs not shown worse than the best "
-            f"one went on, each look at a family-wise error rate of {s.alpha:g} / {s.max_seeds} = "
-            f"{s.alpha_per_look:.3g} (Bonferroni over the looks: at most {s.alpha:g} that a truly "
-            "best config leaves at any of them)."), ""]
+            f"one went on (Hsu's comparisons with the best), "
+            f"{race_boundary(race).describe()}."), ""]
         rows = []
         for n, wave in enumerate(race.waves, start=1):
             d = wave.decision
@@ -150,6 +150,12 @@ def _race(collection: Collection) -> list[str]:
                   f"{share:.0%} of it."]
         if last is not None:
             lines.append(f"Seed variance at the last look: {last.seed_variance}.")
+        departures = [f"{label} (after wave {n}: {why})" for n, wave in enumerate(race.waves, 1)
+                      if wave.decision is not None
+                      for label, why in wave.decision.outside_alpha().items()]
+        if departures:
+            lines.append("Left because of their runs, not by a comparison (outside the race's "
+                         f"alpha, which bounds only the comparisons): {'; '.join(departures)}.")
     return lines
 
 

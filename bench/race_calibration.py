@@ -12,17 +12,21 @@ Truths (9 configs; seed sd 1.5 and 3 points): ``equal`` (all the same), ``one be
 is 3 points better), ``additive`` (a 3x3 grid, effects 0/1/2 points along one key plus 0/0.5/1
 along the other: the corner cell is 3 points better than the worst, 0.5 better than the
 runner-up); and, beyond the issue's three, ``spread`` (the 9 configs 2 points apart, 0 to -16,
-as a learning-rate sweep spans a good region and clearly bad ones). Figures, each with its Monte
-Carlo standard error: the share of races whose pick (the
-best of the configs left) is a truly best config; with ``equal``, the false-winner rate (the race
-ends with one config, calling it better than every other: goal <= 5%); the runs (GPU-hours) as a
-share of the fixed grid of max_seeds seeds a config (goal <= 50%); and how often the fixed grid,
-read by the same analysis at the plain 5% level, ends with one config.
+as a learning-rate sweep spans a good region and clearly bad ones) and ``learning rate`` (0, -1,
+-2 / -5, -7.5, -10 / three at -40 points, the three near the floor at 0.3x the seed sd: a
+learning-rate sweep's unequal variances). Each look compares at the race's calibrated level
+(analysis.race_boundary). Figures, each with its Monte Carlo standard error: the share of truly
+best configs that left the race at some look (each config of ``equal``; goal <= 5%); the share of
+races whose pick (the best of the configs left) is a truly best config; with ``equal``, the
+false-winner rate (the race ends with one config, calling it better than every other: goal <= 5%);
+the runs (GPU-hours) as a share of the fixed grid of max_seeds seeds a config (goals: spread <= 50%
+at seed sd 1.5; learning rate <= 55% at 1.5, <= 65% at 3); and how often the fixed grid, read by
+the same analysis at the plain 5% level, ends with one config.
 
 With ``--record`` each case's share is written to grpo/config/race_calibration.json, which the
 dry run of a race prints as its expected case.
 
-Usage: python bench/race_calibration.py [--races 100] [--max-seeds 5] [--workers 2] [--record]
+Usage: python bench/race_calibration.py [--races 200] [--max-seeds 5] [--workers 2] [--record]
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from selection_calibration import BASE, DIGEST, EVAL_EVERY, N_EVALS, N_PROBLEMS 
 from analysis.aggregate import LATE_EVALS, rank  # noqa: E402
 from analysis.collect import collect  # noqa: E402
 from analysis.race import RaceRunner  # noqa: E402
+from analysis.race_boundary import boundary  # noqa: E402
 from analysis.race_record import ONE_LEFT  # noqa: E402
 from analysis.run_rows import EVAL_REWARD  # noqa: E402
 from analysis.synthetic import config_with, write_multirun, write_run  # noqa: E402
@@ -57,8 +62,11 @@ from grpo.run.outcomes import EvalOutcomes, write_outcomes  # noqa: E402
 GRID = [(a, b) for a in range(3) for b in range(3)]
 """The 9 configs: (k0, k1) levels."""
 TRUTHS = {"equal": "all configs equal", "one better": "one config 3 points better",
-          "additive": "a 3x3 grid 0.5-3 points apart", "spread": "configs 2 points apart"}
+          "additive": "a 3x3 grid 0.5-3 points apart", "spread": "configs 2 points apart",
+          "learning rate": "a learning-rate sweep (0 to -10 points, three at -40 near the floor)"}
 """Each truth (`effects`) in the words of the dry run's expected case."""
+FLOOR_SD = 0.3
+"""The seed sd of the learning-rate truth's three configs near the floor, as a share of the others'."""
 ALPHA = 0.05
 
 
@@ -70,14 +78,25 @@ def effects(truth: str) -> np.ndarray:
         return np.array([0.03] + [0.0] * (len(GRID) - 1))
     if truth == "spread":
         return -0.02 * np.arange(len(GRID))
+    if truth == "learning rate":
+        return np.array([0.0, -0.01, -0.02, -0.05, -0.075, -0.10, -0.40, -0.40, -0.40])
     return np.array([0.01 * a + 0.005 * b for a, b in GRID])  # additive
+
+
+def seed_sds(truth: str, seed_sd: float) -> np.ndarray:
+    """Each config's seed sd (reward / 1): `seed_sd`, the learning-rate truth's floor at FLOOR_SD of it."""
+    scale = np.ones(len(GRID))
+    if truth == "learning rate":
+        scale[-3:] = FLOOR_SD
+    return seed_sd * scale
 
 
 class SimulatedTrainer:
     """Launches a wave's jobs by writing their run directories (the trainer's files: metrics
-    with every evaluation, per-problem outcomes of the late ones, the config records)."""
+    with every evaluation, per-problem outcomes of the late ones, the config records); `seed_sd`
+    each config's seed sd."""
 
-    def __init__(self, sweep: Path, truth: np.ndarray, seed_sd: float, rng: np.random.Generator):
+    def __init__(self, sweep: Path, truth: np.ndarray, seed_sd: np.ndarray, rng: np.random.Generator):
         self.sweep, self.truth, self.seed_sd = sweep, truth, seed_sd
         self.difficulty = rng.uniform(0.1, 0.9, N_PROBLEMS)
         self.rng = rng
@@ -90,7 +109,7 @@ class SimulatedTrainer:
             c = GRID.index((int(values["k0"]), int(values["k1"])))
             seed = int(values["seed"])
             draws = np.random.default_rng([seed, 7]).uniform(size=(N_EVALS, N_PROBLEMS))
-            p = self.difficulty + self.truth[c] + self.rng.normal(0.0, self.seed_sd)
+            p = self.difficulty + self.truth[c] + self.rng.normal(0.0, self.seed_sd[c])
             right = draws < p[None, :]
             rows = [{"step": 0, EVAL_REWARD: 0.5, "time/elapsed_s": 1.0}]
             rows += [{"step": int(step), EVAL_REWARD: float(r), "time/elapsed_s": float(step)}
@@ -104,6 +123,11 @@ class SimulatedTrainer:
             self.runs += 1
 
 
+def index_of(label: str) -> int:
+    """The config (GRID index) of a race's label ``k0=1, k1=2``."""
+    return GRID.index(tuple(int(part.split("=")[1]) for part in label.split(", ")))
+
+
 def one_race(args: tuple[str, float, int, int]) -> dict[str, object]:
     """Simulate one race; what the calibration counts of it."""
     truth_name, seed_sd, max_seeds, seed = args
@@ -111,7 +135,8 @@ def one_race(args: tuple[str, float, int, int]) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as root:
         sweep = Path(root) / "sweep"
         write_multirun(sweep, ["k0=0,1,2", "k1=0,1,2"])
-        trainer = SimulatedTrainer(sweep, truth, seed_sd, np.random.default_rng(seed))
+        trainer = SimulatedTrainer(sweep, truth, seed_sds(truth_name, seed_sd),
+                                   np.random.default_rng(seed))
         runner = RaceRunner(sweep, RaceSettings(max_seeds, ALPHA),
                             [[f"k0={a}", f"k1={b}"] for a, b in GRID],
                             [config_with({"k0": str(a), "k1": str(b), "seed": 0}, BASE) for a, b in GRID],
@@ -119,15 +144,18 @@ def one_race(args: tuple[str, float, int, int]) -> dict[str, object]:
         with contextlib.redirect_stdout(io.StringIO()):  # the sweeper's line per wave
             race = runner.run()
         last = race.last_decision()
-        pick = last.alive[0]
-        picked = GRID.index(tuple(int(part.split("=")[1]) for part in pick.split(", ")))
+        picked = index_of(last.alive[0])
+        left = {index_of(label) for wave in race.waves for label in wave.decision.left}
+        best = np.flatnonzero(truth == truth.max())
         # the fixed grid: every config to max_seeds seeds, read at the plain 5% level
         fixed_dir = Path(root) / "fixed"
         write_multirun(fixed_dir, ["k0=0,1,2", "k1=0,1,2", f"seed={','.join(map(str, range(max_seeds)))}"])
-        fixed = SimulatedTrainer(fixed_dir, truth, seed_sd, np.random.default_rng(seed + 10**6))
+        fixed = SimulatedTrainer(fixed_dir, truth, seed_sds(truth_name, seed_sd),
+                                 np.random.default_rng(seed + 10**6))
         fixed([[f"k0={a}", f"k1={b}", f"seed={s}"] for a, b in GRID for s in range(max_seeds)], 0)
         fixed_u = rank(collect([fixed_dir])).uncertainty
     return {"truth": truth_name, "sd": seed_sd, "correct": bool(truth[picked] == truth.max()),
+            "best_left": float(np.mean([i in left for i in best])),
             "one_left": last.end == ONE_LEFT, "share": trainer.runs / (len(GRID) * max_seeds),
             "waves": len(race.waves),
             "fixed_one_left": fixed_u is not None and len(fixed_u.could_be_best) == 1}
@@ -135,27 +163,31 @@ def one_race(args: tuple[str, float, int, int]) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--races", type=int, default=100, help="simulated races per cell")
+    parser.add_argument("--races", type=int, default=200, help="simulated races per cell")
     parser.add_argument("--max-seeds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--record", action="store_true",
                         help=f"write each case's share to {CALIBRATION_FILE.name} (the dry run's expected case)")
     args = parser.parse_args()
-    cells = [(t, sd) for t in ("equal", "one better", "additive", "spread") for sd in (0.015, 0.03)]
+    cells = [(t, sd) for t in TRUTHS for sd in (0.015, 0.03)]
     jobs = [(t, sd, args.max_seeds, 1000 * i + r) for i, (t, sd) in enumerate(cells)
             for r in range(args.races)]
     start = time.time()
     with multiprocessing.Pool(args.workers) as pool:
         results = pool.map(one_race, jobs, chunksize=4)
-    print(f"{args.races} races a cell, 9 configs, max_seeds={args.max_seeds}, alpha {ALPHA} split "
-          f"over the looks (each at {ALPHA / args.max_seeds:.3g}); {time.time() - start:.0f} s\n")
-    print("| truth | seed sd | picks a truly best config | ends with one config | runs / fixed grid "
-          "| waves | fixed grid ends with one config |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    level = boundary(len(GRID), args.max_seeds, ALPHA, True)  # a 3x3 grid: wave 1 has a variance
+    print(f"{args.races} races a cell, 9 configs, max_seeds={args.max_seeds}, alpha {ALPHA}: "
+          f"{level.describe()}; {time.time() - start:.0f} s\n")
+    print("| truth | seed sd | a truly best config left | picks a truly best config "
+          "| ends with one config | runs / fixed grid | waves | fixed grid ends with one config |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for truth, sd in cells:
         rs = [r for r in results if r["truth"] == truth and r["sd"] == sd]
         shares = [float(r["share"]) for r in rs]
-        print(f"| {truth} | {100 * sd:g} points | {rate([r['correct'] for r in rs], width=5)} "
+        best_left = [float(r["best_left"]) for r in rs]
+        print(f"| {truth} | {100 * sd:g} points "
+              f"| {100 * np.mean(best_left):5.1f}% ± {100 * np.std(best_left) / math.sqrt(len(rs)):.1f} "
+              f"| {rate([r['correct'] for r in rs], width=5)} "
               f"| {rate([r['one_left'] for r in rs], width=5)} "
               f"| {100 * np.mean(shares):.0f}% ± {100 * np.std(shares) / math.sqrt(len(rs)):.1f} "
               f"| {np.mean([r['waves'] for r in rs]):.1f} "

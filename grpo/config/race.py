@@ -21,7 +21,8 @@ case's share of the fixed grid's GPU-hours the race spent (the dry run's expecte
 @dataclass(frozen=True)
 class RaceSettings:
     """`race.*` of a sweep: `max_seeds` the most seeds a config gets (and the most looks),
-    `alpha` the family-wise error rate of all the race's eliminations together,
+    `alpha` the family-wise error rate of all the race's eliminations together (each look's
+    level: `analysis.race_boundary`),
     `budget_gpu_hours` what the race may spend (None: no budget), `first_seed` wave 1's seed
     (wave w runs seed `first_seed + w - 1`)."""
 
@@ -29,11 +30,6 @@ class RaceSettings:
     alpha: float
     budget_gpu_hours: float | None = None
     first_seed: int = 0
-
-    @property
-    def alpha_per_look(self) -> float:
-        """Each look's family-wise error rate: `alpha / max_seeds` (Bonferroni over the looks)."""
-        return self.alpha / self.max_seeds
 
     def seed_of(self, wave: int) -> int:
         """The seed wave `wave` (1-based) runs."""

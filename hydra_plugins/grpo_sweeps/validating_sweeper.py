@@ -199,10 +199,19 @@ class ValidatingSweeper(BasicSweeper):
         worst = one * settings.max_seeds  # every config to max_seeds: the fixed grid
         budget = settings.budget_gpu_hours
         if self.config.dry_run:
+            # imported here: scipy is only needed where a race is planned
+            from analysis.race_boundary import boundary
+
+            with_first, without = (boundary(len(cfgs), settings.max_seeds, settings.alpha, first)
+                                   for first in (True, False))
             print(f"race: waves of seeds {settings.seed_of(1)}, {settings.seed_of(2)}, ... up to "
-                  f"{settings.max_seeds} seeds a config; each look at alpha "
-                  f"{settings.alpha}/{settings.max_seeds} = {settings.alpha_per_look:.3g} "
-                  f"(Bonferroni over the looks); wave 1 {one:.3g} {unit}, worst case "
+                  f"{settings.max_seeds} seeds a config; each look at {with_first.level:.3g} "
+                  f"where wave 1 has a seed variance (borrowed, or a grid's additive residual), "
+                  f"{without.level:.3g} where it has none (one level for every look, calibrated by "
+                  f"simulation to alpha {settings.alpha:g} over the looks; Bonferroni's "
+                  f"{settings.alpha:g} / {settings.max_seeds} a look would spend "
+                  f"{100 * with_first.bonferroni_rate:.1f}% and "
+                  f"{100 * without.bonferroni_rate:.1f}% of it); wave 1 {one:.3g} {unit}, worst case "
                   f"(every config to max_seeds, the fixed grid) {worst:.3g}"
                   + (f", budget {budget:g}" if budget is not None else ""))
             print(Calibration.read().expected_text(worst, unit, len(cfgs), settings))

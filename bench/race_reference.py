@@ -11,7 +11,7 @@ The project's rule (Hsu's comparisons with the best on an estimated variance, wi
 has none of these advantages. The second column drops all multiplicity control (one-sided 5% a
 comparison and a look): not a valid procedure, shown for scale.
 
-Usage: python bench/race_bound.py
+Usage: python bench/race_reference.py
 """
 
 from __future__ import annotations

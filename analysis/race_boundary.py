@@ -1,0 +1,159 @@
+"""The race's boundary: the level each look of a race compares at, calibrated by simulation so
+that a truly best config leaves at some look with probability `alpha` (a Pocock-type boundary:
+one level for every look).
+
+A race looks after each wave (at most `max_seeds` looks) and each look keeps the configs Hsu's
+comparisons with the best do not show worse than the best one
+(`analysis.uncertainty.best_bounds`, each pair on `pair_variance`). Splitting `alpha` over the
+looks (Bonferroni, `alpha / max_seeds` a look) bounds the chance that a truly best config ever
+leaves by `alpha`, but the looks are strongly correlated (each adds one seed to the same means),
+so that bound leaves most of `alpha` unspent: with 9 equal configs and 5 seeds, 1.7-2.5% of
+configs ever leave where 5% is allowed. `boundary` instead finds, by simulation, the one level at
+which exactly `alpha` of them leave.
+
+The simulation is the least favourable case of comparisons with the best: every config equal (each
+of them truly best), each seed's value of a config an independent standard normal (the scale
+cancels), `sims` races with common random numbers (one fixed generator seed: the same level on
+every machine). Each look is the project's rule on equal seed counts: the pooled variance of the
+configs still in, or a pair's own where larger (its df), Hsu's one-sided critical value for the
+configs still in, a config leaves where its bound is below 0; a config that leaves gets no more
+seeds. The rate is the share of configs that leave at some look (each config truly best), and the
+level is found by bisection between `alpha / max_seeds` (whose rate is at most `alpha`) and
+`alpha` (a look never compares above the race's `alpha`: the pair rule's slack under equal
+variances is not spent, since unequal variances need it).
+
+Wave 1 has one seed a config: its look can leave a config out only with a seed variance from
+elsewhere (a borrowed one, or a grid's additive residual). `first_look` says whether it has one;
+a race decides that at its first look and keeps the level (`analysis.race`). The first look's
+variance is taken as known (infinite df): the level moves by less than the simulation's error
+between 4 and infinite df (0.022 and 0.021 with 9 configs and 5 seeds), and a look on fewer df is
+as likely to err alone, its t critical value says so. How well the level holds in races through
+the real readers, with problem noise, unequal variances and a truth that is not all equal, is
+`bench/race_calibration.py`'s table (README "Racing across seeds").
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.uncertainty import mcb_critical
+
+SIMS = 4000
+"""Simulated races of the calibration: the rate's Monte Carlo error is about 0.1 point."""
+BISECTIONS = 8
+"""Halvings of the level's bracket: to (alpha - alpha / max_seeds) / 256, 1.6e-4 at alpha 0.05 and
+5 seeds, where the rate moves by less than its Monte Carlo error."""
+GENERATOR_SEED = 0
+"""The simulation's one random seed (common random numbers for every level tried)."""
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """The level (`level`) each look of a race of `n_configs` configs and `max_seeds` seeds
+    compares at for a family-wise rate `alpha` over its looks, with (`first_look`) or without a
+    seed variance at wave 1; `rate` the simulated share of truly best configs that leave at some
+    look at that level, `bonferroni_rate` at `alpha / max_seeds`."""
+
+    n_configs: int
+    max_seeds: int
+    alpha: float
+    first_look: bool
+    level: float
+    rate: float
+    bonferroni_rate: float
+
+    def describe(self) -> str:
+        """``each look at 0.0213 (calibrated: 5.0% of truly best configs leave at some look in
+        4000 simulated races of 9 equal configs, 1.7% at Bonferroni's 0.05 / 5 = 0.01)``."""
+        looks = "every wave" if self.first_look else "waves 2 on (no seed variance at wave 1)"
+        return (f"each look at {self.level:.3g}, calibrated by simulation so that a truly best "
+                f"config leaves at some look of {looks} in {100 * self.rate:.1f}% of {SIMS} "
+                f"simulated races of {self.n_configs} equal configs (alpha {self.alpha:g}; "
+                f"Bonferroni's {self.alpha:g} / {self.max_seeds} = "
+                f"{self.alpha / self.max_seeds:.3g} a look: {100 * self.bonferroni_rate:.1f}%)")
+
+
+EQUAL_SEEDS = round(math.sqrt(0.5), 6)
+"""Hsu's lambda of a comparison between configs of equal seed counts (`best_bounds`' rounding)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _critical(alive: int, df: float, level: float) -> float:
+    """Hsu's critical value among `alive` configs of equal seed counts (inf for one config)."""
+    return math.inf if alive < 2 else mcb_critical((EQUAL_SEEDS,) * (alive - 1), df, level)
+
+
+def _table(n_alive: np.ndarray, df: float, level: float, per_config: bool = False) -> np.ndarray:
+    """Each race's critical value by its configs still in (`n_alive`, (sims,)), on `df` degrees
+    of freedom (times the configs still in where `per_config`: the pooled variance's df),
+    computed once for each count that occurs."""
+    counts = np.unique(n_alive)
+    values = {int(a): _critical(int(a), df * a if per_config else df, level) for a in counts}
+    return np.array([values[int(a)] for a in n_alive])
+
+
+def look(values: np.ndarray, alive: np.ndarray, level: float, first_look: bool) -> np.ndarray:
+    """Which configs leave at one look of each simulated race, as `analysis.race.decide` decides
+    on equal seed counts: `values` the seed values so far, (sims, seeds, n_configs); `alive` the
+    configs still in, (sims, n_configs) bool; returns (sims, n_configs) bool. With one seed the
+    variance is the first look's, taken as known and 1 (none where not `first_look`)."""
+    sims, seeds, k = values.shape
+    means = values.mean(axis=1)
+    n_alive = alive.sum(axis=1)
+    if seeds == 1:
+        if not first_look:
+            return np.zeros_like(alive)
+        variance = np.ones((sims, k, k))
+        critical = np.broadcast_to(_table(n_alive, math.inf, level)[:, None, None], (sims, k, k))
+    else:
+        squares = ((values - means[:, None, :]) ** 2).sum(axis=1)
+        pooled = (squares * alive).sum(axis=1) / np.maximum(n_alive * (seeds - 1), 1)
+        own = (squares[:, :, None] + squares[:, None, :]) / (2 * seeds - 2)
+        by_own = own > pooled[:, None, None]
+        variance = np.where(by_own, own, pooled[:, None, None])
+        on_pool = _table(n_alive, seeds - 1, level, per_config=True)
+        on_own = _table(n_alive, 2 * seeds - 2, level)
+        critical = np.where(by_own, on_own[:, None, None], on_pool[:, None, None])
+    bound = means[:, :, None] - means[:, None, :] + critical * np.sqrt(variance * 2 / seeds)
+    pairs = alive[:, :, None] & alive[:, None, :] & ~np.eye(k, dtype=bool)[None]
+    return alive & (np.where(pairs, bound, np.inf).min(axis=2) < 0)
+
+
+def elimination_rate(level: float, values: np.ndarray, first_look: bool) -> float:
+    """The share of configs that leave at some look when every look compares at `level`:
+    `values` each simulated race's seed values, (sims, max_seeds, n_configs), all configs equal
+    with unit seed variance (module docstring); a config that leaves gets no more seeds."""
+    sims, max_seeds, k = values.shape
+    alive = np.ones((sims, k), bool)
+    for seeds in range(1, max_seeds + 1):
+        alive &= ~look(values[:, :seeds, :], alive, level, first_look)
+    return float(1 - alive.mean())
+
+
+@functools.lru_cache(maxsize=64)
+def boundary(n_configs: int, max_seeds: int, alpha: float, first_look: bool) -> Boundary:
+    """The calibrated level of a race's looks (module docstring): a few seconds for 9 configs and
+    5 seeds, once a process (cached)."""
+    rng = np.random.default_rng(GENERATOR_SEED)
+    values = rng.standard_normal((SIMS, max_seeds, n_configs))
+    bonferroni = alpha / max_seeds
+    low, high = bonferroni, alpha
+    low_rate = elimination_rate(low, values, first_look)
+    if n_configs < 2 or max_seeds < 2:
+        return Boundary(n_configs, max_seeds, alpha, first_look, bonferroni, low_rate, low_rate)
+    high_rate = elimination_rate(high, values, first_look)
+    if high_rate <= alpha:
+        return Boundary(n_configs, max_seeds, alpha, first_look, high, high_rate, low_rate)
+    rate = low_rate
+    for _ in range(BISECTIONS):
+        mid = (low + high) / 2
+        mid_rate = elimination_rate(mid, values, first_look)
+        if mid_rate > alpha:
+            high = mid
+        else:
+            low, rate = mid, mid_rate
+    return Boundary(n_configs, max_seeds, alpha, first_look, low, rate, low_rate)

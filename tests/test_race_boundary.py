@@ -1,0 +1,70 @@
+"""The race's calibrated boundary (analysis.race_boundary): its simulated look is the project's
+rule (analysis.uncertainty.compare_sweep, which a race's look calls through analysis.race.decide),
+and its level spends the race's alpha where Bonferroni's split spent under half of it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis.race_boundary import SIMS, boundary, elimination_rate, look
+from analysis.uncertainty import ConfigData, SeedVariance, compare_sweep
+
+
+def rule(values: np.ndarray, alive: np.ndarray, level: float) -> np.ndarray:
+    """The configs that leave at one look of one race by the project's code: `values` (seeds,
+    n_configs), `alive` (n_configs,) bool; with one seed, a known variance of 1."""
+    configs = [ConfigData(str(i), values[:, i]) for i in np.flatnonzero(alive)]
+    configs.sort(key=lambda c: -c.mean)
+    seeds = (SeedVariance(1.0, 1e12, "borrowed", "known") if values.shape[0] == 1
+             else SeedVariance.pooled(configs))
+    could = compare_sweep(configs, configs[0].label, {}, None, seeds, alpha=level).could_be_best
+    return alive & ~np.isin(np.arange(values.shape[1]), [int(label) for label in could])
+
+
+@pytest.mark.parametrize("seeds", [1, 2, 3, 5])
+def test_the_simulated_look_is_the_race_s_rule(seeds: int) -> None:
+    """Configs with unequal seed variances (so that pairs' own variances are used) and some
+    already out: each simulated race's leavers are those compare_sweep's Hsu bounds show worse."""
+    rng = np.random.default_rng(seeds)
+    values = rng.normal(0, 1, (60, seeds, 5)) * np.array([1, 1, 3, 0.3, 1]) + np.array(
+        [0, -1, -2, -3, -0.5])
+    alive = rng.random((60, 5)) < 0.8
+    alive[:, 0] = True  # at least two in
+    alive[:, 1] = True
+    level = 0.03
+    simulated = look(values, alive, level, first_look=True)
+    by_rule = np.array([rule(values[r], alive[r], level) for r in range(60)])
+    assert simulated.any() and (~simulated & alive).any()  # both outcomes occur
+    np.testing.assert_array_equal(simulated, by_rule)
+    assert not look(values[:, :1], alive, level, first_look=False).any() or seeds > 1
+
+
+def test_the_level_spends_the_race_s_alpha_where_bonferroni_spent_under_half() -> None:
+    """9 equal configs, 5 seeds: at the calibrated level 5% of configs (each truly best) leave at
+    some look, within the simulation's error; at Bonferroni's 0.01 a look, 1.9% (no variance at
+    wave 1) and 2.9% (a variance at wave 1, one look more)."""
+    without, with_first = boundary(9, 5, 0.05, False), boundary(9, 5, 0.05, True)
+    error = 3 * math.sqrt(0.05 * 0.95 / SIMS)
+    for b in (without, with_first):
+        assert b.rate == pytest.approx(0.05, abs=error)
+        assert b.rate <= 0.05 and b.alpha / b.max_seeds < b.level < b.alpha
+    assert without.level == pytest.approx(0.0277, abs=5e-4)
+    assert with_first.level == pytest.approx(0.0178, abs=5e-4)
+    assert without.bonferroni_rate == pytest.approx(0.0191, abs=1e-3)
+    assert with_first.bonferroni_rate == pytest.approx(0.0288, abs=1e-3)
+    # a fresh simulation (other random numbers) agrees with the calibration
+    fresh = np.random.default_rng(12345).standard_normal((SIMS, 5, 9))
+    assert elimination_rate(without.level, fresh, False) == pytest.approx(0.05, abs=error)
+
+
+def test_one_look_compares_at_alpha_itself() -> None:
+    """Two configs, two seeds, no variance at wave 1: one look, a one-sided t test, so each
+    config leaves in the level's share of races and the level is alpha up to the simulation's
+    error (0.0484: 5.14% of its races left at 0.05 itself); a look never compares above alpha."""
+    b = boundary(2, 2, 0.05, False)
+    assert b.level == pytest.approx(0.05, abs=0.002) and b.level <= 0.05
+    assert "each look at 0.0484, calibrated by simulation" in b.describe()
+    assert boundary(2, 2, 0.04, False).level <= 0.04
