@@ -30,7 +30,7 @@ the ANOVA of the swept keys (:mod:`analysis.effects`), and the runs' per-problem
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -237,6 +237,28 @@ SEED_VARIANCE_KEYS = ("loss.name", "normalization.name", "std_norm.enabled", "le
 0.214 with the learning rate on real runs, ``bench/seed_noise.py``) or expected (the loss, the
 length and std normalizations, the off-policy epochs): a borrowed variance is taken as it is only
 for settings its source ran (:func:`borrow_variance`)."""
+
+
+def training_text(values: Mapping[str, Any]) -> str:
+    """A run's :data:`SEED_VARIANCE_KEYS` in words (``loss.name=grpo_clip, ...``): what
+    :attr:`Design.training` holds, for a finished run or a job about to launch."""
+    return ", ".join(f"{key}={values.get(key)}" for key in SEED_VARIANCE_KEYS)
+
+
+def launch_variance(sweep: Path, training: frozenset[str]) -> SeedVariance:
+    """The seed variance a sweep about to launch would borrow from ``sweep`` (its dry run's
+    power): that sweep's pooled seed variance at its compared step, inflated to its upper 95%
+    bound where ``training`` (the launching jobs' :func:`training_text`) holds settings it did not
+    run, as :func:`borrow_variance` does; source ``none`` saying why where it has none. The model,
+    data and problems are checked when the runs exist (the report's borrowing)."""
+    try:
+        theirs = rank(collect([sweep]), borrow=False)
+    except (OSError, ValueError) as error:
+        return SeedVariance.missing(f"cannot read {sweep}: {error}")
+    if theirs.uncertainty is None or theirs.uncertainty.seeds.source != "seeds":
+        return SeedVariance.missing(f"{sweep} has no config with two or more seeds")
+    return lent(theirs.uncertainty.seeds, f"the seeds of sweep {sweep} at step {theirs.at_step}",
+                sorted(training - theirs.design.training))
 
 
 def _listed(values: frozenset) -> str:
@@ -450,17 +472,24 @@ def borrow_variance(sweep: Path, named_by: str, criterion: Criterion, at_step: i
     mismatch = theirs.design.mismatch(design)
     if mismatch is not None:
         return SeedVariance.missing(f"{head}: {mismatch}"), None, ()
-    seeds = theirs.uncertainty.seeds
-    text = f"the seeds of sweep {sweep} at step {at_step} (named by {named_by})"
     outside = design.settings_outside(theirs.design)
+    return (lent(theirs.uncertainty.seeds,
+                 f"the seeds of sweep {sweep} at step {at_step} (named by {named_by})", outside),
+            other, tuple(outside))
+
+
+def lent(seeds: SeedVariance, text: str, outside: Sequence[str]) -> SeedVariance:
+    """``seeds`` (a source sweep's pooled variance) as a borrowed variance, ``text`` where from:
+    as it is, or inflated to its upper 95% bound where the borrowing sweep runs settings
+    ``outside`` those its source ran (:data:`SEED_VARIANCE_KEYS`)."""
     if not outside:
-        return SeedVariance(seeds.variance, seeds.df, "borrowed", text), other, ()
+        return SeedVariance(seeds.variance, seeds.df, "borrowed", text)
     factor = upper_bound_factor(seeds.df)
     shown = "; ".join(outside[:3]) + (f"; and {len(outside) - 3} more" if len(outside) > 3 else "")
     return SeedVariance(seeds.variance * factor, seeds.df, "borrowed", (
         f"{text}, inflated x{factor:.2f} to its upper 95% confidence bound ({seeds.variance:.3g} "
-        f"measured): this sweep ran settings that change the seed variance and that sweep did "
-        f"not ({shown})")), other, tuple(outside)
+        f"measured): this sweep runs settings that change the seed variance and that sweep did "
+        f"not ({shown})"))
 
 
 def _advice(collection: Collection, ranked: pd.DataFrame, u: SweepComparisons) -> str | None:
@@ -533,7 +562,7 @@ def config_data(collection: Collection, values: pd.DataFrame, labels: Sequence[s
     def texts(keys: Sequence[str]) -> frozenset[str]:
         return frozenset("|".join(map(str, row)) for row in compared[list(keys)].itertuples(index=False))
 
-    training = frozenset(", ".join(f"{k}={v}" for k, v in zip(SEED_VARIANCE_KEYS, row, strict=True))
+    training = frozenset(training_text(dict(zip(SEED_VARIANCE_KEYS, row, strict=True)))
                          for row in compared.reindex(columns=list(SEED_VARIANCE_KEYS))
                          .itertuples(index=False))
     design = Design(texts(("model.name", "model.path")), texts(("data.name", "data.train_path")),

@@ -589,7 +589,8 @@ def compare_pair(a: ConfigData, b: ConfigData, role: str, step: int | None, seed
                       se=test.se, p_value=test.p_value, verdict=verdict)
 
 
-def power_against_best(diff: float, se: float, family: int, df: float) -> float:
+def power_against_best(diff: float, se: float, family: int, df: float,
+                       alpha: float = ALPHA) -> float:
     """The power with which Hsu's comparisons with the best move a config ``diff`` (> 0) below
     the best out of the set that could be the best, ``se`` the standard error of the two
     configs' difference, among ``family`` configs of equal seeds, on ``df`` degrees of freedom:
@@ -598,11 +599,11 @@ def power_against_best(diff: float, se: float, family: int, df: float) -> float:
     the analysis judges a pair on its own variance where that is the larger (:func:`pair_variance`),
     and on the pool's df the normal approximation stated 80% where the analysis had 47-71%
     (``bench/resolve_power.py``); on the pair's df it is within 5 points from 3 seeds a config
-    and conservative below."""
+    and conservative below. ``alpha``: the comparisons' family-wise rate (a race's look level)."""
     from scipy import stats
 
     lambdas = (round(math.sqrt(0.5), 6),) * max(family - 1, 1)
-    critical = mcb_critical(lambdas, float(df))
+    critical = mcb_critical(lambdas, float(df), alpha)
     if not math.isfinite(df):
         return float(special.ndtr(diff / se - critical))
     return float(stats.nct.sf(critical, df, diff / se))
@@ -613,13 +614,36 @@ def own_df(seeds: int) -> float:
     return float(2 * seeds - 2)
 
 
-def detectable_difference(se: float, family: int, df: float) -> float:
+def detectable_difference(se: float, family: int, df: float, alpha: float = ALPHA) -> float:
     """The smallest difference from the best that :func:`power_against_best` finds at
     :data:`POWER` for a difference of standard error ``se`` among ``family`` configs on ``df``."""
     from scipy import optimize
 
-    return float(optimize.brentq(lambda diff: power_against_best(diff, se, family, df) - POWER,
-                                 1e-9 * se, 100 * se, xtol=1e-6 * se))
+    return float(optimize.brentq(lambda diff: power_against_best(diff, se, family, df, alpha)
+                                 - POWER, 1e-9 * se, 100 * se, xtol=1e-6 * se))
+
+
+def power_main_effect(diff: float, sd: float, levels: int, runs_per_level: float,
+                      df: float) -> float:
+    """The power of a key's main-effect F test (``analysis.effects.main_effects``, at
+    :data:`ALPHA`, on (``levels`` - 1, ``df``) degrees of freedom) when two of its levels differ
+    by ``diff`` and the others sit at their mean: noncentral F with noncentrality
+    runs_per_level x diff^2 / (2 sd^2) (the levels' squared deviations, diff^2 / 2, times the runs
+    a level mean averages, over the seed variance ``sd``^2; a balanced grid, ``scipy.stats.ncf``)."""
+    from scipy import stats
+
+    critical = float(special.fdtri(levels - 1, df, 1 - ALPHA))
+    return float(stats.ncf.sf(critical, levels - 1, df, runs_per_level * diff ** 2 / (2 * sd ** 2)))
+
+
+def detectable_main_effect(sd: float, levels: int, runs_per_level: float, df: float) -> float:
+    """The smallest difference between two of a key's levels that :func:`power_main_effect`
+    finds at :data:`POWER`."""
+    from scipy import optimize
+
+    return float(optimize.brentq(
+        lambda diff: power_main_effect(diff, sd, levels, runs_per_level, df) - POWER,
+        1e-9 * sd, 100 * sd, xtol=1e-6 * sd))
 
 
 @dataclass(frozen=True)

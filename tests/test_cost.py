@@ -238,7 +238,12 @@ def test_the_dry_run_says_what_the_sweep_can_find_with_an_assumed_seed_sd(tmp_pa
     comparisons find at 80% power (detectable_difference: noncentral t on the pair's own df)
     with this sweep's seeds and with 2 and 3, each priced at the sweep's cost a run; without it,
     how to get one; a value out of range is refused naming the key."""
-    from analysis.uncertainty import detectable_difference, power_against_best
+    from analysis.race_boundary import boundary
+    from analysis.uncertainty import (
+        detectable_difference,
+        detectable_main_effect,
+        power_against_best,
+    )
 
     sweep = ("-m", "model=tiny", "data=toy", "rollout=hf", "learning_rate=1e-5,3e-4,3e-3",
              "dry_run=true", f"paths.output_root={tmp_path}")
@@ -246,16 +251,63 @@ def test_the_dry_run_says_what_the_sweep_can_find_with_an_assumed_seed_sd(tmp_pa
     assert out.returncode == 0, out.stderr[-2000:]
     grid = float(out.stdout.split("cost: 3 jobs, ")[1].split()[0])
     lines = out.stdout.split("power (analysis.assumed_seed_sd=0.05): ")[1].splitlines()
-    assert lines[0].startswith("the smallest difference from the best of 3 configs that Hsu's")
+    assert lines[0].startswith("at 80% power, the smallest difference from the best of 3 configs")
     two, three = (detectable_difference(0.05 * (2 / n) ** 0.5, 3, 2.0 * n - 2) for n in (2, 3))
     assert 0.14 < three < 0.15 < 0.25 < two < 0.26  # 2 seeds: 2 df of its own; 3: 4 df
     assert power_against_best(three, 0.05 * (2 / 3) ** 0.5, 3, 4.0) == pytest.approx(0.8, abs=1e-4)
+    # the learning rate's main effect: 3 levels, 2 (3) runs a level, the pooled 3 (6) df
+    effect_two, effect_three = (detectable_main_effect(0.05, 3, n, 3.0 * (n - 1)) for n in (2, 3))
     assert lines[1].startswith("  1 seed a config (this sweep): no seed variance of its own")
-    assert lines[2].startswith(f"  2 seeds a config: {two:.3f} (6 runs, ~")
-    assert lines[3].startswith(f"  3 seeds a config: {three:.3f} (9 runs, ~")
+    assert lines[1].endswith("main effects: no main-effect test (no seed variance to test it against)")
+    assert lines[2].startswith(f"  2 seeds a config: {two:.3f} from the best; main effects: "
+                               f"learning_rate {effect_two:.3f} (6 runs, ~")
+    assert lines[3].startswith(f"  3 seeds a config: {three:.3f} from the best; main effects: "
+                               f"learning_rate {effect_three:.3f} (9 runs, ~")
     priced = float(lines[3].split("~")[1].split()[0])
     assert priced == pytest.approx(3 * grid, rel=0.2)  # the grid's line is rounded to 2 decimals
+    # as a race to 3 seeds: the last look alone, at the race's level (no variance at wave 1)
+    level = boundary(3, 3, 0.05, False).level
+    race = detectable_difference(0.05 * (2 / 3) ** 0.5, 3, 4.0, level)
+    assert lines[4].startswith(f"  as a race (race.max_seeds=3, not set here): {race:.3f} from "
+                               f"the best by its last look alone (each look at {level:.3g}; ")
+    assert race > three
     out = launch(*sweep)
     assert "power: no seed sd known at launch; set analysis.assumed_seed_sd" in out.stdout
+    assert "or analysis.seed_variance_from (a finished sweep with two or more seeds" in out.stdout
     out = launch(*sweep, "analysis.assumed_seed_sd=2")
     assert out.returncode == 2 and "analysis.assumed_seed_sd=2" in out.stderr
+
+
+def test_the_dry_run_reads_what_a_named_sweep_lends(tmp_path: Path) -> None:
+    """With analysis.seed_variance_from naming a finished two-seed sweep, the dry run's power
+    rests on that sweep's pooled seed variance (inflated to its upper 95% bound where this sweep
+    runs settings it did not), and a one-seed sweep's comparisons on its df; a sweep with one
+    seed a config lends nothing, and the dry run says why."""
+    import math
+
+    from analysis.aggregate import rank
+    from analysis.collect import collect
+    from analysis.synthetic import write_grid_sweep
+    from analysis.uncertainty import detectable_difference, upper_bound_factor
+
+    source = tmp_path / "source"
+    write_grid_sweep(source, {"learning_rate": [1e-5, 3e-4]}, n_seeds=3)
+    seeds = rank(collect([source])).uncertainty.seeds
+    sweep = ("-m", "model=tiny", "data=toy", "rollout=hf", "learning_rate=1e-5,3e-4,3e-3",
+             "dry_run=true", f"paths.output_root={tmp_path}")
+    out = launch(*sweep, f"analysis.seed_variance_from={source}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.split("power (borrowed: ")[1].splitlines()
+    assert f"from the seeds of sweep {source} at step " in lines[0] and seeds.df == 4
+    # learning_rate=3e-3 (and the toy's loss) were not run there: inflated x2.25 on 4 df
+    factor = upper_bound_factor(seeds.df)
+    assert f"inflated x{factor:.2f} to its upper 95% confidence bound" in lines[0]
+    sd = math.sqrt(seeds.variance * factor)
+    found = detectable_difference(sd * math.sqrt(2), 3, 4.0)
+    assert lines[1].startswith(f"  1 seed a config (this sweep): {found:.3f} from the best on "
+                               "the borrowed variance's 4 df; main effects: learning_rate ")
+    one_seed = tmp_path / "one_seed"
+    write_grid_sweep(one_seed, {"learning_rate": [1e-5, 3e-4]})
+    out = launch(*sweep, f"analysis.seed_variance_from={one_seed}")
+    assert (f"power: nothing to borrow from analysis.seed_variance_from: none: {one_seed} has no "
+            "config with two or more seeds") in out.stdout

@@ -170,7 +170,7 @@ def test_a_one_seed_sweep_borrows_an_earlier_multi_seed_sweeps_variance(tmp_path
     assert (seeds.source, seeds.df) == ("borrowed", 6)
     assert seeds.variance == pytest.approx(own.variance * factor) and factor == pytest.approx(3.67, abs=0.01)
     assert (f"inflated x3.67 to its upper 95% confidence bound ({own.variance:.3g} measured): this "
-            "sweep ran settings that change the seed variance and that sweep did not "
+            "sweep runs settings that change the seed variance and that sweep did not "
             "(loss.name=no_baseline, normalization.name=mean, std_norm.enabled=True, "
             "learning_rate=1e-05, off_policy.epochs=1)") in seeds.text
     # the command line names it too, for a sweep that recorded nothing

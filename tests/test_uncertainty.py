@@ -22,12 +22,14 @@ from analysis.uncertainty import (
     combine,
     compare_sweep,
     detectable_difference,
+    detectable_main_effect,
     estimate,
     mcb_critical,
     own_df,
     pair_test,
     pair_variance,
     power_against_best,
+    power_main_effect,
     problem_error,
     resolve,
     t_quantile,
@@ -271,6 +273,28 @@ def test_power_against_the_best_is_the_noncentral_t_beyond_hsu_s_critical_value(
     assert found == pytest.approx(0.1 * (stats.norm.ppf(0.95) + stats.norm.ppf(0.8)), rel=0.3)
     assert power_against_best(0.3, 0.1, 9, 4.0) < power_against_best(0.3, 0.1, 2, 4.0)
     assert own_df(3) == 4
+    # a race's look at its calibrated level: Student's one-sided quantile at that level
+    t = stats.t.ppf(1 - 0.02, 4)
+    assert power_against_best(0.3, 0.1, 2, 4.0, alpha=0.02) == pytest.approx(stats.nct.sf(t, 4, 3.0))
+    assert detectable_difference(0.1, 2, 4.0, alpha=0.02) > found
+
+
+def test_a_main_effect_s_power_is_the_noncentral_f_of_its_two_levels_apart() -> None:
+    """Two levels: the F test is the two-sided t test of their means (r runs each, standard
+    error sd sqrt(2 / r)), so its power is scipy's noncentral t on both tails; three levels with
+    the third at the mean have the same noncentrality, and more levels to test it among cost
+    power; the detectable difference is where the power is 80%."""
+    sd, runs, df, diff = 0.05, 6, 10.0, 0.08
+    ncp = diff / (sd * math.sqrt(2 / runs))
+    t = stats.t.ppf(0.975, df)
+    two_sided = stats.nct.sf(t, df, ncp) + stats.nct.cdf(-t, df, ncp)
+    assert power_main_effect(diff, sd, 2, runs, df) == pytest.approx(two_sided, rel=1e-6)
+    assert power_main_effect(diff, sd, 3, runs, df) == pytest.approx(
+        stats.ncf.sf(stats.f.ppf(0.95, 2, df), 2, df, ncp ** 2), rel=1e-6)
+    assert power_main_effect(diff, sd, 3, runs, df) < power_main_effect(diff, sd, 2, runs, df)
+    found = detectable_main_effect(sd, 3, runs, df)
+    assert power_main_effect(found, sd, 3, runs, df) == pytest.approx(0.8, abs=1e-6)
+    assert 0.08 < found < 0.11
 
 
 def test_two_variances_are_pooled_when_an_f_test_finds_them_alike_else_the_larger_is_used() -> None:

@@ -145,40 +145,107 @@ class ValidatingSweeper(BasicSweeper):
                           price, unit)
 
     def _power_lines(self, cfg: Any, cost: SweepEstimate) -> list[str]:
-        """The dry run's power: with `analysis.assumed_seed_sd`, the smallest difference from
-        the best config that Hsu's comparisons with the best find at 80% power
-        (`analysis.uncertainty.detectable_difference`) with this sweep's seeds a config and with
-        2 and 3, each priced at this sweep's cost a run; without it, what would give one."""
-        sd = OmegaConf.select(cfg, "analysis.assumed_seed_sd", default=None)
-        if sd is None:
+        """The dry run's power: with `analysis.assumed_seed_sd`, what this sweep finds at 80%
+        power with its seeds a config, with 2 and 3, and as a race, each priced at this sweep's
+        cost a run: the smallest difference from the best config (Hsu's comparisons with the
+        best, `analysis.uncertainty.detectable_difference`) and the smallest difference between
+        two levels of each swept key (its main effect's F test,
+        `analysis.uncertainty.detectable_main_effect`); without it, what would give one."""
+        assumed = OmegaConf.select(cfg, "analysis.assumed_seed_sd", default=None)
+        source = OmegaConf.select(cfg, "analysis.seed_variance_from", default=None)
+        if assumed is None and source is None:
             return ["power: no seed sd known at launch; set analysis.assumed_seed_sd (the seed sd "
-                    "of a run's late_eval_reward, from an earlier sweep's report) to see the "
-                    "smallest difference from the best this sweep can find"]
+                    "of a run's late_eval_reward, from an earlier sweep's report) or "
+                    "analysis.seed_variance_from (a finished sweep with two or more seeds a "
+                    "config) to see the smallest difference from the best this sweep can find"]
         # imported here: scipy is only needed where the power is asked for
-        from analysis.uncertainty import POWER, detectable_difference, own_df
+        from analysis.race_boundary import boundary
+        from analysis.uncertainty import (
+            POWER,
+            detectable_difference,
+            detectable_main_effect,
+            own_df,
+        )
 
+        lent_df = 0.0  # the df a borrowed variance gives a one-seed sweep
+        if assumed is not None:
+            sd, said = float(assumed), f"analysis.assumed_seed_sd={float(assumed):g}"
+        else:
+            # imported here: reading a sweep takes the analysis (pandas), only where one is named
+            from analysis.aggregate import SEED_VARIANCE_KEYS, launch_variance, training_text
+
+            training = frozenset(training_text({key: OmegaConf.select(job.cfg, key, default=None)
+                                                for key in SEED_VARIANCE_KEYS})
+                                 for job in self.composed.values())
+            seeds_of = launch_variance(Path(str(source)), training)
+            if not seeds_of.usable:
+                return [f"power: nothing to borrow from analysis.seed_variance_from: "
+                        f"{seeds_of.describe()}"]
+            sd, lent_df = seeds_of.variance ** 0.5, float(seeds_of.df)
+            said = f"borrowed: {seeds_of.describe()}"
         counts = Counter(tuple(without_seed(job.overrides)) for job in self.composed.values())
         k = len(counts)
         if k < 2:
             return ["power: one config, nothing to compare"]
         seeds = min(counts.values())
         per_run = cost.full_grid / counts.total()
-        lines = [f"power (analysis.assumed_seed_sd={sd:g}): the smallest difference from the best "
-                 f"of {k} configs that Hsu's comparisons with the best find at {POWER:.0%} power "
-                 "(a config that far below leaves the set that could be the best; noncentral t "
-                 "on the pair's own df)"]
+        values: dict[str, set[str]] = {}
+        for config in counts:
+            for override in config:
+                key, _, value = override.partition("=")
+                values.setdefault(key.lstrip("+~"), set()).add(value)
+        levels = {key: len(v) for key, v in values.items() if len(v) > 1}
+        additive_df = k - 1 - sum(n - 1 for n in levels.values()) if len(levels) > 1 else 0
+
+        def shown(found: float) -> str:
+            """A detectable difference, said to be beyond reach where it passes the reward's range."""
+            return f"{found:.3f}" + (" (beyond the reward's 0-1 range: nothing to find)"
+                                     if found >= 1 else "")
+
+        def effects(n: int) -> str:
+            df = k * (n - 1) if n > 1 else additive_df + lent_df
+            if df <= 0:
+                return "no main-effect test (no seed variance to test it against)"
+            return ", ".join(f"{key} {shown(detectable_main_effect(sd, m, k * n / m, df))}"
+                             for key, m in levels.items())
+
+        lines = [f"power ({said}): at {POWER:.0%} power, the smallest "
+                 f"difference from the best of {k} configs that Hsu's comparisons with the best "
+                 "find (a config that far below leaves the set that could be the best; noncentral "
+                 "t on the pair's own df), then the smallest difference between two levels of each "
+                 "swept key that its main effect's F test finds at 5% (the other levels at their "
+                 "mean; noncentral F, a balanced grid)"]
         for n in sorted({seeds, 2, 3}):
             here = " (this sweep)" if n == seeds else ""
-            se = float(sd) * (2 / n) ** 0.5
+            se = sd * (2 / n) ** 0.5
+            if n == 1 and lent_df > 0:
+                found = detectable_difference(se, k, lent_df)
+                lines.append(f"  1 seed a config{here}: {shown(found)} from the best on the borrowed "
+                             f"variance's {lent_df:g} df; main effects: {effects(1)}")
+                continue
             if n == 1:
                 found = detectable_difference(se, k, float("inf"))
-                lines.append(f"  1 seed a config{here}: no seed variance of its own (a grid's "
-                             "additive residual or analysis.seed_variance_from gives one); with "
-                             f"the seed variance known exactly, {found:.3f}")
+                lines.append(f"  1 seed a config{here}: no seed variance of its own for the "
+                             "comparisons (a grid's additive residual or analysis.seed_variance_from "
+                             f"gives one); with the seed variance known exactly, {found:.3f}; "
+                             f"main effects: {effects(1)}")
                 continue
             found = detectable_difference(se, k, own_df(n))
-            lines.append(f"  {n} seeds a config{here}: {found:.3f} ({k * n} runs, "
-                         f"~{per_run * k * n:.3g} {cost.unit})")
+            lines.append(f"  {n} seeds a config{here}: {shown(found)} from the best; main effects: "
+                         f"{effects(n)} ({k * n} runs, ~{per_run * k * n:.3g} {cost.unit})")
+        race_seeds = OmegaConf.select(cfg, "race.max_seeds", default=None)
+        most = int(race_seeds) if race_seeds is not None else 3
+        first_look = additive_df > 0 or source is not None
+        level = boundary(k, most, float(OmegaConf.select(cfg, "race.alpha", default=0.05)),
+                         first_look).level
+        found = detectable_difference(sd * (2 / most) ** 0.5, k, own_df(most), level)
+        shares = [case.share for case in Calibration.read().cases]
+        lines.append(f"  as a race (race.max_seeds={most}"
+                     + ("" if race_seeds is not None else ", not set here")
+                     + f"): {shown(found)} from the best by its last look alone (each look at "
+                     f"{level:.3g}; earlier looks only add power); at most {k * most} runs, "
+                     f"~{per_run * k * most:.3g} {cost.unit}, of which the calibration's races "
+                     f"spent {min(shares):.0%}-{max(shares):.0%} (bench/race_calibration.py)")
         return lines
 
     def _race_configs(self) -> tuple[list[list[str]], list[dict[str, Any]]]:
