@@ -20,8 +20,9 @@ one-seed factorial grid: the residual mean square of the additive model of the s
 ``borrowed`` (an earlier multi-seed sweep of the same model, data, problems and evaluation steps;
 inflated to its upper 95% bound, :func:`upper_bound_factor`, where this sweep ran training
 settings it did not),
-``additive+borrowed`` (the two pooled by their df after an F test finds them in agreement,
-:func:`combine`), or ``none``. Without a usable variance (none, or 0: identical values) no
+``additive+borrowed`` (the two pooled by their df where an F test with the power to see a 2x
+difference finds them in agreement; else the larger where they disagree, the grid's residual
+where the test lacks that power: :func:`combine`), or ``none``. Without a usable variance (none, or 0: identical values) no
 config-level verdict is given: the comparisons are **undecided**.
 
 **Comparisons** (:func:`compare_sweep`): every pair of ranked configs evaluated on the same
@@ -184,19 +185,46 @@ def upper_bound_factor(df: float, alpha: float = ALPHA) -> float:
     return float(df / special.chdtri(df, 1 - alpha))
 
 
+AGREEMENT_RATIO = 2.0
+"""The ratio of two seed variances the F test before pooling must be able to see (:func:`combine`)."""
+
+
+def agreement_power(df_a: float, df_b: float, ratio: float = AGREEMENT_RATIO) -> float:
+    """The power of the two-sided F test at ``ALPHA`` of two variances on (``df_a``, ``df_b``)
+    df when one is ``ratio`` times the other, either way round (the smaller of the two powers):
+    P(F > u / r) + P(F < l / r) for F on (df_a, df_b), u and l its critical values, r = ratio
+    and 1 / ratio. On (4, 10) df at a ratio of 2: 14% where the first is the larger, 8.5% the
+    other way round; 80% takes about 65 df each."""
+    upper = special.fdtri(df_a, df_b, 1 - ALPHA / 2)
+    lower = special.fdtri(df_a, df_b, ALPHA / 2)
+    return float(min(special.fdtrc(df_a, df_b, upper / r) + special.fdtr(df_a, df_b, lower / r)
+                     for r in (ratio, 1 / ratio)))
+
+
 def combine(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
-    """``additive`` and ``borrowed`` pooled, weighted by their degrees of freedom, when a
+    """``additive`` and ``borrowed`` pooled, weighted by their degrees of freedom, only where a
     two-sided F test (their ratio on (df, df)) does not reject that they are one variance at
-    ``ALPHA``; else the larger of the two (the safe side), saying so."""
+    ``ALPHA`` and would have seen a 2x difference at :data:`POWER` (:func:`agreement_power`).
+    Where it rejects, the larger of the two (the safe side); where it has not that power, the
+    grid's own residual: a test of 4 and 10 df passes a borrowed variance 4x too small in most
+    sweeps (its silence is no agreement), and the larger of the two would cost power the
+    residual alone keeps (``bench/borrowed_variance_calibration.py``). Each says why."""
     ratio = additive.variance / borrowed.variance
     below = float(special.fdtr(additive.df, borrowed.df, ratio))
     p = 2 * min(below, 1 - below)
     test = f"F = {ratio:.2f} on ({_df(additive.df)}, {_df(borrowed.df)}) df, p {_p(p)}"
+    both = (f"the grid's additive residual ({additive.variance:.3g}) and the borrowed variance "
+            f"({borrowed.variance:.3g})")
     if p < ALPHA:
         larger = max((additive, borrowed), key=lambda v: v.variance)
         return larger.with_notes(
-            f"the grid's additive residual ({additive.variance:.3g}) and the borrowed variance "
-            f"({borrowed.variance:.3g}) disagree ({test}): the larger, from {larger.text}, is used")
+            f"{both} disagree ({test}): the larger, from {larger.text}, is used")
+    power = agreement_power(additive.df, borrowed.df)
+    if power < POWER:
+        return additive.with_notes(
+            f"{both} are not shown to agree (the test would see a {AGREEMENT_RATIO:g}x difference "
+            f"with power {power:.0%} only, under {POWER:.0%}; {test}): the grid's own residual "
+            "is used")
     df = additive.df + borrowed.df
     return SeedVariance((additive.df * additive.variance + borrowed.df * borrowed.variance) / df,
                         df, "additive+borrowed", f"{additive.text} pooled with {borrowed.text}",

@@ -12,7 +12,13 @@ variance carried into a stage that varies more) times chi2_df / df (an estimate 
 df). The verdicts: ``compare_pair`` on every pair (Tukey-Kramer over the k configs). Power: one
 config 3 seed sd better, called better than each other config.
 
-Usage: python bench/borrowed_variance_calibration.py [--stages 4000]
+The second table is a one-seed 3x3 grid, whose additive residual (4 df, ``analysis.effects``)
+can be set against the borrowed variance (10 df, taken as it is): the seed variance the analysis
+uses (``analysis.aggregate.seed_variance``: pooled only where an F test with the power to see a
+2x difference finds them in agreement, else the larger) against the former rule (pooled wherever
+the F test does not reject) and the residual alone.
+
+Usage: python bench/borrowed_variance_calibration.py [--stages 4000] [--grid-stages 1000] [--grid-only]
 """
 
 from __future__ import annotations
@@ -24,12 +30,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+from scipy import special
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from monte_carlo import rate  # noqa: E402
 
+from analysis.aggregate import seed_variance  # noqa: E402
+from analysis.effects import VALUE, additive_variance  # noqa: E402
 from analysis.uncertainty import (  # noqa: E402
     ALPHA,
     ConfigData,
@@ -37,6 +47,11 @@ from analysis.uncertainty import (  # noqa: E402
     compare_pair,
     upper_bound_factor,
 )
+
+GRID_KEYS = ("k0", "k1")
+GRID_STEP = 3.0
+"""The power rows' truth: the first key's levels 0, -3 and -6 seed sds (an additive truth: the
+grid's residual holds no interaction)."""
 
 
 def called(configs: list[ConfigData], variance: SeedVariance) -> list[tuple[str, str, str]]:
@@ -48,7 +63,12 @@ def called(configs: list[ConfigData], variance: SeedVariance) -> list[tuple[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", type=int, default=4000)
+    parser.add_argument("--grid-stages", type=int, default=1000)
+    parser.add_argument("--grid-only", action="store_true", help="only the 3x3 grid's table")
     args = parser.parse_args()
+    if args.grid_only:
+        grid(args.grid_stages)
+        return
     print(f"{args.stages} simulated stages a row; each cell: as borrowed / inflated to the "
           "source's upper 95% bound (what the analysis does for settings the source did not run)\n")
     print("| configs in the stage | source df | borrowed / true variance | inflation | "
@@ -72,6 +92,53 @@ def main() -> None:
         cells = [" / ".join(rate(d[f]) for f in d) for d in (false, power)]
         print(f"| {k} | {df} | {ratio:g} | x{factor:.2f} | {cells[0]} | {cells[1]} |", flush=True)
         print(f"  ({time.time() - start:.0f} s)", file=sys.stderr)
+    grid(args.grid_stages)
+
+
+def former(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
+    """The former rule: pooled by df wherever the two-sided F test does not reject at 5%."""
+    below = float(special.fdtr(additive.df, borrowed.df, additive.variance / borrowed.variance))
+    if 2 * min(below, 1 - below) < ALPHA:
+        return max((additive, borrowed), key=lambda v: v.variance)
+    df = additive.df + borrowed.df
+    return SeedVariance((additive.df * additive.variance + borrowed.df * borrowed.variance) / df,
+                        df, "additive+borrowed", "pooled")
+
+
+def grid(stages: int) -> None:
+    """The 3x3 one-seed grid's table (module docstring)."""
+    print(f"\n{stages} simulated 3x3 one-seed grids a row (additive residual on 4 df, a borrowed "
+          "variance on 10 df taken as it is); false verdicts with all 9 equal, and the power: the "
+          f"share of truly different pairs called (the first key's levels 0, -{GRID_STEP:g}, "
+          f"-{2 * GRID_STEP:g} sd):\n")
+    print("| borrowed / true variance | now: false | former rule: false | residual alone: false "
+          "| now: power | former rule: power | residual alone: power |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    cells = [(a, b) for a in range(3) for b in range(3)]
+    for ratio in (1.0, 0.5, 0.25):
+        rng = np.random.default_rng(int(100 * ratio) + 7)
+        false: dict[str, list[bool]] = {"now": [], "former": [], "alone": []}
+        power: dict[str, list[float]] = {"now": [], "former": [], "alone": []}
+        for _ in range(stages):
+            borrowed = SeedVariance(ratio * float(rng.chisquare(10)) / 10, 10, "borrowed", "simulated")
+            for step, out in ((0.0, false), (GRID_STEP, power)):
+                truth = np.array([-step * a for a, _ in cells])
+                values = rng.normal(0.0, 1.0, len(cells)) + truth
+                configs = [ConfigData(f"c{i}", values[i:i + 1]) for i in range(len(cells))]
+                frame = pd.DataFrame([{"k0": str(a), "k1": str(b), VALUE: v}
+                                      for (a, b), v in zip(cells, values, strict=True)])
+                additive = additive_variance(frame, GRID_KEYS)
+                for rule, variance in (("now", seed_variance(configs, frame, GRID_KEYS, borrowed)),
+                                       ("former", former(additive, borrowed)), ("alone", additive)):
+                    verdicts = called(configs, variance)
+                    if step == 0:
+                        out[rule].append(any(v != "not distinguishable" for *_, v in verdicts))
+                        continue
+                    right = [v == ("better" if truth[int(a[1:])] > truth[int(b[1:])] else "worse")
+                             for a, b, v in verdicts if truth[int(a[1:])] != truth[int(b[1:])]]
+                    out[rule].append(float(np.mean(right)))
+        print(f"| {ratio:g} | " + " | ".join(rate(false[r]) for r in false) + " | "
+              + " | ".join(f"{100 * np.mean(power[r]):.1f}%" for r in power) + " |", flush=True)
 
 
 if __name__ == "__main__":

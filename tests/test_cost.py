@@ -306,6 +306,14 @@ def test_the_dry_run_reads_what_a_named_sweep_lends(tmp_path: Path) -> None:
     found = detectable_difference(sd * math.sqrt(2), 3, 4.0)
     assert lines[1].startswith(f"  1 seed a config (this sweep): {found:.3f} from the best on "
                                "the borrowed variance's 4 df; main effects: learning_rate ")
+    # a 3 x 2 grid of one seed: its comparisons rest on its own additive residual (2 df), which
+    # a borrowed variance of 4 df is not pooled with (no test could tell them apart)
+    out = launch(*sweep, "off_policy.epochs=1,2", f"analysis.seed_variance_from={source}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    grid_line = out.stdout.split("power (borrowed: ")[1].splitlines()[1]
+    found = detectable_difference(sd * math.sqrt(2), 6, 2.0)
+    assert grid_line.startswith(f"  1 seed a config (this sweep): {found:.3f} from the best on "
+                                "the grid's additive residual's 2 df; main effects: ")
     one_seed = tmp_path / "one_seed"
     write_grid_sweep(one_seed, {"learning_rate": [1e-5, 3e-4]})
     out = launch(*sweep, f"analysis.seed_variance_from={one_seed}")

@@ -18,6 +18,7 @@ from analysis.uncertainty import (
     OTHER_PROBLEMS,
     ConfigData,
     SeedVariance,
+    agreement_power,
     best_bounds,
     combine,
     compare_sweep,
@@ -297,20 +298,41 @@ def test_a_main_effect_s_power_is_the_noncentral_f_of_its_two_levels_apart() -> 
     assert 0.08 < found < 0.11
 
 
-def test_two_variances_are_pooled_when_an_f_test_finds_them_alike_else_the_larger_is_used() -> None:
-    additive = SeedVariance(0.0004, 4, "additive", "the grid")
-    borrowed = SeedVariance(0.0003, 6, "borrowed", "an earlier sweep")
+def test_two_variances_are_pooled_only_where_an_f_test_with_power_finds_them_alike() -> None:
+    """Pooled where the two-sided F test does not reject and would see a 2x difference at 80%
+    power (about 65 df each); where it rejects, the larger; where it lacks that power, the grid's
+    own residual, even where the borrowed variance is the larger."""
+    additive = SeedVariance(0.0004, 80, "additive", "the grid")
+    borrowed = SeedVariance(0.0003, 90, "borrowed", "an earlier sweep")
     pooled = combine(additive, borrowed)
-    assert pooled.source == "additive+borrowed" and pooled.df == 10
-    assert pooled.variance == pytest.approx((4 * 0.0004 + 6 * 0.0003) / 10)
+    assert pooled.source == "additive+borrowed" and pooled.df == 170
+    assert pooled.variance == pytest.approx((80 * 0.0004 + 90 * 0.0003) / 170)
     f = 0.0004 / 0.0003
-    p = 2 * min(stats.f.cdf(f, 4, 6), stats.f.sf(f, 4, 6))
+    p = 2 * min(stats.f.cdf(f, 80, 90), stats.f.sf(f, 80, 90))
     assert f"p {p:.2g}" in pooled.notes[-1] and "agree" in pooled.notes[-1]
-    apart = combine(SeedVariance(0.004, 4, "additive", "the grid"), borrowed)
-    assert (apart.source, apart.variance, apart.df) == ("additive", 0.004, 4)
+    apart = combine(SeedVariance(0.004, 80, "additive", "the grid"), borrowed)
+    assert (apart.source, apart.variance, apart.df) == ("additive", 0.004, 80)
     assert "disagree" in apart.notes[-1] and "the larger" in apart.notes[-1]
-    lower = combine(SeedVariance(0.00001, 4, "additive", "the grid"), borrowed)
+    lower = combine(SeedVariance(0.00001, 80, "additive", "the grid"), borrowed)
     assert (lower.source, lower.variance) == ("borrowed", 0.0003)
+    # a 4-df grid residual and a 6-df borrowed variance: no rejection, but no power either
+    small = combine(SeedVariance(0.0003, 4, "additive", "the grid"),
+                    SeedVariance(0.0004, 6, "borrowed", "an earlier sweep"))
+    assert (small.source, small.variance, small.df) == ("additive", 0.0003, 4)
+    assert "are not shown to agree (the test would see a 2x difference with power 9% only" in small.notes[-1]
+    assert small.notes[-1].endswith("the grid's own residual is used")
+
+
+def test_the_agreement_test_s_power_is_the_f_distribution_beyond_its_critical_values() -> None:
+    """Both tails of F on (4, 10) df shifted by the ratio, by scipy directly; the smaller of the
+    two directions; 80% near 65 df each."""
+    upper, lower = stats.f.ppf(0.975, 4, 10), stats.f.ppf(0.025, 4, 10)
+    larger_first = stats.f.sf(upper / 2, 4, 10) + stats.f.cdf(lower / 2, 4, 10)
+    smaller_first = stats.f.sf(upper * 2, 4, 10) + stats.f.cdf(lower * 2, 4, 10)
+    assert larger_first == pytest.approx(0.1449, abs=1e-4)
+    assert agreement_power(4, 10) == pytest.approx(min(larger_first, smaller_first)) == pytest.approx(
+        0.0849, abs=1e-4)
+    assert agreement_power(60, 60) < 0.8 < agreement_power(70, 70)
 
 
 GRID = pd.DataFrame([(e, t) for e in (1, 2, 4) for t in (64, 128, 256)],

@@ -196,6 +196,12 @@ class ValidatingSweeper(BasicSweeper):
                 values.setdefault(key.lstrip("+~"), set()).add(value)
         levels = {key: len(v) for key, v in values.items() if len(v) > 1}
         additive_df = k - 1 - sum(n - 1 for n in levels.values()) if len(levels) > 1 else 0
+        # one seed a config: a grid's own residual (a borrowed variance is pooled with it only
+        # where a test with the power to tell them apart finds them alike: analysis.uncertainty.
+        # combine), else the borrowed variance
+        one_seed_df = additive_df if additive_df > 0 else lent_df
+        one_seed_source = ("the grid's additive residual" if additive_df > 0
+                           else "the borrowed variance")
 
         def shown(found: float) -> str:
             """A detectable difference, said to be beyond reach where it passes the reward's range."""
@@ -203,7 +209,7 @@ class ValidatingSweeper(BasicSweeper):
                                      if found >= 1 else "")
 
         def effects(n: int) -> str:
-            df = k * (n - 1) if n > 1 else additive_df + lent_df
+            df = k * (n - 1) if n > 1 else one_seed_df
             if df <= 0:
                 return "no main-effect test (no seed variance to test it against)"
             return ", ".join(f"{key} {shown(detectable_main_effect(sd, m, k * n / m, df))}"
@@ -218,10 +224,10 @@ class ValidatingSweeper(BasicSweeper):
         for n in sorted({seeds, 2, 3}):
             here = " (this sweep)" if n == seeds else ""
             se = sd * (2 / n) ** 0.5
-            if n == 1 and lent_df > 0:
-                found = detectable_difference(se, k, lent_df)
-                lines.append(f"  1 seed a config{here}: {shown(found)} from the best on the borrowed "
-                             f"variance's {lent_df:g} df; main effects: {effects(1)}")
+            if n == 1 and one_seed_df > 0:
+                found = detectable_difference(se, k, one_seed_df)
+                lines.append(f"  1 seed a config{here}: {shown(found)} from the best on "
+                             f"{one_seed_source}'s {one_seed_df:g} df; main effects: {effects(1)}")
                 continue
             if n == 1:
                 found = detectable_difference(se, k, float("inf"))
