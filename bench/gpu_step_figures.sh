@@ -20,6 +20,9 @@ fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 $PY -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+# fail in seconds, not after each part's model load, where a package the trainer imports is missing
+# (on 2026-11-27 optuna and its alembic, colorlog, mako and sqlalchemy had to be carried too)
+$PY -c 'import grpo.training.trainer' || { echo "a package the trainer imports is missing: carry its wheel in .whl/"; exit 2; }
 run() {  # run LIMIT_S ARGS...: one part, cut off after LIMIT_S seconds
   local limit=$1; shift
   echo "== bench/step_time.py $*"
