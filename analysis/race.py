@@ -72,13 +72,10 @@ from grpo.run.files import read_status
 
 
 def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings, wave: int,
-           n_configs: int, first_look: bool | None = None) -> Decision:
-    """The look after wave `wave` (1-based) at the configs `alive` (labels of `collection`) of a
-    race of `n_configs`: which of them could still be the best at the race's calibrated level
-    (`analysis.race_boundary.boundary`); `first_look` whether wave 1's look had a seed variance
-    (None at wave 1: this look is the first)."""
-    level = boundary(n_configs, settings.max_seeds, settings.alpha,
-                     True if first_look is None else first_look).level
+           level: float) -> Decision:
+    """The look after wave `wave` (1-based) at the configs `alive` (labels of `collection`):
+    which of them could still be the best at `level`, the race's calibrated level
+    (`race_boundary`), recorded where the look compared anything."""
     ranking = rank(collection, labels=alive, alpha=level)
     left = {label: f"{STOPPED_EARLY} ({statuses})" for label, statuses in ranking.excluded.items()}
     left.update({label: f"{NOT_REACHED} ({where})"
@@ -267,7 +264,7 @@ class RaceRunner:
         wave.spent_hours = {i: measured[num] if math.isfinite(measured.get(num, math.nan)) else 0.0
                             for num, i in wave.jobs.items()}
         return decide(collection, sorted(set(wave.labels.values())), self.settings,
-                      len(race.waves), len(race.configs), first_look(race))
+                      len(race.waves), race_boundary(race).level)
 
 
 def disagreements(found: Relaunch, race: Race) -> list[str]:

@@ -20,7 +20,7 @@ from sweep_factory import write_matching_outcomes
 from analysis.collect import collect
 from analysis.monitor import plain_line, table, watch
 from analysis.progress import SweepProgress
-from analysis.race import RaceRunner, chunks, decide
+from analysis.race import RaceRunner, chunks, decide, first_look, race_boundary
 from analysis.race_boundary import boundary
 from analysis.race_record import (
     MAX_SEEDS,
@@ -105,7 +105,8 @@ def test_a_clearly_worse_config_leaves_at_the_first_look_with_a_seed_variance(tm
         write_race_run(sweep / str(job), lr, seed, values[lr][seed])
     settings = RaceSettings(max_seeds=3, alpha=0.05)
     every = [f"learning_rate={lr}" for lr in LRS]
-    decision = decide(collect([sweep]), every, settings, wave=2, n_configs=3, first_look=False)
+    level = boundary(3, 3, 0.05, False).level  # 3 configs, no variance at wave 1
+    decision = decide(collect([sweep]), every, settings, wave=2, level=level)
     assert set(decision.alive) == {"learning_rate=3e-4", "learning_rate=1e-3"}
     assert list(decision.left) == ["learning_rate=1e-4"] and decision.end is None
     # it leaves by Hsu's comparisons with the best at the race's calibrated level: 0.0383 for 3
@@ -115,10 +116,9 @@ def test_a_clearly_worse_config_leaves_at_the_first_look_with_a_seed_variance(tm
     assert "(Hsu's comparisons with the best, simultaneous 96.2%" in decision.left["learning_rate=1e-4"]
     assert "seeds in this sweep" in decision.seed_variance
     # at the last look the race ends whatever is left; with one config left it ends at once
-    assert decide(collect([sweep]), every, settings, wave=3, n_configs=3,
-                  first_look=False).end == MAX_SEEDS
-    assert decide(collect([sweep]), ["learning_rate=3e-4"], settings, wave=2, n_configs=3,
-                  first_look=False).end == ONE_LEFT
+    assert decide(collect([sweep]), every, settings, wave=3, level=level).end == MAX_SEEDS
+    assert decide(collect([sweep]), ["learning_rate=3e-4"], settings, wave=2,
+                  level=level).end == ONE_LEFT
 
 
 def test_without_a_seed_variance_no_config_leaves(tmp_path: Path) -> None:
@@ -127,7 +127,8 @@ def test_without_a_seed_variance_no_config_leaves(tmp_path: Path) -> None:
     for job, (lr, value) in enumerate(zip(LRS, (0.1, 0.5, 0.9), strict=True)):
         write_race_run(sweep / str(job), lr, 0, value)
     decision = decide(collect([sweep]), [f"learning_rate={lr}" for lr in LRS],
-                      RaceSettings(max_seeds=3, alpha=0.05), wave=1, n_configs=3)
+                      RaceSettings(max_seeds=3, alpha=0.05), wave=1,
+                      level=boundary(3, 3, 0.05, True).level)
     assert len(decision.alive) == 3 and decision.left == {} and decision.end is None
     assert decision.seed_variance.startswith("none") and decision.level is None
 
@@ -157,7 +158,7 @@ def test_wave_1_looks_with_a_borrowed_variance_where_one_is_named(tmp_path: Path
                     {"analysis.seed_variance_from": str(source)})
     every = [f"learning_rate={lr}" for lr in LRS]
     decision = decide(collect([race]), every, RaceSettings(max_seeds=3, alpha=0.05), wave=1,
-                      n_configs=3)
+                      level=boundary(3, 3, 0.05, True).level)
     # wave 1 looked: the race's level is the one calibrated with a look at wave 1
     assert decision.level == boundary(3, 3, 0.05, True).level
     assert f"the seeds of sweep {source}" in decision.seed_variance
@@ -168,7 +169,7 @@ def test_wave_1_looks_with_a_borrowed_variance_where_one_is_named(tmp_path: Path
                      {"loss.name": "no_baseline"})
     race = sweep_of(tmp_path / "race2", LRS, (0,), wave_1, {"analysis.seed_variance_from": str(other)})
     decision = decide(collect([race]), every, RaceSettings(max_seeds=3, alpha=0.05), wave=1,
-                      n_configs=3)
+                      level=boundary(3, 3, 0.05, True).level)
     assert "inflated x8.53 to its upper 95% confidence bound" in decision.seed_variance  # 3 df
 
 
@@ -316,6 +317,22 @@ def test_a_crafted_race_record_is_named_not_obeyed(tmp_path: Path, payload: str)
     (tmp_path / RACE_FILE).write_text(payload)
     with pytest.raises(RunFileError, match=RACE_FILE):
         read_race(tmp_path)
+
+
+def test_a_race_s_level_is_chosen_by_its_first_look() -> None:
+    """Before wave 1 is looked at, the level of a race whose wave 1 has a seed variance (the
+    smaller); then the one its first look's variance says: none (a recorded level of None) gives
+    the level of looks from wave 2 on."""
+    settings = RaceSettings(max_seeds=3, alpha=0.05)
+    race = Race([["learning_rate=1e-4"], ["learning_rate=3e-4"], ["learning_rate=1e-3"]],
+                settings, 3.0, [Wave(0, {0: 0, 1: 1, 2: 2}, 3.0)])
+    with_first, without = boundary(3, 3, 0.05, True), boundary(3, 3, 0.05, False)
+    assert with_first.level < without.level
+    assert first_look(race) is None and race_boundary(race) == with_first
+    race.waves[0].decision = Decision(1, ("learning_rate=3e-4",), level=None)
+    assert first_look(race) is False and race_boundary(race) == without
+    race.waves[0].decision = Decision(1, ("learning_rate=3e-4",), level=with_first.level)
+    assert first_look(race) is True and race_boundary(race) == with_first
 
 
 def test_seeds_are_the_race_s_and_launches_are_runs_of_consecutive_jobs() -> None:

@@ -39,7 +39,8 @@ def test_the_simulated_look_is_the_race_s_rule(seeds: int) -> None:
     by_rule = np.array([rule(values[r], alive[r], level) for r in range(60)])
     assert simulated.any() and (~simulated & alive).any()  # both outcomes occur
     np.testing.assert_array_equal(simulated, by_rule)
-    assert not look(values[:, :1], alive, level, first_look=False).any() or seeds > 1
+    # without a variance at wave 1, its look (one seed) leaves no config out
+    assert not look(values[:, :1], alive, level, first_look=False).any()
 
 
 def test_the_level_spends_the_race_s_alpha_where_bonferroni_spent_under_half() -> None:
