@@ -651,6 +651,16 @@ def detectable_difference(se: float, family: int, df: float, alpha: float = ALPH
                                  - POWER, 1e-9 * se, 100 * se, xtol=1e-6 * se))
 
 
+def error_df(cells: int, levels: Sequence[int], seeds: int) -> int:
+    """The degrees of freedom the main effects are tested on (``analysis.effects.main_effects``)
+    in a grid of ``cells`` configs over keys of ``levels`` levels, ``seeds`` seeds a config: the
+    pooled seed variance's cells x (seeds - 1); with one seed a grid of two or more keys' additive
+    residual, cells - 1 - sum(levels - 1); 0 where neither exists (one key, one seed)."""
+    if seeds > 1:
+        return cells * (seeds - 1)
+    return max(cells - 1 - sum(n - 1 for n in levels), 0) if len(levels) > 1 else 0
+
+
 def power_main_effect(diff: float, sd: float, levels: int, runs_per_level: float,
                       df: float) -> float:
     """The power of a key's main-effect F test (``analysis.effects.main_effects``, at

@@ -27,7 +27,7 @@ from monte_carlo import rate  # noqa: E402
 
 from analysis.aggregate import seed_variance  # noqa: E402
 from analysis.effects import VALUE, main_effects  # noqa: E402
-from analysis.uncertainty import POWER, ConfigData, detectable_main_effect  # noqa: E402
+from analysis.uncertainty import POWER, ConfigData, detectable_main_effect, error_df  # noqa: E402
 
 DESIGNS = (((3,), 2), ((3,), 3), ((3,), 5), ((3, 3), 1), ((3, 3), 2), ((3, 3), 3), ((2, 2), 3))
 """(levels of each swept key, seeds a config)."""
@@ -36,7 +36,7 @@ DESIGNS = (((3,), 2), ((3,), 3), ((3,), 5), ((3, 3), 1), ((3, 3), 2), ((3, 3), 3
 def stated(levels: tuple[int, ...], seeds: int) -> tuple[float, float]:
     """The dry run's detectable difference for the first key, and its error df."""
     k = int(np.prod(levels))
-    df = k * (seeds - 1) if seeds > 1 else k - 1 - sum(m - 1 for m in levels)
+    df = error_df(k, levels, seeds)
     return detectable_main_effect(1.0, levels[0], k * seeds / levels[0], df), df
 
 

@@ -24,6 +24,7 @@ from analysis.uncertainty import (
     compare_sweep,
     detectable_difference,
     detectable_main_effect,
+    error_df,
     estimate,
     mcb_critical,
     own_df,
@@ -296,6 +297,10 @@ def test_a_main_effect_s_power_is_the_noncentral_f_of_its_two_levels_apart() -> 
     found = detectable_main_effect(sd, 3, runs, df)
     assert power_main_effect(found, sd, 3, runs, df) == pytest.approx(0.8, abs=1e-6)
     assert 0.08 < found < 0.11
+    # the error term's df: pooled seeds, else a grid's additive residual, else none
+    assert error_df(9, [3, 3], 3) == 18 and error_df(6, [3], 2) == 6
+    assert error_df(9, [3, 3], 1) == 4 and error_df(4, [2, 2], 1) == 1
+    assert error_df(3, [3], 1) == 0
 
 
 def test_two_variances_are_pooled_only_where_an_f_test_with_power_finds_them_alike() -> None:

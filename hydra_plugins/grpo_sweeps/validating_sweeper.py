@@ -164,6 +164,7 @@ class ValidatingSweeper(BasicSweeper):
             POWER,
             detectable_difference,
             detectable_main_effect,
+            error_df,
             own_df,
         )
 
@@ -195,7 +196,7 @@ class ValidatingSweeper(BasicSweeper):
                 key, _, value = override.partition("=")
                 values.setdefault(key.lstrip("+~"), set()).add(value)
         levels = {key: len(v) for key, v in values.items() if len(v) > 1}
-        additive_df = k - 1 - sum(n - 1 for n in levels.values()) if len(levels) > 1 else 0
+        additive_df = error_df(k, list(levels.values()), 1)
         # one seed a config: a grid's own residual (a borrowed variance is pooled with it only
         # where a test with the power to tell them apart finds them alike: analysis.uncertainty.
         # combine), else the borrowed variance
@@ -209,7 +210,7 @@ class ValidatingSweeper(BasicSweeper):
                                      if found >= 1 else "")
 
         def effects(n: int) -> str:
-            df = k * (n - 1) if n > 1 else one_seed_df
+            df = error_df(k, list(levels.values()), n) if n > 1 else one_seed_df
             if df <= 0:
                 return "no main-effect test (no seed variance to test it against)"
             return ", ".join(f"{key} {shown(detectable_main_effect(sd, m, k * n / m, df))}"
@@ -242,8 +243,7 @@ class ValidatingSweeper(BasicSweeper):
         race_seeds = OmegaConf.select(cfg, "race.max_seeds", default=None)
         most = int(race_seeds) if race_seeds is not None else 3
         first_look = additive_df > 0 or source is not None
-        level = boundary(k, most, float(OmegaConf.select(cfg, "race.alpha", default=0.05)),
-                         first_look).level
+        level = boundary(k, most, float(cfg.race.alpha), first_look).level
         found = detectable_difference(sd * (2 / most) ** 0.5, k, own_df(most), level)
         shares = [case.share for case in Calibration.read().cases]
         lines.append(f"  as a race (race.max_seeds={most}"
