@@ -11,8 +11,9 @@ config is shown worse, so wave 2 gives every config its second seed, which measu
 
 Repeated looks: the race looks after each wave, at most `max_seeds` times, and an elimination
 at any look is a verdict. Every look compares at one level, calibrated by simulation so that a
-truly best config leaves at some look with probability `alpha` (`analysis.race_boundary`; about
-twice Bonferroni's `alpha / max_seeds`, which spent under half of `alpha`). The level depends on
+truly best config leaves at some look with probability `alpha` (`analysis.race_boundary`; 1.8 to
+2.8 times Bonferroni's `alpha / max_seeds`, which spent 1.9-2.9% of an alpha of 5% with 9 configs
+and 5 seeds). The level depends on
 whether wave 1's look had a seed variance (a borrowed one, or a grid's additive residual): the
 first look says, and the race keeps its answer. A config that leaves because a run stopped early
 (collapsed, diverged, pruned) is not a statistical elimination and spends none of `alpha`.

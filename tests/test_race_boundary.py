@@ -1,6 +1,6 @@
 """The race's calibrated boundary (analysis.race_boundary): its simulated look is the project's
 rule (analysis.uncertainty.compare_sweep, which a race's look calls through analysis.race.decide),
-and its level spends the race's alpha where Bonferroni's split spent under half of it."""
+and its level spends the race's alpha where Bonferroni's split left much of it unspent."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_the_simulated_look_is_the_race_s_rule(seeds: int) -> None:
     assert not look(values[:, :1], alive, level, first_look=False).any()
 
 
-def test_the_level_spends_the_race_s_alpha_where_bonferroni_spent_under_half() -> None:
+def test_the_level_spends_the_race_s_alpha_where_bonferroni_left_it_unspent() -> None:
     """9 equal configs, 5 seeds: at the calibrated level 5% of configs (each truly best) leave at
     some look, within the simulation's error; at Bonferroni's 0.01 a look, 1.9% (no variance at
     wave 1) and 2.9% (a variance at wave 1, one look more)."""
