@@ -21,9 +21,9 @@ noise alone it sits well above the config's true reward and favours configs eval
 the final evaluation alone is one noisy draw. ``python bench/selection_calibration.py`` measures
 both against the late mean (README, "How sure a comparison is"). The ranking carries each
 config's 95% interval and the comparisons with the best config and the on-policy baseline
-(:mod:`analysis.uncertainty`) on the seed variance of the best source the sweep has
+(:mod:`analysis.stats.comparisons`) on the seed variance of the best source the sweep has
 (:func:`seed_variance`: its seeds, the additive model of a one-seed grid, a sweep it borrows from),
-the ANOVA of the swept keys (:mod:`analysis.effects`), and the runs' per-problem outcomes
+the ANOVA of the swept keys (:mod:`analysis.stats.effects`), and the runs' per-problem outcomes
 (``eval_outcomes/``) checked against their logged rewards.
 """
 
@@ -40,18 +40,12 @@ import pandas as pd
 from scipy import special
 
 from analysis.collect import LABEL, Collection, collect, gpu_hours
-from analysis.effects import VALUE, MainEffects, additive_variance, main_effects
 from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
-from analysis.uncertainty import (
-    ALPHA,
-    ConfigData,
-    SeedVariance,
-    SweepComparisons,
-    combine,
-    compare_sweep,
-    problem_error,
-    upper_bound_factor,
-)
+from analysis.stats.comparisons import SweepComparisons, compare_sweep, problem_error
+from analysis.stats.effects import VALUE, MainEffects, main_effects
+from analysis.stats.levels import ALPHA
+from analysis.stats.sources import lent, seed_variance
+from analysis.stats.variance import ConfigData, SeedVariance
 from grpo.run.outcomes import LATE_EVALS, OUTCOMES_DIR, outcomes_path, read_many
 
 Criterion = Literal["late_eval_reward", "best_eval_reward", "final_eval_reward"]
@@ -275,8 +269,8 @@ class Ranking:
     (label -> statuses); ``not_compared`` the configs none of whose runs reached ``at_step``
     (label -> where they stopped) and ``unreached`` every run left out for that, in words;
     ``near_ties`` the configs that could still be the best besides it (label -> the comparison
-    in words); ``uncertainty`` the intervals and comparisons of :mod:`analysis.uncertainty`;
-    ``effects`` the ANOVA of the swept keys (:mod:`analysis.effects`); ``data_problems`` the
+    in words); ``uncertainty`` the intervals and comparisons of :mod:`analysis.stats.comparisons`;
+    ``effects`` the ANOVA of the swept keys (:mod:`analysis.stats.effects`); ``data_problems`` the
     per-problem outcome files that could not be used, by run; ``advice`` what would decide an
     undecided or unclear pick, priced; ``design`` what the seed variance measures (for
     :func:`borrow_variance`); ``borrowed`` the sweep a variance was borrowed from, collected;
@@ -350,7 +344,7 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
     """The configs (of ``labels`` only, when given) without a run stopped early, ranked by
     ``criterion`` at the largest step every one of them reached (see the module docstring; a run
     that did not reach it is left out and named), with each config's interval and the
-    comparisons of :func:`analysis.uncertainty.compare_sweep` on the seed variance of the best
+    comparisons of :func:`analysis.stats.comparisons.compare_sweep` on the seed variance of the best
     source the sweep has (:func:`seed_variance`; ``borrow``: a sweep to borrow from, True for the
     one the runs' ``analysis.seed_variance_from`` names, False for none); ``near_ties`` are the
     configs that could still be the best besides the first (at family-wise error rate ``alpha``)."""
@@ -389,7 +383,8 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
                 if source_sweep is not None else None)
     frame = _run_frame(collection, values, criterion)
     seeds = seed_variance(data, frame, collection.label_keys,
-                          borrowed[0] if borrowed is not None else None)
+                          borrowed[0] if borrowed is not None else None,
+                          f"nothing borrowed ({BORROW_KEY} is not set)")
     baselines = {label: base for label in ranked.index
                  if (base := on_policy_baseline(collection, label, list(ranked.index))) is not None}
     uncertainty = compare_sweep(data, str(ranked.index[0]), baselines, at_step, seeds,
@@ -411,33 +406,9 @@ def _step_text(value: Any) -> str:
 
 def _run_frame(collection: Collection, values: pd.DataFrame, criterion: Criterion) -> pd.DataFrame:
     """One row per compared run: the swept keys' values and the run's ``criterion`` as
-    :data:`analysis.effects.VALUE` (the frame of :mod:`analysis.effects`)."""
+    :data:`analysis.stats.effects.VALUE` (the frame of :mod:`analysis.stats.effects`)."""
     keys = collection.runs.set_index("run_id")[collection.label_keys].reindex(values.index)
     return keys.assign(**{VALUE: values[criterion]}).reset_index(drop=True)
-
-
-def seed_variance(configs: Sequence[ConfigData], frame: pd.DataFrame, keys: Sequence[str],
-                  borrowed: SeedVariance | None) -> SeedVariance:
-    """The seed variance from the best source the sweep has, in this order: seeds in the sweep
-    (pooled over configs); the additive model's residual of a one-seed grid of two or more swept
-    keys, pooled with ``borrowed`` (an earlier sweep's) where an F test finds them in agreement;
-    ``borrowed`` alone; none (module docstring of :mod:`analysis.uncertainty`)."""
-    pooled = SeedVariance.pooled(configs)
-    if pooled.source == "seeds":
-        return pooled
-    additive = additive_variance(frame, keys)
-    usable = borrowed is not None and borrowed.usable
-    refused = () if borrowed is None or usable else (borrowed.text,)
-    if additive is not None and usable:
-        return combine(additive, borrowed)
-    if additive is not None:
-        return additive.with_notes(*refused)
-    if usable:
-        return borrowed
-    why = ("one seed per config and one swept key (no additive model to measure it with)"
-           + ("" if borrowed is None else f"; {borrowed.text}")
-           + ("" if borrowed is not None else f"; nothing borrowed ({BORROW_KEY} is not set)"))
-    return SeedVariance.missing(why)
 
 
 def _borrowed_sweep(collection: Collection, borrow: Path | bool) -> tuple[Path | None, str]:
@@ -478,20 +449,6 @@ def borrow_variance(sweep: Path, named_by: str, criterion: Criterion, at_step: i
             other, tuple(outside))
 
 
-def lent(seeds: SeedVariance, text: str, outside: Sequence[str]) -> SeedVariance:
-    """``seeds`` (a source sweep's pooled variance) as a borrowed variance, ``text`` where from:
-    as it is, or inflated to its upper 95% bound where the borrowing sweep runs settings
-    ``outside`` those its source ran (:data:`SEED_VARIANCE_KEYS`)."""
-    if not outside:
-        return SeedVariance(seeds.variance, seeds.df, "borrowed", text)
-    factor = upper_bound_factor(seeds.df)
-    shown = "; ".join(outside[:3]) + (f"; and {len(outside) - 3} more" if len(outside) > 3 else "")
-    return SeedVariance(seeds.variance * factor, seeds.df, "borrowed", (
-        f"{text}, inflated x{factor:.2f} to its upper 95% confidence bound ({seeds.variance:.3g} "
-        f"measured): this sweep runs settings that change the seed variance and that sweep did "
-        f"not ({shown})"))
-
-
 def _advice(collection: Collection, ranked: pd.DataFrame, u: SweepComparisons) -> str | None:
     """What would decide: for an undecided sweep, a second seed for its best three configs; for
     a best config the data cannot tell from the runner-up, the seeds :func:`resolve` asks for;
@@ -529,7 +486,7 @@ def _price(collection: Collection, extra_runs: dict[str, int]) -> str:
 
 def config_data(collection: Collection, values: pd.DataFrame, labels: Sequence[str],
                 criterion: Criterion) -> tuple[list[ConfigData], list[str], Design]:
-    """Each of ``labels``' :class:`analysis.uncertainty.ConfigData` (its runs' ``criterion``
+    """Each of ``labels``' :class:`analysis.stats.variance.ConfigData` (its runs' ``criterion``
     values, ``values``: :func:`run_values_at`, and for the late criterion their per-problem
     outcomes averaged over the same evaluations, from ``eval_outcomes/``: None for a config
     where a run lacks usable ones); the outcome files that could not be used, one line per run;

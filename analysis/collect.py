@@ -79,6 +79,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from analysis.formatting import LABEL, format_value, sort_key
 from analysis.run_rows import (
     ELAPSED,
     EVAL_REWARD,
@@ -101,7 +102,6 @@ from grpo.run.files import (
 from grpo.run.run_config import RUN_CONFIG, compare, trained_record
 from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan, config_value
 
-LABEL = "config label"
 DEFAULT_GPUS_PER_JOB = 2
 HYPERPARAMS = (
     "experiment_name",
@@ -301,25 +301,6 @@ def find_latest_sweep(outputs: Path) -> Path:
     if not candidates:
         raise FileNotFoundError(f"no sweep (a directory with multirun.yaml) under {outputs}")
     return max(candidates, key=lambda p: p.stat().st_mtime).parent
-
-
-def format_value(value: Any) -> str:
-    """How a swept value is written in a config label."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):  # short, unless that would merge two values (1e-05, 1.000001e-05)
-        short = f"{value:g}"
-        return short if float(short) == value or math.isnan(value) else repr(value)
-    return str(value)
-
-
-def sort_key(value: Any) -> tuple[int, float, str]:
-    """Order numbers numerically before strings, and missing values last."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return (2, 0.0, "")
-    if isinstance(value, bool | int | float):
-        return (0, float(value), "")
-    return (1, 0.0, str(value))
 
 
 @dataclass(frozen=True)

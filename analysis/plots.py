@@ -66,12 +66,13 @@ from analysis.aggregate import (
     label_curves,
     rank,
 )
-from analysis.collect import LABEL, Collection, format_value, sort_key
-from analysis.effects import varying_keys
+from analysis.collect import LABEL, Collection
 from analysis.external import External
+from analysis.formatting import format_value, sort_key
 from analysis.metric_names import metric_name
 from analysis.run_rows import EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
-from analysis.uncertainty import t_quantile
+from analysis.stats.critical import t_quantile
+from analysis.stats.effects import varying_keys
 from grpo.run.files import atomic_write, subdir
 
 TRAINING_METRICS = (

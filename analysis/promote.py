@@ -31,7 +31,8 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from analysis.aggregate import Criterion, on_policy_baseline, rank
-from analysis.collect import LABEL, Collection, format_value
+from analysis.collect import LABEL, Collection
+from analysis.formatting import format_value
 from grpo.config.rules import rule_for
 from grpo.run.files import atomic_write_text
 from grpo.training.batch_plan import BatchPlan

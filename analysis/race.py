@@ -4,14 +4,14 @@ best get another seed (Maron and Moore's Hoeffding races, 1994; Birattari's F-Ra
 Wave 1 runs every config of the grid with the race's first seed; after each wave the sweep is
 read as `make plots` reads it (`analysis.collect.collect`, `analysis.aggregate.rank`) and the
 configs that could still be the best -- those the simultaneous Tukey-Kramer comparisons of
-`analysis.uncertainty` do not show worse than the best one, on the sweep's seed variance -- go on
+`analysis.stats.comparisons` do not show worse than the best one, on the sweep's seed variance -- go on
 to the next wave with the next seed. A config with a run stopped early (collapsed, diverged,
 pruned) leaves. Where there is no seed variance yet (a one-key grid with one seed each) no
 config is shown worse, so wave 2 gives every config its second seed, which measures it.
 
 Repeated looks: the race looks after each wave, at most `max_seeds` times, and an elimination
 at any look is a verdict. Every look compares at one level, calibrated by simulation so that a
-truly best config leaves at some look with probability `alpha` (`analysis.race_boundary`; 1.8 to
+truly best config leaves at some look with probability `alpha` (`analysis.stats.race`; 1.8 to
 2.8 times Bonferroni's `alpha / max_seeds`, which spent 1.9-2.9% of an alpha of 5% with 9 configs
 and 5 seeds). The level depends on
 whether wave 1's look had a seed variance (a borrowed one, or a grid's additive residual): the
@@ -49,16 +49,8 @@ from typing import Any, NoReturn
 
 from analysis.aggregate import rank
 from analysis.collect import LABEL, Collection, collect
-from analysis.race_boundary import Boundary, boundary
 from analysis.race_record import (
-    MAX_SEEDS,
-    NONE_LEFT,
-    NOT_REACHED,
-    ONE_LEFT,
-    OVER_BUDGET,
     RACE_FILE,
-    STOPPED_EARLY,
-    Decision,
     Race,
     Relaunch,
     Wave,
@@ -68,31 +60,19 @@ from analysis.race_record import (
     short_labels,
 )
 from analysis.run_rows import FINISHED_STATUSES
+from analysis.stats.race import NONE_LEFT, OVER_BUDGET, Boundary, Decision, boundary, decision
 from grpo.config.race import RaceSettings
 from grpo.run.files import read_status
 
 
 def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings, wave: int,
            level: float) -> Decision:
-    """The look after wave `wave` (1-based) at the configs `alive` (labels of `collection`):
-    which of them could still be the best at `level`, the race's calibrated level
-    (`race_boundary`), recorded where the look compared anything."""
+    """The look after wave `wave` (1-based) at the configs `alive` (labels of `collection`),
+    ranked as `make plots` ranks them at `level`, the race's calibrated level (`race_boundary`):
+    `analysis.stats.race.decision`."""
     ranking = rank(collection, labels=alive, alpha=level)
-    left = {label: f"{STOPPED_EARLY} ({statuses})" for label, statuses in ranking.excluded.items()}
-    left.update({label: f"{NOT_REACHED} ({where})"
-                 for label, where in ranking.not_compared.items()})
-    u = ranking.uncertainty
-    if u is None:
-        could = [str(label) for label in ranking.table.index]
-        variance = "none: no config was compared"
-    else:
-        could = list(u.could_be_best)
-        variance = u.seeds.describe()
-        left.update({label: u.why_out(label) for label in ranking.table.index if label not in could})
-    end = (NONE_LEFT if not could else ONE_LEFT if len(could) == 1
-           else MAX_SEEDS if wave >= settings.max_seeds else None)
-    return Decision(wave, tuple(could), left, end, variance,
-                    level if u is not None and u.decided else None)
+    return decision(wave, list(ranking.table.index), ranking.uncertainty, ranking.excluded,
+                    ranking.not_compared, settings.max_seeds, level)
 
 
 def first_look(race: Race) -> bool | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.run_rows import FINISHED_STATUSES, job_dirs
+from analysis.stats.race import Decision
 from grpo.config.race import RaceSettings
 from grpo.run.files import RunFileError, atomic_write_text, read_json, read_status
 from grpo.run.run_config import RACE_SEED, curve_differences, describe_differences, trained_config
@@ -31,40 +32,6 @@ MAX_RACE_BYTES = 64 << 20
 over 10 waves is about 6 MB)."""
 VERSION = 2
 """The record's format: 2 records each config's resolved config (1 did not: rebuilt)."""
-ONE_LEFT = "one config remains"
-NONE_LEFT = "no config remains: every config still in had a run stopped early"
-MAX_SEEDS = "every config still in has max_seeds seeds"
-OVER_BUDGET = "the next wave would pass the budget"
-
-
-STOPPED_EARLY = "a run stopped early"
-"""Why a config whose run collapsed, diverged or was pruned left (followed by its statuses)."""
-NOT_REACHED = "no run reached the compared step"
-"""Why a config none of whose runs reached the step the others are compared at left."""
-RUN_DEPARTURES = (STOPPED_EARLY, NOT_REACHED)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the look after wave `wave` decided: `alive` the configs that go on (best first),
-    `left` those that left at this look and why, `end` why the race ends here (None: it goes
-    on), `seed_variance` the seed variance the comparisons rest on, in words, `level` the
-    family-wise rate the look compared at (`analysis.race_boundary`; None: no seed variance, so
-    nothing was compared)."""
-
-    wave: int
-    alive: tuple[str, ...]
-    left: dict[str, str] = field(default_factory=dict)
-    end: str | None = None
-    seed_variance: str = ""
-    level: float | None = None
-
-    def outside_alpha(self) -> dict[str, str]:
-        """The configs of `left` that left because of their runs, not a comparison (a run
-        stopped early, or none reached the compared step): they spent none of the race's alpha."""
-        return {label: why for label, why in self.left.items() if why.startswith(RUN_DEPARTURES)}
-
-
 @dataclass
 class Wave:
     """One wave: its `seed`, its jobs (job number -> config index), the hours (the race's unit)

@@ -38,8 +38,9 @@ from analysis.progress import read_jobs
 from analysis.race import race_boundary
 from analysis.race_record import verified_race
 from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
-from analysis.trends import WINDOW, Trend, trends, windows
-from analysis.uncertainty import FAMILY_TEXT, Comparison, Estimate
+from analysis.stats.comparisons import FAMILY_TEXT, Comparison, Estimate
+from analysis.stats.trends import WINDOW, Trend, windows
+from analysis.trends import trends
 from grpo.config.race import BUDGET_UNIT
 from grpo.run.files import RunFileError, atomic_write, atomic_write_text
 
@@ -376,7 +377,7 @@ def _trends(collection: Collection, ranking: Ranking) -> list[str]:
     if ranking.best is None or not ranking.at_step:
         return [*lines, "No ranked config yet."]
     found = trends(collection, list(ranking.table.index), ranking.best, ranking.at_step,
-                   ranking.borrowed, inflate=bool(ranking.borrowed_outside))
+                   ranking.borrowed, ranking.borrowed_outside)
     if not found:
         return [*lines, "No training metrics logged."]
     early, late = windows(ranking.at_step)

@@ -2,7 +2,7 @@
 real code: how often a one-seed stage (the chain's baselines, normalization or prompt study: k
 configs, one seed each, nothing in the stage to measure the seed variance with) calls equal
 configs different, with the source's variance taken as it is against inflated to its upper 95%
-confidence bound (``analysis.uncertainty.upper_bound_factor``: what the analysis does where the
+confidence bound (``analysis.stats.variance.upper_bound_factor``: what the analysis does where the
 stage's configs ran settings the source did not: another loss, normalization, learning rate or
 number of off-policy epochs).
 
@@ -14,7 +14,7 @@ config 3 seed sd better, called better than each other config.
 
 The second table is a one-seed 3x3 grid, whose additive residual (4 df, ``analysis.effects``)
 can be set against the borrowed variance (10 df, taken as it is): the seed variance the analysis
-uses (``analysis.aggregate.seed_variance``: pooled only where an F test with the power to see a
+uses (``analysis.stats.sources.seed_variance``: pooled only where an F test with the power to see a
 2x difference finds them in agreement, else the larger) against the former rule (pooled wherever
 the F test does not reject) and the residual alone.
 
@@ -38,15 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from monte_carlo import rate  # noqa: E402
 
-from analysis.aggregate import seed_variance  # noqa: E402
-from analysis.effects import VALUE, additive_variance  # noqa: E402
-from analysis.uncertainty import (  # noqa: E402
-    ALPHA,
-    ConfigData,
-    SeedVariance,
-    compare_pair,
-    upper_bound_factor,
-)
+from analysis.stats.comparisons import compare_pair  # noqa: E402
+from analysis.stats.effects import VALUE, additive_variance  # noqa: E402
+from analysis.stats.levels import ALPHA  # noqa: E402
+from analysis.stats.sources import seed_variance  # noqa: E402
+from analysis.stats.variance import ConfigData, SeedVariance, upper_bound_factor  # noqa: E402
 
 GRID_KEYS = ("k0", "k1")
 GRID_STEP = 3.0

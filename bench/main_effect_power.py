@@ -1,9 +1,9 @@
 """The main-effect power the dry run states against the power the analysis has (issue 45, item 5).
 For each design (a grid of swept keys x seeds a config, seed sd 1), the first key's first two
-levels are set apart by the difference ``analysis.uncertainty.detectable_main_effect`` says its F
+levels are set apart by the difference ``analysis.stats.power.detectable_main_effect`` says its F
 test finds at 80% power (the others at their mean; the other key without effect), and sweeps
-simulated through the analysis's own code (``analysis.aggregate.seed_variance``: the pooled seed
-variance, or a one-seed grid's additive residual; ``analysis.effects.main_effects``: the ANOVA)
+simulated through the analysis's own code (``analysis.stats.sources.seed_variance``: the pooled seed
+variance, or a one-seed grid's additive residual; ``analysis.stats.effects.main_effects``: the ANOVA)
 count how often the key's F test has p < 0.05: the power the analysis has, ± its Monte Carlo
 error. Goal: stated within 5 points of simulated.
 
@@ -25,9 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from monte_carlo import rate  # noqa: E402
 
-from analysis.aggregate import seed_variance  # noqa: E402
-from analysis.effects import VALUE, main_effects  # noqa: E402
-from analysis.uncertainty import POWER, ConfigData, detectable_main_effect, error_df  # noqa: E402
+from analysis.stats.effects import VALUE, main_effects  # noqa: E402
+from analysis.stats.levels import POWER  # noqa: E402
+from analysis.stats.power import detectable_main_effect, error_df  # noqa: E402
+from analysis.stats.sources import seed_variance  # noqa: E402
+from analysis.stats.variance import ConfigData  # noqa: E402
 
 DESIGNS = (((3,), 2), ((3,), 3), ((3,), 5), ((3, 3), 1), ((3, 3), 2), ((3, 3), 3), ((2, 2), 3))
 """(levels of each swept key, seeds a config)."""

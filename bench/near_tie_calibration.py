@@ -1,7 +1,7 @@
 """The set of configs that could still be the best, calibrated (issue 45, item 1): how often it
 misses a truly best config in its least favourable case (every config equal: each is a best
 one), and its half-width, for Hsu's comparisons with the best (what the analysis uses) against
-the Tukey deduction it replaced, through the real code (analysis.uncertainty.compare_sweep on
+the Tukey deduction it replaced, through the real code (analysis.stats.comparisons.compare_sweep on
 each simulated sweep's values; Tukey's set: the configs whose Tukey-Kramer comparison with the
 observed best is not "worse").
 
@@ -27,13 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from monte_carlo import rate  # noqa: E402
 
-from analysis.uncertainty import (  # noqa: E402
-    ConfigData,
-    SeedVariance,
-    compare_sweep,
-    mcb_critical,
-    tukey_critical,
-)
+from analysis.stats.comparisons import compare_sweep  # noqa: E402
+from analysis.stats.critical import mcb_critical, tukey_critical  # noqa: E402
+from analysis.stats.variance import ConfigData, SeedVariance  # noqa: E402
 
 
 def one_sweep(rng: np.random.Generator, seeds: list[int]) -> tuple[bool, bool]:

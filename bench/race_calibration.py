@@ -15,7 +15,7 @@ runner-up); and, beyond the issue's three, ``spread`` (the 9 configs 2 points ap
 as a learning-rate sweep spans a good region and clearly bad ones) and ``learning rate`` (0, -1,
 -2 / -5, -7.5, -10 / three at -40 points, the three near the floor at 0.3x the seed sd: a
 learning-rate sweep's unequal variances). Each look compares at the race's calibrated level
-(analysis.race_boundary). Figures, each with its Monte Carlo standard error: the share of truly
+(analysis.stats.race). Figures, each with its Monte Carlo standard error: the share of truly
 best configs that left the race at some look (each config of ``equal``; goal <= 5%); the share of
 races whose pick (the best of the configs left) is a truly best config; with ``equal``, the
 false-winner rate (the race ends with one config, calling it better than every other: goal <= 5%);
@@ -52,9 +52,8 @@ from selection_calibration import BASE, DIGEST, EVAL_EVERY, N_EVALS, N_PROBLEMS 
 from analysis.aggregate import LATE_EVALS, rank  # noqa: E402
 from analysis.collect import collect  # noqa: E402
 from analysis.race import RaceRunner  # noqa: E402
-from analysis.race_boundary import boundary  # noqa: E402
-from analysis.race_record import ONE_LEFT  # noqa: E402
 from analysis.run_rows import EVAL_REWARD  # noqa: E402
+from analysis.stats.race import ONE_LEFT, boundary  # noqa: E402
 from analysis.synthetic import config_with, write_multirun, write_run  # noqa: E402
 from grpo.config.race import CALIBRATION_FILE, CalibratedCase, Calibration, RaceSettings  # noqa: E402
 from grpo.run.outcomes import EvalOutcomes, write_outcomes  # noqa: E402

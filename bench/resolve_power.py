@@ -4,7 +4,7 @@ the difference a rule says is found at 80% power, and sweeps simulated through `
 count how often config 1 leaves the set that could be the best (Hsu's bound below 0): the power
 the analysis has, ± its Monte Carlo error. Two rules: the former normal approximation, (Hsu's
 critical value + z_0.8) standard errors on the pool's df; and what ``resolve`` and the dry run
-use now, ``analysis.uncertainty.power_against_best`` (noncentral t on the pair's own df,
+use now, ``analysis.stats.power.power_against_best`` (noncentral t on the pair's own df,
 ``detectable_difference``). Goal: stated within 5 points of simulated.
 
 Usage: python bench/resolve_power.py [--sweeps 400]
@@ -25,16 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from monte_carlo import rate  # noqa: E402
 
-from analysis.uncertainty import (  # noqa: E402
-    POWER,
-    ConfigData,
-    SeedVariance,
-    compare_sweep,
-    detectable_difference,
-    mcb_critical,
-    own_df,
-    power_against_best,
-)
+from analysis.stats.comparisons import compare_sweep  # noqa: E402
+from analysis.stats.critical import mcb_critical  # noqa: E402
+from analysis.stats.levels import POWER  # noqa: E402
+from analysis.stats.power import detectable_difference, own_df, power_against_best  # noqa: E402
+from analysis.stats.variance import ConfigData, SeedVariance  # noqa: E402
 
 
 def simulated(k: int, n: int, delta: float, sweeps: int, rng: np.random.Generator) -> list[bool]:

@@ -60,8 +60,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.aggregate import LATE_EVALS, rank, run_values_at  # noqa: E402
 from analysis.collect import LABEL, collect  # noqa: E402
 from analysis.run_rows import EVAL_REWARD  # noqa: E402
+from analysis.stats.comparisons import pair_test  # noqa: E402
+from analysis.stats.variance import ConfigData  # noqa: E402
 from analysis.synthetic import write_multirun, write_run  # noqa: E402
-from analysis.uncertainty import ConfigData, pair_test  # noqa: E402
 from grpo.run.outcomes import EvalOutcomes, late_mean, write_outcomes  # noqa: E402
 from grpo.run.pruning import PruningSettings, ReplayJob, replay  # noqa: E402
 

@@ -1,5 +1,5 @@
 """Verdicts when seed variances differ (issue 45, item 2), through the real code: how often
-``analysis.uncertainty`` calls equal configs different, misses a truly best config, and detects a
+``analysis.stats.comparisons`` calls equal configs different, misses a truly best config, and detects a
 real difference, with each pair's variance the larger of the sweep's pool and the pair's own
 (``pair_variance``, what the analysis does) against the sweep's pool alone (the former rule:
 ``pair_variance`` patched here to return the pool).
@@ -43,8 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from monte_carlo import rate  # noqa: E402
 
-import analysis.uncertainty as uncertainty  # noqa: E402
-from analysis.uncertainty import ConfigData, SeedVariance, compare_pair, compare_sweep  # noqa: E402
+import analysis.stats.comparisons as comparisons  # noqa: E402
+from analysis.stats.comparisons import compare_pair, compare_sweep  # noqa: E402
+from analysis.stats.levels import ALPHA  # noqa: E402
+from analysis.stats.variance import ConfigData, SeedVariance  # noqa: E402
 
 Draw = Callable[[np.random.Generator, int], list[ConfigData]]
 
@@ -81,7 +83,7 @@ def outcomes(configs: list[ConfigData], equal: set[str], best: str) -> tuple[boo
     u = compare_sweep(ranked, ranked[0].label, {}, 10, variance)
     by_label = {c.label: c for c in configs}
     false = any(compare_pair(by_label[a], by_label[b], "best", 10, variance, len(configs),
-                             uncertainty.ALPHA).verdict in ("better", "worse")
+                             ALPHA).verdict in ("better", "worse")
                 for a, b in itertools.combinations(sorted(equal), 2))
     sharp = ("floor" not in u.could_be_best if "floor" in by_label
              else u.could_be_best == [best])
@@ -103,7 +105,7 @@ def main() -> None:
                 for n in (2, 3)]
     designs += [("one-better", n, normal([3.0] + [0.0] * 8, [1.0] * 9), set(), "c0")
                 for n in (2, 3)]
-    pair_variance = uncertainty.pair_variance
+    pair_variance = comparisons.pair_variance
     print(f"{args.sweeps} sweeps a row; each cell: the analysis (pair variance) / the pool alone\n")
     print("| design | seeds a config | false verdicts among equal configs | a best config "
           "missed by Hsu's set | a sharp answer |")
@@ -112,11 +114,11 @@ def main() -> None:
         start = time.time()
         cells = []
         for rule in ("pair", "pooled"):
-            uncertainty.pair_variance = (pair_variance if rule == "pair" else
+            comparisons.pair_variance = (pair_variance if rule == "pair" else
                                          lambda a, b, seeds: (seeds.variance, float(seeds.df)))
             rng = np.random.default_rng(n * 1000 + len(name))
             cells.append([outcomes(draw(rng, n), equal, best) for _ in range(args.sweeps)])
-        uncertainty.pair_variance = pair_variance
+        comparisons.pair_variance = pair_variance
         columns = [" / ".join(rate([r[i] for r in rows]) for rows in cells) for i in range(3)]
         if len(equal) < 2:
             columns[0] = "-"

@@ -27,12 +27,12 @@ from analysis.collect import (
     Collection,
     collect,
     find_latest_sweep,
-    format_value,
     read_metrics,
     read_swept,
     save_steps,
 )
 from analysis.external import GRPO_STEPS, External, read_external
+from analysis.formatting import format_value
 from analysis.plots import plot_all, plot_heatmaps
 from analysis.report import ACCURACY_BAR, build_report
 from analysis.synthetic import write_multirun, write_run

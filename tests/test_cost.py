@@ -238,12 +238,12 @@ def test_the_dry_run_says_what_the_sweep_can_find_with_an_assumed_seed_sd(tmp_pa
     comparisons find at 80% power (detectable_difference: noncentral t on the pair's own df)
     with this sweep's seeds and with 2 and 3, each priced at the sweep's cost a run; without it,
     how to get one; a value out of range is refused naming the key."""
-    from analysis.race_boundary import boundary
-    from analysis.uncertainty import (
+    from analysis.stats.power import (
         detectable_difference,
         detectable_main_effect,
         power_against_best,
     )
+    from analysis.stats.race import boundary
 
     sweep = ("-m", "model=tiny", "data=toy", "rollout=hf", "learning_rate=1e-5,3e-4,3e-3",
              "dry_run=true", f"paths.output_root={tmp_path}")
@@ -287,8 +287,9 @@ def test_the_dry_run_reads_what_a_named_sweep_lends(tmp_path: Path) -> None:
 
     from analysis.aggregate import rank
     from analysis.collect import collect
+    from analysis.stats.power import detectable_difference
+    from analysis.stats.variance import upper_bound_factor
     from analysis.synthetic import write_grid_sweep
-    from analysis.uncertainty import detectable_difference, upper_bound_factor
 
     source = tmp_path / "source"
     write_grid_sweep(source, {"learning_rate": [1e-5, 3e-4]}, n_seeds=3)

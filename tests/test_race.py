@@ -21,20 +21,15 @@ from analysis.collect import collect
 from analysis.monitor import plain_line, table, watch
 from analysis.progress import SweepProgress
 from analysis.race import RaceRunner, chunks, decide, first_look, race_boundary
-from analysis.race_boundary import boundary
 from analysis.race_record import (
-    MAX_SEEDS,
-    NONE_LEFT,
-    ONE_LEFT,
-    OVER_BUDGET,
     RACE_FILE,
-    Decision,
     Race,
     Wave,
     read_race,
     without_seed,
 )
 from analysis.report import build_report
+from analysis.stats.race import MAX_SEEDS, NONE_LEFT, ONE_LEFT, OVER_BUDGET, Decision, boundary
 from analysis.synthetic import config_with, write_multirun, write_run
 from grpo.chain.results import find_winner
 from grpo.config.race import Calibration, RaceSettings

@@ -1,5 +1,5 @@
-"""The race's calibrated boundary (analysis.race_boundary): its simulated look is the project's
-rule (analysis.uncertainty.compare_sweep, which a race's look calls through analysis.race.decide),
+"""The race's calibrated boundary (analysis.stats.race): its simulated look is the project's
+rule (analysis.stats.comparisons.compare_sweep, which a race's look calls through analysis.race.decide),
 and its level spends the race's alpha where Bonferroni's split left much of it unspent."""
 
 from __future__ import annotations
@@ -9,8 +9,20 @@ import math
 import numpy as np
 import pytest
 
-from analysis.race_boundary import SIMS, boundary, elimination_rate, look
-from analysis.uncertainty import ConfigData, SeedVariance, compare_sweep
+from analysis.stats.comparisons import compare_sweep
+from analysis.stats.race import (
+    MAX_SEEDS,
+    NONE_LEFT,
+    NOT_REACHED,
+    ONE_LEFT,
+    SIMS,
+    STOPPED_EARLY,
+    boundary,
+    decision,
+    elimination_rate,
+    look,
+)
+from analysis.stats.variance import ConfigData, SeedVariance
 
 
 def rule(values: np.ndarray, alive: np.ndarray, level: float) -> np.ndarray:
@@ -69,3 +81,28 @@ def test_one_look_compares_at_alpha_itself() -> None:
     assert b.level == pytest.approx(0.05, abs=0.002) and b.level <= 0.05
     assert "each look at 0.0484, calibrated by simulation" in b.describe()
     assert boundary(2, 2, 0.04, False).level <= 0.04
+
+
+def test_a_look_s_decision_from_its_comparisons_in_memory() -> None:
+    """`decision` on comparisons made here (no run directory): c is 0.21 below a on 6 df (out
+    by Hsu's bound), b 0.01 below (in); a config with a collapsed run and one that reached no
+    compared step leave outside alpha; the race ends at max_seeds, or with one config left."""
+    a, b, c = (ConfigData(label, np.array(v)) for label, v in
+               (("a", [0.50, 0.52, 0.54]), ("b", [0.49, 0.51, 0.53]), ("c", [0.30, 0.31, 0.32])))
+    u = compare_sweep([a, b, c], "a", {}, 10, SeedVariance.pooled([a, b, c]), alpha=0.0178)
+    got = decision(2, ["a", "b", "c"], u, {"d": "collapsed"}, {"e": "step 5"}, 5, 0.0178)
+    assert got.alive == ("a", "b") and got.end is None and got.level == 0.0178
+    assert got.left["c"].startswith("below the best: its mean minus a's is at most")
+    assert got.outside_alpha() == {"d": f"{STOPPED_EARLY} (collapsed)",
+                                   "e": f"{NOT_REACHED} (step 5)"}
+    assert "seeds in this sweep" in got.seed_variance and "(6 df)" in got.seed_variance
+    assert decision(5, ["a", "b", "c"], u, {}, {}, 5, 0.0178).end == MAX_SEEDS
+    assert decision(4, ["a", "b", "c"], u, {}, {}, 5, 0.0178).end is None
+    alone = compare_sweep([a, c], "a", {}, 10, SeedVariance.pooled([a, c]), alpha=0.0178)
+    assert decision(2, ["a", "c"], alone, {}, {}, 5, 0.0178).end == ONE_LEFT
+    blind = decision(1, ["a", "b"], None, {}, {"c": "step 0"}, 5, 0.0178)
+    assert blind.alive == ("a", "b") and blind.level is None and blind.end is None
+    assert decision(1, [], None, {"a": "diverged"}, {}, 5, 0.0178).end == NONE_LEFT
+    one_seed = [ConfigData(x.label, x.seed_values[:1]) for x in (a, b, c)]
+    undecided = compare_sweep(one_seed, "a", {}, 10, SeedVariance.pooled(one_seed), alpha=0.0178)
+    assert decision(1, ["a", "b", "c"], undecided, {}, {}, 5, 0.0178).level is None

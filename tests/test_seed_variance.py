@@ -25,8 +25,8 @@ from analysis.collect import collect
 from analysis.plots import choose_layout, plot_interaction
 from analysis.progress import Job, write_jobs
 from analysis.report import build_report, write_report
+from analysis.stats.variance import upper_bound_factor
 from analysis.synthetic import write_multirun, write_run
-from analysis.uncertainty import upper_bound_factor
 from grpo.run.outcomes import outcomes_path
 
 EVAL_STEPS = (0, 10, 20, 30, 40, 50)

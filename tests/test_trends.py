@@ -7,12 +7,16 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
 from analysis.collect import collect
+from analysis.formatting import LABEL
+from analysis.stats.effects import VALUE
+from analysis.stats.trends import NOT_FINITE, holm, metric_trends, windows
 from analysis.synthetic import write_multirun, write_run
-from analysis.trends import NOT_FINITE, holm, trends, windows
+from analysis.trends import trends
 
 LABELS = ["learning_rate=0.001", "learning_rate=0.0001", "learning_rate=0.0002"]
 
@@ -107,11 +111,34 @@ def test_a_borrowed_variance_is_inflated_for_the_trends_as_for_the_ranking(tmp_p
     entropy_sweep(tmp_path / "one", (0,), {0.001: [0.6], 0.0001: [0.99], 0.0002: [0.61]})
     source, one = collect([tmp_path / "source"]), collect([tmp_path / "one"])
     plain = {t.label: t for t in trends(one, LABELS, LABELS[0], 30, source)}
-    inflated = {t.label: t for t in trends(one, LABELS, LABELS[0], 30, source, inflate=True)}
+    inflated = {t.label: t for t in trends(one, LABELS, LABELS[0], 30, source, ("loss.name=grpo_clip",))}
     factor = 3 / stats.chi2.ppf(0.05, 3)
     variance = float(plain[LABELS[1]].noise.split("(variance ")[1].split(")")[0])
     assert variance == pytest.approx(0.0034 / 3, rel=0.05)  # the wiggle moves it a little
     assert float(inflated[LABELS[1]].noise.split("(variance ")[1].split(")")[0]) == pytest.approx(
         variance * factor, rel=1e-2)
-    assert "inflated x8.53 to their upper 95% bound" in inflated[LABELS[1]].noise
+    assert "inflated x8.53 to its upper 95% confidence bound" in inflated[LABELS[1]].noise
+    assert "loss.name=grpo_clip" in inflated[LABELS[1]].noise
     assert plain[LABELS[2]].p_adjusted < inflated[LABELS[2]].p_adjusted
+
+
+def test_metric_trends_on_frames_in_memory_against_hand_t_tests() -> None:
+    """`metric_trends` on a frame made here: a and b seeds 0.2 apart, c 0.4 (pooled variance
+    (0.02 + 0.02 + 0.08) / 3 = 0.04 on 3 df); b 1.0 above a on the pool (its own pair's 0.02 is
+    smaller), c 0.1 above a on the pair's own (0.02 + 0.08) / 2 = 0.05 on 2 df (larger than
+    the pool); Student's t, Holm over the two; early means passed through as given."""
+    runs = pd.DataFrame({LABEL: ["a", "a", "b", "b", "c", "c"], "lr": [1, 1, 2, 2, 3, 3],
+                         VALUE: [1.0, 1.2, 2.0, 2.2, 1.0, 1.4]})
+    early = pd.Series({"a": 0.5, "b": 0.7, "c": 0.6})
+    got = {t.label: t for t in metric_trends("train/entropy", ["a", "b", "c"], "a", early, runs,
+                                             ["lr"], pd.DataFrame())}
+    p_b = 2 * stats.t.sf(1.0 / math.sqrt(0.04), 3)
+    p_c = 2 * stats.t.sf(0.1 / math.sqrt(0.05), 2)
+    assert got["b"].p_adjusted == pytest.approx(2 * p_b) and got["b"].versus_best == "higher"
+    assert got["c"].p_adjusted == pytest.approx(max(2 * p_b, p_c))
+    assert got["c"].versus_best == "within noise" and got["a"].versus_best == ""
+    assert got["b"].change == pytest.approx(2.1 - 0.7) and got["a"].late == pytest.approx(1.1)
+    assert "(3 df)" in got["a"].noise and "variance 0.04)" in got["a"].noise
+    lower = runs.assign(**{VALUE: [1.0, 1.2, 0.0, 0.2, 1.0, 1.4]})
+    assert metric_trends("m", ["a", "b"], "a", early, lower, ["lr"], pd.DataFrame())[1].versus_best \
+        == "lower"

@@ -1,4 +1,4 @@
-"""The statistics of analysis.uncertainty and analysis.effects against numbers worked out by hand
+"""The statistics of analysis.stats (variance, critical, comparisons, power, effects) against numbers worked out by hand
 or by scipy and statsmodels directly. The inputs are chosen so that a flipped sign, a changed
 bound, a wrong degree of freedom, a divided term multiplied or a dropped clamp changes them (two
 seeds, not one; values near the 0-1 bounds; unequal numbers of seeds)."""
@@ -13,31 +13,27 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.effects import VALUE, additive_variance, main_effects
-from analysis.uncertainty import (
+from analysis.stats.comparisons import (
     OTHER_PROBLEMS,
-    ConfigData,
-    SeedVariance,
-    agreement_power,
     best_bounds,
-    combine,
     compare_sweep,
+    estimate,
+    pair_test,
+    pair_variance,
+    problem_error,
+)
+from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p
+from analysis.stats.effects import VALUE, additive_variance, main_effects
+from analysis.stats.power import (
     detectable_difference,
     detectable_main_effect,
     error_df,
-    estimate,
-    mcb_critical,
     own_df,
-    pair_test,
-    pair_variance,
     power_against_best,
     power_main_effect,
-    problem_error,
     resolve,
-    t_quantile,
-    tukey_critical,
-    tukey_p,
 )
+from analysis.stats.variance import ConfigData, SeedVariance, agreement_power, combine
 
 DIGEST = "ab" * 32
 
@@ -239,7 +235,7 @@ def test_the_data_a_difference_needs_is_worked_out() -> None:
     result = compare_sweep(configs, "a", {}, 10, seeds)
     runner_up = result.comparisons[0]
     assert runner_up.verdict == "not distinguishable"
-    text = resolve(runner_up, configs[0], family=6, seeds=seeds)
+    text = resolve(runner_up.diff, runner_up.se, configs[0].n_seeds, family=6)
     z = stats.norm.ppf(0.8)
     half = (round(math.sqrt(0.5), 6),) * 5
 
@@ -256,10 +252,11 @@ def test_the_data_a_difference_needs_is_worked_out() -> None:
                   if 0.02 >= (mcb_critical(half, 8.0 + 6 * (n - 2)) + z) * 0.02 * math.sqrt(2 / n))
     old = math.ceil(2 * ((tukey_critical(6, 8.0) + z) * 0.02 / 0.02) ** 2)
     assert (normal, old) == (20, 41)
-    zero = resolve(runner_up.__class__(**{**runner_up.__dict__, "diff": 0.0}), configs[0], 6, seeds)
+    zero = resolve(0.0, runner_up.se, 2, 6)
     assert zero.text.startswith("the observed difference is 0")
     assert result.resolution is not None and result.resolution.seeds == resolve(
-        runner_up, configs[0], 2, seeds).seeds
+        runner_up.diff, runner_up.se, 2, 2).seeds
+    assert f"0.0200 x sqrt(2 / {n}) = {0.02 * math.sqrt(2 / n):.4f}" in text.text
 
 
 def test_power_against_the_best_is_the_noncentral_t_beyond_hsu_s_critical_value() -> None:

@@ -22,7 +22,7 @@ case's share of the fixed grid's GPU-hours the race spent (the dry run's expecte
 class RaceSettings:
     """`race.*` of a sweep: `max_seeds` the most seeds a config gets (and the most looks),
     `alpha` the family-wise error rate of all the race's eliminations together (each look's
-    level: `analysis.race_boundary`),
+    level: `analysis.stats.race`),
     `budget_gpu_hours` what the race may spend (None: no budget), `first_seed` wave 1's seed
     (wave w runs seed `first_seed + w - 1`)."""
 

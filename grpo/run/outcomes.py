@@ -1,6 +1,6 @@
 """Per-problem outcomes of a run's evaluations: `<run>/eval_outcomes/step_XXXXXX.json`, one file per
 evaluation, written atomically by the trainer (a replayed step after a resume rewrites its file),
-read by the analysis to compare configs on the same problems (`analysis.uncertainty`).
+read by the analysis to compare configs on the same problems (`analysis.stats.comparisons`).
 
 A file holds `{"step": s, "samples_per_problem": k, "problems_digest": "<sha256>", "reward":
 [r_0, ..., r_{N-1}]}`: `r_i` is problem `i`'s mean reward over its `k` responses (problem `i` is

@@ -148,9 +148,9 @@ class ValidatingSweeper(BasicSweeper):
         """The dry run's power: with `analysis.assumed_seed_sd`, what this sweep finds at 80%
         power with its seeds a config, with 2 and 3, and as a race, each priced at this sweep's
         cost a run: the smallest difference from the best config (Hsu's comparisons with the
-        best, `analysis.uncertainty.detectable_difference`) and the smallest difference between
+        best, `analysis.stats.power.detectable_difference`) and the smallest difference between
         two levels of each swept key (its main effect's F test,
-        `analysis.uncertainty.detectable_main_effect`); without it, what would give one."""
+        `analysis.stats.power.detectable_main_effect`); without it, what would give one."""
         assumed = OmegaConf.select(cfg, "analysis.assumed_seed_sd", default=None)
         source = OmegaConf.select(cfg, "analysis.seed_variance_from", default=None)
         if assumed is None and source is None:
@@ -159,14 +159,14 @@ class ValidatingSweeper(BasicSweeper):
                     "analysis.seed_variance_from (a finished sweep with two or more seeds a "
                     "config) to see the smallest difference from the best this sweep can find"]
         # imported here: scipy is only needed where the power is asked for
-        from analysis.race_boundary import boundary
-        from analysis.uncertainty import (
-            POWER,
+        from analysis.stats.levels import POWER
+        from analysis.stats.power import (
             detectable_difference,
             detectable_main_effect,
             error_df,
             own_df,
         )
+        from analysis.stats.race import boundary
 
         lent_df = 0.0  # the df a borrowed variance gives a one-seed sweep
         if assumed is not None:
@@ -198,8 +198,8 @@ class ValidatingSweeper(BasicSweeper):
         levels = {key: len(v) for key, v in values.items() if len(v) > 1}
         additive_df = error_df(k, list(levels.values()), 1)
         # one seed a config: a grid's own residual (a borrowed variance is pooled with it only
-        # where a test with the power to tell them apart finds them alike: analysis.uncertainty.
-        # combine), else the borrowed variance
+        # where a test with the power to tell them apart finds them alike: analysis.stats.
+        # variance.combine), else the borrowed variance
         one_seed_df = additive_df if additive_df > 0 else lent_df
         one_seed_source = ("the grid's additive residual" if additive_df > 0
                            else "the borrowed variance")
@@ -273,7 +273,7 @@ class ValidatingSweeper(BasicSweeper):
         budget = settings.budget_gpu_hours
         if self.config.dry_run:
             # imported here: scipy is only needed where a race is planned
-            from analysis.race_boundary import boundary
+            from analysis.stats.race import boundary
 
             with_first, without = (boundary(len(cfgs), settings.max_seeds, settings.alpha, first)
                                    for first in (True, False))

@@ -9,7 +9,7 @@
   ``anova_lm``) is reported beside it as a diagnostic: a significant one says the residual holds
   an interaction and the cell comparisons are conservative.
 * :func:`main_effects`: the n-way ANOVA of the swept keys (type II sums of squares) with F tests
-  against the sweep's seed variance (:class:`analysis.uncertainty.SeedVariance`: the same error
+  against the sweep's seed variance (:class:`analysis.stats.variance.SeedVariance`: the same error
   term as the comparisons), and each level's least-squares effect (from sum-to-zero contrasts:
   the level's fitted mean minus the grand mean of the fitted cells, which is not its marginal
   mean minus the grand mean where the grid is unbalanced) with a 95% interval. With seeds the
@@ -33,8 +33,10 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from analysis.collect import format_value, sort_key
-from analysis.uncertainty import ALPHA, SeedVariance, t_quantile
+from analysis.formatting import format_value, sort_key
+from analysis.stats.critical import t_quantile
+from analysis.stats.levels import ALPHA
+from analysis.stats.variance import SeedVariance
 
 VALUE = "value"
 """The column of a run's compared value."""

@@ -4,7 +4,7 @@ one level for every look).
 
 A race looks after each wave (at most `max_seeds` looks) and each look keeps the configs Hsu's
 comparisons with the best do not show worse than the best one
-(`analysis.uncertainty.best_bounds`, each pair on `pair_variance`). Splitting `alpha` over the
+(`analysis.stats.comparisons.best_bounds`, each pair on `pair_variance`). Splitting `alpha` over the
 looks (Bonferroni, `alpha / max_seeds` a look) bounds the chance that a truly best config ever
 leaves by `alpha`, but the looks are strongly correlated (each adds one seed to the same means),
 so that bound leaves much of `alpha` unspent: with 9 equal configs and 5 seeds, 1.9-2.9% of
@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.uncertainty import mcb_critical
+from analysis.stats.comparisons import SweepComparisons
+from analysis.stats.critical import mcb_critical
 
 SIMS = 4000
 """Simulated races of the calibration: the rate's Monte Carlo error is about 0.1 point."""
@@ -158,3 +160,60 @@ def boundary(n_configs: int, max_seeds: int, alpha: float, first_look: bool) -> 
         else:
             low, rate = mid, mid_rate
     return Boundary(n_configs, max_seeds, alpha, first_look, low, rate, low_rate)
+
+
+ONE_LEFT = "one config remains"
+NONE_LEFT = "no config remains: every config still in had a run stopped early"
+MAX_SEEDS = "every config still in has max_seeds seeds"
+OVER_BUDGET = "the next wave would pass the budget"
+
+
+STOPPED_EARLY = "a run stopped early"
+"""Why a config whose run collapsed, diverged or was pruned left (followed by its statuses)."""
+NOT_REACHED = "no run reached the compared step"
+"""Why a config none of whose runs reached the step the others are compared at left."""
+RUN_DEPARTURES = (STOPPED_EARLY, NOT_REACHED)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the look after wave `wave` decided: `alive` the configs that go on (best first),
+    `left` those that left at this look and why, `end` why the race ends here (None: it goes
+    on), `seed_variance` the seed variance the comparisons rest on, in words, `level` the
+    family-wise rate the look compared at (`boundary`; None: no seed variance, so
+    nothing was compared)."""
+
+    wave: int
+    alive: tuple[str, ...]
+    left: dict[str, str] = field(default_factory=dict)
+    end: str | None = None
+    seed_variance: str = ""
+    level: float | None = None
+
+    def outside_alpha(self) -> dict[str, str]:
+        """The configs of `left` that left because of their runs, not a comparison (a run
+        stopped early, or none reached the compared step): they spent none of the race's alpha."""
+        return {label: why for label, why in self.left.items() if why.startswith(RUN_DEPARTURES)}
+
+
+def decision(wave: int, ranked: Sequence[str], comparisons: SweepComparisons | None,
+             excluded: Mapping[str, str], not_compared: Mapping[str, str], max_seeds: int,
+             level: float) -> Decision:
+    """The look after wave ``wave`` (1-based): ``ranked`` the configs compared (best first),
+    ``comparisons`` their comparisons at ``level`` (None: nothing was compared), ``excluded``
+    the configs with a run stopped early (their statuses), ``not_compared`` those none of whose
+    runs reached the compared step (where they stopped): which configs could still be the best,
+    why each other one left, and whether the race ends here (``max_seeds``: the race's)."""
+    left = {label: f"{STOPPED_EARLY} ({statuses})" for label, statuses in excluded.items()}
+    left.update({label: f"{NOT_REACHED} ({where})" for label, where in not_compared.items()})
+    if comparisons is None:
+        could = [str(label) for label in ranked]
+        variance = "none: no config was compared"
+    else:
+        could = list(comparisons.could_be_best)
+        variance = comparisons.seeds.describe()
+        left.update({label: comparisons.why_out(label) for label in ranked if label not in could})
+    end = (NONE_LEFT if not could else ONE_LEFT if len(could) == 1
+           else MAX_SEEDS if wave >= max_seeds else None)
+    return Decision(wave, tuple(could), left, end, variance,
+                    level if comparisons is not None and comparisons.decided else None)

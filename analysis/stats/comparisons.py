@@ -1,0 +1,348 @@
+"""How sure a sweep's answer is: a 95% interval on each config's value, simultaneous comparisons of
+configs (against the best one and the on-policy baseline) and the set of configs that could still
+be the best, on a seed variance (:mod:`analysis.stats.variance`).
+
+**Comparisons** (:func:`compare_sweep`): every pair of ranked configs evaluated on the same
+problems gets a Tukey-Kramer simultaneous 95% interval (the studentized range of
+``scipy.stats.studentized_range`` over the ranked configs, on the variance's df): at most 5% of
+sweeps hold a false **better**/**worse** among all of them, whatever pairs the report shows.
+Seed variances differ across a sweep (a config at a reward floor hardly varies), so each pair
+rests on the larger of the sweep's variance and the two configs' own pooled variance, each on
+its own df (:func:`pair_variance`), which keeps that 5% where one pooled variance does not. A
+config **could be the best** while Hsu's constrained multiple comparisons with the best (Hsu
+1996, ch. 4; :func:`best_bounds`) keep it: the simultaneous upper bound of its mean minus the
+largest of the others, min over j of mean_i - mean_j + d_i se_ij, is >= 0, d_i the one-sided
+Dunnett critical value of its k - 1 comparisons on the df of pair ij's variance
+(:func:`analysis.stats.critical.mcb_critical`: the multivariate t of their correlations, which unequal seed counts
+change). With probability 95% the truly best
+config is in that set; its half-width is about 0.7 of Tukey's (2.87 against 4.08 standard errors
+for 9 configs on 8 df), and the set is a subset of the configs Tukey's intervals do not show
+worse than the best. The set is what the chain, ``promote``, the race and the report carry as
+near-ties, and a verdict never disagrees with its interval. Pairs evaluated on other problems
+(outcome digests or problem sets that differ) are not compared.
+
+**A config's own interval** (:func:`estimate`): its mean over S seeds and N problems varies by
+sigma_seed^2 / S + sigma_problem^2 / N + sigma_e^2 / (S N). The seed variance V1 estimates
+sigma_seed^2 + sigma_e^2 / N; the variance of the per-problem means V2 estimates sigma_problem^2 +
+sigma_e^2 / S; the seed-by-problem mean square V3 (pooled over configs with 2+ seeds) estimates
+sigma_e^2. So the variance is V1 / S + max(V2 - V3 / S, 0) / N (the seed-by-problem term counted
+once), with Satterthwaite's degrees of freedom; without V3 (no config has 2 seeds) the term is
+counted twice, which errs on the wide side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy import special
+
+from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p
+from analysis.stats.levels import ALPHA, level_text, p_text
+from analysis.stats.power import Resolution, resolve
+from analysis.stats.variance import (
+    ConfigData,
+    SeedVariance,
+    Source,
+    comparable,
+    equal_variance_test,
+)
+
+Verdict = Literal["better", "worse", "not distinguishable", "undecided", "no interval"]
+FAMILY_TEXT = ("Tukey-Kramer simultaneous 95% intervals over every pair of ranked configs, each "
+               "pair on the larger of the pooled seed variance and the two configs' own (on its "
+               "own df): at most 5% of sweeps call a difference that is not there")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A config's value (``mean`` over seeds) with its 95% interval ``[lo, hi]`` (NaN: none) on
+    ``df`` degrees of freedom, within the 0-1 range of a reward."""
+
+    mean: float
+    lo: float
+    hi: float
+    n_seeds: int
+    n_problems: int
+    df: float = math.nan
+    seed_sd: float = math.nan
+    """The sd of the config's own seeds (NaN with one seed), beside the pooled one its interval
+    rests on: where the configs' sds differ, the pooled variance is their average."""
+
+    def interval(self) -> str:
+        """``[0.381, 0.443]``, or empty where there is none."""
+        return "" if math.isnan(self.lo) else f"[{self.lo:.3f}, {self.hi:.3f}]"
+
+    def describe(self) -> str:
+        """``0.412 [0.381, 0.443]`` (``0.412 [no interval]``)."""
+        return f"{self.mean:.3f} {self.interval() or '[no interval]'}"
+
+
+def problem_error(configs: Sequence[ConfigData]) -> tuple[float, float]:
+    """The seed-by-problem mean square (sigma_e^2) and its df, pooled over the configs with two or
+    more seeds and per-problem outcomes: the residual of each config's seeds x problems table
+    (two-way, one value a cell); (NaN, 0) where no config has them."""
+    squares, df = 0.0, 0
+    for c in configs:
+        if c.problems is None or c.n_seeds < 2 or c.n_problems < 2:
+            continue
+        p = c.problems
+        residual = p - p.mean(axis=1, keepdims=True) - p.mean(axis=0, keepdims=True) + p.mean()
+        squares += float(np.sum(residual ** 2))
+        df += (c.n_seeds - 1) * (c.n_problems - 1)
+    return (squares / df, df) if df else (math.nan, 0)
+
+
+def estimate(config: ConfigData, seeds: SeedVariance,
+             error: tuple[float, float] = (math.nan, 0)) -> Estimate:
+    """``config``'s value with a 95% interval covering the seed and the problem variance (module
+    docstring; ``error``: :func:`problem_error`), on Satterthwaite's degrees of freedom; no
+    interval without a usable seed variance."""
+    mean, s = config.mean, config.n_seeds
+    own = float(np.std(config.seed_values, ddof=1)) if s > 1 else math.nan
+    if not seeds.usable:
+        return Estimate(mean, math.nan, math.nan, s, config.n_problems, seed_sd=own)
+    terms = [(seeds.variance / s, seeds.df)]  # (a component of the variance, its df)
+    if config.problems is not None and config.n_problems > 1:
+        n = config.n_problems
+        between = float(np.var(config.problems.mean(axis=0), ddof=1))
+        ms_error, error_df = error
+        if error_df > 0 and between - ms_error / s > 0:
+            terms += [(between / n, n - 1), (-ms_error / (s * n), error_df)]
+        elif error_df == 0:  # sigma_e^2 unknown: counted in both components (wider)
+            terms.append((between / n, n - 1))
+    variance = sum(v for v, _ in terms)
+    df = variance ** 2 / sum(v ** 2 / d for v, d in terms)
+    half = t_quantile(df) * math.sqrt(variance)
+    return Estimate(mean, max(mean - half, 0.0), min(mean + half, 1.0), s, config.n_problems, df, own)
+
+@dataclass(frozen=True)
+class PairTest:
+    """``a`` minus ``b``: the difference, its unadjusted 95% interval, standard error and
+    two-sided p-value on ``df`` degrees of freedom (the pair's variance: :func:`pair_variance`)."""
+
+    diff: float
+    lo: float
+    hi: float
+    se: float
+    p_value: float
+    df: float
+
+
+def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[float, float]:
+    """The seed variance (and its df) a comparison of ``a`` and ``b`` rests on: the sweep's
+    ``seeds`` (usable), or the two configs' own seed variance pooled over just the two (df
+    n_a + n_b - 2) where that is larger, on its own df. Seed variances differ across a
+    learning-rate sweep (configs at a floor vary little); the sweep's pool then understates the
+    learning configs' and calls differences between them that are not there (9% of all-equal
+    sweeps of 6 learning and 3 near-floor configs, 3 seeds each). The larger of the two, each on
+    its own df, holds that at 5% and costs power only where the pair's own estimate happens to
+    be the larger (``bench/unequal_variance_calibration.py``, README)."""
+    if a.n_seeds > 1 and b.n_seeds > 1:
+        own = SeedVariance.pooled([a, b])
+        if own.variance > seeds.variance:
+            return own.variance, float(own.df)
+    return seeds.variance, float(seeds.df)
+
+
+def pair_test(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> PairTest | None:
+    """``a`` minus ``b`` on the pair's seed variance (:func:`pair_variance`; Student's t); None
+    when the two cannot be compared (other problems, or no usable variance)."""
+    if not seeds.usable or not comparable(a, b):
+        return None
+    diff = a.mean - b.mean
+    variance, df = pair_variance(a, b, seeds)
+    se = math.sqrt(variance * (1 / a.n_seeds + 1 / b.n_seeds))
+    half = t_quantile(df) * se
+    p = float(2 * special.stdtr(df, -abs(diff / se)))
+    return PairTest(diff, diff - half, diff + half, se, p, df)
+
+
+@dataclass(frozen=True)
+class BestBound:
+    """Hsu's constrained multiple comparisons with the best for one config: ``upper`` the
+    simultaneous upper bound of its mean minus the largest mean of the others (min over j of
+    mean_i - mean_j + d se_ij), ``critical`` its one-sided critical value d, ``against`` the
+    config that bound is set by. The config could be the best while ``upper`` >= 0."""
+
+    config: str
+    upper: float
+    critical: float
+    against: str
+    alpha: float = ALPHA
+
+    def describe(self) -> str:
+        """``below the best: its mean minus the best other's is at most -0.012 (Hsu's
+        comparisons with the best, simultaneous 95%, one-sided critical value 2.21)``."""
+        return (f"below the best: its mean minus {self.against}'s is at most {self.upper:+.3f} "
+                f"(Hsu's comparisons with the best, simultaneous {level_text(self.alpha)}, "
+                f"one-sided critical value {self.critical:.2f})")
+
+
+def best_bounds(configs: Sequence[ConfigData], seeds: SeedVariance,
+                alpha: float = ALPHA) -> dict[str, BestBound]:
+    """Each config's :class:`BestBound` against the others it can be compared with (the same
+    problems), on the seed variance ``seeds`` (usable); configs with none have no bound."""
+    bounds = {}
+    for c in configs:
+        others = [o for o in configs if o.label != c.label and comparable(c, o)]
+        if not others:
+            continue
+        lambdas = tuple(sorted(round(math.sqrt(o.n_seeds / (c.n_seeds + o.n_seeds)), 6)
+                               for o in others))
+        limits = []
+        for o in others:
+            variance, df = pair_variance(c, o, seeds)
+            d = mcb_critical(lambdas, df, alpha)
+            limits.append((c.mean - o.mean + d * math.sqrt(variance * (1 / c.n_seeds + 1 / o.n_seeds)),
+                           o.label, d))
+        upper, against, d = min(limits)
+        bounds[c.label] = BestBound(c.label, upper, d, against, alpha)
+    return bounds
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``config`` minus ``reference`` (``role``: ``best`` or ``on-policy``) at ``step``: the
+    difference, its simultaneous 95% interval, its standard error, the unadjusted and the
+    Tukey-adjusted p-value and the verdict, on the seed variance of ``source`` (``df``);
+    ``why`` says why there is no interval (undecided or not compared); ``seeds`` and ``samples``
+    as (config, reference)."""
+
+    config: str
+    reference: str
+    role: str
+    step: int | None
+    source: Source
+    df: float
+    diff: float
+    lo: float
+    hi: float
+    se: float
+    p_value: float
+    verdict: Verdict
+    n_seeds: tuple[int, int]
+    n_problems: int
+    samples: tuple[int, int]
+    why: str = ""
+    alpha: float = ALPHA
+    family: int = 2
+    """The configs of the Tukey family the adjusted p-value is taken over."""
+
+    @functools.cached_property
+    def p_adjusted(self) -> float:
+        """The Tukey-adjusted p-value (NaN without an interval), computed when first read:
+        scipy's studentized range takes 10-30 ms a value, and most comparisons are never shown."""
+        if not self.se > 0:
+            return math.nan
+        return tukey_p(self.diff / self.se, self.family, self.df)
+
+    def describe(self) -> str:
+        """``worse than the best config: Δ -0.031 [-0.052, -0.010] (simultaneous 95%), p 0.004
+        (Tukey-adjusted 0.03)``; ``undecided against the best config: Δ -0.012 (one seed, no
+        seed variance)``."""
+        if self.verdict in ("undecided", "no interval"):
+            head = "undecided against" if self.verdict == "undecided" else "not compared with"
+            return f"{head} the {self.role} config: Δ {self.diff:+.3f} ({self.why})"
+        words = {"better": f"better than the {self.role} config",
+                 "worse": f"worse than the {self.role} config",
+                 "not distinguishable": f"not distinguishable from the {self.role} config"}
+        return (f"{words[self.verdict]}: Δ {self.diff:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}] "
+                f"(simultaneous {level_text(self.alpha)}), p {p_text(self.p_value)} "
+                f"(Tukey-adjusted {p_text(self.p_adjusted)})")
+
+
+OTHER_PROBLEMS = "evaluated on other validation problems (problem sets or outcome digests differ)"
+
+
+@dataclass(frozen=True)
+class SweepComparisons:
+    """Every ranked config's :class:`Estimate` (``estimates``), the reported comparisons (each
+    config against the best one, each off-policy config against its on-policy baseline), the
+    seed variance they rest on (``seeds``), ``family`` (the configs the simultaneous intervals
+    cover), ``could_be_best`` (the configs not shown worse than the best one, the best first)
+    and ``resolution`` (what would tell the best config from the runner-up, when the data cannot,
+    as the arithmetic of :func:`resolve`; None otherwise)."""
+
+    seeds: SeedVariance
+    estimates: dict[str, Estimate]
+    comparisons: list[Comparison]
+    family: int
+    could_be_best: list[str]
+    resolution: Resolution | None
+    bounds: dict[str, BestBound] = dataclasses.field(default_factory=dict)
+    """Hsu's bounds (:func:`best_bounds`) that decide ``could_be_best``; empty without a usable
+    seed variance."""
+    variance_test: str = ""
+    """Brown-Forsythe's test of equal seed variances over the configs (:func:`equal_variance_test`)."""
+
+    def why_out(self, label: str) -> str:
+        """Why config ``label`` is not among those that could be the best."""
+        return self.bounds[label].describe() if label in self.bounds else ""
+
+    @property
+    def decided(self) -> bool:
+        """Whether the verdicts rest on a usable seed variance (else every one is undecided)."""
+        return self.seeds.usable
+
+    def against_best(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.role == "best"]
+
+    def method_text(self) -> str:
+        """How the verdicts are made, in a sentence (the seed variance: ``seeds.describe()``)."""
+        if not self.decided:
+            return f"no verdict: {self.seeds.describe()}"
+        return f"{FAMILY_TEXT} ({self.family} configs)"
+
+
+def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str, str],
+                  step: int | None, seeds: SeedVariance,
+                  error: tuple[float, float] = (math.nan, 0), alpha: float = ALPHA) -> SweepComparisons:
+    """Intervals and comparisons of ``configs`` (ranked, best first) on the seed variance
+    ``seeds`` (see the module docstring) at family-wise error rate ``alpha`` (a race splits its
+    own over its looks); ``baselines`` maps a config to its on-policy baseline config (both
+    among ``configs``); ``error``: :func:`problem_error`."""
+    by_label = {c.label: c for c in configs}
+    estimates = {c.label: estimate(c, seeds, error) for c in configs}
+    k = len(configs)
+    wanted = [(c.label, best, "best") for c in configs if c.label != best]
+    wanted += [(label, base, "on-policy") for label, base in baselines.items()
+               if label != base and base != best]
+    comparisons = [compare_pair(by_label[a], by_label[b], role, step, seeds, k, alpha)
+                   for a, b, role in wanted]
+    bounds = best_bounds(configs, seeds, alpha) if seeds.usable else {}
+    could_be_best = [c.label for c in configs
+                     if c.label == best or c.label not in bounds or bounds[c.label].upper >= 0]
+    runner_up = next((c for c in comparisons if c.role == "best"), None)
+    resolution = None
+    if runner_up is not None and runner_up.verdict == "not distinguishable":
+        resolution = resolve(runner_up.diff, runner_up.se, by_label[best].n_seeds, k)
+    return SweepComparisons(seeds, estimates, comparisons, k, could_be_best, resolution, bounds,
+                            equal_variance_test(configs))
+
+
+def compare_pair(a: ConfigData, b: ConfigData, role: str, step: int | None, seeds: SeedVariance,
+                k: int, alpha: float) -> Comparison:
+    """``a`` against ``b`` within the Tukey family of ``k`` configs at family-wise rate ``alpha``."""
+    nan = math.nan
+    common = dict(config=a.label, reference=b.label, role=role, step=step, source=seeds.source,
+                  df=seeds.df, n_seeds=(a.n_seeds, b.n_seeds),
+                  n_problems=max(a.n_problems, b.n_problems), samples=(a.samples, b.samples),
+                  alpha=alpha, family=k)
+    diff = a.mean - b.mean + 0.0  # + 0.0: a tie reads +0.000, not -0.000
+    if not comparable(a, b):
+        return Comparison(**common, diff=diff, lo=nan, hi=nan, se=nan, p_value=nan,
+                          verdict="no interval", why=OTHER_PROBLEMS)
+    if not seeds.usable:
+        return Comparison(**common, diff=diff, lo=nan, hi=nan, se=nan, p_value=nan,
+                          verdict="undecided", why=seeds.describe())
+    test = pair_test(a, b, seeds)
+    half = tukey_critical(k, test.df, alpha) * test.se
+    verdict = ("not distinguishable" if abs(diff) <= half else "better" if diff > 0 else "worse")
+    return Comparison(**{**common, "df": test.df}, diff=diff, lo=diff - half, hi=diff + half,
+                      se=test.se, p_value=test.p_value, verdict=verdict)

@@ -1,0 +1,79 @@
+"""Critical values and quantiles of the distributions the comparisons use: Student's t, Tukey's
+studentized range, and the one-sided Dunnett (multivariate t) value of Hsu's comparisons with the
+best, by quadrature."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from scipy import special
+
+from analysis.stats.levels import ALPHA
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(df: float) -> float:
+    """Student's t quantile of a two-sided 95% interval on ``df`` degrees of freedom."""
+    return float(special.stdtrit(df, 1 - ALPHA / 2))
+
+
+@functools.lru_cache(maxsize=256)
+def tukey_critical(k: int, df: float, alpha: float = ALPHA) -> float:
+    """The Tukey-Kramer critical value of |difference| / its standard error for ``k`` >= 2
+    configs on ``df`` degrees of freedom at family-wise error rate ``alpha``: the 1 - alpha
+    quantile of the studentized range / sqrt(2) (Student's t quantile for 2)."""
+    from scipy import stats  # its import costs make plots a second: only where verdicts are made
+
+    return float(stats.studentized_range.ppf(1 - alpha, k, df)) / math.sqrt(2)
+
+
+def tukey_p(t: float, k: int, df: float) -> float:
+    """The Tukey-Kramer adjusted p-value of a pair's |t| among ``k`` >= 2 configs."""
+    from scipy import stats
+
+    return float(stats.studentized_range.sf(abs(t) * math.sqrt(2), k, df))
+
+
+def _max_normal_cdf(x: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
+    """P(max_j Z_j <= x) for standard normals Z_j with correlations lambda_j lambda_l (one
+    normal shared, Dunnett's structure), at each x: the one-dimensional integral over the shared
+    normal by Gauss-Hermite quadrature (96 nodes); equal lambdas are one factor to a power."""
+    nodes, weights = _HERMITE
+    values, counts = np.unique(lambdas, return_counts=True)
+    spread = np.sqrt(1 - values ** 2)
+    args = (x[:, None, None] - values[None, :, None] * nodes[None, None, :]) / spread[None, :, None]
+    return np.prod(special.ndtr(args) ** counts[None, :, None], axis=1) @ weights
+
+
+_HERMITE = (lambda n, w: (n, w / math.sqrt(2 * math.pi)))(*np.polynomial.hermite_e.hermegauss(96))
+_LEGENDRE = (lambda n, w: ((n + 1) / 2, w / 2))(*np.polynomial.legendre.leggauss(256))
+"""Gauss-Legendre nodes and weights on (0, 1): the t's scale is integrated over its quantiles."""
+
+
+@functools.lru_cache(maxsize=1024)
+def mcb_critical(lambdas: tuple[float, ...], df: float, alpha: float = ALPHA) -> float:
+    """Hsu's multiple comparisons with the best: the one-sided Dunnett critical value d of one
+    config's comparisons with each of the others, at family-wise error rate ``alpha`` on ``df``
+    degrees of freedom: P(max_j T_j <= d) = 1 - alpha for T multivariate t whose correlations
+    are lambda_j lambda_l, ``lambdas`` each other config's sqrt(n_j / (n_i + n_j)) (n: seeds;
+    0.5 for every pair where seeds are equal). One comparison: Student's one-sided quantile. The
+    t's mixing over its scale s = sqrt(chi2_df / df) is integrated over s's quantiles u in (0, 1)
+    by Gauss-Legendre quadrature (256 nodes; within 1e-5 of adaptive quadrature from 1 df up, a
+    few ms a value where adaptive quadrature took 0.3 s with 72 comparisons)."""
+    from scipy import optimize, stats
+
+    lam = np.asarray(lambdas, dtype=float)
+    if len(lam) == 1:
+        return float(special.stdtrit(df, 1 - alpha))
+    if math.isfinite(df):
+        nodes, weights = _LEGENDRE
+        scales = stats.chi.ppf(nodes, df, scale=1 / math.sqrt(df))
+    else:
+        scales, weights = np.ones(1), np.ones(1)
+
+    def coverage(d: float) -> float:
+        return float(_max_normal_cdf(d * scales, lam) @ weights)
+
+    return float(optimize.brentq(lambda d: coverage(d) - (1 - alpha), 0.0, 50.0, xtol=1e-7))

@@ -1,0 +1,129 @@
+"""What a design can detect: the power of Hsu's comparisons with the best and of a key's main-effect F
+test, the smallest difference each finds at :data:`~analysis.stats.levels.POWER`, and the seeds
+that would tell two configs apart (:func:`resolve`, the report's "what would decide")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy import special
+
+from analysis.stats.critical import mcb_critical
+from analysis.stats.levels import ALPHA, POWER
+
+MANY_SEEDS = 10
+"""Seeds per config beyond which `resolve` says the difference is too small to be worth it."""
+MAX_RESOLVED_SEEDS = 1000
+"""The most seeds per config `resolve` searches."""
+
+
+def power_against_best(diff: float, se: float, family: int, df: float,
+                       alpha: float = ALPHA) -> float:
+    """The power with which Hsu's comparisons with the best move a config ``diff`` (> 0) below
+    the best out of the set that could be the best, ``se`` the standard error of the two
+    configs' difference, among ``family`` configs of equal seeds, on ``df`` degrees of freedom:
+    P(T' > d) for T' noncentral t with noncentrality diff / se, d Hsu's critical value on ``df``
+    (``scipy.stats.nct``). Give it the pair's own df (2 x seeds - 2) where configs have seeds:
+    the analysis judges a pair on its own variance where that is the larger (:func:`analysis.stats.comparisons.pair_variance`),
+    and on the pool's df the normal approximation stated 80% where the analysis had 47-71%
+    (``bench/resolve_power.py``); on the pair's df it is within 5 points from 3 seeds a config
+    and conservative below. ``alpha``: the comparisons' family-wise rate (a race's look level)."""
+    from scipy import stats
+
+    lambdas = (round(math.sqrt(0.5), 6),) * max(family - 1, 1)
+    critical = mcb_critical(lambdas, float(df), alpha)
+    if not math.isfinite(df):
+        return float(special.ndtr(diff / se - critical))
+    return float(stats.nct.sf(critical, df, diff / se))
+
+
+def own_df(seeds: int) -> float:
+    """The df a pair of configs of ``seeds`` seeds each has of its own (:func:`analysis.stats.comparisons.pair_variance`)."""
+    return float(2 * seeds - 2)
+
+
+def detectable_difference(se: float, family: int, df: float, alpha: float = ALPHA) -> float:
+    """The smallest difference from the best that :func:`power_against_best` finds at
+    :data:`POWER` for a difference of standard error ``se`` among ``family`` configs on ``df``."""
+    from scipy import optimize
+
+    return float(optimize.brentq(lambda diff: power_against_best(diff, se, family, df, alpha)
+                                 - POWER, 1e-9 * se, 100 * se, xtol=1e-6 * se))
+
+
+def error_df(cells: int, levels: Sequence[int], seeds: int) -> int:
+    """The degrees of freedom the main effects are tested on (``analysis.stats.effects.main_effects``)
+    in a grid of ``cells`` configs over keys of ``levels`` levels, ``seeds`` seeds a config: the
+    pooled seed variance's cells x (seeds - 1); with one seed a grid of two or more keys' additive
+    residual, cells - 1 - sum(levels - 1); 0 where neither exists (one key, one seed)."""
+    if seeds > 1:
+        return cells * (seeds - 1)
+    return max(cells - 1 - sum(n - 1 for n in levels), 0) if len(levels) > 1 else 0
+
+
+def power_main_effect(diff: float, sd: float, levels: int, runs_per_level: float,
+                      df: float) -> float:
+    """The power of a key's main-effect F test (``analysis.stats.effects.main_effects``, at
+    :data:`ALPHA`, on (``levels`` - 1, ``df``) degrees of freedom) when two of its levels differ
+    by ``diff`` and the others sit at their mean: noncentral F with noncentrality
+    runs_per_level x diff^2 / (2 sd^2) (the levels' squared deviations, diff^2 / 2, times the runs
+    a level mean averages, over the seed variance ``sd``^2; a balanced grid, ``scipy.stats.ncf``)."""
+    from scipy import stats
+
+    critical = float(special.fdtri(levels - 1, df, 1 - ALPHA))
+    return float(stats.ncf.sf(critical, levels - 1, df, runs_per_level * diff ** 2 / (2 * sd ** 2)))
+
+
+def detectable_main_effect(sd: float, levels: int, runs_per_level: float, df: float) -> float:
+    """The smallest difference between two of a key's levels that :func:`power_main_effect`
+    finds at :data:`POWER`."""
+    from scipy import optimize
+
+    return float(optimize.brentq(
+        lambda diff: power_main_effect(diff, sd, levels, runs_per_level, df) - POWER,
+        1e-9 * sd, 100 * sd, xtol=1e-6 * sd))
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What would tell two configs apart at ``POWER``: the seeds per config it takes
+    (``seeds``), the factor of data that is, and ``text`` the arithmetic in words."""
+
+    seeds: int
+    factor: float
+    text: str
+
+
+def resolve(diff: float, se: float, n0: int, family: int) -> Resolution:
+    """What would move a config ``diff`` from the best (``se`` the standard error of that
+    difference with ``n0`` seeds a config) out of the set that could be the best (Hsu's bound
+    below 0) at 80% power among ``family`` configs, if the true difference were the observed
+    one: the fewest seeds per config n (both configs at n) at which
+    :func:`power_against_best` reaches :data:`POWER`, its standard error se * sqrt(n0 / n), on
+    the pair's own df at n seeds (:func:`own_df`): a larger design is also a better-measured one."""
+    diff = abs(diff)
+    if diff == 0:
+        return Resolution(0, math.inf, "the observed difference is 0: no number of seeds "
+                          "would resolve it")
+
+    def power(n: int) -> float:
+        return power_against_best(diff, se * math.sqrt(n0 / n), family, own_df(n))
+
+    lo, hi = max(n0, 1), max(n0, 1) + 1
+    while power(hi) < POWER and hi < MAX_RESOLVED_SEEDS:
+        lo, hi = hi, min(2 * hi, MAX_RESOLVED_SEEDS)
+    if power(hi) < POWER:
+        return Resolution(hi, math.inf, f"a difference of {diff:.3f} would take more than "
+                          f"{MAX_RESOLVED_SEEDS} seeds per config to resolve")
+    while hi - lo > 1:  # the smallest n that is enough, between lo (not) and hi (enough)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if power(mid) >= POWER else (mid, hi)
+    n = hi
+    return Resolution(n, n / n0, (
+        f"to show a difference of {diff:.3f} at {POWER:.0%} power among {family} configs: with {n} "
+        f"seeds per config its standard error is {se:.4f} x sqrt({n0} / {n}) = "
+        f"{se * math.sqrt(n0 / n):.4f}, and Hsu's comparison with the best on the pair's own {own_df(n):g} df "
+        f"(noncentral t) finds it with power {power(n):.0%}: {n} seeds per config"
+        + (" (more seeds than a study usually runs)" if n > MANY_SEEDS else "")))
