@@ -20,6 +20,7 @@ CONTRACTS = {
     "analysis": "analysis reads run directories: no trainer, model, engine or torch",
     "acyclic": "No import cycle among the modules of any package",
     "torch_free": "A dry run imports neither torch nor transformers",
+    "stats": "analysis.stats is pure functions: it reads no run directory, writes no file",
 }
 
 
@@ -58,6 +59,9 @@ PLANTED = [
     ("grpo/config/rules.py", "import torch", {"analysis", "torch_free"}),
     ("grpo/core/specs.py", "from transformers import PreTrainedModel", {"torch_free"}),
     ("grpo/rollout/specs.py", "from grpo.rollout import hf", {"acyclic", "torch_free"}),
+    # the statistics take frames, not sweeps: no reader and no file I/O
+    ("analysis/stats/variance.py", "from analysis import collect", {"stats"}),
+    ("analysis/stats/levels.py", "import json", {"stats"}),
 ]
 
 
