@@ -1,5 +1,5 @@
 """What the logged metrics are called in figures: a human name, a unit and, for rewards and
-fractions, the range the axis shows (README's metrics table says what each one measures)."""
+fractions, the range the axis shows (:mod:`grpo.run.metric_keys` says what each one measures)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from safetensors.torch import load_file
 from wandb_offline import assert_wandb_holds_the_metrics
 
+from grpo.run.metric_keys import undocumented
 from grpo.run.outcomes import problems_digest, read_outcomes
 from grpo.training.evaluation import evaluate, evaluation_seed
 from grpo.training.trainer import GRPOTrainer, train
@@ -56,6 +57,8 @@ def test_short_run_writes_every_metric_status_and_samples(tiny_model_dir: Path, 
         assert STEP_KEYS <= record.keys(), STEP_KEYS - record.keys()
         assert 0.0 <= record["train/reward_mean"] <= 1.0 and record["train/grad_norm"] > 0
     assert [bool(EVAL_KEYS <= r.keys()) for r in records] == [True, False, True, False, True]
+    # every logged key has its meaning in the table the documentation's metrics page is made from
+    assert undocumented(key for record in records for key in record) == []
     # GRPO-Clip reads old log-probs every step; the hf engine's stale check is off by default
     assert all("time/old_log_probs_s" in r for r in records[1:])
     assert not any("rollout/engine_logprob_abs_diff" in r for r in records)
