@@ -22,8 +22,10 @@ one fails in `BasicSweeper.__init__`'s `super(BasicSweeper, self)`.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.metadata
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -162,3 +164,25 @@ def overrides_dirname(cfg: DictConfig, overrides: Sequence[str]) -> str:
     return get_overrides_dirname(
         overrides=[o for o in parsed if not o.is_hydra_override()], kv_sep=settings.kv_sep,
         item_sep=settings.item_sep, exclude_keys=settings.exclude_keys)
+
+
+def args_parser(script: str) -> argparse.ArgumentParser:
+    """Hydra's command-line parser of the app `script` (`launch.py`;
+    `hydra._internal.utils.get_args_parser`), its lazy help texts made plain, as they read for
+    `python <script>`, so that `format_help()` works (the documentation's page of the command
+    lines prints it)."""
+    try:
+        from hydra._internal.utils import get_args_parser
+
+        parser = get_args_parser()
+    except (ImportError, AttributeError) as err:
+        raise HydraInternalsMoved("hydra._internal.utils.get_args_parser", err) from err
+    parser.prog = f"python {script}"
+    argv0, sys.argv[0] = sys.argv[0], script  # the completion help names the running script
+    try:
+        for action in parser._actions:
+            if action.help is not None and not isinstance(action.help, str):
+                action.help = repr(action.help)
+    finally:
+        sys.argv[0] = argv0
+    return parser
