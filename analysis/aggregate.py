@@ -19,7 +19,7 @@ the compared step, step 0 (the policy before training) never counted. The maximu
 evaluations (``best_eval_reward``, kept as a descriptive column) is the winner's curse: under
 noise alone it sits well above the config's true reward and favours configs evaluated more often;
 the final evaluation alone is one noisy draw. ``python bench/selection_calibration.py`` measures
-both against the late mean (README, "How sure a comparison is"). The ranking carries each
+both against the late mean (docs/explanations/how-sure.md). The ranking carries each
 config's 95% interval and the comparisons with the best config and the on-policy baseline
 (:mod:`analysis.stats.comparisons`) on the seed variance of the best source the sweep has
 (:func:`seed_variance`: its seeds, the additive model of a one-seed grid, a sweep it borrows from),

@@ -121,8 +121,8 @@ def _race(collection: Collection) -> list[str]:
             continue
         s = race.settings
         lines += ["## Race", "", (
-            f"`{sweep.path.name}` raced {len(race.configs)} configs across seeds (README "
-            f"\"Racing across seeds\"): up to {s.max_seeds} seeds a config, wave w running seed "
+            f"`{sweep.path.name}` raced {len(race.configs)} configs across seeds (docs/how-to/"
+            f"racing.md): up to {s.max_seeds} seeds a config, wave w running seed "
             f"{s.first_seed} + w - 1; after each wave the configs not shown worse than the best "
             f"one went on (Hsu's comparisons with the best), "
             f"{race_boundary(race).describe()}."), ""]
@@ -293,8 +293,8 @@ def _comparisons(ranking: Ranking) -> list[str]:
             "so each interval is wider than a lone pair's; the unadjusted and the Tukey-adjusted "
             "p-value. A verdict of better or worse needs the interval to exclude 0; a config not "
             "shown worse than the best one could still be the best (the list above). The "
-            "false-verdict rate and the intervals' coverage were checked by simulation (README, "
-            "\"How sure a comparison is\"). Also in `comparisons.csv`.", ""]
+            "false-verdict rate and the intervals' coverage were checked by simulation (docs/"
+            "explanations/how-sure.md). Also in `comparisons.csv`.", ""]
     else:
         lines += [
             "No config-level verdict: without a seed variance nothing says how much of a "

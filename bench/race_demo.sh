@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Racing across seeds, for real (README "Racing across seeds"): the tiny model on the toy task.
+# Racing across seeds, for real (docs/how-to/racing.md): the tiny model on the toy task.
 #   1. a CPU race on the local launcher, from the command line to its report;
 #   2. the same race killed during its second wave and relaunched with the same command: it
 #      finishes, and no run is trained twice (every run's status says 0 restarts and its metrics

@@ -142,7 +142,7 @@ def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[fl
     learning configs' and calls differences between them that are not there (9% of all-equal
     sweeps of 6 learning and 3 near-floor configs, 3 seeds each). The larger of the two, each on
     its own df, holds that at 5% and costs power only where the pair's own estimate happens to
-    be the larger (``bench/unequal_variance_calibration.py``, README)."""
+    be the larger (``bench/unequal_variance_calibration.py``, docs/explanations/how-sure.md)."""
     if a.n_seeds > 1 and b.n_seeds > 1:
         own = SeedVariance.pooled([a, b])
         if own.variance > seeds.variance:

@@ -29,7 +29,7 @@ variance is taken as known (infinite df): with 9 configs and 5 seeds a first loo
 infinite df gives 0.0184, 0.0178 and 0.0179 (a simulation with the first look's variance drawn on
 its df), so the known variance gives the smaller, safer level within the simulation's error. How well the level holds in races through
 the real readers, with problem noise, unequal variances and a truth that is not all equal, is
-`bench/race_calibration.py`'s table (README "Racing across seeds").
+`bench/race_calibration.py`'s table (docs/how-to/racing.md).
 """
 
 from __future__ import annotations
