@@ -544,3 +544,13 @@ def test_a_pair_rests_on_its_own_seed_variance_where_that_exceeds_the_sweeps_poo
     assert (u.bounds["b"].upper, u.bounds["b"].critical) == pytest.approx(
         (d_b * math.sqrt(0.0125), d_b))
     assert u.could_be_best == ["a", "b"]
+
+
+def test_a_difference_too_small_for_a_thousand_seeds_is_said_so() -> None:
+    """A difference of 0.001 with a standard error of 0.05 at 2 seeds: at 1000 seeds a config
+    its se is 0.05 x sqrt(2 / 1000) = 0.0022, a noncentrality of 0.45, far below 80% power: the
+    search stops at its cap and says so, with no factor of data that would do."""
+    got = resolve(0.001, 0.05, 2, 3)
+    assert got.seeds == 1000 and got.factor == math.inf
+    assert got.text == "a difference of 0.001 would take more than 1000 seeds per config to resolve"
+    assert power_against_best(0.001, 0.05 * math.sqrt(2 / 1000), 3, own_df(1000)) < 0.8
