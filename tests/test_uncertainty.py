@@ -33,7 +33,13 @@ from analysis.stats.power import (
     power_main_effect,
     resolve,
 )
-from analysis.stats.variance import ConfigData, SeedVariance, agreement_power, combine
+from analysis.stats.variance import (
+    ConfigData,
+    SeedVariance,
+    agreement_power,
+    combine,
+    equal_variance_test,
+)
 
 DIGEST = "ab" * 32
 
@@ -554,3 +560,39 @@ def test_a_difference_too_small_for_a_thousand_seeds_is_said_so() -> None:
     assert got.seeds == 1000 and got.factor == math.inf
     assert got.text == "a difference of 0.001 would take more than 1000 seeds per config to resolve"
     assert power_against_best(0.001, 0.05 * math.sqrt(2 / 1000), 3, own_df(1000)) < 0.8
+
+
+def test_one_key_one_run_a_level_is_tested_against_a_borrowed_variance() -> None:
+    """A one-seed sweep of one key (3 levels: 0.40, 0.50, 0.75) has no residual: its main effect
+    is its sum of squares about the mean, (0.05^2 + 0.05^2 + 0.2^2) x ... = 0.065 on 2 df,
+    against the borrowed variance 0.01 on 10 df: F = 0.0325 / 0.01 = 3.25, p = P(F(2, 10) > 3.25)."""
+    frame = pd.DataFrame({"lr": [1, 2, 3], VALUE: [0.40, 0.50, 0.75]})
+    borrowed = SeedVariance(0.01, 10, "borrowed", "an earlier sweep")
+    got = main_effects(frame, ["lr"], borrowed, replicated=False)
+    (term,) = got.terms
+    assert (term.df, term.sum_sq) == (2, pytest.approx(0.065))
+    assert term.f == pytest.approx(3.25) and term.p == pytest.approx(stats.f.sf(3.25, 2, 10))
+
+
+def test_brown_forsythe_with_two_seeds_a_config() -> None:
+    """Two seeds a config: each seed is as far from its config's median as the other, so the
+    median-centred deviations have no spread within a config and Brown-Forsythe's W is undefined
+    where the configs' spreads are equal (0.25 each, exact in binary), and scipy's finite W where
+    they differ."""
+    equal = [ConfigData(c, np.array(v)) for c, v in (("a", [0.25, 0.75]), ("b", [0.5, 1.0]))]
+    assert equal_variance_test(equal).startswith("no test of equal seed variances (Brown-Forsythe is undefined")
+    unequal = [ConfigData(c, np.array(v)) for c, v in (("a", [0.1, 0.3]), ("b", [0.5, 0.9]), ("c", [0.2, 0.25]))]
+    expected = stats.levene([0.1, 0.3], [0.5, 0.9], [0.2, 0.25], center="median")
+    assert f"over the 3 configs with 2 or more seeds: W = {expected.statistic:.2f}" in equal_variance_test(unequal)
+
+
+def test_more_than_ten_seeds_is_said_to_be_more_than_a_study_runs() -> None:
+    """resolve adds its remark from 11 seeds a config on, not at 10: the differences (se 0.02 at
+    2 seeds, 3 configs) that take exactly 10 and exactly 11 seeds, found by walking the
+    difference down."""
+    by_seeds = {}
+    for diff in np.arange(0.030, 0.022, -0.0001):
+        got = resolve(float(diff), 0.02, 2, 3)
+        by_seeds.setdefault(got.seeds, got.text)
+    assert "more seeds than a study usually runs" not in by_seeds[10]
+    assert "more seeds than a study usually runs" in by_seeds[11]
