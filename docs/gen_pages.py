@@ -83,16 +83,16 @@ def default_config() -> dict[str, str]:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from grpo.config.rules import _leaf_keys
+    from grpo.config.rules import leaf_keys
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = OmegaConf.to_container(compose("config"), resolve=False)
     values = {}
-    for key in _leaf_keys(cfg):
+    for key in leaf_keys(cfg):
         node = cfg
         for part in key.split("."):
             node = node[part]
-        values[key] = yaml.safe_dump(node, default_flow_style=True, width=1000).strip().removesuffix("\n...").removesuffix(" ...")
+        values[key] = yaml.safe_dump(node, default_flow_style=True, width=1000).strip().removesuffix("\n...")
     return values
 
 

@@ -20,7 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from grpo.config.keys import config_keys, undocumented
-from grpo.config.rules import _leaf_keys
+from grpo.config.rules import leaf_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -168,7 +168,7 @@ def test_the_key_reference_lists_exactly_the_keys_a_config_composes() -> None:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose("config", overrides=overrides)
-        composed |= set(_leaf_keys(OmegaConf.to_container(cfg, resolve=False)))
+        composed |= set(leaf_keys(OmegaConf.to_container(cfg, resolve=False)))
     assert set(config_keys(CONF)) == composed
 
 

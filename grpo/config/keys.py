@@ -59,20 +59,19 @@ def _comment(lines: list[str], i: int) -> str:
         j -= 1
     if above:
         return " ".join(reversed(above))
-    _, _, end = _value_and_comment(lines[i].split(":", 1)[1])
-    return end
+    return _value_and_comment(lines[i].split(":", 1)[1])[1]
 
 
-def _value_and_comment(rest: str) -> tuple[str, str, str]:
+def _value_and_comment(rest: str) -> tuple[str, str]:
     """``rest`` of a ``key: rest`` line split into its value and its end comment (a ``#`` after
-    a space, outside quotes); the middle item is unused."""
+    a space, outside quotes)."""
     quote = None
     for k, ch in enumerate(rest):
         if ch in "'\"" and quote in (None, ch):
             quote = None if quote == ch else ch
         if ch == "#" and quote is None and (k == 0 or rest[k - 1] == " "):
-            return rest[:k].strip(), "", rest[k + 1:].strip()
-    return rest.strip(), "", ""
+            return rest[:k].strip(), rest[k + 1:].strip()
+    return rest.strip(), ""
 
 
 def file_keys(path: Path, prefix: str) -> Iterator[tuple[str, str, str]]:
@@ -92,7 +91,7 @@ def file_keys(path: Path, prefix: str) -> Iterator[tuple[str, str, str]]:
         while stack and stack[-1][0] >= indent:
             stack.pop()
         key = match["key"]
-        value, _, _ = _value_and_comment(match["rest"])
+        value = _value_and_comment(match["rest"])[0]
         if not stack and key in ("defaults", "hydra"):
             skip_indent = indent
             continue

@@ -341,7 +341,7 @@ def rule_for(key: str) -> Rule | None:
     return None
 
 
-def _leaf_keys(node: dict, prefix: str = "") -> Iterator[str]:
+def leaf_keys(node: dict, prefix: str = "") -> Iterator[str]:
     """Dotted keys of the (unresolved) config `node`'s values (a list is one value), Hydra's own
     section skipped."""
     for name, child in node.items():
@@ -349,7 +349,7 @@ def _leaf_keys(node: dict, prefix: str = "") -> Iterator[str]:
         if key == "hydra":
             continue
         if isinstance(child, dict) and child:
-            yield from _leaf_keys(child, f"{key}.")
+            yield from leaf_keys(child, f"{key}.")
         else:
             yield key
 
@@ -377,7 +377,7 @@ def value_errors(cfg: DictConfig) -> list[str]:
     errors = _replaced_sections(tree)
     if errors:
         return errors
-    keys = list(_leaf_keys(tree))
+    keys = list(leaf_keys(tree))
     for key in keys:
         if key in TEXT_RULES:
             continue  # checked below
