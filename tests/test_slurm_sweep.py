@@ -82,30 +82,44 @@ def restarts(job_id: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def set_time_limit(name: str, minutes: int) -> None:
+    """`scontrol update` the time limit of every job named `name` (counted from its start)."""
+    for job in jobs_named(name):
+        subprocess.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}"], check=True)
+
+
 def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
-    """A 1-minute job whose run needs longer: signalled, checkpointed, requeued, resumed, finished.
-    The signal is asked for 55 s before the limit, so it comes 5-35 s after the start (slurmctld
-    checks limits every 30 s); the idle 2-core development machine trained 57 steps before the
-    signal (about 2 steps a second), so 250 steps never finish in the first incarnation on a
-    machine less than 3.5 times as fast. Once SLURM has requeued the job, the test raises its time limit to 30
-    minutes, so the rest of the run finishes in one more incarnation however slow the machine
-    (CI's host, at 3-90 steps an incarnation, once needed 40 incarnations for 900 steps)."""
+    """A job whose run outlives its time limit: signalled, checkpointed, requeued, resumed, finished.
+    The job is submitted with 30 minutes; once its run has logged an update, the test cuts the
+    limit to 1 minute, and slurmctld (which checks limits every 30 s) sends the signal, asked for
+    55 s before the limit, at its next check. The signal therefore meets a run that is training,
+    never Python still starting up: with a 1-minute limit from submission it came 5-35 s after the
+    start, and a CI host still unpickling the job (submitit's handler not yet installed) was killed
+    by it, exit 1. The idle 2-core development machine trains about 5 steps a second, so 400 steps
+    do not finish in the at most 30 s before the signal. Once SLURM has requeued the job, the test
+    raises its limit back to 30 minutes, so the rest of the run finishes in one more incarnation
+    however slow the machine (CI's host, at 3-90 steps an incarnation, once needed 40 incarnations
+    for 900 steps)."""
     require_cluster()
     name = f"grpo-timelimit-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(
-        sweep_command(tmp_path, tiny_model_dir, "n_grpo_steps=250", "rollout_batch_size=256",
+        sweep_command(tmp_path, tiny_model_dir, "n_grpo_steps=400", "rollout_batch_size=256",
                       "train_batch_size=256", "eval.eval_every=40",
-                      "checkpoint.checkpoint_every=1000", "cluster.time_limit_min=1",
+                      "checkpoint.checkpoint_every=1000", "cluster.time_limit_min=30",
                       "hydra.launcher.signal_delay_s=55", "hydra.launcher.max_num_timeout=3",
                       f"hydra.launcher.name={name}"),
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 900
+        while not (runs := run_dirs(tmp_path)) or not (runs[0] / "metrics.jsonl").exists() or \
+                logged_steps(runs[0])[-1:] < [1]:
+            assert proc.poll() is None and time.time() < deadline, "the run never logged an update"
+            time.sleep(0.5)
+        set_time_limit(name, minutes=1)
         while not any(restarts(job) for job in jobs_named(name) if "[" not in job):
             assert proc.poll() is None and time.time() < deadline, "never requeued at its limit"
             time.sleep(0.5)
-        for job in jobs_named(name):
-            subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=30"], check=True)
+        set_time_limit(name, minutes=30)
         stdout, stderr = proc.communicate(timeout=1800)
     finally:
         if proc.poll() is None:
@@ -118,7 +132,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
     print(f"\nrequeued run: {status['restarts']} restarts (from {status['resumed_from']}), "
           f"status {status['status']}")
     assert status["status"] == "completed" and status["restarts"] >= 1
-    assert logged_steps(run) == list(range(251))
+    assert logged_steps(run) == list(range(401))
     assert not (run / "metrics.discarded.jsonl").exists(), "every stop was a clean checkpoint"
     # the summary says the run resumed, and from which steps
     assert len(status["resumed_from"]) == status["restarts"]
@@ -126,7 +140,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
     assert f"Resumed: #0 from step {resumed}" in out.stdout
     segments = offline_runs(run)
     assert len(segments) == status["restarts"] + 1 and len({run_id(s) for s in segments}) == 1
-    assert [step for s in segments for step in history_steps(s)] == list(range(251)), (
+    assert [step for s in segments for step in history_steps(s)] == list(range(401)), (
         "each wandb segment holds its steps, none lost at a signal")
     assert tracebacks(run.parent) == []
 
