@@ -93,8 +93,10 @@ def main() -> None:
         for b in labels[i + 1:]:
             pair = table[[a, b]].dropna()
             if len(pair) > 2 and pair[a].std() > 0 and pair[b].std() > 0:
-                r, p = stats.pearsonr(pair[a], pair[b])
-                print(f"  {a} ~ {b}: r = {r:+.2f} over {len(pair)} seeds (p {p:.2g})")
+                test = stats.pearsonr(pair[a], pair[b])
+                ci = test.confidence_interval(0.95)  # Fisher's z
+                print(f"  {a} ~ {b}: r = {test.statistic:+.2f} over {len(pair)} seeds (95% CI "
+                      f"{ci.low:+.2f} to {ci.high:+.2f}; p {test.pvalue:.2g})")
             else:
                 print(f"  {a} ~ {b}: no correlation (a config's seeds do not vary)")
 
