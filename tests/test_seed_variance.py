@@ -181,6 +181,35 @@ def test_a_one_seed_sweep_borrows_an_earlier_multi_seed_sweeps_variance(tmp_path
     assert "the seeds of sweep" in (plain / "report.md").read_text()
 
 
+def test_a_check_seed_sweep_read_with_its_stage_tests_the_borrowed_variance(tmp_path: Path) -> None:
+    """A one-seed stage of another loss borrows the learning-rate study's variance (inflated);
+    a second sweep runs a second seed of one of its configs, and the two are read together (as
+    `make plots SWEEP="stage check"` reads them): the check seed tests the borrowed variance. Seed
+    noise like the source's: the borrowed one stays, the report saying the ratio and its test;
+    ten times the source's seed sd: the check seeds' own variance (1 df) replaces it."""
+    earlier = write_sweep(tmp_path / "lr_sweep", {"learning_rate": (1e-5, 3e-5, 1e-4)},
+                          seeds=(0, 1, 2), rng=1)
+    lent = rank(collect([earlier])).uncertainty.seeds
+    losses = {"loss.name": ("no_baseline", "grpo_clip")}
+    for noise, source in ((0.02, "borrowed"), (0.2, "seeds")):
+        stage = write_sweep(tmp_path / f"stage{noise}", losses, rng=2, noise=noise,
+                            extra={BORROW_KEY: str(earlier)})
+        check = write_sweep(tmp_path / f"check{noise}", {"loss.name": ("grpo_clip",)}, seeds=(1,),
+                            rng=3, noise=noise, extra={BORROW_KEY: str(earlier)})
+        ranking = rank(collect([stage, check]))
+        seeds = ranking.uncertainty.seeds
+        assert ranking.table.loc["loss.name=grpo_clip", "n_runs"] == 2
+        assert seeds.source == source, seeds.notes
+        assert f"F on (1, {lent.df:g}) df, one-sided p" in seeds.notes[-1]
+        report = build_report(collect([stage, check]), stage, ranking=ranking)
+        assert seeds.notes[-1] in report
+        if source == "borrowed":
+            assert seeds.variance == pytest.approx(lent.variance * upper_bound_factor(lent.df))
+            assert "do not show the borrowed variance too small" in seeds.notes[-1]
+        else:
+            assert seeds.df == 1 and "their own variance is used" in seeds.notes[-1]
+
+
 def test_a_variance_is_not_borrowed_across_designs_and_says_why(tmp_path: Path) -> None:
     earlier = write_sweep(tmp_path / "lr_sweep", {"learning_rate": (1e-5, 3e-5)}, seeds=(0, 1))
     other_problems = write_sweep(tmp_path / "a", {"loss": ("x", "y")},

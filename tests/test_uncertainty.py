@@ -33,10 +33,12 @@ from analysis.stats.power import (
     power_main_effect,
     resolve,
 )
+from analysis.stats.sources import lent, seed_variance
 from analysis.stats.variance import (
     ConfigData,
     SeedVariance,
     agreement_power,
+    check,
     combine,
     equal_variance_test,
 )
@@ -329,6 +331,41 @@ def test_two_variances_are_pooled_only_where_an_f_test_with_power_finds_them_ali
     assert (small.source, small.variance, small.df) == ("additive", 0.0003, 4)
     assert "are not shown to agree (the test would see a 2x difference with power 9% only" in small.notes[-1]
     assert small.notes[-1].endswith("the grid's own residual is used")
+
+
+def test_check_seeds_replace_a_borrowed_variance_only_where_it_is_shown_too_small() -> None:
+    """A one-seed stage's check seeds (1 df here) against a variance borrowed on 10 df and
+    inflated x2.54 (another loss): the one-sided F test is of the check seeds' variance against
+    the borrowed one as measured (0.01), not as inflated (0.0254). At 4.5x it does not reject
+    (F(1, 10)'s 95% point is 4.96): the inflated variance stays; at 6x it does: the check seeds'
+    own variance on its 1 df. Where every config has seeds, or the seeds have as many df as the
+    borrowed variance, or nothing is borrowed, the sweep's own seeds are used as before."""
+    borrowed = lent(SeedVariance(0.01, 10, "seeds", "src"), "sweep X", ["loss.name=a"])
+    assert borrowed.variance == pytest.approx(0.01 * 10 / stats.chi2.ppf(0.05, 10))
+    assert borrowed.measured == pytest.approx(0.01) and borrowed.inflation == pytest.approx(2.54, abs=5e-3)
+
+    def stage(second: float, first: float = 0.5) -> list[ConfigData]:
+        return [ConfigData("a", np.array([first, second])), ConfigData("b", np.array([0.4])),
+                ConfigData("c", np.array([0.45]))]
+
+    kept = seed_variance(stage(0.5 + math.sqrt(2 * 0.045)), pd.DataFrame(), ["k"], borrowed)
+    assert (kept.source, kept.variance, kept.df) == ("borrowed", borrowed.variance, 10)
+    p = stats.f.sf(4.5, 1, 10)
+    assert 0.05 < p < 0.1
+    assert (f"own / borrowed = 4.50, F on (1, 10) df, one-sided p {p:.2g}" in kept.notes[-1]
+            and "do not show the borrowed variance too small" in kept.notes[-1])
+    used = seed_variance(stage(0.5 + math.sqrt(2 * 0.06)), pd.DataFrame(), ["k"], borrowed)
+    assert (used.source, used.variance, used.df) == ("seeds", pytest.approx(0.06), 1)
+    assert f"own / borrowed = 6.00, F on (1, 10) df, one-sided p {stats.f.sf(6, 1, 10):.2g}" in used.notes[-1]
+    assert "their own variance is used" in used.notes[-1]
+    # a check seed's variance below the borrowed one keeps the borrowed one, as inflated
+    assert check(SeedVariance(0.001, 1, "seeds", "s"), borrowed).variance == borrowed.variance
+    # not check seeds: every config seeded; as many df as the borrowed variance; nothing borrowed
+    full = [ConfigData(c, np.array([0.5, 0.5 + math.sqrt(2 * 0.045)])) for c in "ab"]
+    assert seed_variance(full, pd.DataFrame(), ["k"], borrowed).source == "seeds"
+    wide = lent(SeedVariance(0.01, 1, "seeds", "src"), "sweep X", ["loss.name=a"])
+    assert seed_variance(stage(0.5 + math.sqrt(2 * 0.045)), pd.DataFrame(), ["k"], wide).notes == ()
+    assert seed_variance(stage(0.9), pd.DataFrame(), ["k"], None).source == "seeds"
 
 
 def test_the_agreement_test_s_power_is_the_f_distribution_beyond_its_critical_values() -> None:

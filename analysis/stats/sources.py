@@ -9,22 +9,24 @@ from collections.abc import Sequence
 import pandas as pd
 
 from analysis.stats.effects import additive_variance
-from analysis.stats.variance import ConfigData, SeedVariance, combine, upper_bound_factor
+from analysis.stats.variance import ConfigData, SeedVariance, check, combine, upper_bound_factor
 
 
 def seed_variance(configs: Sequence[ConfigData], frame: pd.DataFrame, keys: Sequence[str],
                   borrowed: SeedVariance | None,
                   unborrowed: str = "nothing borrowed") -> SeedVariance:
     """The seed variance from the best source a sweep has, in this order: seeds in the sweep
-    (pooled over ``configs``); the additive model's residual of a one-seed grid of two or more
+    (pooled over ``configs``; where only a few configs have them, fewer df than ``borrowed``,
+    they are the check seeds of a one-seed sweep, :func:`check`); the additive model's residual of a one-seed grid of two or more
     swept ``keys`` (``frame``: a row a run, :func:`additive_variance`), pooled with ``borrowed``
     (an earlier sweep's) where :func:`combine` finds them in agreement; ``borrowed`` alone;
     none, saying why (``unborrowed``: why nothing was borrowed)."""
     pooled = SeedVariance.pooled(configs)
-    if pooled.source == "seeds":
-        return pooled
-    additive = additive_variance(frame, keys)
     usable = borrowed is not None and borrowed.usable
+    if pooled.source == "seeds":
+        checks = usable and pooled.df < borrowed.df and any(c.n_seeds == 1 for c in configs)
+        return check(pooled, borrowed) if checks else pooled
+    additive = additive_variance(frame, keys)
     refused = () if borrowed is None or usable else (borrowed.text,)
     if additive is not None and usable:
         return combine(additive, borrowed)
@@ -48,4 +50,4 @@ def lent(seeds: SeedVariance, text: str, outside: Sequence[str]) -> SeedVariance
     return SeedVariance(seeds.variance * factor, seeds.df, "borrowed", (
         f"{text}, inflated x{factor:.2f} to its upper 95% confidence bound ({seeds.variance:.3g} "
         f"measured): this sweep runs settings that change the seed variance and that sweep did "
-        f"not ({shown})"))
+        f"not ({shown})"), inflation=factor)

@@ -88,6 +88,14 @@ class SeedVariance:
     source: Source
     text: str
     notes: tuple[str, ...] = ()
+    inflation: float = 1.0
+    """What the measured variance was multiplied by (a borrowed one inflated to its upper bound,
+    :func:`analysis.stats.sources.lent`); 1 where ``variance`` is as measured."""
+
+    @property
+    def measured(self) -> float:
+        """The variance as its source measured it (before any inflation)."""
+        return self.variance / self.inflation
 
     @property
     def usable(self) -> bool:
@@ -113,7 +121,8 @@ class SeedVariance:
                 f"{self.text} ({df_text(self.df)} df)")
 
     def with_notes(self, *notes: str) -> SeedVariance:
-        return SeedVariance(self.variance, self.df, self.source, self.text, (*self.notes, *notes))
+        return SeedVariance(self.variance, self.df, self.source, self.text, (*self.notes, *notes),
+                            self.inflation)
 
     @staticmethod
     def pooled(configs: Sequence[ConfigData]) -> SeedVariance:
@@ -189,6 +198,27 @@ def combine(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
                         df, "additive+borrowed", f"{additive.text} pooled with {borrowed.text}",
                         (*additive.notes, *borrowed.notes,
                          f"the two agree ({test}): pooled, weighted by their df"))
+
+
+def check(own: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
+    """A one-seed sweep's check seeds against the variance it borrows: ``own`` pooled over the
+    few configs that ran a second seed (its df fewer than ``borrowed``'s), tested one-sided
+    against ``borrowed`` as its source measured it (before any inflation): own / measured on
+    (own df, borrowed df) df. Where the test finds the sweep's variance larger at ``ALPHA``, the
+    borrowed one is too small for this sweep's settings and the check seeds' own variance is used
+    (on its few df: the safe side); else ``borrowed`` as lent (inflated where the settings
+    differ). The ratio and its test are in the notes either way."""
+    ratio = own.variance / borrowed.measured
+    p = float(special.fdtrc(own.df, borrowed.df, ratio))
+    test = (f"own / borrowed = {ratio:.2f}, F on ({df_text(own.df)}, {df_text(borrowed.df)}) df, "
+            f"one-sided p {p_text(p)}")
+    if p < ALPHA:
+        return own.with_notes(
+            f"the check seeds show the borrowed variance too small for this sweep ({test}): their "
+            f"own variance is used, not the {borrowed.describe()}")
+    return borrowed.with_notes(
+        f"the check seeds ({own.text}: {own.variance:.3g}) do not show the borrowed variance "
+        f"too small ({test})")
 
 
 def equal_variance_test(configs: Sequence[ConfigData]) -> str:
