@@ -18,7 +18,15 @@ uses (``analysis.stats.sources.seed_variance``: pooled only where an F test with
 2x difference finds them in agreement, else the larger) against the former rule (pooled wherever
 the F test does not reject) and the residual alone.
 
-Usage: python bench/borrowed_variance_calibration.py [--stages 4000] [--grid-stages 1000] [--grid-only]
+The third table: the same one-seed stages with check seeds, a second seed of the last 1 or 2
+configs (``analysis.stats.variance.check``, through ``seed_variance`` as the report calls it): the
+borrowed variance, inflated, is tested against the check seeds' own and replaced by it where the
+one-sided F test finds the stage's variance larger; against the inflated variance alone on the
+same stages (common random numbers). Power: the first config 3 seed sd better (the check seeds
+go to others).
+
+Usage: python bench/borrowed_variance_calibration.py [--stages 4000] [--grid-stages 1000]
+       [--grid-only] [--checks-only]
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from monte_carlo import rate  # noqa: E402
 from analysis.stats.comparisons import compare_pair  # noqa: E402
 from analysis.stats.effects import VALUE, additive_variance  # noqa: E402
 from analysis.stats.levels import ALPHA  # noqa: E402
-from analysis.stats.sources import seed_variance  # noqa: E402
+from analysis.stats.sources import lent, seed_variance  # noqa: E402
 from analysis.stats.variance import ConfigData, SeedVariance, upper_bound_factor  # noqa: E402
 
 GRID_KEYS = ("k0", "k1")
@@ -61,9 +69,13 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=4000)
     parser.add_argument("--grid-stages", type=int, default=1000)
     parser.add_argument("--grid-only", action="store_true", help="only the 3x3 grid's table")
+    parser.add_argument("--checks-only", action="store_true", help="only the check seeds' table")
     args = parser.parse_args()
     if args.grid_only:
         grid(args.grid_stages)
+        return
+    if args.checks_only:
+        checked(args.stages)
         return
     print(f"{args.stages} simulated stages a row; each cell: as borrowed / inflated to the "
           "source's upper 95% bound (what the analysis does for settings the source did not run)\n")
@@ -89,6 +101,40 @@ def main() -> None:
         print(f"| {k} | {df} | {ratio:g} | x{factor:.2f} | {cells[0]} | {cells[1]} |", flush=True)
         print(f"  ({time.time() - start:.0f} s)", file=sys.stderr)
     grid(args.grid_stages)
+    checked(args.stages)
+
+
+def checked(stages: int) -> None:
+    """The check seeds' table (module docstring)."""
+    print(f"\n{stages} simulated one-seed stages a row, the borrowed variance inflated to its upper "
+          "95% bound; each cell: alone / with the check seeds (a second seed of the last configs):\n")
+    print("| configs in the stage | check seeds (extra runs) | source df | borrowed / true variance | "
+          "false verdicts (all equal) | one 3 sd better called better than each | "
+          "check finds the borrowed too small |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for k, m, df, ratio in [(k, m, df, ratio) for k, m in ((2, 1), (4, 1), (4, 2))
+                            for df in (6, 10) for ratio in (1.0, 0.5, 0.25)]:
+        rng = np.random.default_rng(int(1000 * ratio) + 100 * m + 10 * k + df)
+        false: dict[str, list[bool]] = {"alone": [], "checked": []}
+        power: dict[str, list[bool]] = {"alone": [], "checked": []}
+        switched = []
+        for _ in range(stages):
+            source = SeedVariance(ratio * float(rng.chisquare(df)) / df, df, "seeds", "simulated")
+            borrowed = lent(source, "simulated", ["a setting the source did not run"])
+            for shift, out in ((0.0, false), (3.0, power)):
+                values = rng.normal(0.0, 1.0, (2, k)) + np.where(np.arange(k) == 0, shift, 0.0)
+                alone = [ConfigData(f"c{i}", values[:1, i]) for i in range(k)]
+                seeds = [ConfigData(f"c{i}", values[:1 + (i >= k - m), i]) for i in range(k)]
+                variance = seed_variance(seeds, pd.DataFrame(), ("k0",), borrowed)
+                if shift == 0.0:
+                    switched.append(variance.source == "seeds")
+                for rule, configs, used in (("alone", alone, borrowed), ("checked", seeds, variance)):
+                    verdicts = called(configs, used)
+                    out[rule].append(any(v != "not distinguishable" for *_, v in verdicts) if shift == 0
+                                     else all(v == "better" for a, _, v in verdicts if a == "c0"))
+        cells = [" / ".join(rate(d[r]) for r in d) for d in (false, power)]
+        print(f"| {k} | {m} | {df} | {ratio:g} | {cells[0]} | {cells[1]} | {rate(switched)} |",
+              flush=True)
 
 
 def former(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
