@@ -5,6 +5,7 @@ its pruner, and the budget that refuses a sweep before anything is submitted."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -307,11 +308,20 @@ def test_the_dry_run_reads_what_a_named_sweep_lends(tmp_path: Path) -> None:
     found = detectable_difference(sd * math.sqrt(2), 3, 4.0)
     assert lines[1].startswith(f"  1 seed a config (this sweep): {found:.3f} from the best on "
                                "the borrowed variance's 4 df; main effects: learning_rate ")
+    # ... so a check seed would test it, priced at one run of this sweep (a sixth of 2 seeds a config)
+    per_run = float(re.search(r"\(6 runs, ~([0-9.e-]+) CPU-hours\)", out.stdout).group(1)) / 6
+    assert re.fullmatch(r"  check seed: the borrowed variance was measured on other settings; a "
+                        r"second seed of one config, run as a sweep of its own and read with this "
+                        r"one, tests it \(analysis\.stats\.variance\.check\): 1 more run, "
+                        r"~([0-9.e-]+) CPU-hours \(docs/how-to/cs336-studies\.md\)", lines[2])
+    assert per_run > 0 and float(lines[2].split("~")[1].split()[0]) == pytest.approx(per_run, rel=2e-3)
     # a 3 x 2 grid of one seed: its comparisons rest on its own additive residual (2 df), which
     # a borrowed variance of 4 df is not pooled with (no test could tell them apart)
     out = launch(*sweep, "off_policy.epochs=1,2", f"analysis.seed_variance_from={source}")
     assert out.returncode == 0, out.stderr[-2000:]
-    grid_line = out.stdout.split("power (borrowed: ")[1].splitlines()[1]
+    grid_lines = out.stdout.split("power (borrowed: ")[1].splitlines()
+    grid_line = grid_lines[1]
+    assert not grid_lines[2].startswith("  check seed")  # the grid's residual tests it already
     found = detectable_difference(sd * math.sqrt(2), 6, 2.0)
     assert grid_line.startswith(f"  1 seed a config (this sweep): {found:.3f} from the best on "
                                 "the grid's additive residual's 2 df; main effects: ")

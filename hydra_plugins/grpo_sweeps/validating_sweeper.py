@@ -169,6 +169,7 @@ class ValidatingSweeper(BasicSweeper):
         from analysis.stats.race import boundary
 
         lent_df = 0.0  # the df a borrowed variance gives a one-seed sweep
+        inflated = False  # the borrowed variance inflated: settings its source did not run
         if assumed is not None:
             sd, said = float(assumed), f"analysis.assumed_seed_sd={float(assumed):g}"
         else:
@@ -183,6 +184,7 @@ class ValidatingSweeper(BasicSweeper):
                 return [f"power: nothing to borrow from analysis.seed_variance_from: "
                         f"{seeds_of.describe()}"]
             sd, lent_df = seeds_of.variance ** 0.5, float(seeds_of.df)
+            inflated = seeds_of.inflation > 1
             said = f"borrowed: {seeds_of.describe()}"
         counts = Counter(tuple(without_seed(job.overrides)) for job in self.composed.values())
         k = len(counts)
@@ -229,6 +231,12 @@ class ValidatingSweeper(BasicSweeper):
                 found = detectable_difference(se, k, one_seed_df)
                 lines.append(f"  1 seed a config{here}: {shown(found)} from the best on "
                              f"{one_seed_source}'s {one_seed_df:g} df; main effects: {effects(1)}")
+                if inflated and additive_df <= 0 and n == seeds:
+                    lines.append("  check seed: the borrowed variance was measured on other "
+                                 "settings; a second seed of one config, run as a sweep of its "
+                                 "own and read with this one, tests it (analysis.stats.variance."
+                                 f"check): 1 more run, ~{per_run:.3g} {cost.unit} "
+                                 "(docs/how-to/cs336-studies.md)")
                 continue
             if n == 1:
                 found = detectable_difference(se, k, float("inf"))
