@@ -330,9 +330,9 @@ def _effects(ranking: Ranking) -> list[str]:
         f"Does each swept key matter, averaged over the others? An ANOVA of `{ranking.criterion}` "
         f"at GRPO step {ranking.at_step} over {', '.join(f'`{k}`' for k in keys)} ({effects.model} "
         f"model, type II sums of squares, statsmodels), each F against the seed variance "
-        f"({effects.error.source}, {effects.error.df:g} df). A main effect averages over the "
-        "other keys, so it has power where a cell-against-cell comparison has little. Also in "
-        "`main_effects.csv`.", "",
+        f"({effects.error.source}, {effects.error.df:g} df{_floors(ranking)}). A main effect "
+        "averages over the other keys, so it has power where a cell-against-cell comparison has "
+        "little. Also in `main_effects.csv`.", "",
         markdown_table(["term", "df", "sum of squares", "F", "p"],
                        [[t.name, f"{t.df:g}", f"{t.sum_sq:.3g}", f"{t.f:.2f}", fmt_p(t.p)]
                         for t in effects.terms]), "",
@@ -355,6 +355,16 @@ def _effects(ranking: Ranking) -> list[str]:
     if left:
         lines += ["", "Left out of the ANOVA: " + "; ".join(f"{label} ({why})" for label, why in left.items()) + "."]
     return lines
+
+
+def _floors(ranking: Ranking) -> str:
+    """The note of an ANOVA whose seed variance leaves out configs at a floor, where it does
+    (:func:`analysis.stats.effects.without_floors`)."""
+    seeds = ranking.uncertainty.seeds if ranking.uncertainty is not None else None
+    effects = ranking.effects
+    if seeds is None or effects is None or effects.error.notes == seeds.notes:
+        return ""
+    return f"; {effects.error.notes[-1]}"
 
 
 def fmt_p(p: float) -> str:
