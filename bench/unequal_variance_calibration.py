@@ -24,7 +24,18 @@ pools it, ``SeedVariance.pooled``):
 
 Each cell ± its Monte Carlo error (binomial). Goal: false verdicts and misses <= 5%.
 
-Usage: python bench/unequal_variance_calibration.py [--sweeps 1000]
+``--main-effects``: the main-effects ANOVA (``analysis.stats.effects.main_effects``: each F
+against the sweep's seed variance, pooled over the configs whose seeds vary where some gave one
+value on every seed, a floor) where seed variances differ and every mean is equal: each term's
+share of sweeps with p < 5%, against one variance pooled over every config (the former rule),
+the same F on that pool's Satterthwaite df ((sum nu s^2)^2 / sum nu s^4, nu = seeds - 1), and
+statsmodels' heteroscedasticity-robust type II ANOVA (``anova_lm(..., robust="hc3")``), with 2
+and 3 seeds a config. Designs: a one-key sweep of 9 levels, 3 of them floors (every seed one
+value) or at 0.3x the others' seed sd; a 3x3 grid whose first key's level 0 is a floor or at
+0.3x; one cell at 0.3x; all equal; and the power: all equal but the first key's levels 0, -s and
+-2s seed sd apart (s 1 with 2 seeds, 0.7 with 3; its main effect's share found).
+
+Usage: python bench/unequal_variance_calibration.py [--sweeps 1000] [--main-effects]
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from scipy import special
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -90,10 +102,76 @@ def outcomes(configs: list[ConfigData], equal: set[str], best: str) -> tuple[boo
     return false, best not in u.could_be_best, sharp
 
 
+def anova_rates(cells: list[tuple[tuple[int, ...], float]], sweeps: int, n: int,
+                step: float = 0.0) -> str:
+    """Each term's share of sweeps with p < 5% (module docstring): the analysis / one pooled
+    variance / its Satterthwaite df / HC3, over ``sweeps`` sweeps of ``n`` seeds a cell, ``cells``
+    each config's levels and seed sd, its mean ``step`` times its first key's level below 0."""
+    import warnings
+
+    import pandas as pd
+    from statsmodels.stats.anova import anova_lm
+
+    from analysis.stats.effects import VALUE, _coded, _fit, main_effects
+
+    keys = [f"k{i}" for i in range(len(cells[0][0]))]
+    rng = np.random.default_rng(len(cells) * 100 + n * 10 + int(10 * min(sd for _, sd in cells)))
+    rates: dict[str, tuple[list[bool], ...]] = {}
+    for _ in range(sweeps):
+        configs = [ConfigData(str(levels), rng.normal(-step * levels[0], sd, n))
+                   for levels, sd in cells]
+        frame = pd.DataFrame([{**{k: str(v) for k, v in zip(keys, levels, strict=True)}, VALUE: x}
+                              for (levels, _), c in zip(cells, configs, strict=True)
+                              for x in c.seed_values])
+        pooled = SeedVariance.pooled(configs)
+        nu = np.array([c.n_seeds - 1 for c in configs])
+        s2 = np.array([np.var(c.seed_values, ddof=1) for c in configs])
+        satterthwaite = float((nu @ s2) ** 2 / (nu @ s2 ** 2))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            robust = anova_lm(_fit(_coded(frame, keys), len(keys), len(keys) > 1), typ=2,
+                              robust="hc3").drop(index="Residual")["PR(>F)"]
+        for term, p in zip(main_effects(frame, keys, pooled, True).terms, robust, strict=True):
+            f = term.sum_sq / term.df / pooled.variance  # against the pool of every config
+            found = (term.p, float(special.fdtrc(term.df, pooled.df, f)),
+                     float(special.fdtrc(term.df, satterthwaite, f)), p)
+            for rule, p_rule in zip(rates.setdefault(term.name, ([], [], [], [])), found, strict=True):
+                rule.append(p_rule < ALPHA)
+    return "; ".join(f"{name}: " + " / ".join(rate(r) for r in rules) for name, rules in rates.items())
+
+
+def main_effect_table(sweeps: int) -> None:
+    """The ``--main-effects`` table (module docstring)."""
+    grid = [(a, b) for a in range(3) for b in range(3)]
+    designs = [
+        ("one key, 9 levels, 3 floors", [((i,), 0.0 if i < 3 else 1.0) for i in range(9)], 0.0),
+        ("one key, 9 levels, 3 at 0.3 sd", [((i,), 0.3 if i < 3 else 1.0) for i in range(9)], 0.0),
+        ("3x3, the first key's level 0 a floor", [(c, 0.0 if c[0] == 0 else 1.0) for c in grid], 0.0),
+        ("3x3, the first key's level 0 at 0.3 sd", [(c, 0.3 if c[0] == 0 else 1.0) for c in grid], 0.0),
+        ("3x3, one cell at 0.3 sd", [(c, 0.3 if c == (0, 0) else 1.0) for c in grid], 0.0),
+        ("3x3, all equal", [(c, 1.0) for c in grid], 0.0),
+        ("3x3, power: the first key's levels apart", [(c, 1.0) for c in grid], None)]
+    print(f"{sweeps} sweeps a row; each cell: the share of sweeps whose term has p < 5%, the "
+          "analysis / one pooled variance / its Satterthwaite df / HC3-robust\n")
+    print("| design | seeds a config | each term: p < 5% |")
+    print("| --- | --- | --- |")
+    for name, cells, step in designs:
+        for n in (2, 3):
+            start = time.time()
+            shift = (1.0 if n == 2 else 0.7) if step is None else step
+            print(f"| {name}{f' {shift:g} sd' if step is None else ''} | {n} | "
+                  f"{anova_rates(cells, sweeps, n, shift)} |", flush=True)
+            print(f"  ({time.time() - start:.0f} s)", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=1000)
+    parser.add_argument("--main-effects", action="store_true", help="only the ANOVA's table")
     args = parser.parse_args()
+    if args.main_effects:
+        main_effect_table(args.sweeps)
+        return
     designs: list[tuple[str, int, Draw, set[str], str]] = []
     for n in (3, 5):
         for sd in (0.06, 0.125):
