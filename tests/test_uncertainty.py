@@ -360,9 +360,13 @@ def test_check_seeds_replace_a_borrowed_variance_only_where_it_is_shown_too_smal
     assert "their own variance is used" in used.notes[-1]
     # a check seed's variance below the borrowed one keeps the borrowed one, as inflated
     assert check(SeedVariance(0.001, 1, "seeds", "s"), borrowed).variance == borrowed.variance
-    # not check seeds: every config seeded; as many df as the borrowed variance; nothing borrowed
+    # not check seeds: every config seeded, or most (a multi-seed sweep with a failed run); as
+    # many df as the borrowed variance; nothing borrowed
     full = [ConfigData(c, np.array([0.5, 0.5 + math.sqrt(2 * 0.045)])) for c in "ab"]
     assert seed_variance(full, pd.DataFrame(), ["k"], borrowed).source == "seeds"
+    failed = [*full, ConfigData("c", np.array([0.45]))]
+    assert seed_variance(failed, pd.DataFrame(), ["k"], borrowed).notes == ()
+    assert seed_variance(failed[1:], pd.DataFrame(), ["k"], borrowed).notes != ()  # half: checks
     wide = lent(SeedVariance(0.01, 1, "seeds", "src"), "sweep X", ["loss.name=a"])
     assert seed_variance(stage(0.5 + math.sqrt(2 * 0.045)), pd.DataFrame(), ["k"], wide).notes == ()
     assert seed_variance(stage(0.9), pd.DataFrame(), ["k"], None).source == "seeds"

@@ -16,15 +16,17 @@ def seed_variance(configs: Sequence[ConfigData], frame: pd.DataFrame, keys: Sequ
                   borrowed: SeedVariance | None,
                   unborrowed: str = "nothing borrowed") -> SeedVariance:
     """The seed variance from the best source a sweep has, in this order: seeds in the sweep
-    (pooled over ``configs``; where only a few configs have them, fewer df than ``borrowed``,
-    they are the check seeds of a one-seed sweep, :func:`check`); the additive model's residual of a one-seed grid of two or more
+    (pooled over ``configs``; where at most half the configs have them, on fewer df than
+    ``borrowed``, they are the check seeds of a one-seed sweep, :func:`check`; a multi-seed
+    sweep with a failed run keeps its own); the additive model's residual of a one-seed grid of two or more
     swept ``keys`` (``frame``: a row a run, :func:`additive_variance`), pooled with ``borrowed``
     (an earlier sweep's) where :func:`combine` finds them in agreement; ``borrowed`` alone;
     none, saying why (``unborrowed``: why nothing was borrowed)."""
     pooled = SeedVariance.pooled(configs)
     usable = borrowed is not None and borrowed.usable
     if pooled.source == "seeds":
-        checks = usable and pooled.df < borrowed.df and any(c.n_seeds == 1 for c in configs)
+        seeded = sum(c.n_seeds > 1 for c in configs)
+        checks = usable and pooled.df < borrowed.df and 2 * seeded <= len(configs)
         return check(pooled, borrowed) if checks else pooled
     additive = additive_variance(frame, keys)
     refused = () if borrowed is None or usable else (borrowed.text,)

@@ -202,7 +202,8 @@ def combine(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
 
 def check(own: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
     """A one-seed sweep's check seeds against the variance it borrows: ``own`` pooled over the
-    few configs that ran a second seed (its df fewer than ``borrowed``'s), tested one-sided
+    few configs that ran a second seed (at most half of them; its df fewer than ``borrowed``'s,
+    :func:`analysis.stats.sources.seed_variance`), tested one-sided
     against ``borrowed`` as its source measured it (before any inflation): own / measured on
     (own df, borrowed df) df. Where the test finds the sweep's variance larger at ``ALPHA``, the
     borrowed one is too small for this sweep's settings and the check seeds' own variance is used
