@@ -311,10 +311,15 @@ def test_the_dry_run_reads_what_a_named_sweep_lends(tmp_path: Path) -> None:
     # ... so a check seed would test it, priced at one run of this sweep (a sixth of 2 seeds a config)
     per_run = float(re.search(r"\(6 runs, ~([0-9.e-]+) CPU-hours\)", out.stdout).group(1)) / 6
     assert re.fullmatch(r"  check seed: the borrowed variance was measured on other settings; a "
-                        r"second seed of one config, run as a sweep of its own and read with this "
-                        r"one, tests it \(analysis\.stats\.variance\.check\): 1 more run, "
-                        r"~([0-9.e-]+) CPU-hours \(docs/how-to/cs336-studies\.md\)", lines[2])
+                        r"second seed of one config tests it \(analysis\.stats\.variance\.check\): "
+                        r"1 more run, ~([0-9.e-]+) CPU-hours; analysis\.check_seeds=1 runs it in "
+                        r"this sweep", lines[2])
     assert per_run > 0 and float(lines[2].split("~")[1].split()[0]) == pytest.approx(per_run, rel=2e-3)
+    checked = launch(*sweep, f"analysis.seed_variance_from={source}", "analysis.check_seeds=1")
+    assert checked.returncode == 0 and "dry run: 4 jobs, nothing submitted" in checked.stdout
+    assert checked.stdout.split("power (borrowed: ")[1].splitlines()[2] == (
+        "  check seeds: this sweep runs 1 (analysis.check_seeds=1, priced above); they test the "
+        "borrowed variance, measured on other settings (analysis.stats.variance.check)")
     # a 3 x 2 grid of one seed: its comparisons rest on its own additive residual (2 df), which
     # a borrowed variance of 4 df is not pooled with (no test could tell them apart)
     out = launch(*sweep, "off_policy.epochs=1,2", f"analysis.seed_variance_from={source}")

@@ -318,6 +318,8 @@ RULES: dict[str, Rule] = {
                                         note="null = unknown"),
     "race.budget_gpu_hours": _number("the race's GPU-hour budget", 0, **POSITIVE, nullable=True,
                                      note="null = no limit"),
+    "analysis.check_seeds": _int("the configs of a one-seed sweep that get a second seed", 0, 100,
+                                 note="0 = none; each is one more job of the sweep"),
 }
 """Dotted config key -> its rule. Keys absent from a config (another group's option) are skipped."""
 

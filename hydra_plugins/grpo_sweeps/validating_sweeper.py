@@ -81,6 +81,8 @@ class ValidatingSweeper(BasicSweeper):
 
     composed: dict[tuple[str, ...], ComposedJob]
     """Each job's composition, by its overrides before `compose_job` (filled by `sweep()`)."""
+    check_jobs: list[Sequence[str]] = []
+    """The check seeds' jobs (`_check_jobs`), launched after the grid's."""
 
     def _all_jobs(self, arguments: list[str]) -> tuple[list[Sequence[str]], set[str]]:
         """Every job's override list, and the keys that take several values."""
@@ -97,8 +99,40 @@ class ValidatingSweeper(BasicSweeper):
         return job
 
     def get_job_batch(self) -> Sequence[Sequence[str]]:
-        """BasicSweeper's next batch, each job with the overrides it was validated with."""
-        return [list(self.composed[tuple(o)].overrides) for o in get_job_batch(self)]
+        """BasicSweeper's next batch, each job with the overrides it was validated with; the
+        check seeds' jobs after the last batch of the grid."""
+        batch = [*get_job_batch(self), *(self.check_jobs if self.is_done() else [])]
+        return [list(self.composed[tuple(o)].overrides) for o in batch]
+
+    def _check_jobs(self, jobs: list[Sequence[str]], swept: set[str], racing: bool) -> list[Sequence[str]]:
+        """`analysis.check_seeds` = n: the first n configs again with seed `seed` + 1, jobs of
+        this sweep after the grid's, whose seeds test a borrowed seed variance
+        (`analysis.stats.variance.check`); exit 2 where they mean nothing (a race, seeds swept,
+        more than half the configs) or the seed would be out of range."""
+        n = int(OmegaConf.select(self.config, "analysis.check_seeds", default=0) or 0)
+        if n == 0:
+            return []
+        seed = int(self.config.seed) + 1
+        problems = []
+        if "analysis.check_seeds" in swept:
+            problems.append("analysis.check_seeds cannot be swept: give one value")
+        if racing:
+            problems.append("analysis.check_seeds with race.max_seeds: a race gives its configs "
+                            "their seeds itself; drop one of them")
+        if "seed" in swept:
+            problems.append("analysis.check_seeds with seed swept: every config has seeds of its "
+                            "own already; drop analysis.check_seeds")
+        if 2 * n > len(jobs):
+            problems.append(f"analysis.check_seeds={n} for {len(jobs)} configs: check seeds are "
+                            f"for at most half the configs ({len(jobs) // 2} here); for seeds of "
+                            "every config sweep seed=0,1")
+        if seed > SEED_MAX:
+            problems.append(f"analysis.check_seeds with seed={seed - 1}: the check seed {seed} is "
+                            f"past the largest seed {SEED_MAX}")
+        if problems:
+            print("error: " + "; ".join(problems) + "; nothing was submitted", file=sys.stderr)
+            sys.exit(2)
+        return [[*without_seed(job), f"seed={seed}"] for job in jobs[:n]]
 
     def _parallel(self, n_jobs: int) -> int:
         """How many jobs the launcher runs at once: a SLURM array's `array_parallelism`, else
@@ -231,12 +265,16 @@ class ValidatingSweeper(BasicSweeper):
                 found = detectable_difference(se, k, one_seed_df)
                 lines.append(f"  1 seed a config{here}: {shown(found)} from the best on "
                              f"{one_seed_source}'s {one_seed_df:g} df; main effects: {effects(1)}")
-                if inflated and additive_df <= 0 and n == seeds:
+                checks = int(OmegaConf.select(cfg, "analysis.check_seeds", default=0) or 0)
+                if inflated and additive_df <= 0 and n == seeds and checks:
+                    lines.append(f"  check seeds: this sweep runs {checks} (analysis.check_seeds="
+                                 f"{checks}, priced above); they test the borrowed variance, "
+                                 "measured on other settings (analysis.stats.variance.check)")
+                elif inflated and additive_df <= 0 and n == seeds:
                     lines.append("  check seed: the borrowed variance was measured on other "
-                                 "settings; a second seed of one config, run as a sweep of its "
-                                 "own and read with this one, tests it (analysis.stats.variance."
-                                 f"check): 1 more run, ~{per_run:.3g} {cost.unit} "
-                                 "(docs/how-to/cs336-studies.md)")
+                                 "settings; a second seed of one config tests it (analysis.stats."
+                                 f"variance.check): 1 more run, ~{per_run:.3g} {cost.unit}; "
+                                 "analysis.check_seeds=1 runs it in this sweep")
                 continue
             if n == 1:
                 found = detectable_difference(se, k, float("inf"))
@@ -392,6 +430,9 @@ class ValidatingSweeper(BasicSweeper):
                   "wave w seed `seed` + w - 1; set seed to the first one; nothing was submitted",
                   file=sys.stderr)
             sys.exit(2)
+        self.check_jobs = self._check_jobs(jobs, swept, racing)
+        n_grid = len(jobs)
+        jobs = [*jobs, *self.check_jobs]
         self.composed = {}
         lines: list[str] = []
         labels: dict[int, str] = {}
@@ -402,7 +443,8 @@ class ValidatingSweeper(BasicSweeper):
             job = self._compose(overrides)
             cfg = job.cfg
             shown = " ".join(o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept)
-            labels[num] = f"job #{num} [{shown or 'no swept keys'}]"
+            check = f" {overrides[-1]}: check seed" if num >= n_grid else ""
+            labels[num] = f"job #{num} [{shown or 'no swept keys'}{check}]"
             report = check_config(cfg).include(check_installed(cfg))
             report.errors += resources.refusals(cfg)
             # a race checks its job directories against its own waves (check_relaunch)

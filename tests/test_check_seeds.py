@@ -1,0 +1,78 @@
+"""Check seeds in the sweep itself (`analysis.check_seeds`): the first configs of a one-seed sweep
+run again with seed + 1, as jobs after the grid's, listed and priced by the dry run, refused where
+they mean nothing, and read back as a second seed of their config."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analysis.aggregate import rank
+from analysis.collect import LABEL, collect
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = ("model=tiny", "data=toy", "rollout=hf")
+STAGE = ("-m", *TOY, "loss=no_baseline,reinforce_with_baseline,grpo_clip")
+
+
+def launch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_dry_run_lists_and_prices_the_check_seed_after_the_grid(tmp_path: Path) -> None:
+    out = launch(*STAGE, "seed=4", "analysis.check_seeds=1", f"paths.output_root={tmp_path}",
+                 "dry_run=true")
+    assert out.returncode == 0, out.stderr
+    jobs = [line for line in out.stdout.splitlines() if line.startswith("job #")]
+    assert [line.split("] ")[0] + "]" for line in jobs] == [
+        "job #0 [loss=no_baseline]", "job #1 [loss=reinforce_with_baseline]",
+        "job #2 [loss=grpo_clip]", "job #3 [loss=no_baseline seed=5: check seed]"]
+    assert "dry run: 4 jobs, nothing submitted" in out.stdout
+    assert "cost: 4 jobs" in out.stdout
+    assert not list(tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    (("race.max_seeds=3",), "analysis.check_seeds with race.max_seeds: a race gives its configs "
+                            "their seeds itself"),
+    (("seed=0,1",), "analysis.check_seeds with seed swept"),
+    (("analysis.check_seeds=2",), "analysis.check_seeds=2 for 3 configs: check seeds are for at "
+                                  "most half the configs (1 here)"),
+    (("seed=4294967295",), "the check seed 4294967296 is past the largest seed 4294967295"),
+])
+def test_check_seeds_where_they_mean_nothing_are_refused(tmp_path: Path, extra: tuple[str, ...],
+                                                         said: str) -> None:
+    out = launch(*STAGE, "analysis.check_seeds=1", *extra, f"paths.output_root={tmp_path}",
+                 "dry_run=true")
+    assert out.returncode == 2 and said in out.stderr, out.stderr
+    assert out.stderr.rstrip().endswith("nothing was submitted")
+
+
+def test_a_check_seed_runs_as_the_second_seed_of_its_config(tmp_path: Path,
+                                                            tiny_model_dir: Path) -> None:
+    sweep = tmp_path / "stage"
+    out = launch("-m", *TOY, f"model.path={tiny_model_dir}", "loss=no_baseline,reinforce_with_baseline",
+                 "analysis.check_seeds=1", "n_grpo_steps=4", "eval.eval_every=2",
+                 "eval.n_examples=16", "logging.wandb_mode=disabled", f"hydra.sweep.dir={sweep}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Sweep" in out.stdout and "3 runs: 3 completed" in out.stdout
+    overrides = yaml.safe_load((sweep / "2" / ".hydra" / "overrides.yaml").read_text())
+    assert "seed=1" in overrides and "loss=no_baseline" in overrides
+    runs = collect([sweep]).runs
+    assert sorted(runs.groupby(LABEL)["seed"].apply(sorted).to_dict().items()) == [
+        ("loss=no_baseline", [0, 1]), ("loss=reinforce_with_baseline", [0])]
+    seeds = rank(collect([sweep])).uncertainty.seeds
+    assert (seeds.source, seeds.df) == ("seeds", 1)
+    # the same command again runs nothing: every job, the check seed's too, is finished
+    written = {job: (sweep / job / "metrics.jsonl").stat().st_mtime_ns for job in "012"}
+    again = launch("-m", *TOY, f"model.path={tiny_model_dir}", "loss=no_baseline,reinforce_with_baseline",
+                   "analysis.check_seeds=1", "n_grpo_steps=4", "eval.eval_every=2",
+                   "eval.n_examples=16", "logging.wandb_mode=disabled", f"hydra.sweep.dir={sweep}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "3 runs: 3 completed" in again.stdout
+    assert {job: (sweep / job / "metrics.jsonl").stat().st_mtime_ns for job in "012"} == written
