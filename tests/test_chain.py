@@ -187,7 +187,17 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
                          "more (4 df)): this stage's one-seed verdicts borrow it where the model, "
                          "data, validation problems and evaluation steps match, inflated to its "
                          "upper 95% bound for settings it did not run (another loss, "
-                         "normalization, learning rate or epochs; the report says which)"]
+                         "normalization, learning rate or epochs; the report says which)",
+                         "  analysis.check_seeds=1  one swept key, one seed a config: a second "
+                         "seed of its first config, one more job of its sweep, tests the borrowed "
+                         "variance (which was measured on other settings; "
+                         "analysis.stats.variance.check); analysis.check_seeds=0 skips it"]
+    # a grid's additive residual tests the borrowed variance itself: no check seed
+    all_plans = plans(out)
+    assert not any("check_seeds" in line for line in all_plans["off_policy_broad"])
+    assert all_plans["std_norm"][-1].startswith("  analysis.check_seeds=1  one swept key")
+    assert plans(out, "analysis.check_seeds=0")["baselines"][-1] == (
+        "  analysis.check_seeds=0  from the command line")
 
 
 def test_pruned_configs_are_left_out_and_the_rest_compared_at_a_common_step(tmp_path: Path) -> None:

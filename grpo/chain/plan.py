@@ -13,7 +13,8 @@ For every key an earlier stage decides, in chain order, the stage:
 
 The stage also carries ``analysis.seed_variance_from``: the sweep of the first earlier stage with
 two or more seeds a config, whose seed variance its one-seed verdicts borrow (unless the user
-sets the key).
+sets the key); and where it then sweeps one key with one seed a config, ``analysis.check_seeds=1``:
+a second seed of its first config that tests the borrowed variance.
 """
 
 from __future__ import annotations
@@ -212,7 +213,31 @@ def plan_stage(chain: Chain, index: int, user: UserOverrides, lookup: WinnerLook
             noted.add((source.experiment, winner.label))
             plan.lines += _ranking_notes(source.experiment, winner)
     plan.lines += _borrow_seed_variance(plan, earlier, user, lookup)
+    plan.lines += _check_seeds(plan, swept, user)
     return plan
+
+
+CHECK_KEY = "analysis.check_seeds"
+"""The key that gives a one-seed sweep's first configs a second seed (the sweeper's check seeds)."""
+
+
+def _check_seeds(plan: StagePlan, swept: set[str], user: UserOverrides) -> list[str]:
+    """Where the stage borrows a seed variance and sweeps one key with one seed a config (nothing
+    of its own to test the borrowed variance against), ``analysis.check_seeds=1``: its first
+    config runs a second seed as one more job of its sweep, which tests the borrowed variance
+    (``analysis.stats.variance.check``); its plan's lines."""
+    if CHECK_KEY in user.values:
+        return [f"  {CHECK_KEY}={user.values[CHECK_KEY]}  from the command line"]
+    borrows = any(c.key == BORROW_KEY for c in plan.carried) or BORROW_KEY in user.values
+    if not borrows or len(swept) != 1 or "seed" in swept or plan.stage.race_max_seeds is not None:
+        return []
+    source = next((c for c in plan.carried if c.key == BORROW_KEY), None)
+    checks = Carried(CHECK_KEY, 1, source.stage if source else "the command line",
+                     source.sweep if source else Path(user.values[BORROW_KEY]))
+    plan.carried.append(checks)
+    return [f"  {checks.override()}  one swept key, one seed a config: a second seed of its first "
+            "config, one more job of its sweep, tests the borrowed variance (which was measured "
+            f"on other settings; analysis.stats.variance.check); {CHECK_KEY}=0 skips it"]
 
 
 def _borrow_seed_variance(plan: StagePlan, earlier: Sequence[Stage], user: UserOverrides,
