@@ -352,11 +352,11 @@ def test_check_seeds_replace_a_borrowed_variance_only_where_it_is_shown_too_smal
     assert (kept.source, kept.variance, kept.df) == ("borrowed", borrowed.variance, 10)
     p = stats.f.sf(4.5, 1, 10)
     assert 0.05 < p < 0.1
-    assert (f"own / borrowed = 4.50, F on (1, 10) df, one-sided p {p:.2g}" in kept.notes[-1]
+    assert (f"own / borrowed = 4.5, F on (1, 10) df, one-sided p {p:.2g}" in kept.notes[-1]
             and "do not show the borrowed variance too small" in kept.notes[-1])
     used = seed_variance(stage(0.5 + math.sqrt(2 * 0.06)), pd.DataFrame(), ["k"], borrowed)
     assert (used.source, used.variance, used.df) == ("seeds", pytest.approx(0.06), 1)
-    assert f"own / borrowed = 6.00, F on (1, 10) df, one-sided p {stats.f.sf(6, 1, 10):.2g}" in used.notes[-1]
+    assert f"own / borrowed = 6, F on (1, 10) df, one-sided p {stats.f.sf(6, 1, 10):.2g}" in used.notes[-1]
     assert "their own variance is used" in used.notes[-1]
     # a check seed's variance below the borrowed one keeps the borrowed one, as inflated
     assert check(SeedVariance(0.001, 1, "seeds", "s"), borrowed).variance == borrowed.variance

@@ -211,7 +211,7 @@ def check(own: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
     differ). The ratio and its test are in the notes either way."""
     ratio = own.variance / borrowed.measured
     p = float(special.fdtrc(own.df, borrowed.df, ratio))
-    test = (f"own / borrowed = {ratio:.2f}, F on ({df_text(own.df)}, {df_text(borrowed.df)}) df, "
+    test = (f"own / borrowed = {ratio:.3g}, F on ({df_text(own.df)}, {df_text(borrowed.df)}) df, "
             f"one-sided p {p_text(p)}")
     if p < ALPHA:
         return own.with_notes(
