@@ -11,7 +11,9 @@ between configs, the problem term does (every config is evaluated on the same pr
 
 **The seed variance** (:class:`SeedVariance`): the variance of one run's value between seeds of a
 config, from the best source the sweep has (:func:`seed_variance` chooses, in this order):
-``seeds`` (pooled over the configs with two or more seeds: df = runs - configs), ``additive`` (a
+``seeds`` (pooled over the configs with two or more seeds: df = runs - configs; where they are
+a one-seed sweep's few check seeds beside a borrowed variance, the borrowed one unless they show
+it too small: :func:`check`), ``additive`` (a
 one-seed factorial grid: the residual mean square of the additive model of the swept keys,
 :func:`analysis.stats.effects.additive_variance`; it holds any interaction too, so it errs on the safe side),
 ``borrowed`` (an earlier multi-seed sweep of the same model, data, problems and evaluation steps;
