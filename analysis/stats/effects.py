@@ -257,13 +257,14 @@ def without_floors(error: SeedVariance, coded: pd.DataFrame, keys: Sequence[str]
         return error
     columns = [f"f{i}" for i in range(len(keys))]
     groups = coded.groupby(columns, observed=True)[VALUE]
-    nu = (groups.count() - 1).to_numpy(float)
+    counts = groups.count()
+    nu = (counts - 1).to_numpy(float)
     s2 = groups.var(ddof=1).fillna(0.0).to_numpy(float)
     flat = (nu > 0) & (s2 <= IDENTICAL)
     varying = (nu > 0) & ~flat
     if not flat.any() or not varying.any():
         return error
-    cells = groups.count().index
+    cells = counts.index
     names = [", ".join(f"{k}={v}" for k, v in zip(keys, cell if isinstance(cell, tuple) else (cell,),
                                                   strict=True))
              for cell, is_flat in zip(cells, flat, strict=True) if is_flat]

@@ -228,10 +228,10 @@ def _check_seeds(plan: StagePlan, swept: set[str], user: UserOverrides) -> list[
     (``analysis.stats.variance.check``); its plan's lines."""
     if CHECK_KEY in user.values:
         return [f"  {CHECK_KEY}={user.values[CHECK_KEY]}  from the command line"]
-    borrows = any(c.key == BORROW_KEY for c in plan.carried) or BORROW_KEY in user.values
+    source = next((c for c in plan.carried if c.key == BORROW_KEY), None)
+    borrows = source is not None or BORROW_KEY in user.values
     if not borrows or len(swept) != 1 or "seed" in swept or plan.stage.race_max_seeds is not None:
         return []
-    source = next((c for c in plan.carried if c.key == BORROW_KEY), None)
     checks = Carried(CHECK_KEY, 1, source.stage if source else "the command line",
                      source.sweep if source else Path(user.values[BORROW_KEY]))
     plan.carried.append(checks)

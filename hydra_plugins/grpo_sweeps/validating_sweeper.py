@@ -76,6 +76,13 @@ def job_set(nums: list[int], labels: dict[int, str]) -> str:
     return "jobs " + ", ".join(f"#{a}" if a == b else f"#{a}-#{b}" for a, b in runs)
 
 
+def refuse(problems: list[str]) -> None:
+    """Exit 2 with the sweep's problems in one line, where there are any."""
+    if problems:
+        print("error: " + "; ".join(problems) + "; nothing was submitted", file=sys.stderr)
+        sys.exit(2)
+
+
 class ValidatingSweeper(BasicSweeper):
     """BasicSweeper that validates all jobs first; see the module docstring."""
 
@@ -129,9 +136,7 @@ class ValidatingSweeper(BasicSweeper):
         if seed > SEED_MAX:
             problems.append(f"analysis.check_seeds with seed={seed - 1}: the check seed {seed} is "
                             f"past the largest seed {SEED_MAX}")
-        if problems:
-            print("error: " + "; ".join(problems) + "; nothing was submitted", file=sys.stderr)
-            sys.exit(2)
+        refuse(problems)
         return [[*without_seed(job), f"seed={seed}"] for job in jobs[:n]]
 
     def _parallel(self, n_jobs: int) -> int:
@@ -265,16 +270,16 @@ class ValidatingSweeper(BasicSweeper):
                 found = detectable_difference(se, k, one_seed_df)
                 lines.append(f"  1 seed a config{here}: {shown(found)} from the best on "
                              f"{one_seed_source}'s {one_seed_df:g} df; main effects: {effects(1)}")
-                checks = int(OmegaConf.select(cfg, "analysis.check_seeds", default=0) or 0)
-                if inflated and additive_df <= 0 and n == seeds and checks:
-                    lines.append(f"  check seeds: this sweep runs {checks} (analysis.check_seeds="
-                                 f"{checks}, priced above); they test the borrowed variance, "
-                                 "measured on other settings (analysis.stats.variance.check)")
-                elif inflated and additive_df <= 0 and n == seeds:
-                    lines.append("  check seed: the borrowed variance was measured on other "
-                                 "settings; a second seed of one config tests it (analysis.stats."
-                                 f"variance.check): 1 more run, ~{per_run:.3g} {cost.unit}; "
-                                 "analysis.check_seeds=1 runs it in this sweep")
+                checks = len(self.check_jobs)
+                if inflated and additive_df <= 0 and n == seeds:
+                    lines.append(
+                        f"  check seeds: this sweep runs {checks} (analysis.check_seeds={checks}, "
+                        "priced above); they test the borrowed variance, measured on other "
+                        "settings (analysis.stats.variance.check)" if checks else
+                        "  check seed: the borrowed variance was measured on other settings; a "
+                        "second seed of one config tests it (analysis.stats.variance.check): 1 "
+                        f"more run, ~{per_run:.3g} {cost.unit}; analysis.check_seeds=1 runs it in "
+                        "this sweep")
                 continue
             if n == 1:
                 found = detectable_difference(se, k, float("inf"))
@@ -409,9 +414,7 @@ class ValidatingSweeper(BasicSweeper):
             problems.append(f"race.max_seeds with pruning={cfgs[0].pruning.name}: the pruner "
                             "would stop configs outside the race's alpha; use one of them "
                             "(pruning=off, or race.max_seeds=null)")
-        if problems:
-            print("error: " + "; ".join(problems) + "; nothing was submitted", file=sys.stderr)
-            sys.exit(2)
+        refuse(problems)
 
     def sweep(self, arguments: list[str]) -> Any:
         note = output_root_note(self.config.hydra)
