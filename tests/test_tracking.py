@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -36,28 +37,38 @@ def test_secrets_are_redacted() -> None:
         "a": {"WANDB_API_KEY": "<redacted>", "lr": 1}, "tokens": "<redacted>"}
 
 
+RESTART = re.compile(r"sending the (\d+) steps of this segment to wandb run (\w+) again")
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("killed_after", [3, 5], ids=["mid-segment", "before-finish"])
 def test_a_killed_service_costs_no_step_and_keeps_the_run_id(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, killed_after: int
 ) -> None:
     """SIGTERM kills wandb-core (as SLURM's scancel does) holding steps it has not written yet:
-    the tracker restarts it, resumes the same run id and sends the whole segment again."""
+    the tracker restarts it, resumes the same run id and sends the whole segment again.
+
+    The first call to fail is not always the first after the kill (a write to the dead service's
+    socket can still succeed once; CI has seen the failure only at `finish`), so the warning counts
+    the steps held when it failed: from `killed_after + 1` to all 5."""
     run_dir = tmp_path / "sweep" / "0"
     run_dir.mkdir(parents=True)
     tracker = Tracker(tracker_cfg(), run_dir, "seg0abcd")
-    for step in range(5, 8):
+    steps = range(5, 10)
+    for step in steps[:killed_after]:
         tracker.log({"train/loss": float(step)}, step)
     kill_service(signal.SIGTERM)
     with caplog.at_level(logging.WARNING):
-        for step in range(8, 10):
+        for step in steps[killed_after:]:
             tracker.log({"train/loss": float(step)}, step)
         tracker.finish()
     assert service_pids() == [], "finish stops the service"
     killed, replayed = offline_runs(run_dir)
     assert run_id(killed) == run_id(replayed) == tracker.run_id == "seg0abcd"
-    assert history_steps(replayed) == [5, 6, 7, 8, 9]
+    assert history_steps(replayed) == list(steps)
     assert len(history_steps(killed)) < 5, "the killed service lost steps: the replay is what keeps them"
-    assert "sending the 4 steps of this segment to wandb run seg0abcd again" in caplog.text
+    (restart,) = RESTART.findall(caplog.text)
+    assert restart[1] == "seg0abcd" and min(killed_after + 1, 5) <= int(restart[0]) <= 5, restart
     err = capfd.readouterr().err
     assert "Traceback" not in err and "socket.send() raised exception" not in err
 
