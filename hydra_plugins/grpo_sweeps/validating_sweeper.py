@@ -33,6 +33,7 @@ from hydra.core.utils import filter_overrides
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from analysis.progress import override_key
 from analysis.race_record import check_relaunch, short_labels, without_seed
 from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
 from grpo.config.rules import SEED_MAX
@@ -234,8 +235,7 @@ class ValidatingSweeper(BasicSweeper):
         values: dict[str, set[str]] = {}
         for config in counts:
             for override in config:
-                key, _, value = override.partition("=")
-                values.setdefault(key.lstrip("+~"), set()).add(value)
+                values.setdefault(override_key(override), set()).add(override)
         levels = {key: len(v) for key, v in values.items() if len(v) > 1}
         additive_df = error_df(k, list(levels.values()), 1)
         # one seed a config: a grid's own residual (a borrowed variance is pooled with it only
