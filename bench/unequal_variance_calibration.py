@@ -112,7 +112,7 @@ def anova_rates(cells: list[tuple[tuple[int, ...], float]], sweeps: int, n: int,
     import pandas as pd
     from statsmodels.stats.anova import anova_lm
 
-    from analysis.stats.effects import VALUE, _coded, _fit, main_effects
+    from analysis.stats.effects import VALUE, least_squares_fit, main_effects
 
     keys = [f"k{i}" for i in range(len(cells[0][0]))]
     rng = np.random.default_rng(len(cells) * 100 + n * 10 + int(10 * min(sd for _, sd in cells)))
@@ -129,7 +129,7 @@ def anova_rates(cells: list[tuple[tuple[int, ...], float]], sweeps: int, n: int,
         satterthwaite = float((nu @ s2) ** 2 / (nu @ s2 ** 2))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            robust = anova_lm(_fit(_coded(frame, keys), len(keys), len(keys) > 1), typ=2,
+            robust = anova_lm(least_squares_fit(frame, keys, len(keys) > 1), typ=2,
                               robust="hc3").drop(index="Residual")["PR(>F)"]
         for term, p in zip(main_effects(frame, keys, pooled, True).terms, robust, strict=True):
             f = term.sum_sq / term.df / pooled.variance  # against the pool of every config

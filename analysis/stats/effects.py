@@ -115,6 +115,13 @@ def _fit(coded: pd.DataFrame, n_keys: int, interactions: bool):  # noqa: ANN202 
         return smf.ols(_formula(n_keys, interactions), data=coded).fit()
 
 
+def least_squares_fit(frame: pd.DataFrame, keys: Sequence[str], interactions: bool):  # noqa: ANN201
+    """The ordinary least squares fit `main_effects` makes of ``frame``'s values on ``keys``
+    (statsmodels' results; the keys coded ``f0, f1, ...``), for a reader who tests its terms
+    another way (a robust covariance: ``bench/unequal_variance_calibration.py``)."""
+    return _fit(_coded(frame, keys), len(keys), interactions)
+
+
 def _formula(n_keys: int, interactions: bool, extra: str = "") -> str:
     """``value ~ C(f0, Sum) + C(f1, Sum)`` (``*`` with ``interactions``), ``extra`` terms added."""
     terms = (" * " if interactions else " + ").join(f"C(f{i}, Sum)" for i in range(n_keys))
