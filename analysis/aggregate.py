@@ -245,14 +245,26 @@ def launch_variance(sweep: Path, training: frozenset[str]) -> SeedVariance:
     bound where ``training`` (the launching jobs' :func:`training_text`) holds settings it did not
     run, as :func:`borrow_variance` does; source ``none`` saying why where it has none. The model,
     data and problems are checked when the runs exist (the report's borrowing)."""
-    try:
-        theirs = rank(collect([sweep]), borrow=False)
-    except (OSError, ValueError) as error:
-        return SeedVariance.missing(f"cannot read {sweep}: {error}")
-    if theirs.uncertainty is None or theirs.uncertainty.seeds.source != "seeds":
-        return SeedVariance.missing(f"{sweep} has no config with two or more seeds")
+    source = _seeded_source(sweep, str(sweep), BEST_CRITERION)
+    if isinstance(source, SeedVariance):
+        return source
+    theirs, _ = source
     return lent(theirs.uncertainty.seeds, f"the seeds of sweep {sweep} at step {theirs.at_step}",
                 sorted(training - theirs.design.training))
+
+
+def _seeded_source(sweep: Path, head: str,
+                   criterion: Criterion) -> tuple[Ranking, Collection] | SeedVariance:
+    """``sweep`` ranked by ``criterion`` without borrowing, and its collection, where a config of
+    it has two or more seeds; else a variance of source ``none`` saying why, after ``head``."""
+    try:
+        collection = collect([sweep])
+    except (OSError, ValueError) as error:
+        return SeedVariance.missing(f"{head}: {error}")
+    theirs = rank(collection, criterion, borrow=False)
+    if theirs.uncertainty is None or theirs.uncertainty.seeds.source != "seeds":
+        return SeedVariance.missing(f"{head}: it has no config with two or more seeds")
+    return theirs, collection
 
 
 def _listed(values: frozenset) -> str:
@@ -430,13 +442,10 @@ def borrow_variance(sweep: Path, named_by: str, criterion: Criterion, at_step: i
     its upper 95% bound where ``design`` ran training settings it did not (returned third); else
     a variance of source ``none`` saying why it was not borrowed."""
     head = f"cannot borrow from {sweep} (named by {named_by})"
-    try:
-        other = collect([sweep])
-    except (OSError, ValueError) as error:
-        return SeedVariance.missing(f"{head}: {error}"), None, ()
-    theirs = rank(other, criterion, borrow=False)
-    if theirs.uncertainty is None or theirs.uncertainty.seeds.source != "seeds":
-        return SeedVariance.missing(f"{head}: it has no config with two or more seeds"), None, ()
+    source = _seeded_source(sweep, head, criterion)
+    if isinstance(source, SeedVariance):
+        return source, None, ()
+    theirs, other = source
     if theirs.at_step != at_step:
         return SeedVariance.missing(f"{head}: its compared step is {theirs.at_step}, this "
                                     f"sweep's {at_step}"), None, ()

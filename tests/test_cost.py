@@ -333,5 +333,5 @@ def test_the_dry_run_reads_what_a_named_sweep_lends(tmp_path: Path) -> None:
     one_seed = tmp_path / "one_seed"
     write_grid_sweep(one_seed, {"learning_rate": [1e-5, 3e-4]})
     out = launch(*sweep, f"analysis.seed_variance_from={one_seed}")
-    assert (f"power: nothing to borrow from analysis.seed_variance_from: none: {one_seed} has no "
-            "config with two or more seeds") in out.stdout
+    assert (f"power: nothing to borrow from analysis.seed_variance_from: none: {one_seed}: it has "
+            "no config with two or more seeds") in out.stdout
