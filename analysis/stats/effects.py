@@ -36,7 +36,7 @@ from scipy import special
 from analysis.formatting import format_value, sort_key
 from analysis.stats.critical import t_quantile
 from analysis.stats.levels import ALPHA
-from analysis.stats.variance import IDENTICAL, SeedVariance, df_text
+from analysis.stats.variance import ConfigData, SeedVariance, df_text
 
 VALUE = "value"
 """The column of a run's compared value."""
@@ -262,25 +262,21 @@ def without_floors(error: SeedVariance, coded: pd.DataFrame, keys: Sequence[str]
     sources, and sweeps without such configs, unchanged."""
     if error.source != "seeds":
         return error
-    columns = [f"f{i}" for i in range(len(keys))]
-    groups = coded.groupby(columns, observed=True)[VALUE]
-    counts = groups.count()
-    nu = (counts - 1).to_numpy(float)
-    s2 = groups.var(ddof=1).fillna(0.0).to_numpy(float)
-    flat = (nu > 0) & (s2 <= IDENTICAL)
-    varying = (nu > 0) & ~flat
-    if not flat.any() or not varying.any():
+    groups = coded.groupby([f"f{i}" for i in range(len(keys))], observed=True)[VALUE]
+    cells = [ConfigData(", ".join(f"{k}={v}" for k, v in zip(
+        keys, cell if isinstance(cell, tuple) else (cell,), strict=True)), values.to_numpy(float))
+        for cell, values in groups]
+    own = [SeedVariance.pooled([cell]) for cell in cells]
+    flat = [cell.label for cell, seeds in zip(cells, own, strict=True) if seeds.degenerate]
+    varying = [cell for cell, seeds in zip(cells, own, strict=True) if seeds.usable]
+    if not flat or not varying:
         return error
-    cells = counts.index
-    names = [", ".join(f"{k}={v}" for k, v in zip(keys, cell if isinstance(cell, tuple) else (cell,),
-                                                  strict=True))
-             for cell, is_flat in zip(cells, flat, strict=True) if is_flat]
-    df = float(nu[varying].sum())
-    return SeedVariance(float(nu[varying] @ s2[varying]) / df, df, error.source, error.text, (
-        *error.notes, f"the ANOVA's seed variance leaves out {len(names)} config"
-        f"{'s' if len(names) != 1 else ''} whose seeds all gave one value (a floor or ceiling: "
-        f"{'; '.join(names)}): pooled over the {int(varying.sum())} whose seeds vary, on their "
-        f"{df_text(df)} df"), error.inflation)
+    pool = SeedVariance.pooled(varying)
+    return SeedVariance(pool.variance, pool.df, error.source, error.text, (
+        *error.notes, f"the ANOVA's seed variance leaves out {len(flat)} config"
+        f"{'s' if len(flat) != 1 else ''} whose seeds all gave one value (a floor or ceiling: "
+        f"{'; '.join(flat)}): pooled over the {len(varying)} whose seeds vary, on their "
+        f"{df_text(pool.df)} df"), error.inflation)
 
 
 def _cell_means_test(coded: pd.DataFrame, additive, n_keys: int  # noqa: ANN001 -- statsmodels' fit
