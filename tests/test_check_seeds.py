@@ -4,24 +4,17 @@ they mean nothing, and read back as a second seed of their config."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from launching import launch
 
 from analysis.aggregate import rank
 from analysis.collect import LABEL, collect
 
-ROOT = Path(__file__).resolve().parents[1]
 TOY = ("model=tiny", "data=toy", "rollout=hf")
 STAGE = ("-m", *TOY, "loss=no_baseline,reinforce_with_baseline,grpo_clip")
-
-
-def launch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
 
 
 def test_the_dry_run_lists_and_prices_the_check_seed_after_the_grid(tmp_path: Path) -> None:
@@ -56,9 +49,10 @@ def test_check_seeds_where_they_mean_nothing_are_refused(tmp_path: Path, extra: 
 def test_a_check_seed_runs_as_the_second_seed_of_its_config(tmp_path: Path,
                                                             tiny_model_dir: Path) -> None:
     sweep = tmp_path / "stage"
-    out = launch("-m", *TOY, f"model.path={tiny_model_dir}", "loss=no_baseline,reinforce_with_baseline",
-                 "analysis.check_seeds=1", "n_grpo_steps=4", "eval.eval_every=2",
-                 "eval.n_examples=16", "logging.wandb_mode=disabled", f"hydra.sweep.dir={sweep}")
+    command = ("-m", *TOY, f"model.path={tiny_model_dir}", "loss=no_baseline,reinforce_with_baseline",
+               "analysis.check_seeds=1", "n_grpo_steps=4", "eval.eval_every=2", "eval.n_examples=16",
+               "logging.wandb_mode=disabled", f"hydra.sweep.dir={sweep}")
+    out = launch(*command)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Sweep" in out.stdout and "3 runs: 3 completed" in out.stdout
     overrides = yaml.safe_load((sweep / "2" / ".hydra" / "overrides.yaml").read_text())
@@ -70,9 +64,7 @@ def test_a_check_seed_runs_as_the_second_seed_of_its_config(tmp_path: Path,
     assert (seeds.source, seeds.df) == ("seeds", 1)
     # the same command again runs nothing: every job, the check seed's too, is finished
     written = {job: (sweep / job / "metrics.jsonl").stat().st_mtime_ns for job in "012"}
-    again = launch("-m", *TOY, f"model.path={tiny_model_dir}", "loss=no_baseline,reinforce_with_baseline",
-                   "analysis.check_seeds=1", "n_grpo_steps=4", "eval.eval_every=2",
-                   "eval.n_examples=16", "logging.wandb_mode=disabled", f"hydra.sweep.dir={sweep}")
+    again = launch(*command)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "3 runs: 3 completed" in again.stdout
     assert {job: (sweep / job / "metrics.jsonl").stat().st_mtime_ns for job in "012"} == written

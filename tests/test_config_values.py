@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from launching import launch
 from omegaconf import OmegaConf
 
 from grpo.config.rules import RULES, rule_for
@@ -266,11 +267,6 @@ def write_cases(config_dir: Path, files_dir: Path,
         (config_dir / "case" / f"{name}.yaml").write_text(
             f"# @package _global_\n{defaults}{text}")
     return folders
-
-
-def launch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
 
 
 def job_errors(stderr: str) -> dict[str, list[str]]:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import stand_in_real_paths
+from launching import launch
 from omegaconf import OmegaConf
 
 from analysis.synthetic import write_run
@@ -141,11 +140,6 @@ def test_the_pruned_sweep_is_replayed_through_its_pruner() -> None:
     # keeping the top half of each rung costs more than keeping the top third
     halving = PruningSettings("successive_halving", "step", min_resource=10, reduction_factor=2)
     assert pruned < replayed(jobs, halving, parallel=9)[0] < full
-
-
-def launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@ GRPO-Clip, in the dry run, in the sweep that runs and in a single run; a named l
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
+from launching import launch
 from omegaconf import DictConfig, OmegaConf
 
 from grpo.sweep.job_loss import compose_job
@@ -19,11 +18,6 @@ from grpo.sweep.job_loss import compose_job
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 TOY = ["model=tiny", "data=toy", "rollout=hf"]
-
-
-def launch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
 
 
 def job_lines(stdout: str) -> list[str]:
