@@ -3,17 +3,19 @@ best get another seed (Maron and Moore's Hoeffding races, 1994; Birattari's F-Ra
 
 Wave 1 runs every config of the grid with the race's first seed; after each wave the sweep is
 read as `make plots` reads it (`analysis.collect.collect`, `analysis.aggregate.rank`) and the
-configs that could still be the best -- those the simultaneous Tukey-Kramer comparisons of
-`analysis.stats.comparisons` do not show worse than the best one, on the sweep's seed variance -- go on
-to the next wave with the next seed. A config with a run stopped early (collapsed, diverged,
+configs that could still be the best -- those Hsu's constrained comparisons with the best
+(`analysis.stats.comparisons.best_bounds`, each pair on the larger of the sweep's seed variance and
+the pair's own) do not show worse than the best one -- go on to the next wave with the next seed. A config with a run stopped early (collapsed, diverged,
 pruned) leaves. Where there is no seed variance yet (a one-key grid with one seed each) no
 config is shown worse, so wave 2 gives every config its second seed, which measures it.
 
 Repeated looks: the race looks after each wave, at most `max_seeds` times, and an elimination
 at any look is a verdict. Every look compares at one level, calibrated by simulation so that a
-truly best config leaves at some look with probability `alpha` (`analysis.stats.race`; 1.8 to
-2.8 times Bonferroni's `alpha / max_seeds`, which spent 1.9-2.9% of an alpha of 5% with 9 configs
-and 5 seeds). The level depends on
+truly best config leaves at some look with probability `alpha` where the configs' seed variances
+are equal (`analysis.stats.race`, whose simulated look is this one, the pair rule included;
+1.8 to 2.8 times Bonferroni's `alpha / max_seeds`, which spent 1.9-2.9% of an alpha of 5% with 9
+configs and 5 seeds; where tied best configs differ in seed sd the rate is higher, a limit that
+module measures). The level depends on
 whether wave 1's look had a seed variance (a borrowed one, or a grid's additive residual): the
 first look says, and the race keeps its answer. A config that leaves because a run stopped early
 (collapsed, diverged, pruned) is not a statistical elimination and spends none of `alpha`.
