@@ -175,7 +175,9 @@ class SweepMonitor:
 
     def show(self, rows: Sequence[RunProgress]) -> None:
         """Draw ``rows``: the live table, or plain lines for the runs that moved on."""
-        race = self.progress.race.status_text() if self.progress.race is not None else None
+        race = "\n".join(line for line in (
+            self.progress.race.status_text() if self.progress.race is not None else None,
+            self.progress.race_note) if line) or None
         if self._live is not None:
             title = (f"{shown_path(self.progress.sweep_dir)}: {counts_text(rows)} | "
                      f"{fmt_duration(self.clock() - self.started)} elapsed")
@@ -200,6 +202,8 @@ class SweepMonitor:
         lines = [f"Sweep {shown_path(sweep)}: {len(rows)} runs: {counts_text(rows)}"]
         if self.progress.race is not None:
             lines.append(self.progress.race.status_text())
+        if self.progress.race_note:
+            lines.append(f"warning: {self.progress.race_note}")
         lines += [f"  {plain_line(run)}" for run in rows]
         resumed = [f"#{r.num} from step {', then '.join(map(str, r.resumed_from))}"
                    for r in rows if r.resumed_from]
@@ -223,17 +227,20 @@ class SweepMonitor:
 
 def best_config(sweep_dir: Path) -> list[str]:
     """The best config by the report's ranking (mean late validation reward over seeds, at the
-    largest step every ranked config reached) with its interval, every comparison (each config
+    largest step every ranked config reached; of a race, among the configs still in at its last
+    look as its runs say, ``analysis.race.still_in``) with its interval, every comparison (each config
     against the best one and its on-policy baseline) and how sure the pick is; what the runs
     stopped early (pruned, collapsed, diverged) spent against the full grid."""
     from analysis.aggregate import rank, spend
     from analysis.collect import collect
+    from analysis.race import still_in
 
     try:
         collection = collect([sweep_dir])
+        kept, _ = still_in(collection)  # the record's disagreement: the race's line says it
     except (OSError, ValueError) as error:
         return [f"Best config: not ranked ({error})"]
-    ranking = rank(collection)
+    ranking = rank(collection, labels=kept)
     lines = []
     if ranking.best is None:
         lines.append("Best config: none (no run that was not stopped early has a validation reward)")

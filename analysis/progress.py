@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from analysis.race_record import Race, read_race
+from analysis.race_record import RACE_FILE, Race
 from analysis.run_rows import (
     ELAPSED,
     EVAL_REWARD,
@@ -236,8 +236,10 @@ class RunProgress:
 
 class SweepProgress:
     """Reads the progress of every job of a sweep; call :meth:`read` as often as you like.
-    ``race``: the sweep's race record as the last read found it (None: not a race, or a record
-    that cannot be read)."""
+    ``race``: the sweep's race as its runs said at the last read (``analysis.race.replay``:
+    the looks re-derived from the runs each time a run finishes or the record changes; None: not
+    a race, or a record that cannot be read); ``race_note``: where the record (``race.json``)
+    disagrees with the runs, or why it cannot be read, in one line (None: nothing to say)."""
 
     def __init__(self, sweep_dir: Path, jobs: Sequence[Job] | None = None) -> None:
         self.sweep_dir = Path(sweep_dir)
@@ -245,6 +247,8 @@ class SweepProgress:
         self._tails: dict[int, MetricsTail] = {}
         self._overrides: dict[int, tuple[str, ...]] = {}
         self.race: Race | None = None
+        self.race_note: str | None = None
+        self._race_key: tuple[Any, ...] | None = None
 
     def jobs(self) -> list[Job]:
         """The jobs given, else those of ``jobs.json``, else one per numbered run directory."""
@@ -262,17 +266,36 @@ class SweepProgress:
         jobs = self.jobs()
         overrides = [self._job_overrides(job) for job in jobs]
         keys = varying_keys(overrides)
-        try:
-            self.race = read_race(self.sweep_dir)
-        except (RunFileError, OSError):  # torn or crafted: the runs are shown without waves
-            self.race = None
+        rows = [self._read_run(job, " ".join(o for o in job_overrides if override_key(o) in keys)
+                               or "(no overrides)")
+                for job, job_overrides in zip(jobs, overrides, strict=True)]
+        self._replay_race(rows)
         waves = self.race.wave_of() if self.race is not None else {}
-        rows = []
-        for job, job_overrides in zip(jobs, overrides, strict=True):
-            label = " ".join(o for o in job_overrides if override_key(o) in keys)
-            run = replace(self._read_run(job, label or "(no overrides)"), wave=waves.get(job.num))
-            rows.append(outcome(run, (scheduler or {}).get(job.num), (errors or {}).get(job.num)))
-        return rows
+        return [outcome(replace(run, wave=waves.get(job.num)), (scheduler or {}).get(job.num),
+                        (errors or {}).get(job.num)) for job, run in zip(jobs, rows, strict=True)]
+
+    def _replay_race(self, rows: Sequence[RunProgress]) -> None:
+        """Set ``race`` and ``race_note``, replaying the race from its runs where a run's status
+        or the record changed since the last read."""
+        record = self.sweep_dir / RACE_FILE
+        try:
+            stat = record.stat()
+        except OSError:
+            self.race, self.race_note, self._race_key = None, None, None
+            return
+        key = (stat.st_mtime_ns, stat.st_size, tuple((run.num, run.status) for run in rows))
+        if key == self._race_key:
+            return
+        from analysis.race import replay  # the analysis: read only where a race is
+
+        self._race_key = key
+        try:
+            reading = replay(self.sweep_dir)
+        except (RunFileError, OSError, ValueError) as error:  # the runs are shown without waves
+            self.race, self.race_note = None, f"race: not shown ({error})"
+            return
+        self.race = reading.race if reading is not None else None
+        self.race_note = reading.note if reading is not None else None
 
     def _job_overrides(self, job: Job) -> tuple[str, ...]:
         if job.overrides:

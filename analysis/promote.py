@@ -33,6 +33,7 @@ from omegaconf import OmegaConf
 from analysis.aggregate import Criterion, on_policy_baseline, rank
 from analysis.collect import LABEL, Collection
 from analysis.formatting import format_value
+from analysis.race import still_in
 from grpo.config.rules import rule_for
 from grpo.run.files import atomic_write_text
 from grpo.training.batch_plan import BatchPlan
@@ -193,7 +194,8 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
             steps: int = 200, conf_dir: Path = Path("conf"), borrow: Path | bool = True,
             overwrite: bool = False) -> Promotion:
     """Write the preset and option files for the top ``top_k`` configs by ``criterion`` (the
-    ranking of :func:`analysis.aggregate.rank`, which the study chain picks its winners by;
+    ranking of :func:`analysis.aggregate.rank`, which the study chain picks its winners by: of a
+    race, among the configs still in at its last look as its runs say, :func:`analysis.race.still_in`;
     ``borrow``: where a one-seed sweep's seed variance comes from, as ``rank`` takes it);
     ``overwrite``: replace a promotion of the same ``name``, else it is refused."""
     check_arguments(name, top_k, steps)
@@ -208,7 +210,9 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
     if taken and not overwrite:
         raise ValueError(f"a promotion named {name} exists ({', '.join(map(str, taken))}); give "
                          "another --name, or --overwrite to replace it")
-    ranking = rank(collection, criterion, borrow=borrow)
+    kept, race_notes = still_in(collection)
+    left = [label for label in collection.labels if kept is not None and label not in kept]
+    ranking = rank(collection, criterion, labels=kept, borrow=borrow)
     ranked = ranking.table
     if ranked.empty:
         raise ValueError(f"no config has a {criterion} to rank by (and no run stopped early)")
@@ -249,6 +253,9 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
         *(f"#   {option.name}: {option.description}" for option in options),
         *(f"# {label}: {why} (top1)" for label, why in ranking.near_ties.items()),
         *(f"# {line}" for line in ranking.verdict_lines()),
+        *([f"# Left by the race at its looks (as its runs say), not ranked: {', '.join(left)}"]
+          if left else []),
+        *(f"# warning: {note}" for note in race_notes),
         f"# Run: -m +experiment=promoted/{name}",
     ]
     if not any(option.description.endswith("(on-policy baseline)") for option in options):
@@ -263,4 +270,5 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
     preset_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(preset_path, "\n".join(header) + "\n" + OmegaConf.to_yaml(preset))
     return Promotion(preset_path, paths, [option.description for option in options],
-                     ranking.near_ties, ranking.verdict_lines())
+                     ranking.near_ties, [*ranking.verdict_lines(),
+                                         *(f"warning: {note}" for note in race_notes)])

@@ -3,17 +3,19 @@ best get another seed (Maron and Moore's Hoeffding races, 1994; Birattari's F-Ra
 
 Wave 1 runs every config of the grid with the race's first seed; after each wave the sweep is
 read as `make plots` reads it (`analysis.collect.collect`, `analysis.aggregate.rank`) and the
-configs that could still be the best -- those the simultaneous Tukey-Kramer comparisons of
-`analysis.stats.comparisons` do not show worse than the best one, on the sweep's seed variance -- go on
-to the next wave with the next seed. A config with a run stopped early (collapsed, diverged,
+configs that could still be the best -- those Hsu's constrained comparisons with the best
+(`analysis.stats.comparisons.best_bounds`, each pair on the larger of the sweep's seed variance and
+the pair's own) do not show worse than the best one -- go on to the next wave with the next seed. A config with a run stopped early (collapsed, diverged,
 pruned) leaves. Where there is no seed variance yet (a one-key grid with one seed each) no
 config is shown worse, so wave 2 gives every config its second seed, which measures it.
 
 Repeated looks: the race looks after each wave, at most `max_seeds` times, and an elimination
 at any look is a verdict. Every look compares at one level, calibrated by simulation so that a
-truly best config leaves at some look with probability `alpha` (`analysis.stats.race`; 1.8 to
-2.8 times Bonferroni's `alpha / max_seeds`, which spent 1.9-2.9% of an alpha of 5% with 9 configs
-and 5 seeds). The level depends on
+truly best config leaves at some look with probability `alpha` where the configs' seed variances
+are equal (`analysis.stats.race`, whose simulated look is this one, the pair rule included;
+1.8 to 2.8 times Bonferroni's `alpha / max_seeds`, which spent 1.9-2.9% of an alpha of 5% with 9
+configs and 5 seeds; where tied best configs differ in seed sd the rate is higher, a limit that
+module measures). The level depends on
 whether wave 1's look had a seed variance (a borrowed one, or a grid's additive residual): the
 first look says, and the race keeps its answer. A config that leaves because a run stopped early
 (collapsed, diverged, pruned) is not a statistical elimination and spends none of `alpha`.
@@ -21,11 +23,13 @@ first look says, and the race keeps its answer. A config that leaves because a r
 The race ends when one config remains, when a config has had `max_seeds` seeds, or when the
 next wave would take the sweep past its budget (the sweeper prices each wave before launching
 it). `race.json` in the sweep directory (`analysis.race_record`) records each wave's jobs, seed
-and decision: the report's "Race" section and `make watch` read it. The record is a cache of what
-the runs say: a relaunched sweeper replays the race from the runs themselves (each wave planned
-and looked at again from the run directories, each of which must hold the run of its config and
-seed, `analysis.race_record.check_relaunch`), so a record that is missing, damaged or wrong is
-rebuilt, and a run that is missing is run again.
+and decision. The record summarizes, never decides: a relaunched sweeper (`RaceRunner.prepare`)
+and every reader (the report's "Race" section, the chain, promote and `make watch`: `replay`,
+`still_in`) replay the race from the runs themselves (`replay_looks`: each wave planned and
+looked at again from the run directories, each of which must hold the run of its config and
+seed), so a record that is missing, damaged or wrong is rebuilt or overruled, and where it said
+otherwise the difference is said in one line (`disagreements`); a run that is missing is run
+again.
 
 `RaceRunner` runs a race for the validating sweeper (hydra_plugins.grpo_sweeps): each wave goes
 through the sweep's launcher like any batch of jobs (the local pool, or one SLURM job array a
@@ -43,7 +47,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -52,17 +56,17 @@ from analysis.collect import LABEL, Collection, collect
 from analysis.race_record import (
     RACE_FILE,
     Race,
-    Relaunch,
     Wave,
     check_relaunch,
     job_numbers,
     job_refusal,
+    read_race,
     short_labels,
 )
 from analysis.run_rows import FINISHED_STATUSES
 from analysis.stats.race import NONE_LEFT, OVER_BUDGET, Boundary, Decision, boundary, decision
 from grpo.config.race import RaceSettings
-from grpo.run.files import read_status
+from grpo.run.files import RunFileError, read_status
 
 
 def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings, wave: int,
@@ -141,15 +145,9 @@ class RaceRunner:
         race = Race([self.configs[j] for j in self.order], self.settings,
                     self.price(self.order) * self.settings.max_seeds, unit=self.unit,
                     identities=[self.identities[j] for j in self.order])
-        while (wave := self.plan(race, quiet=True)) is not None:
-            race.waves.append(wave)
-            self.check_wave(race, wave)
-            if self.todo(wave):
-                break
-            wave.decision = self.look(race, wave)
-            if wave.decision.end is not None:
-                break
-        for note in [*found.notes, *disagreements(found, race)] if warn else []:
+        replay_looks(self.sweep_dir, race, lambda r: self.plan(r, quiet=True),
+                     lambda refusal: refuse(f"{refusal}; {MOVE_AWAY}"))
+        for note in [*found.notes, *disagreements(found.record, race)] if warn else []:
             print(f"warning: {note}", file=sys.stderr)
         return race
 
@@ -211,46 +209,172 @@ class RaceRunner:
 
     def check_wave(self, race: Race, wave: Wave) -> None:
         """Exit 2 where a directory of the wave's jobs holds a run that is not the wave's."""
-        n = race.waves.index(wave) + 1
-        for num, i in sorted(wave.jobs.items()):
-            refusal = job_refusal(self.sweep_dir / str(num), race.identities[i], wave.seed,
-                                  f"job {num} of wave {n} of the race")
-            if refusal is not None:
-                refuse(f"{refusal}; move that directory away (the race then runs that job "
-                       "again) or give this race its own hydra.sweep.dir")
-
-    def todo(self, wave: Wave) -> list[int]:
-        """The wave's jobs whose runs are not over."""
-        return [num for num in sorted(wave.jobs) if (status := read_status(
-            self.sweep_dir / str(num))) is None or status.get("status") not in FINISHED_STATUSES]
+        refusal = wave_refusal(self.sweep_dir, race, wave)
+        if refusal is not None:
+            refuse(f"{refusal}; {MOVE_AWAY}")
 
     def run_wave(self, race: Race, wave: Wave) -> None:
         """Launch the wave's jobs whose runs are not over, in runs of consecutive job numbers."""
-        for nums in chunks(self.todo(wave)):
+        for nums in chunks(todo(self.sweep_dir, wave)):
             self.launch([[*race.configs[wave.jobs[n]], f"seed={wave.seed}"] for n in nums], nums[0])
 
     def look(self, race: Race, wave: Wave) -> Decision:
-        """Read the race's runs of the wave's configs back and decide which of them go on;
-        record what the wave's finished runs measured."""
-        configs = set(wave.jobs.values())
-        jobs = {num for w in race.waves for num, i in w.jobs.items() if i in configs}
-        if not set(job_numbers(self.sweep_dir)) & jobs:
-            return Decision(len(race.waves), (), {}, NONE_LEFT, "none: no run of the wave started")
-        collection = race_runs(collect([self.sweep_dir]), jobs)
+        """`look_at` the wave's runs as they are now."""
+        return look_at(self.sweep_dir, race, wave, collect([self.sweep_dir]))
+
+
+MOVE_AWAY = ("move that directory away (the race then runs that job again) or give this race its "
+             "own hydra.sweep.dir")
+"""The fix of a job directory that holds a run that is not its wave's."""
+
+
+def wave_refusal(sweep_dir: Path, race: Race, wave: Wave) -> str | None:
+    """Why a directory of `wave`'s jobs (a wave of `race`) holds a run that is not the wave's
+    (`job_refusal`); None where each holds the wave's run or none yet."""
+    n = race.waves.index(wave) + 1
+    for num, i in sorted(wave.jobs.items()):
+        refusal = job_refusal(sweep_dir / str(num), race.identities[i], wave.seed,
+                              f"job {num} of wave {n} of the race")
+        if refusal is not None:
+            return refusal
+    return None
+
+
+def todo(sweep_dir: Path, wave: Wave) -> list[int]:
+    """The wave's jobs whose runs are not over."""
+    return [num for num in sorted(wave.jobs) if (status := read_status(
+        sweep_dir / str(num))) is None or status.get("status") not in FINISHED_STATUSES]
+
+
+def look_at(sweep_dir: Path, race: Race, wave: Wave, collection: Collection) -> Decision:
+    """The look after `wave` (the last of `race` so far): the race's runs of the wave's configs
+    read back from `collection` (`collect` of `sweep_dir`), and which of them go on (`decide`, at
+    the race's level); sets the label the analysis gives each of the wave's configs and the hours
+    its finished runs measured (`Wave.labels`, `Wave.spent_hours`)."""
+    configs = set(wave.jobs.values())
+    jobs = {num for w in race.waves for num, i in w.jobs.items() if i in configs}
+    if not set(job_numbers(sweep_dir)) & jobs:
+        return Decision(len(race.waves), (), {}, NONE_LEFT, "none: no run of the wave started")
+    collection = race_runs(collection, jobs)
+    runs = collection.runs
+    by_job = {int(job): str(label) for job, label in zip(runs["job"], runs[LABEL], strict=True)}
+    wave.labels = {i: by_job[num] for num, i in wave.jobs.items() if num in by_job}
+    hours = "gpu_hours" if race.unit == "GPU-hours" else "cpu_hours"
+    measured = dict(zip(runs["job"].astype(int), runs[hours].astype(float), strict=True))
+    wave.spent_hours = {i: measured[num] if math.isfinite(measured.get(num, math.nan)) else 0.0
+                        for num, i in wave.jobs.items()}
+    return decide(collection, sorted(set(wave.labels.values())), race.settings,
+                  len(race.waves), race_boundary(race).level)
+
+
+def replay_looks(sweep_dir: Path, race: Race, plan: Callable[[Race], Wave | None],
+                 refused: Callable[[str], None]) -> None:
+    """Append to `race` (its configs and settings, no wave yet) each wave `plan` gives, looked at
+    from its runs in `sweep_dir`, until a wave whose runs are not all over, a look that ends the
+    race, or a plan of None. `refused` is told (and must raise or exit) where a job directory
+    holds a run that is not its wave's (`wave_refusal`). The looks are the runs' own: what a
+    relaunched sweeper continues from (`RaceRunner.prepare`) and what every reader of a race
+    shows (`replay`)."""
+    collection: Collection | None = None
+    while (wave := plan(race)) is not None:
+        race.waves.append(wave)
+        refusal = wave_refusal(sweep_dir, race, wave)
+        if refusal is not None:
+            refused(refusal)
+        if todo(sweep_dir, wave):
+            return
+        collection = collect([sweep_dir]) if collection is None else collection
+        wave.decision = look_at(sweep_dir, race, wave, collection)
+        if wave.decision.end is not None:
+            return
+
+
+@dataclass(frozen=True)
+class RaceReading:
+    """A race as its runs say (`replay`): `race` its record with every wave planned and looked
+    at again from the runs; `note` the one line that says where the record (`RACE_FILE`) said
+    otherwise (None: it agrees)."""
+
+    race: Race
+    note: str | None
+
+    def could_be_best(self) -> set[str] | None:
+        """The configs still in at the race's last look (None: no wave looked at yet)."""
+        last = self.race.last_decision()
+        return None if last is None else set(last.alive)
+
+
+def replay(sweep_dir: Path) -> RaceReading | None:
+    """The race recorded in `sweep_dir` as its runs say (None: no record), read-only: each wave
+    planned from the look before it (the configs that went on, the next job numbers, the next
+    seed) and looked at from its runs, as a relaunched sweeper would (`replay_looks`); the record
+    gives only what the runs cannot (the configs' order and resolved configs, each wave's price,
+    and a race that ended because the next wave would pass its budget, where the record's look
+    is the runs'). RunFileError where the record is damaged, a wave looked at lost a run's
+    directory, or a job directory holds a run that is not its wave's, naming the command that
+    rebuilds the record."""
+    record = read_race(sweep_dir)
+    if record is None:
+        return None
+    rebuild = ("relaunch the race's command (the same `launch.py -m ...`): it rebuilds the record "
+               "from the runs and runs what is missing")
+    present = set(job_numbers(sweep_dir))
+    race = Race(record.configs, record.settings, record.grid_gpu_hours, unit=record.unit,
+                identities=record.identities)
+
+    def plan(race: Race) -> Wave | None:
+        n = len(race.waves) + 1
+        jobs = {race.next_job() + k: i for k, i in enumerate(race.alive())}
+        said = record.waves[n - 1] if n <= len(record.waves) else None
+        if said is None and not present & set(jobs):
+            return None  # not launched
+        seed = record.settings.seed_of(n)
+        as_said = said is not None and (said.jobs, said.seed) == (jobs, seed)
+        gone = [num for num in sorted(jobs) if num not in present]
+        if as_said and said.decision is not None and gone:
+            raise RunFileError(f"{sweep_dir / RACE_FILE} claims job {gone[0]} of wave {n}, whose "
+                               f"directory is gone; {rebuild}")
+        return Wave(seed, jobs, said.priced_gpu_hours if as_said else math.nan)
+
+    def refused(refusal: str) -> NoReturn:
+        raise RunFileError(f"{sweep_dir / RACE_FILE}'s race as its runs say: {refusal}; {rebuild}")
+
+    replay_looks(sweep_dir, race, plan, refused)
+    last, n = race.last_decision(), len(race.waves)
+    said = record.waves[n - 1].decision if 0 < n <= len(record.waves) else None
+    if last is not None and last.end is None and said is not None and said.end == OVER_BUDGET \
+            and said.alive == last.alive and n == len(record.waves):
+        race.waves[-1].decision = replace(last, end=OVER_BUDGET)  # the sweeper's price: its record's
+    notes = disagreements(record, race)
+    return RaceReading(race, f"{RACE_FILE} disagrees with its runs, which win: " + "; ".join(notes)
+                       if notes else None)
+
+
+def still_in(collection: Collection) -> tuple[list[str] | None, list[str]]:
+    """The configs of `collection` a pick may choose from (the chain's winner, promote's top K,
+    the summary's best config): those of its raced sweeps still in at their race's last look as
+    the runs say (`replay`), and every config of its other sweeps; None where no sweep of it
+    raced past a look. Also each race record's disagreement with its runs (`RaceReading.note`).
+    RunFileError as `replay`."""
+    left: set[str] = set()
+    notes: list[str] = []
+    raced = False
+    for sweep in collection.sweeps:
+        reading = replay(sweep.path)
+        kept = reading.could_be_best() if reading is not None else None
+        if reading is not None and reading.note:
+            notes.append(f"{sweep.path}: {reading.note}")
+        if kept is None:
+            continue
+        raced = True
         runs = collection.runs
-        by_job = {int(job): str(label) for job, label in zip(runs["job"], runs[LABEL], strict=True)}
-        wave.labels = {i: by_job[num] for num, i in wave.jobs.items() if num in by_job}
-        hours = "gpu_hours" if self.unit == "GPU-hours" else "cpu_hours"
-        measured = dict(zip(runs["job"].astype(int), runs[hours].astype(float), strict=True))
-        wave.spent_hours = {i: measured[num] if math.isfinite(measured.get(num, math.nan)) else 0.0
-                            for num, i in wave.jobs.items()}
-        return decide(collection, sorted(set(wave.labels.values())), self.settings,
-                      len(race.waves), race_boundary(race).level)
+        left |= set(runs.loc[runs["sweep"] == str(sweep.path), LABEL]) - kept
+    return ([label for label in collection.labels if label not in left] if raced else None), notes
 
 
-def disagreements(found: Relaunch, race: Race) -> list[str]:
-    """Where the record found on disk (if any) said otherwise than the runs: each a warning."""
-    record = found.record
+def disagreements(record: Race | None, race: Race) -> list[str]:
+    """Where `record` (the record found on disk, if any) said otherwise than the runs (`race`, as
+    they say): one text each."""
     if record is None:
         return []
     notes = []
@@ -258,12 +382,22 @@ def disagreements(found: Relaunch, race: Race) -> list[str]:
         if said.jobs != ran.jobs or said.seed != ran.seed:
             notes.append(f"{RACE_FILE} planned wave {n} otherwise than its runs say; the runs' "
                          "plan is taken")
+        elif said.decision is not None and ran.decision is None:
+            notes.append(f"{RACE_FILE} recorded a look after wave {n}; its runs are not all over")
         elif said.decision is not None and ran.decision is not None and (
                 said.decision.alive, said.decision.end) != (ran.decision.alive, ran.decision.end):
-            notes.append(f"{RACE_FILE} recorded the look after wave {n} as "
-                         f"{', '.join(said.decision.alive) or 'none'} going on; its runs say "
-                         f"{', '.join(ran.decision.alive) or 'none'}: the runs' look is taken")
+            notes.append(f"{RACE_FILE} recorded the look after wave {n} as {_went_on(said.decision)}; "
+                         f"its runs say {_went_on(ran.decision)}: the runs' look is taken")
+    if len(record.waves) > len(race.waves):
+        notes.append(f"{RACE_FILE} records {len(record.waves)} waves; its runs' looks reach "
+                     f"{len(race.waves)}")
     return notes
+
+
+def _went_on(decision: Decision) -> str:
+    """``learning_rate=1e-4 going on (the race ends: one config remains)``."""
+    return (f"{', '.join(decision.alive) or 'none'} going on"
+            + (f" (the race ends: {decision.end})" if decision.end else ""))
 
 
 def describe(decision: Decision) -> str:

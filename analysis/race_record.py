@@ -1,14 +1,16 @@
 """A race's record (`RACE_FILE` in the sweep directory): its configs, settings and waves, each
 wave's jobs, seed, price, measured spend and the look after it (`analysis.race` runs races and
 says what they are). Read by the race itself when it is relaunched, the report's "Race" section,
-the chain and the live monitor (`make watch`), none of which needs the race's statistics.
+the chain, promote and the live monitor (`make watch`).
 
 The record is a cache of what the runs say, never a second truth: each config is recorded with
 its resolved config (`identities`), and `job_refusal` checks a job directory's trained config and
 seed against the wave that claims it (`grpo.run.run_config.curve_differences`: the keys that
-change a curve, not the spelling of a command line). `relaunch_refusal` is the check a relaunch
-(and its dry run) makes before anything is written; `verified_race` is the record as the readers
-may trust it. A relaunched race replays its looks from the runs (`analysis.race.RaceRunner`)."""
+change a curve, not the spelling of a command line). `check_relaunch` is the check a relaunch
+(and its dry run) makes before anything is written. A relaunched race and every reader of one
+(the report, the chain, promote, `make watch`) replay its looks from the runs
+(`analysis.race.replay_looks`): the record says which configs raced, in which order, and what the
+sweeper priced; where it says otherwise than the runs, the runs win and the difference is said."""
 
 from __future__ import annotations
 
@@ -360,25 +362,3 @@ def _stray_refusal(run_dir: Path, identities: list[dict[str, Any]], labels: list
     else:
         return None
     return f"{run_dir} holds a run that is not one of this race's: {why}"
-
-
-def verified_race(sweep_dir: Path) -> Race | None:
-    """The race recorded in `sweep_dir` where every run it claims is there and is the run it
-    claims (`job_refusal` against the record's own configs); None where there is no record.
-    RunFileError where the record is damaged or disagrees with its runs, naming the command that
-    rebuilds it (the race's command, relaunched: it replays the looks from the runs)."""
-    race = read_race(sweep_dir)
-    if race is None:
-        return None
-    rebuild = ("relaunch the race's command (the same `launch.py -m ...`): it rebuilds the record "
-               "from the runs and runs what is missing")
-    for n, wave in enumerate(race.waves, 1):
-        for num, i in sorted(wave.jobs.items()):
-            run_dir = sweep_dir / str(num)
-            if wave.decision is not None and not run_dir.is_dir():
-                raise RunFileError(f"{sweep_dir / RACE_FILE} claims job {num} of wave {n}, whose "
-                                   f"directory is gone; {rebuild}")
-            refusal = job_refusal(run_dir, race.identities[i], wave.seed, f"job {num} of wave {n}")
-            if refusal is not None:
-                raise RunFileError(f"{sweep_dir / RACE_FILE} disagrees with its runs: {refusal}; {rebuild}")
-    return race

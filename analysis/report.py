@@ -35,8 +35,7 @@ from analysis.collect import LABEL, Collection
 from analysis.formatting import MISSING, fmt_duration, fmt_number, is_missing
 from analysis.metric_names import metric_name
 from analysis.progress import read_jobs
-from analysis.race import race_boundary
-from analysis.race_record import verified_race
+from analysis.race import race_boundary, replay
 from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.stats.comparisons import FAMILY_TEXT, Comparison, Estimate
 from analysis.stats.trends import WINDOW, Trend, windows
@@ -107,18 +106,20 @@ def _stopped(collection: Collection) -> list[str]:
 
 
 def _race(collection: Collection) -> list[str]:
-    """Each raced sweep's waves (`analysis.race_record.RACE_FILE`): the runs of each, the configs that
-    left and why, and the GPU-hours spent against the budget and the fixed grid; nothing for a
-    sweep that was not a race."""
+    """Each raced sweep's waves as its runs say (`analysis.race.replay`; the record,
+    `analysis.race_record.RACE_FILE`, where it disagrees, in one line): the runs of each, the
+    configs that left and why, and the GPU-hours spent against the budget and the fixed grid;
+    nothing for a sweep that was not a race."""
     lines: list[str] = []
     for sweep in collection.sweeps:
         try:
-            race = verified_race(sweep.path)
+            reading = replay(sweep.path)
         except RunFileError as err:
             lines += ["## Race", "", f"`{sweep.path.name}`'s race record is unusable: {err}."]
             continue
-        if race is None:
+        if reading is None:
             continue
+        race = reading.race
         s = race.settings
         lines += ["## Race", "", (
             f"`{sweep.path.name}` raced {len(race.configs)} configs across seeds (docs/how-to/"
@@ -126,13 +127,16 @@ def _race(collection: Collection) -> list[str]:
             f"{s.first_seed} + w - 1; after each wave the configs not shown worse than the best "
             f"one went on (Hsu's comparisons with the best), "
             f"{race_boundary(race).describe()}."), ""]
+        if reading.note:
+            lines += [f"Warning: {reading.note}.", ""]
         rows = []
         for n, wave in enumerate(race.waves, start=1):
             d = wave.decision
             left = "; ".join(f"{label}: {why}" for label, why in d.left.items()) if d else ""
             measured = MISSING if wave.spent_hours is None else f"{sum(wave.spent_hours.values()):.3g}"
+            priced = MISSING if is_missing(wave.priced_gpu_hours) else f"{wave.priced_gpu_hours:.3g}"
             rows.append([n, wave.seed, ", ".join(f"#{num}" for num in sorted(wave.jobs)),
-                         len(wave.jobs), f"{wave.priced_gpu_hours:.3g}", measured,
+                         len(wave.jobs), priced, measured,
                          "(not looked at yet)" if d is None else ", ".join(d.alive) or "none",
                          left or MISSING])
         lines.append(markdown_table(["wave", "seed", "runs", "n", f"{race.unit} priced",

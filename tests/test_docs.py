@@ -223,3 +223,24 @@ def test_every_page_is_in_the_navigation() -> None:
     nav = re.findall(r":\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
     written = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
     assert sorted(nav) == sorted(written | set(_gen_pages().PAGES))
+
+
+def test_the_page_names_the_pairs_that_get_an_interval() -> None:
+    """Issue 52, item 15: compare_sweep computes each config against the best and each off-policy
+    config against its on-policy baseline, not every pair; the explanation page says so (it said
+    every pair of ranked configs gets an interval)."""
+    import numpy as np
+
+    from analysis.stats.comparisons import compare_sweep
+    from analysis.stats.variance import ConfigData, SeedVariance
+
+    configs = [ConfigData(label, np.array(values)) for label, values in (
+        ("a", [0.60, 0.62, 0.61]), ("b", [0.50, 0.52, 0.51]), ("c", [0.40, 0.43, 0.41]),
+        ("d", [0.30, 0.31, 0.33]))]
+    u = compare_sweep(configs, "a", {"c": "d"}, 10, SeedVariance.pooled(configs))
+    pairs = {(c.config, c.reference, c.role) for c in u.comparisons}
+    assert pairs == {("b", "a", "best"), ("c", "a", "best"), ("d", "a", "best"),
+                     ("c", "d", "on-policy")}  # 4 of the 6 pairs: not b-c, b-d
+    page = " ".join((ROOT / "docs/explanations/how-sure.md").read_text().split())
+    assert "Every pair of ranked configs gets a Tukey-Kramer" not in page
+    assert "Only those pairs get an interval (the others are not computed)" in page

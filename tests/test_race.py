@@ -20,6 +20,7 @@ from sweep_factory import write_matching_outcomes
 from analysis.collect import collect
 from analysis.monitor import plain_line, table, watch
 from analysis.progress import SweepProgress
+from analysis.promote import promote
 from analysis.race import RaceRunner, chunks, decide, first_look, race_boundary
 from analysis.race_record import (
     RACE_FILE,
@@ -269,25 +270,36 @@ def test_the_next_wave_is_not_launched_past_the_budget(tmp_path: Path) -> None:
     assert read_race(sweep).waves[-1].decision.end == OVER_BUDGET
 
 
+class Fixed(Truth):
+    """A launcher whose run of `learning_rate=lr` with seed `seed` reaches `values[lr][seed]`."""
+
+    def __init__(self, sweep: Path, values: dict[str, tuple[float, ...]]):
+        super().__init__(sweep, {}, 0.0)
+        self.values = values
+
+    def __call__(self, batch: list[list[str]], start: int) -> None:
+        for num, overrides in enumerate(batch, start=start):
+            values = dict(o.split("=", 1) for o in overrides)
+            lr, seed = values["learning_rate"], int(values["seed"])
+            write_race_run(self.sweep / str(num), lr, seed, self.values[lr][seed])
+            self.launched.append(num)
+
+
+LUCKY = {"1e-4": (0.45, 0.46), "3e-4": (0.60, 0.62, 0.20, 0.20), "1e-3": (0.58, 0.60, 0.20, 0.20)}
+"""1e-4 is shown worse at wave 2 and leaves; the two others' later seeds fall below its mean."""
+
+
 def test_the_chain_carries_the_race_s_winner_among_the_configs_still_in(tmp_path: Path) -> None:
-    """An eliminated config with one lucky seed may end with the highest mean; the race's winner
-    is the best of the configs still in at its last look."""
+    """An eliminated config may end with the highest mean (here 1e-4, which left after wave 2 with
+    0.455, above the others' 0.405 and 0.395 at 4 seeds); the race's winner is the best of the
+    configs still in at its last look, for the chain and promote alike."""
     sweep = tmp_path / "sweep"
-    write_multirun(sweep, [f"learning_rate={','.join(LRS)}"])
-    values = {(lr, s): v for lr, vs in (("1e-4", (0.70,)), ("3e-4", (0.62, 0.60, 0.61)),
-                                        ("1e-3", (0.55, 0.57, 0.58))) for s, v in enumerate(vs)}
-    jobs = {}
-    for num, ((lr, seed), value) in enumerate(values.items()):
-        write_race_run(sweep / str(num), lr, seed, value)
-        jobs.setdefault(seed, {})[num] = LRS.index(lr)
-    labels = {i: f"learning_rate={lr}" for i, lr in enumerate(LRS)}
-    race = Race([[f"learning_rate={lr}"] for lr in LRS], RaceSettings(3, 0.05), 9.0, [
-        Wave(s, jobs[s], 1.0, Decision(s + 1, ("learning_rate=3e-4", "learning_rate=1e-3")),
-             {i: labels[i] for i in jobs[s].values()}) for s in (0, 1, 2)],
-        identities=[identity(lr) for lr in LRS])
-    race.write(sweep)
+    race = runner(sweep, RaceSettings(max_seeds=4, alpha=0.05), Fixed(sweep, LUCKY)).run()
+    assert list(race.waves[1].decision.left) == ["learning_rate=1e-4"]
+    assert race.waves[-1].decision.end == MAX_SEEDS and len(race.waves) == 4
     winner = find_winner(sweep, ("learning_rate",))
     assert winner.label == "learning_rate=3e-4" and winner.values == {"learning_rate": "3e-4"}
+    assert winner.race_notes == ()
     (sweep / RACE_FILE).unlink()
     assert find_winner(sweep, ("learning_rate",)).label == "learning_rate=1e-4"
 
@@ -654,3 +666,64 @@ def test_a_look_after_a_config_left_compares_only_the_configs_still_in(tmp_path:
     assert [sorted(w.jobs.values()) for w in race.waves[3:]] == [[0, 1]] * (len(race.waves) - 3)
     assert len(race.waves) == 4 and race.waves[-1].decision.end == MAX_SEEDS
     assert set(race.waves[-1].decision.alive) == {"learning_rate=1e-4", "learning_rate=3e-4"}
+
+
+def test_an_edited_record_is_said_and_the_runs_decide(tmp_path: Path) -> None:
+    """A record summarizes, never decides: race.json edited so that the look after wave 2 keeps
+    only the worst config (1e-4; the runs keep 3e-4) is named in one line by every reader, and
+    each shows the race as its runs say: the report's Race section, the chain's winner, promote's
+    top config and `make watch`. A record cut short (the race ended after wave 1 with only the
+    worst config) is read on from the runs of the waves it no longer lists."""
+    sweep = tmp_path / "sweep"
+    race = runner(sweep, RaceSettings(max_seeds=4, alpha=0.05),
+                  Truth(sweep, {"1e-4": 0.2, "3e-4": 0.6, "1e-3": 0.45}, sd=0.01)).run()
+    assert [w.decision.alive for w in race.waves][-1] == ("learning_rate=3e-4",)
+    record = sweep / RACE_FILE
+    payload = json.loads(record.read_text())
+    look = payload["waves"][1]["decision"]
+    look["alive"], look["left"] = ["learning_rate=1e-4"], {
+        "learning_rate=3e-4": "below the best", "learning_rate=1e-3": "below the best"}
+    record.write_text(json.dumps(payload))
+    said = ("race.json disagrees with its runs, which win: race.json recorded the look after wave "
+            "2 as learning_rate=1e-4 going on (the race ends: one config remains); its runs say "
+            "learning_rate=3e-4 going on (the race ends: one config remains): the runs' look is "
+            "taken")
+    report = build_report(collect([sweep]), sweep)
+    section = report[report.index("## Race"):report.index("## Failures")]
+    assert f"Warning: {said}." in section
+    assert "| 2 | 1 | #3, #4, #5 | 3 | 3 | 1.5 | learning_rate=3e-4 | learning_rate=" in section
+    assert "learning_rate=3e-4: below the best;" not in section  # the record's forged look
+    assert "Ended: one config remains." in section
+    winner = find_winner(sweep, ("learning_rate",))
+    assert winner.label == "learning_rate=3e-4" and winner.race_notes == (f"{sweep}: {said}",)
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf, ignore=shutil.ignore_patterns("local", "promoted"))
+    promotion = promote(collect([sweep]), 2, "final_eval_reward", "raced", conf_dir=conf)
+    assert promotion.descriptions[0].startswith("learning_rate=3e-4  [")
+    assert f"warning: {sweep}: {said}" in promotion.verdicts
+    preset = promotion.preset.read_text()
+    assert f"# warning: {sweep}: {said}" in preset
+    assert ("# Left by the race at its looks (as its runs say), not ranked: learning_rate=1e-3, "
+            "learning_rate=1e-4") in preset
+    output = io.StringIO()
+    watch(sweep, console=Console(file=output, width=400))
+    assert f"warning: {said}" in output.getvalue()
+    assert "race: ended after wave 2: one config remains; 1 of 3 configs in" in output.getvalue()
+    assert "Best config: learning_rate=3e-4: " in output.getvalue()
+    progress = SweepProgress(sweep)
+    progress.read()
+    assert progress.race_note == said
+
+    # cut short: the record ends the race after wave 1, keeping only the worst config
+    payload["waves"] = payload["waves"][:1]
+    payload["waves"][0]["decision"].update(alive=["learning_rate=1e-4"], end=ONE_LEFT)
+    record.write_text(json.dumps(payload))
+    winner = find_winner(sweep, ("learning_rate",))
+    assert winner.label == "learning_rate=3e-4"
+    (note,) = winner.race_notes
+    assert ("race.json recorded the look after wave 1 as learning_rate=1e-4 going on (the race "
+            "ends: one config remains); its runs say learning_rate=3e-4, learning_rate=1e-3, "
+            "learning_rate=1e-4 going on: the runs' look is taken") in note
+    section = build_report(collect([sweep]), sweep).split("## Race")[1].split("## Failures")[0]
+    assert "| 2 | 1 | #3, #4, #5 | 3 | – | 1.5 | learning_rate=3e-4 |" in section
+    assert "Ended: one config remains." in section

@@ -5,6 +5,7 @@ and its level spends the race's alpha where Bonferroni's split left much of it u
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,3 +107,31 @@ def test_a_look_s_decision_from_its_comparisons_in_memory() -> None:
     one_seed = [ConfigData(x.label, x.seed_values[:1]) for x in (a, b, c)]
     undecided = compare_sweep(one_seed, "a", {}, 10, SeedVariance.pooled(one_seed), alpha=0.0178)
     assert decision(1, ["a", "b", "c"], undecided, {}, {}, 5, 0.0178).level is None
+
+
+def test_tied_best_configs_of_unequal_seed_sd_are_the_stated_limit() -> None:
+    """Issue 52, item 14: the level is calibrated on equal seed variances with the race's own look
+    (the pair rule included); a tied best pair of seed sd 1 and 0.25 (2 configs, 5 seeds) loses
+    each of them more often than alpha, and no level within reason fixes it (Bonferroni's 0.01 a
+    look does not either). The racing page states the measured figure, which this simulation
+    (other random numbers than bench/race_unequal.py's) reproduces within its Monte Carlo error;
+    the race's docstrings no longer say it keeps Tukey-Kramer's configs or leaves the slack."""
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs/how-to/racing.md").read_text()
+    stated = float(page.split("each of them leaves at some look in ")[1].split("%")[0]) / 100
+    level = boundary(2, 5, 0.05, False).level
+    rng = np.random.default_rng(2024)
+    races = 2000
+    values = rng.standard_normal((races, 5, 2)) * np.array([1.0, 0.25])
+    measured = elimination_rate(level, values, False, best=(0, 1))
+    error = math.sqrt(measured * (1 - measured) / (2 * races))
+    assert measured == pytest.approx(stated, abs=3 * error + 0.004)
+    assert measured > 0.05 + 2 * error  # a real limit, not noise
+    assert elimination_rate(0.05 / 5, values, False, best=(0, 1)) > 0.05
+    # the control: equal seed sds at the same level spend about alpha
+    equal = rng.standard_normal((races, 5, 2))
+    assert elimination_rate(level, equal, False, best=(0, 1)) == pytest.approx(0.05, abs=0.015)
+    for path in ("analysis/race.py", "analysis/stats/race.py", "docs/how-to/racing.md"):
+        text = " ".join((root / path).read_text().split())
+        assert "simultaneous Tukey-Kramer comparisons" not in text, path
+        assert "slack under equal variances is not spent" not in text, path

@@ -19,8 +19,20 @@ configs still in, or a pair's own where larger (its df), Hsu's one-sided critica
 configs still in, a config leaves where its bound is below 0; a config that leaves gets no more
 seeds. The rate is the share of configs that leave at some look (each config truly best), and the
 level is found by bisection between `alpha / max_seeds` (whose rate is at most `alpha`) and
-`alpha` (a look never compares above the race's `alpha`: the pair rule's slack under equal
-variances is not spent, since unequal variances need it).
+`alpha` (a look never compares above the race's `alpha`). The simulated look is the race's rule
+as it is, the pair rule included: where a pair's own variance is the larger (which equal
+variances make happen by chance) its comparison is wider, and the level is raised until the
+rate is `alpha` again, so the slack the pair rule leaves under equal variances is spent.
+
+The limit: unequal seed variances among truly best configs. The level is calibrated where every
+config has the same seed variance; where two tied best configs differ in seed sd (1 against
+0.25) each of them leaves at some look in 7.9% of races with 2 configs and 5 seeds, 8.0% with 9
+configs (the 7 others far behind; the level 0.0178), 10.8% at sd 1 against 0.01. A level that held
+5% there would be below Bonferroni's `alpha / max_seeds` (0.0090 and 0.0030 against 0.01), which
+itself gives 5.4% and 8.3% (`bench/race_unequal.py`, 2000 races a design, ± 0.4;
+docs/how-to/racing.md). The cause is the df of the variance a pair rests on (a pooled variance's
+df overstate what two unequal variances carry), not the number of looks, so the race's level is
+not lowered for it: that would tax every race.
 
 Wave 1 has one seed a config: its look can leave a config out only with a seed variance from
 elsewhere (a borrowed one, or a grid's additive residual). `first_look` says whether it has one;
@@ -126,15 +138,17 @@ def look(values: np.ndarray, alive: np.ndarray, level: float, first_look: bool) 
     return alive & (np.where(pairs, bound, np.inf).min(axis=2) < 0)
 
 
-def elimination_rate(level: float, values: np.ndarray, first_look: bool) -> float:
-    """The share of configs that leave at some look when every look compares at `level`:
-    `values` each simulated race's seed values, (sims, max_seeds, n_configs), all configs equal
-    with unit seed variance (module docstring); a config that leaves gets no more seeds."""
+def elimination_rate(level: float, values: np.ndarray, first_look: bool,
+                     best: Sequence[int] | None = None) -> float:
+    """The share of the truly best configs (`best`, indices; all of them by default) that leave
+    at some look when every look compares at `level`: `values` each simulated race's seed values,
+    (sims, max_seeds, n_configs) (the calibration's: all configs equal with unit seed variance,
+    module docstring); a config that leaves gets no more seeds."""
     sims, max_seeds, k = values.shape
     alive = np.ones((sims, k), bool)
     for seeds in range(1, max_seeds + 1):
         alive &= ~look(values[:, :seeds, :], alive, level, first_look)
-    return float(1 - alive.mean())
+    return float(1 - alive[:, list(range(k)) if best is None else list(best)].mean())
 
 
 @functools.lru_cache(maxsize=64)

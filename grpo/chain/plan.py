@@ -275,6 +275,7 @@ def _ranking_notes(stage: str, winner: Winner) -> list[str]:
     ties = [f"    warning: {stage}: {label} is {why}; {rule}; override the key to choose"
             for label, why in winner.ranking.near_ties.items()]
     ties += [f"    {stage}: {line}" for line in winner.ranking.verdict_lines()]
+    ties += [f"    warning: {stage}: {note}" for note in winner.race_notes]
     excluded = [f"    {stage}: {label} left out (a run {statuses})"
                 for label, statuses in winner.ranking.excluded.items()]
     excluded += [f"    {stage}: {label} not compared (no run reached step "

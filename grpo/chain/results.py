@@ -8,7 +8,9 @@ ended as a result: ``completed``, ``collapsed``, ``diverged`` or ``pruned``
 **active** while a job may still write (pending, running, preempted and requeued). A stage's
 **winner** is the best config of its latest sweep by :func:`analysis.aggregate.rank`, the
 ranking ``promote`` and the reports use: configs with a run stopped early (pruned, collapsed,
-diverged) left out, the others compared at the largest step every one of them reached.
+diverged) left out, the others compared at the largest step every one of them reached; of a
+race, among the configs still in at its last look as its runs say (:func:`analysis.race.still_in`,
+which names where the race's record says otherwise: ``Winner.race_notes``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from analysis.aggregate import Ranking, rank
 from analysis.collect import LABEL, collect, find_latest_sweep, run_values
 from analysis.monitor import counts_text
 from analysis.progress import FINISHED_STATUSES, RunProgress, SweepProgress, scheduler_states
-from analysis.race_record import verified_race
+from analysis.race import still_in
 from grpo.run.files import RunFileError
 
 
@@ -70,6 +72,8 @@ class Winner:
     label: str
     values: dict[str, Any]
     ranking: Ranking
+    race_notes: tuple[str, ...] = ()
+    """Where the sweep's race record disagrees with its runs (`analysis.race.still_in`)."""
 
     def describe(self) -> str:
         """``learning_rate=0.0003 (late_eval_reward 0.2500 [0.2210, 0.2790] at step 200, 1 of 2
@@ -92,14 +96,13 @@ def find_winner(sweep: Path, keys: tuple[str, ...], off_policy_only: bool = Fals
     its values of ``keys``, or why there is none."""
     try:
         collection = collect([sweep])
-        race = verified_race(sweep)
+        kept, notes = still_in(collection)
     except (OSError, ValueError, RunFileError) as error:
         return f"its sweep {sweep} cannot be read ({error})"
     runs = collection.runs
     labels = set(runs.loc[runs["off_policy"].eq(True), LABEL]) if off_policy_only else None
-    last = race.last_decision() if race is not None else None
-    if last is not None:
-        labels = set(last.alive) if labels is None else labels & set(last.alive)
+    if kept is not None:
+        labels = set(kept) if labels is None else labels & set(kept)
     ranking = rank(collection, labels=labels)
     if ranking.best is None:
         what = "off-policy config" if off_policy_only else "config"
@@ -108,4 +111,4 @@ def find_winner(sweep: Path, keys: tuple[str, ...], off_policy_only: bool = Fals
                 "(collapsed, diverged, pruned)" + (f" (excluded: {excluded})" if excluded else ""))
     best_runs = runs[(runs[LABEL] == ranking.best) & (runs["steps_done"] > 0)]
     values = run_values(Path(best_runs["run_dir"].iloc[0]), keys)
-    return Winner(sweep, ranking.best, values, ranking)
+    return Winner(sweep, ranking.best, values, ranking, tuple(notes))
