@@ -740,3 +740,21 @@ def test_a_refused_borrow_is_said_beside_whatever_the_sweep_rests_on() -> None:
     nothing = seed_variance(stage[1:], pd.DataFrame(), ["k"], refused)
     assert nothing.source == "none" and refused.text in nothing.text
     assert decide([2, 1, 1], 0, refused).says(refused).endswith(refused.text)
+
+
+def test_the_explanation_page_states_the_rule_combine_applies() -> None:
+    """Issue 52, item 10: where a grid's residual and a borrowed variance are not shown to agree
+    (no rejection, too little power) the grid's own residual is used, even where the borrowed
+    one is the larger (the 1-df residual of a 2 x 2 grid against a 10-df source: the larger, on
+    its 10 df, would give the narrower interval); the page says that rule, not "the larger"."""
+    residual = SeedVariance(0.001, 1, "additive", "the grid")
+    used = combine(residual, SeedVariance(0.002, 10, "borrowed", "S"))
+    assert (used.source, used.variance, used.df) == ("additive", 0.001, 1)
+    assert t_quantile(1) * math.sqrt(0.001) > t_quantile(10) * math.sqrt(0.002)
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs/explanations/how-sure.md").read_text()
+    text = " ".join(page.split())
+    assert "otherwise the larger is used" not in text
+    assert ("where the test rejects, the larger of the two is used; where it lacks that power (not "
+            "shown to agree), the grid's own residual alone") in text
