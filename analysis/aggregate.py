@@ -46,7 +46,14 @@ from analysis.stats.effects import VALUE, MainEffects, main_effects
 from analysis.stats.levels import ALPHA
 from analysis.stats.sources import lent, seed_variance
 from analysis.stats.variance import ConfigData, SeedVariance
-from grpo.run.outcomes import LATE_EVALS, OUTCOMES_DIR, outcomes_path, read_many
+from grpo.run.outcomes import (
+    LATE_EVALS,
+    OUTCOMES_DIR,
+    late_steps,
+    outcomes_path,
+    problems_digest,
+    read_many,
+)
 
 Criterion = Literal["late_eval_reward", "best_eval_reward", "final_eval_reward"]
 CRITERIA: tuple[Criterion, ...] = ("late_eval_reward", "best_eval_reward", "final_eval_reward")
@@ -239,18 +246,49 @@ def training_text(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{key}={values.get(key)}" for key in SEED_VARIANCE_KEYS)
 
 
-def launch_variance(sweep: Path, training: frozenset[str]) -> SeedVariance:
-    """The seed variance a sweep about to launch would borrow from ``sweep`` (its dry run's
-    power): that sweep's pooled seed variance at its compared step, inflated to its upper 95%
-    bound where ``training`` (the launching jobs' :func:`training_text`) holds settings it did not
-    run, as :func:`borrow_variance` does; source ``none`` saying why where it has none. The model,
-    data and problems are checked when the runs exist (the report's borrowing)."""
-    source = _seeded_source(sweep, str(sweep), BEST_CRITERION)
-    if isinstance(source, SeedVariance):
-        return source
-    theirs, _ = source
-    return lent(theirs.uncertainty.seeds, f"the seeds of sweep {sweep} at step {theirs.at_step}",
-                sorted(training - theirs.design.training))
+def planned_design(cfgs: Sequence[Any]) -> tuple[Design, int]:
+    """The :class:`Design` and compared step a sweep about to launch will have, from its jobs'
+    composed configs (``cfgs``, OmegaConf): model and data as :func:`config_data` reads them from
+    runs, the digest of the validation problems each job will evaluate
+    (:func:`grpo.data.datasets.run_data_config`, as the trainer reads them), the responses per
+    problem, its training settings, and the evaluation steps a run's value will average at the
+    compared step (the fewest ``n_grpo_steps``: where every run completes, the report's)."""
+    from omegaconf import OmegaConf
+
+    from grpo.data.datasets import load_examples, run_data_config
+
+    def value(cfg: Any, key: str) -> Any:
+        return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+
+    def text(cfg: Any, keys: Sequence[str]) -> str:
+        return "|".join(str(value(cfg, key)) for key in keys)
+
+    at_step = min(int(value(cfg, "n_grpo_steps")) for cfg in cfgs)
+    digests = set()
+    for cfg in cfgs:
+        try:
+            data = run_data_config(OmegaConf.to_container(cfg.data, resolve=True),
+                                   int(value(cfg, "eval.n_examples")))
+            digests.add(problems_digest(load_examples(data, "validation")))
+        except (OSError, ValueError):  # the job's own validation names unreadable data
+            continue
+    return Design(frozenset(text(cfg, MODEL_KEYS) for cfg in cfgs),
+                  frozenset(text(cfg, DATA_KEYS) for cfg in cfgs), frozenset(digests),
+                  frozenset(int(value(cfg, "eval.samples_per_problem") or 1) for cfg in cfgs),
+                  frozenset(late_steps(int(value(cfg, "n_grpo_steps")),
+                                       int(value(cfg, "eval.eval_every")), at_step)
+                            for cfg in cfgs),
+                  frozenset(training_text({key: value(cfg, key) for key in SEED_VARIANCE_KEYS})
+                            for cfg in cfgs)), at_step
+
+
+def launch_variance(sweep: Path, cfgs: Sequence[Any]) -> SeedVariance:
+    """The seed variance a sweep about to launch (its jobs' composed configs ``cfgs``) would
+    borrow from ``sweep``: :func:`borrow_variance` on the :func:`planned_design`, so that the dry
+    run and the chain refuse where the report will (another model, data, validation problems,
+    responses per problem, evaluation steps or compared step), and inflate where it will."""
+    design, at_step = planned_design(cfgs)
+    return borrow_variance(sweep, BORROW_KEY, BEST_CRITERION, at_step, design)[0]
 
 
 def _seeded_source(sweep: Path, head: str,
@@ -391,7 +429,8 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
                        unreached=unreached)
     data, problems, design = config_data(collection, values, list(ranked.index), criterion)
     source_sweep, borrowed_from = _borrowed_sweep(collection, borrow)
-    borrowed = (borrow_variance(source_sweep, borrowed_from, criterion, at_step, design)
+    borrowed = (borrow_variance(source_sweep, borrowed_from, criterion, at_step, design,
+                                collection.runs["run_dir"])
                 if source_sweep is not None else None)
     frame = _run_frame(collection, values, criterion)
     seeds = seed_variance(data, frame, collection.label_keys,
@@ -401,8 +440,10 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
                  if (base := on_policy_baseline(collection, label, list(ranked.index))) is not None}
     uncertainty = compare_sweep(data, str(ranked.index[0]), baselines, at_step, seeds,
                                 problem_error(data), alpha)
+    # a grid's residual (its check seeds' df included) holds the interaction: not tested apart
     effects = main_effects(frame, collection.label_keys, seeds,
-                           replicated=bool((ranked["n_used"] > 1).any()))
+                           replicated=bool((ranked["n_used"] > 1).any())
+                           and seeds.source not in ("additive", "additive+borrowed"))
     near = {c.config: c.describe() for c in uncertainty.against_best()
             if c.config in uncertainty.could_be_best}
     return Ranking(criterion, ranked, excluded, near, at_step, uncertainty, not_compared,
@@ -436,16 +477,25 @@ def _borrowed_sweep(collection: Collection, borrow: Path | bool) -> tuple[Path |
 
 
 def borrow_variance(sweep: Path, named_by: str, criterion: Criterion, at_step: int,
-                    design: Design) -> tuple[SeedVariance, Collection | None, tuple[str, ...]]:
+                    design: Design, own_runs: Iterable[str] = ()
+                    ) -> tuple[SeedVariance, Collection | None, tuple[str, ...]]:
     """The pooled seed variance of ``sweep`` at ``at_step`` (source ``borrowed``), where its
-    runs have two or more seeds a config and its :class:`Design` matches ``design``, inflated to
-    its upper 95% bound where ``design`` ran training settings it did not (returned third); else
-    a variance of source ``none`` saying why it was not borrowed."""
+    runs have two or more seeds a config, none of them is one of the borrowing sweep's
+    (``own_runs``: their run directories; a shared run would count its seeds twice) and its
+    :class:`Design` matches ``design``, inflated to its upper 95% bound where ``design`` ran
+    training settings it did not (returned third); else a variance of source ``none`` saying
+    why it was not borrowed (:func:`analysis.stats.sources.seed_variance` says it beside
+    whatever the sweep rests on)."""
     head = f"cannot borrow from {sweep} (named by {named_by})"
     source = _seeded_source(sweep, head, criterion)
     if isinstance(source, SeedVariance):
         return source, None, ()
     theirs, other = source
+    shared = {_resolved(d) for d in other.runs["run_dir"]} & {_resolved(d) for d in own_runs}
+    if shared:
+        return SeedVariance.missing(
+            f"{head}: {len(shared)} of its runs are this sweep's own (their seeds are counted "
+            "here already; a variance borrowed from them would count them twice)"), None, ()
     if theirs.at_step != at_step:
         return SeedVariance.missing(f"{head}: its compared step is {theirs.at_step}, this "
                                     f"sweep's {at_step}"), None, ()
@@ -456,6 +506,10 @@ def borrow_variance(sweep: Path, named_by: str, criterion: Criterion, at_step: i
     return (lent(theirs.uncertainty.seeds,
                  f"the seeds of sweep {sweep} at step {at_step} (named by {named_by})", outside),
             other, tuple(outside))
+
+
+def _resolved(run_dir: str) -> str:
+    return str(Path(run_dir).resolve())
 
 
 def _advice(collection: Collection, ranked: pd.DataFrame, u: SweepComparisons) -> str | None:
@@ -531,13 +585,17 @@ def config_data(collection: Collection, values: pd.DataFrame, labels: Sequence[s
     training = frozenset(training_text(dict(zip(SEED_VARIANCE_KEYS, row, strict=True)))
                          for row in compared.reindex(columns=list(SEED_VARIANCE_KEYS))
                          .itertuples(index=False))
-    design = Design(texts(("model.name", "model.path")), texts(("data.name", "data.train_path")),
+    design = Design(texts(MODEL_KEYS), texts(DATA_KEYS),
                     frozenset(digests), frozenset(samples),
                     frozenset(tuple(int(s) for s in steps) for steps in values["late_steps"]
                               if isinstance(steps, tuple)), training)
     return configs, problems, design
 
 
+MODEL_KEYS = ("model.name", "model.path")
+"""The config keys that say which model a run trained (a :class:`Design`'s ``model``)."""
+DATA_KEYS = ("data.name", "data.train_path")
+"""The config keys that say which training data a run read (a :class:`Design`'s ``data``)."""
 PROBLEM_SET_KEYS = ("data.name", "data.validation_path", "eval.n_examples")
 """The config keys that say which validation problems a run evaluated (before its outcome files
 are read): configs that differ in one are not compared."""

@@ -179,23 +179,19 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
         "    lr_sweep: learning_rate=5e-05 left out (a run collapsed)",
         "    lr_sweep: learning_rate=0.0001 left out (a run diverged)",
     ]
-    # lr_sweep is the first stage with two seeds a config: its seed variance is carried for the
-    # one-seed verdicts of the stages after it
-    assert lines[8:] == [f"  analysis.seed_variance_from={lr}  the seed variance of lr_sweep, the "
-                         "first stage with 2 or more seeds a config (seed sd 0.0292 (variance "
-                         "0.000854) from seeds in this sweep, pooled over the 4 configs with 2 or "
-                         "more (4 df)): this stage's one-seed verdicts borrow it where the model, "
-                         "data, validation problems and evaluation steps match, inflated to its "
-                         "upper 95% bound for settings it did not run (another loss, "
-                         "normalization, learning rate or epochs; the report says which)",
-                         "  analysis.check_seeds=1  one swept key, one seed a config: a second "
-                         "seed of its first config, one more job of its sweep, tests the borrowed "
-                         "variance (which was measured on other settings; "
-                         "analysis.stats.variance.check); analysis.check_seeds=0 skips it"]
-    # a grid's additive residual tests the borrowed variance itself: no check seed
+    # lr_sweep is the first stage with two seeds a config, but compared at step 1: a 200-step
+    # stage cannot borrow its seed variance (the report would refuse it), and the plan says so
+    # instead of carrying it (issue 52, item 8); nothing borrowed, no check seed
+    assert lines[8:] == [f"  analysis.seed_variance_from: not lr_sweep's sweep: none: cannot "
+                         f"borrow from {lr} (named by analysis.seed_variance_from): its compared "
+                         "step is 1, this sweep's 200",
+                         "  analysis.seed_variance_from: nothing to borrow (no earlier stage has 2 "
+                         "or more seeds a config and this stage's model, data, validation "
+                         "problems, evaluation steps and compared step): a one-dimensional "
+                         "one-seed stage gives no verdict"]
     all_plans = plans(out)
     assert not any("check_seeds" in line for line in all_plans["off_policy_broad"])
-    assert all_plans["std_norm"][-1].startswith("  analysis.check_seeds=1  one swept key")
+    assert not any("check_seeds=1" in line for line in all_plans["std_norm"])
     assert plans(out, "analysis.check_seeds=0")["baselines"][-1] == (
         "  analysis.check_seeds=0  from the command line")
 
@@ -307,8 +303,9 @@ def test_each_key_comes_from_the_latest_stage_with_results(tmp_path: Path) -> No
         "for the best 2 configs (loss=reinforce_with_baseline; loss=no_baseline) would measure the "
         "seed variance (2 df): 2 more runs, about ")
     assert got["std_norm"][-1] == ("  analysis.seed_variance_from: nothing to borrow (no earlier "
-                                   "stage has 2 or more seeds a config): a one-dimensional "
-                                   "one-seed stage gives no verdict")
+                                   "stage has 2 or more seeds a config and this stage's model, "
+                                   "data, validation problems, evaluation steps and compared "
+                                   "step): a one-dimensional one-seed stage gives no verdict")
     assert got["std_norm"][5] == (
         f"  normalization=mean  the stage's default: no earlier stage that decides it has "
         f"results (length_norm has no results: no sweep under {out / 'length_norm'})")
@@ -377,7 +374,8 @@ def test_no_results_and_resume_in_the_dry_run(tmp_path: Path) -> None:
         f"  learning_rate=0.0003  carried from lr_sweep: best config lr_sweep "
         f"(late_eval_reward 0.5000 at step 1, 1 of 1 configs ranked) of sweep {lr}",
         "  analysis.seed_variance_from: nothing to borrow (no earlier stage has 2 or more seeds a "
-        "config): a one-dimensional one-seed stage gives no verdict",
+        "config and this stage's model, data, validation problems, evaluation steps and compared "
+        "step): a one-dimensional one-seed stage gives no verdict",
         f"  resuming its unfinished sweep {base} (2 runs: 1 completed, 1 failed)"]
     assert lines[6].endswith(f"'hydra.sweep.dir=${{paths.output_root}}/${{experiment_name}}/"
                              f"{base.name}'")

@@ -68,3 +68,44 @@ def test_a_check_seed_runs_as_the_second_seed_of_its_config(tmp_path: Path,
     assert again.returncode == 0, again.stderr[-3000:]
     assert "3 runs: 3 completed" in again.stdout
     assert {job: (sweep / job / "metrics.jsonl").stat().st_mtime_ns for job in "012"} == written
+
+
+@pytest.fixture(scope="module")
+def source_sweep(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """S of issue 52: a finished 2 x 2-seed learning-rate sweep of the tiny model, 20 steps."""
+    sweep = tmp_path_factory.mktemp("source") / "S"
+    out = launch("-m", *TOY, f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
+                 "n_grpo_steps=20", "eval.eval_every=5", "learning_rate=3e-4,1e-3", "seed=0,1",
+                 f"hydra.sweep.dir={sweep}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return sweep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("extra", "refused"), [
+    ((), None),
+    (("data.max_operand=9",), "its validation problems (outcome digests)"),
+    (("n_grpo_steps=40",), "its compared step is 20, this sweep's 40"),
+    (("eval.n_examples=10",), "its validation problems (outcome digests)"),
+])
+def test_the_dry_run_borrows_only_where_the_report_will(tmp_path: Path, tiny_model_dir: Path,
+                                                        source_sweep: Path,
+                                                        extra: tuple[str, ...],
+                                                        refused: str | None) -> None:
+    """Issue 52, item 8: the dry run's power borrows through the report's own check
+    (analysis.aggregate.borrow_variance on the jobs' planned design): another task, another
+    compared step or other validation problems are refused there as the report refuses them,
+    and no check seed is offered for a variance that will not be borrowed."""
+    out = launch("-m", *TOY, f"model.path={tiny_model_dir}", "n_grpo_steps=20", "eval.eval_every=5",
+                 "loss=no_baseline,reinforce_with_baseline",
+                 f"analysis.seed_variance_from={source_sweep}", *extra,
+                 f"paths.output_root={tmp_path}", "dry_run=true")
+    assert out.returncode == 0, out.stderr
+    power = [line for line in out.stdout.splitlines() if line.startswith("power")]
+    if refused is None:
+        assert power[0].startswith("power (borrowed: seed sd") and "at step 20" in power[0]
+        assert "check seed: the borrowed variance was measured on other settings" in out.stdout
+        return
+    assert power == [line for line in power if "nothing to borrow" in line] and len(power) == 1
+    assert f"cannot borrow from {source_sweep}" in power[0] and refused in power[0]
+    assert "check seed" not in out.stdout

@@ -33,7 +33,7 @@ from analysis.stats.power import (
     power_main_effect,
     resolve,
 )
-from analysis.stats.sources import lent, seed_variance
+from analysis.stats.sources import decide, lent, seed_variance
 from analysis.stats.variance import (
     ConfigData,
     SeedVariance,
@@ -364,11 +364,16 @@ def test_check_seeds_replace_a_borrowed_variance_only_where_it_is_shown_too_smal
     # many df as the borrowed variance; nothing borrowed
     full = [ConfigData(c, np.array([0.5, 0.5 + math.sqrt(2 * 0.045)])) for c in "ab"]
     assert seed_variance(full, pd.DataFrame(), ["k"], borrowed).source == "seeds"
+    # (the borrowed variance they do not use is said: a named source never vanishes)
     failed = [*full, ConfigData("c", np.array([0.45]))]
-    assert seed_variance(failed, pd.DataFrame(), ["k"], borrowed).notes == ()
-    assert seed_variance(failed[1:], pd.DataFrame(), ["k"], borrowed).notes != ()  # half: checks
+    assert seed_variance(failed, pd.DataFrame(), ["k"], borrowed).notes == (
+        f"the borrowed variance ({borrowed.describe()}) is not used: this sweep's configs have "
+        "seeds of their own",)
+    assert "own / borrowed" in seed_variance(failed[1:], pd.DataFrame(), ["k"], borrowed).notes[-1]
     wide = lent(SeedVariance(0.01, 1, "seeds", "src"), "sweep X", ["loss.name=a"])
-    assert seed_variance(stage(0.5 + math.sqrt(2 * 0.045)), pd.DataFrame(), ["k"], wide).notes == ()
+    as_many = seed_variance(stage(0.5 + math.sqrt(2 * 0.045)), pd.DataFrame(), ["k"], wide)
+    assert (as_many.source, as_many.df) == ("seeds", 1)
+    assert as_many.notes[-1].endswith("is not used: the check seeds have as many df as it (1 against 1)")
     assert seed_variance(stage(0.9), pd.DataFrame(), ["k"], None).source == "seeds"
 
 
@@ -670,3 +675,86 @@ def test_more_than_ten_seeds_is_said_to_be_more_than_a_study_runs() -> None:
         by_seeds.setdefault(got.seeds, got.text)
     assert "more seeds than a study usually runs" not in by_seeds[10]
     assert "more seeds than a study usually runs" in by_seeds[11]
+
+
+def _grid_with_check_seed(second: float) -> tuple[list[ConfigData], pd.DataFrame]:
+    """A 3 x 3 one-seed grid (learning rate x epochs, additive truth plus a residual of sd about
+    0.04) whose first config ran a check seed giving ``second``."""
+    rng = np.random.default_rng(3)
+    cells = [(a, b) for a in range(3) for b in range(3)]
+    values = [0.4 + 0.05 * a - 0.02 * b + float(rng.normal(0, 0.04)) for a, b in cells]
+    configs = [ConfigData(f"c{i}", np.array([v, second] if i == 0 else [v]))
+               for i, v in enumerate(values)]
+    rows = [{"k0": str(a), "k1": str(b), VALUE: v} for (a, b), v in zip(cells, values, strict=True)]
+    rows.append({"k0": "0", "k1": "0", VALUE: second})
+    return configs, pd.DataFrame(rows)
+
+
+def test_a_check_seed_on_a_grid_adds_its_df_to_the_grids_residual() -> None:
+    """Issue 52, item 3: a 3 x 3 one-seed grid with a check seed rests on the additive model's
+    residual over all 10 runs (4 df of the grid and 1 of the check pair: 5), not on the pair's own
+    variance on 1 df; a borrowed variance is tested against that residual (combine), never
+    taken on the check pair's word. The residual is statsmodels' over the 10 rows."""
+    configs, frame = _grid_with_check_seed(0.0)
+    configs[0] = ConfigData("c0", np.array([frame[VALUE][0], frame[VALUE][0] + 0.001]))
+    frame.loc[9, VALUE] = frame[VALUE][0] + 0.001
+    residual = additive_variance(frame, ["k0", "k1"])
+    assert residual is not None and residual.df == 5
+    alone = seed_variance(configs, frame, ["k0", "k1"], None)
+    assert (alone.source, alone.df, alone.variance) == ("additive", 5, pytest.approx(residual.variance))
+    assert "the check seeds' second runs included" in alone.text
+    assert alone.variance > 100 * SeedVariance.pooled(configs).variance  # not the pair's 1 df
+    # a borrowed sd of 0.01 (far below the grid's): the F test against the residual rejects and
+    # the larger, the grid's own, is used; the check pair alone would have kept the borrowed one
+    borrowed = SeedVariance(0.0001, 10, "borrowed", "sweep S")
+    tested = seed_variance(configs, frame, ["k0", "k1"], borrowed)
+    assert (tested.source, tested.df, tested.variance) == ("additive", 5, pytest.approx(residual.variance))
+    ratio = residual.variance / 0.0001
+    p = 2 * min(stats.f.cdf(ratio, 5, 10), stats.f.sf(ratio, 5, 10))
+    assert p < 0.001 and f"F = {ratio:.2f} on (5, 10) df, p <0.001" in tested.notes[-1]
+    assert "disagree" in tested.notes[-1]
+    assert check(SeedVariance.pooled(configs), borrowed).source == "borrowed"  # the old answer
+    # the rule the dry run reads: the same decision from the shape alone
+    shape = decide([2, *[1] * 8], 5, borrowed)
+    assert (shape.own, shape.own_df, shape.borrowed, shape.df(borrowed)) == ("additive", 5, "combined", 5)
+    assert decide([2, *[1] * 8], 5, None).df(None) == 5
+    assert decide([2, 1, 1], 0, borrowed).borrowed == "checked"  # one key: the check seeds test it
+    assert decide([2, 2, 2], 13, borrowed).own == "seeds"  # every config seeded: its own seeds
+
+
+def test_a_refused_borrow_is_said_beside_whatever_the_sweep_rests_on() -> None:
+    """Issue 52, item 7: a borrow refused (another task, another compared step) stays in the
+    notes once check seeds exist, with check seeds of as many df as the source, and on a grid."""
+    refused = SeedVariance.missing("cannot borrow from S (named by analysis.seed_variance_from): "
+                                   "its compared step is 20, this sweep's 40")
+    stage = [ConfigData("a", np.array([0.5, 0.52])), ConfigData("b", np.array([0.4])),
+             ConfigData("c", np.array([0.45]))]
+    checked = seed_variance(stage, pd.DataFrame(), ["k"], refused)
+    assert (checked.source, checked.df) == ("seeds", 1)
+    assert checked.notes == (refused.text,)
+    many = [ConfigData("a", np.array([0.5, 0.52, 0.49])), *stage[1:], ConfigData("d", np.array([0.4])),
+            ConfigData("e", np.array([0.3]))]
+    assert seed_variance(many, pd.DataFrame(), ["k"], refused).notes == (refused.text,)
+    configs, frame = _grid_with_check_seed(0.47)
+    assert refused.text in seed_variance(configs, frame, ["k0", "k1"], refused).notes
+    nothing = seed_variance(stage[1:], pd.DataFrame(), ["k"], refused)
+    assert nothing.source == "none" and refused.text in nothing.text
+    assert decide([2, 1, 1], 0, refused).says(refused).endswith(refused.text)
+
+
+def test_the_explanation_page_states_the_rule_combine_applies() -> None:
+    """Issue 52, item 10: where a grid's residual and a borrowed variance are not shown to agree
+    (no rejection, too little power) the grid's own residual is used, even where the borrowed
+    one is the larger (the 1-df residual of a 2 x 2 grid against a 10-df source: the larger, on
+    its 10 df, would give the narrower interval); the page says that rule, not "the larger"."""
+    residual = SeedVariance(0.001, 1, "additive", "the grid")
+    used = combine(residual, SeedVariance(0.002, 10, "borrowed", "S"))
+    assert (used.source, used.variance, used.df) == ("additive", 0.001, 1)
+    assert t_quantile(1) * math.sqrt(0.001) > t_quantile(10) * math.sqrt(0.002)
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs/explanations/how-sure.md").read_text()
+    text = " ".join(page.split())
+    assert "otherwise the larger is used" not in text
+    assert ("where the test rejects, the larger of the two is used; where it lacks that power (not "
+            "shown to agree), the grid's own residual alone") in text

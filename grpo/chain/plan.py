@@ -32,7 +32,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from analysis.aggregate import BORROW_KEY
+from analysis.aggregate import BORROW_KEY, launch_variance
 from analysis.progress import override_key
 from grpo.chain.results import Winner, find_winner, latest_sweep
 from grpo.chain.stages import CONF_DIR, Chain, Stage
@@ -212,7 +212,7 @@ def plan_stage(chain: Chain, index: int, user: UserOverrides, lookup: WinnerLook
         if (source.experiment, winner.label) not in noted:
             noted.add((source.experiment, winner.label))
             plan.lines += _ranking_notes(source.experiment, winner)
-    plan.lines += _borrow_seed_variance(plan, earlier, user, lookup)
+    plan.lines += _borrow_seed_variance(plan, earlier, user, lookup, cfg)
     plan.lines += _check_seeds(plan, swept, user)
     return plan
 
@@ -241,29 +241,39 @@ def _check_seeds(plan: StagePlan, swept: set[str], user: UserOverrides) -> list[
 
 
 def _borrow_seed_variance(plan: StagePlan, earlier: Sequence[Stage], user: UserOverrides,
-                          lookup: WinnerLookup) -> list[str]:
-    """Carry the sweep of the first earlier stage with two or more seeds a config as
-    ``analysis.seed_variance_from``, so that the stage's one-seed verdicts borrow its seed
-    variance (where the designs match: the analysis checks and says so); its plan's lines."""
+                          lookup: WinnerLookup, cfg: DictConfig) -> list[str]:
+    """Carry the sweep of the first earlier stage with two or more seeds a config whose seed
+    variance the stage's report will borrow (``analysis.aggregate.launch_variance`` on the
+    stage's composed ``cfg``: the report's own check of model, data, validation problems,
+    evaluation steps and compared step) as ``analysis.seed_variance_from``; a stage refused is
+    said with why; its plan's lines."""
     if BORROW_KEY in user.values:
         return [f"  {BORROW_KEY}={user.values[BORROW_KEY]}  from the command line"]
     if not earlier:
         return []
+    refused = []
     for source in earlier:
         winner = lookup(source, False)
         seeds = winner.ranking.uncertainty.seeds if isinstance(winner, Winner) and \
             winner.ranking.uncertainty is not None else None
-        if seeds is not None and seeds.source == "seeds":
-            carried = Carried(BORROW_KEY, str(winner.sweep), source.experiment, winner.sweep)
-            plan.carried.append(carried)
-            return [f"  {carried.override()}  the seed variance of {source.experiment}, the first "
-                    f"stage with 2 or more seeds a config ({seeds.describe()}): this stage's "
-                    "one-seed verdicts borrow it where the model, data, validation problems and "
-                    "evaluation steps match, inflated to its upper 95% bound for settings it did "
-                    "not run (another loss, normalization, learning rate or epochs; the report "
-                    "says which)"]
-    return [f"  {BORROW_KEY}: nothing to borrow (no earlier stage has 2 or more seeds a config): "
-            "a one-dimensional one-seed stage gives no verdict"]
+        if seeds is None or seeds.source != "seeds":
+            continue
+        lent = launch_variance(winner.sweep, [cfg])
+        if not lent.usable:
+            refused.append(f"  {BORROW_KEY}: not {source.experiment}'s sweep: {lent.describe()}")
+            continue
+        carried = Carried(BORROW_KEY, str(winner.sweep), source.experiment, winner.sweep)
+        plan.carried.append(carried)
+        return [*refused,
+                f"  {carried.override()}  the seed variance of {source.experiment}, the first "
+                f"stage with 2 or more seeds a config whose design matches this stage's "
+                f"({seeds.describe()}): this stage's one-seed verdicts borrow it, inflated to "
+                "its upper 95% bound for settings it did not run (another loss, normalization, "
+                "learning rate or epochs; the report says which)"]
+    return [*refused,
+            f"  {BORROW_KEY}: nothing to borrow (no earlier stage has 2 or more seeds a config "
+            "and this stage's model, data, validation problems, evaluation steps and compared "
+            "step): a one-dimensional one-seed stage gives no verdict"]
 
 
 def _ranking_notes(stage: str, winner: Winner) -> list[str]:

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo.config.rules import COST_RATES, value_errors
 from grpo.core.specs import CORRECTION_WEIGHS, LENGTH_NORMALIZATIONS, LOSS_SPECS
-from grpo.data.datasets import SPLITS, Example, load_examples
+from grpo.data.datasets import SPLITS, Example, load_examples, run_data_config
 from grpo.data.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, format_prompt, load_prompt_template
 from grpo.models.specs import BUILDERS, CHARACTERS, PRECISIONS, SMALLEST_SAFE_BF16_TRUE_LR
 from grpo.rollout.specs import ENGINE_SPECS
@@ -70,8 +70,7 @@ def load_splits(cfg: DictConfig) -> dict[str, list[Example]]:
     Raises:
         OSError, ValueError: unreadable or malformed data; the message names file and line.
     """
-    data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True),
-                "validation_size": cfg.eval.n_examples}
+    data_cfg = run_data_config(OmegaConf.to_container(cfg.data, resolve=True), cfg.eval.n_examples)
     stamps = tuple(_file_stamp(data_cfg.get(f"{split}_path")) for split in SPLITS)
     return _read_splits(json.dumps(data_cfg, sort_keys=True), stamps)
 

@@ -44,6 +44,13 @@ MAX_LINE_BYTES = 1 << 20
 """Longest line of a dataset file: one problem with its solution (MATH's take a few kB)."""
 
 
+def run_data_config(data: Mapping[str, Any], n_examples: int) -> dict[str, Any]:
+    """What :func:`load_examples` reads for a run: its `data` group (resolved) with
+    `eval.n_examples` as the validation size (the trainer, the config checks and the dry run's
+    borrowed seed variance read the same problems)."""
+    return {**data, "validation_size": n_examples}
+
+
 def load_examples(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
     """The examples of `split` (`train` or `validation`) of the dataset `data_cfg.name`.
 

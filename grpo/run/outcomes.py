@@ -26,6 +26,23 @@ LATE_EVALS = 5
 """Evaluations after step 0 that a run's late value averages (the last ones, fewer when it has
 fewer): the ranking's criterion (analysis.aggregate) and what a run reports to the sweep's pruner
 (grpo.run.pruning). bench/selection_calibration.py measures why not one evaluation or the maximum."""
+
+
+def is_evaluation_step(step: int, n_grpo_steps: int, eval_every: int) -> bool:
+    """Whether the policy is evaluated after GRPO step `step`: before the first step (0), every
+    `eval_every` steps, and after the last."""
+    return step % eval_every == 0 or step == n_grpo_steps
+
+
+def late_steps(n_grpo_steps: int, eval_every: int, at_step: int) -> tuple[int, ...]:
+    """The evaluation steps a run of `n_grpo_steps` evaluated every `eval_every` averages for its
+    late value when compared at GRPO step `at_step`: its last `LATE_EVALS` after step 0 up to it
+    (what a launched run will give; a finished run's are read from its log)."""
+    steps = [s for s in range(1, min(at_step, n_grpo_steps) + 1)
+             if is_evaluation_step(s, n_grpo_steps, eval_every)]
+    return tuple(steps[-LATE_EVALS:])
+
+
 OUTCOMES_DIR = "eval_outcomes"
 MAX_PROBLEMS = 100_000
 """The most problems an evaluation has (`eval.n_examples`' bound): a larger record is crafted."""

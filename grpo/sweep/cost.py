@@ -57,9 +57,9 @@ from grpo.config.rules import COST_RATES as RATES
 from grpo.config.validation import load_splits
 from grpo.core.specs import CORRECTION_WEIGHS, LOSS_SPECS
 from grpo.run.files import metrics_row, read_yaml
+from grpo.run.outcomes import is_evaluation_step
 from grpo.run.pruning import PruningSettings, ReplayJob, replay
 from grpo.training.batch_plan import config_value
-from grpo.training.evaluation import is_evaluation_step
 
 MATCH_KEYS = ("model.name", "rollout.engine", "cluster.gpus_per_job", "sampling.max_new_tokens")
 """What an earlier run must share with a job for its timings to price the job."""

@@ -31,12 +31,6 @@ def evaluation_seed(seed: int, step: int) -> int:
     return (int(state[0]) << 30) ^ int(state[1])
 
 
-def is_evaluation_step(step: int, n_grpo_steps: int, eval_every: int) -> bool:
-    """Whether the policy is evaluated after GRPO step `step`: before the first step (0), every
-    `eval_every` steps, and after the last."""
-    return step % eval_every == 0 or step == n_grpo_steps
-
-
 def evaluate(
     engine: RolloutEngine,
     examples: Sequence[Example],

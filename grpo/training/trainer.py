@@ -63,7 +63,7 @@ from grpo.core.losses import POLICY_LOSSES
 from grpo.core.masking import masked_normalize
 from grpo.core.tokenization import tokenize_prompt_and_output
 from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step
-from grpo.data.datasets import Example, PromptSampler, load_examples
+from grpo.data.datasets import Example, PromptSampler, load_examples, run_data_config
 from grpo.data.prompts import format_prompt, load_prompt_template, reward_fn_for
 from grpo.grading.rewards import score_batch
 from grpo.models.loading import load_policy
@@ -89,7 +89,7 @@ from grpo.run.files import (
 )
 from grpo.run.health import HealthMonitor
 from grpo.run.lock import run_lock
-from grpo.run.outcomes import write_outcomes
+from grpo.run.outcomes import is_evaluation_step, write_outcomes
 from grpo.run.preemption import PreemptionWatcher
 from grpo.run.pruning import PruningSettings, RunTrial
 from grpo.run.reproducibility import make_reproducible
@@ -103,7 +103,7 @@ from grpo.training.behaviour import (
     importance_sums,
     stale_weight_check,
 )
-from grpo.training.evaluation import evaluate, evaluation_seed, is_evaluation_step, save_samples
+from grpo.training.evaluation import evaluate, evaluation_seed, save_samples
 from grpo.training.overlap import GeneratedBatch, RolloutProducer, RolloutRequest
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class GRPOTrainer:
         template = load_prompt_template(cfg.prompt.name)
         self.prompt_of = lambda example: format_prompt(template, example.question)
         self.reward_fn = reward_fn_for(cfg.prompt.name)
-        data_cfg = {**OmegaConf.to_container(cfg.data, resolve=True), "validation_size": cfg.eval.n_examples}
+        data_cfg = run_data_config(OmegaConf.to_container(cfg.data, resolve=True), cfg.eval.n_examples)
         self.validation: list[Example] = load_examples(data_cfg, "validation")
         self.plan = BatchPlan.from_config(cfg)
         self.sampler = PromptSampler(load_examples(data_cfg, "train"), self.plan.questions_per_step, cfg.seed)

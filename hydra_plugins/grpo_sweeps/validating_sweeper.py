@@ -208,42 +208,43 @@ class ValidatingSweeper(BasicSweeper):
         )
         from analysis.stats.race import boundary
 
-        lent_df = 0.0  # the df a borrowed variance gives a one-seed sweep
-        inflated = False  # the borrowed variance inflated: settings its source did not run
-        if assumed is not None:
-            sd, said = float(assumed), f"analysis.assumed_seed_sd={float(assumed):g}"
-        else:
-            # imported here: reading a sweep takes the analysis (pandas), only where one is named
-            from analysis.aggregate import SEED_VARIANCE_KEYS, launch_variance, training_text
+        # imported here: the decision reads analysis.stats (scipy), only where power is asked for
+        from analysis.stats.sources import decide
 
-            training = frozenset(training_text({key: OmegaConf.select(job.cfg, key, default=None)
-                                                for key in SEED_VARIANCE_KEYS})
-                                 for job in self.composed.values())
-            seeds_of = launch_variance(Path(str(source)), training)
-            if not seeds_of.usable:
-                return [f"power: nothing to borrow from analysis.seed_variance_from: "
-                        f"{seeds_of.describe()}"]
-            sd, lent_df = seeds_of.variance ** 0.5, float(seeds_of.df)
-            inflated = seeds_of.inflation > 1
-            said = f"borrowed: {seeds_of.describe()}"
         counts = Counter(tuple(without_seed(job.overrides)) for job in self.composed.values())
         k = len(counts)
-        if k < 2:
-            return ["power: one config, nothing to compare"]
-        seeds = min(counts.values())
-        per_run = cost.full_grid / counts.total()
         values: dict[str, set[str]] = {}
         for config in counts:
             for override in config:
                 values.setdefault(override_key(override), set()).add(override)
         levels = {key: len(v) for key, v in values.items() if len(v) > 1}
-        additive_df = error_df(k, list(levels.values()), 1)
-        # one seed a config: a grid's own residual (a borrowed variance is pooled with it only
-        # where a test with the power to tell them apart finds them alike: analysis.stats.
-        # variance.combine), else the borrowed variance
-        one_seed_df = additive_df if additive_df > 0 else lent_df
-        one_seed_source = ("the grid's additive residual" if additive_df > 0
-                           else "the borrowed variance")
+        # the additive model's residual df over every run (a check seed's second run adds one)
+        grid_df = (max(counts.total() - 1 - sum(n - 1 for n in levels.values()), 0)
+                   if len(levels) > 1 else 0)
+        seeds_of = None  # the borrowed variance, or why it is refused (the report's decision)
+        if source is not None:
+            # imported here: reading a sweep takes the analysis (pandas), only where one is named
+            from analysis.aggregate import launch_variance
+
+            seeds_of = launch_variance(Path(str(source)),
+                                       [job.cfg for job in self.composed.values()])
+        decision = decide(list(counts.values()), grid_df, seeds_of)
+        rests = f"the comparisons will rest on {decision.says(seeds_of)}"
+        if assumed is not None:
+            sd, said = float(assumed), f"analysis.assumed_seed_sd={float(assumed):g}; {rests}"
+        elif seeds_of is None or not seeds_of.usable:
+            return [f"power: nothing to borrow from analysis.seed_variance_from: "
+                    f"{seeds_of.describe() if seeds_of is not None else 'none named'}; the "
+                    f"comparisons will rest on {decision.rests_on()}; set analysis.assumed_seed_sd "
+                    "to see what this sweep can find"]
+        else:
+            sd, said = seeds_of.variance ** 0.5, f"borrowed: {seeds_of.describe()}; {rests}"
+        if k < 2:
+            return ["power: one config, nothing to compare"]
+        seeds = min(counts.values())
+        per_run = cost.full_grid / counts.total()
+        one_seed_df = decision.df(seeds_of)
+        one_seed_source = decision.rests_on()
 
         def shown(found: float) -> str:
             """A detectable difference, said to be beyond reach where it passes the reward's range."""
@@ -271,15 +272,9 @@ class ValidatingSweeper(BasicSweeper):
                 lines.append(f"  1 seed a config{here}: {shown(found)} from the best on "
                              f"{one_seed_source}'s {one_seed_df:g} df; main effects: {effects(1)}")
                 checks = len(self.check_jobs)
-                if inflated and additive_df <= 0 and n == seeds:
-                    lines.append(
-                        f"  check seeds: this sweep runs {checks} (analysis.check_seeds={checks}, "
-                        "priced above); they test the borrowed variance, measured on other "
-                        "settings (analysis.stats.variance.check)" if checks else
-                        "  check seed: the borrowed variance was measured on other settings; a "
-                        "second seed of one config tests it (analysis.stats.variance.check): 1 "
-                        f"more run, ~{per_run:.3g} {cost.unit}; analysis.check_seeds=1 runs it in "
-                        "this sweep")
+                if n == seeds:
+                    lines += self._check_seed_lines(decision, seeds_of, checks, grid_df,
+                                                    f"~{per_run:.3g} {cost.unit}")
                 continue
             if n == 1:
                 found = detectable_difference(se, k, float("inf"))
@@ -293,7 +288,7 @@ class ValidatingSweeper(BasicSweeper):
                          f"{effects(n)} ({k * n} runs, ~{per_run * k * n:.3g} {cost.unit})")
         race_seeds = OmegaConf.select(cfg, "race.max_seeds", default=None)
         most = int(race_seeds) if race_seeds is not None else 3
-        first_look = additive_df > 0 or source is not None
+        first_look = decide([1] * k, grid_df, seeds_of).df(seeds_of) > 0
         level = boundary(k, most, float(cfg.race.alpha), first_look).level
         found = detectable_difference(sd * (2 / most) ** 0.5, k, own_df(most), level)
         shares = [case.share for case in Calibration.read().cases]
@@ -304,6 +299,29 @@ class ValidatingSweeper(BasicSweeper):
                      f"~{per_run * k * most:.3g} {cost.unit}, of which the calibration's races "
                      f"spent {min(shares):.0%}-{max(shares):.0%} (bench/race_calibration.py)")
         return lines
+
+    @staticmethod
+    def _check_seed_lines(decision: Any, borrowed: Any, checks: int, grid_df: int,
+                          per_run: str) -> list[str]:
+        """What the dry run says of check seeds, from the seed variance's decision
+        (`analysis.stats.sources.decide`): they test the borrowed variance; on a grid, they add
+        their df to its residual; without any, where the borrowed variance is inflated, what
+        one would cost (`per_run`)."""
+        if decision.borrowed == "checked":
+            return [f"  check seeds: this sweep runs {checks} (analysis.check_seeds={checks}, "
+                    "priced above); they test the borrowed variance (analysis.stats.variance.check)"]
+        if decision.own == "additive" and checks:
+            tested = ("the borrowed variance is tested against" if decision.borrowed == "combined"
+                      else "the comparisons use")
+            return [f"  check seeds: this sweep runs {checks} (analysis.check_seeds={checks}, "
+                    f"priced above); on a grid their second runs add {checks} df to its additive "
+                    f"residual ({grid_df} df in all), which {tested}: more df for it, not a "
+                    "test of their own"]
+        if decision.borrowed == "alone" and borrowed.inflation > 1:
+            return ["  check seed: the borrowed variance was measured on other settings; a second "
+                    "seed of one config tests it (analysis.stats.variance.check): 1 more run, "
+                    f"{per_run}; analysis.check_seeds=1 runs it in this sweep"]
+        return []
 
     def _race_configs(self) -> tuple[list[list[str]], list[dict[str, Any]]]:
         """The race's configs: each job's overrides without its seed, and its resolved config
