@@ -243,7 +243,7 @@ def test_the_data_a_difference_needs_is_worked_out() -> None:
     result = compare_sweep(configs, "a", {}, 10, seeds)
     runner_up = result.comparisons[0]
     assert runner_up.verdict == "not distinguishable"
-    text = resolve(runner_up.diff, runner_up.se, configs[0].n_seeds, family=6)
+    text = resolve(runner_up.diff, runner_up.se, (2, 2), family=6)
     z = stats.norm.ppf(0.8)
     half = (round(math.sqrt(0.5), 6),) * 5
 
@@ -260,11 +260,39 @@ def test_the_data_a_difference_needs_is_worked_out() -> None:
                   if 0.02 >= (mcb_critical(half, 8.0 + 6 * (n - 2)) + z) * 0.02 * math.sqrt(2 / n))
     old = math.ceil(2 * ((tukey_critical(6, 8.0) + z) * 0.02 / 0.02) ** 2)
     assert (normal, old) == (20, 41)
-    zero = resolve(0.0, runner_up.se, 2, 6)
+    zero = resolve(0.0, runner_up.se, (2, 2), 6)
     assert zero.text.startswith("the observed difference is 0")
     assert result.resolution is not None and result.resolution.seeds == resolve(
-        runner_up.diff, runner_up.se, 2, 2).seeds
+        runner_up.diff, runner_up.se, (2, 2), 2).seeds
     assert f"0.0200 x sqrt(2 / {n}) = {0.02 * math.sqrt(2 / n):.4f}" in text.text
+
+
+def test_what_would_decide_scales_the_standard_error_by_both_configs_seed_counts() -> None:
+    """A check seed makes the best config 1 seed and the runner-up 2: the difference's standard
+    error 0.0130 is sqrt(V (1/1 + 1/2)), so at n seeds each it is 0.0130 x sqrt((2 / n) / 1.5)
+    (0.0023 at 43), not 0.0130 x sqrt(1 / n) (0.0020 at 43, the best config's count alone, which
+    stated 80% where the power is about 70%). The fewest n found by walking n up one by one on
+    the noncentral t beyond Hsu's critical value for 3 configs on the pair's 2n - 2 df."""
+    se, diff = 0.0130, 0.0088
+    half = (round(math.sqrt(0.5), 6),) * 2
+
+    def power(n: int, scaled: float) -> float:
+        df = 2 * n - 2
+        return stats.nct.sf(mcb_critical(half, float(df)), df, diff / scaled)
+
+    assert 0.0130 * math.sqrt((2 / 43) / 1.5) == pytest.approx(0.00229, abs=1e-5)
+    n = next(n for n in range(2, 500) if power(n, se * math.sqrt(2 / n / 1.5)) >= 0.8)
+    got = resolve(diff, se, (1, 2), 3)
+    assert got.seeds == n and got.factor == pytest.approx(2 * n / 3)
+    assert (f"{se:.4f} x sqrt((2 / {n}) / (1 / 1 + 1 / 2)) = "
+            f"{se * math.sqrt(2 / n / 1.5):.4f}") in got.text
+    assert f"power {power(n, se * math.sqrt(2 / n / 1.5)):.0%}: {n} seeds per config" in got.text
+    # the best config's count alone would have asked for fewer seeds, at a power they do not have
+    wrong = next(n for n in range(2, 500) if power(n, se * math.sqrt(1 / n)) >= 0.8)
+    assert wrong < n and power(wrong, se * math.sqrt(2 / wrong / 1.5)) < 0.75
+    # the order of the two counts does not matter; 2 and 2 seeds reduce to sqrt(2 / n)
+    assert resolve(diff, se, (2, 1), 3).seeds == n
+    assert f"{se:.4f} x sqrt(2 / " in resolve(diff, se, (2, 2), 3).text
 
 
 def test_power_against_the_best_is_the_noncentral_t_beyond_hsu_s_critical_value() -> None:
@@ -630,7 +658,7 @@ def test_a_difference_too_small_for_a_thousand_seeds_is_said_so() -> None:
     """A difference of 0.001 with a standard error of 0.05 at 2 seeds: at 1000 seeds a config
     its se is 0.05 x sqrt(2 / 1000) = 0.0022, a noncentrality of 0.45, far below 80% power: the
     search stops at its cap and says so, with no factor of data that would do."""
-    got = resolve(0.001, 0.05, 2, 3)
+    got = resolve(0.001, 0.05, (2, 2), 3)
     assert got.seeds == 1000 and got.factor == math.inf
     assert got.text == "a difference of 0.001 would take more than 1000 seeds per config to resolve"
     assert power_against_best(0.001, 0.05 * math.sqrt(2 / 1000), 3, own_df(1000)) < 0.8
@@ -666,7 +694,7 @@ def test_more_than_ten_seeds_is_said_to_be_more_than_a_study_runs() -> None:
     difference down."""
     by_seeds = {}
     for diff in np.arange(0.030, 0.022, -0.0001):
-        got = resolve(float(diff), 0.02, 2, 3)
+        got = resolve(float(diff), 0.02, (2, 2), 3)
         by_seeds.setdefault(got.seeds, got.text)
     assert "more seeds than a study usually runs" not in by_seeds[10]
     assert "more seeds than a study usually runs" in by_seeds[11]

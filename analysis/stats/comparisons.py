@@ -321,7 +321,7 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
     runner_up = next((c for c in comparisons if c.role == "best"), None)
     resolution = None
     if runner_up is not None and runner_up.verdict == "not distinguishable":
-        resolution = resolve(runner_up.diff, runner_up.se, by_label[best].n_seeds, k)
+        resolution = resolve(runner_up.diff, runner_up.se, runner_up.n_seeds, k)
     return SweepComparisons(seeds, estimates, comparisons, k, could_be_best, resolution, bounds,
                             equal_variance_test(configs))
 
