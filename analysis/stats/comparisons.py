@@ -42,6 +42,7 @@ from typing import Literal
 import numpy as np
 from scipy import special
 
+from analysis.formatting import fmt_difference_interval
 from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p
 from analysis.stats.levels import ALPHA, level_text, p_text
 from analysis.stats.power import Resolution, resolve
@@ -252,7 +253,7 @@ class Comparison:
         words = {"better": f"better than the {self.role} config",
                  "worse": f"worse than the {self.role} config",
                  "not distinguishable": f"not distinguishable from the {self.role} config"}
-        return (f"{words[self.verdict]}: Δ {self.diff:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}] "
+        return (f"{words[self.verdict]}: Δ {self.diff:+.3f} {fmt_difference_interval(self.lo, self.hi)} "
                 f"(simultaneous {level_text(self.alpha)}), p {p_text(self.p_value)} "
                 f"(Tukey-adjusted {p_text(self.p_adjusted)})")
 
