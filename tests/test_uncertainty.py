@@ -662,35 +662,73 @@ def test_each_config_s_own_seed_sd_and_brown_forsythe_are_reported() -> None:
 def test_a_pair_rests_on_its_own_seed_variance_where_that_exceeds_the_sweeps_pool() -> None:
     """Two learning configs that vary (squares 0.02 and 0.005 over 2 seeds each) beside a floor
     (5 seeds, every one 0.2): the pool (0.025 / 6) understates the learning pair's own variance
-    (0.025 / 2 = 0.0125 on 2 df), which their comparison and Hsu's bound use; the floor against
-    either keeps the pool (the pair's own, 0.02 / 5 or 0.005 / 5, is not larger)."""
+    (Welch's: 0.02 / 2 + 0.005 / 2 = 0.0125 for the difference, on the Welch-Satterthwaite df
+    0.0125^2 / (0.01^2 + 0.0025^2) = 1.47, rounded down to 1.4), which their comparison and Hsu's
+    bound use. Against the floor (no spread), the difference's variance is the learning config's
+    alone: a's, 0.02 / 2 over (1/2 + 1/5) = 0.0143 per seed on a's 1 df, exceeds the pool; b's,
+    0.005 / 2 / 0.7 = 0.0036, does not (the pool, on 6 df)."""
     a, b = ConfigData("a", np.array([0.40, 0.60])), ConfigData("b", np.array([0.45, 0.55]))
     floor = ConfigData("floor", np.full(5, 0.2))
     seeds = SeedVariance.pooled([a, b, floor])
     pool = (0.025 / 6, 6)
     assert (seeds.variance, seeds.df) == pytest.approx(pool)
-    assert pair_variance(a, b, seeds) == pytest.approx((0.0125, 2))
-    assert pair_variance(a, floor, seeds) == pytest.approx(pool)
+    assert pair_variance(a, b, seeds) == pytest.approx((0.0125, 1.4))
+    assert pair_variance(a, floor, seeds) == pytest.approx((0.01 / 0.7, 1.0))
     assert pair_variance(b, floor, seeds) == pytest.approx(pool)
     # one seed: no own variance, the pool
     assert pair_variance(a, ConfigData("one", np.array([0.5])), seeds) == pytest.approx(pool)
     test = pair_test(b, a, seeds)
-    assert (test.se, test.df) == pytest.approx((math.sqrt(0.0125), 2))
+    assert (test.se, test.df) == pytest.approx((math.sqrt(0.0125), 1.4))
     assert test.p_value == pytest.approx(1.0)  # equal means
     u = compare_sweep([a, b, floor], "a", {}, 10, seeds)
     near = next(c for c in u.comparisons if c.config == "b")
-    half = stats.studentized_range.ppf(0.95, 3, 2) / math.sqrt(2) * math.sqrt(0.0125)
-    assert (near.df, near.lo, near.hi) == pytest.approx((2, -half, half))
+    half = stats.studentized_range.ppf(0.95, 3, 1.4) / math.sqrt(2) * math.sqrt(0.0125)
+    assert (near.df, near.lo, near.hi) == pytest.approx((1.4, -half, half))
     assert near.p_adjusted == pytest.approx(1.0)
     far = next(c for c in u.comparisons if c.config == "floor")
-    assert far.df == 6 and far.se == pytest.approx(math.sqrt(0.025 / 6 * (1 / 5 + 1 / 2)))
-    # Hsu: the floor's bound against a (the pool, d on 6 df), b's against a (its own, d on 2 df)
-    d_floor = mcb_critical((round(math.sqrt(2 / 7), 6),) * 2, 6.0)
-    d_b = mcb_critical(tuple(sorted((round(math.sqrt(2 / 4), 6), round(math.sqrt(5 / 7), 6)))), 2.0)
-    assert u.bounds["floor"].upper == pytest.approx(-0.3 + d_floor * far.se)
-    assert (u.bounds["b"].upper, u.bounds["b"].critical) == pytest.approx(
-        (d_b * math.sqrt(0.0125), d_b))
+    assert far.df == 1 and far.se == pytest.approx(math.sqrt(0.02 / 2))
+    # Hsu: the floor's bound, min of against a (a's own, d on 1 df) and against b (the pool, d
+    # on 6 df); b's against a (their own, d on 1.4 df)
+    lambdas = (round(math.sqrt(2 / 7), 6),) * 2
+    floor_b = -0.3 + mcb_critical(lambdas, 6.0) * math.sqrt(0.025 / 6 * (1 / 5 + 1 / 2))
+    d_b = mcb_critical(tuple(sorted((round(math.sqrt(2 / 4), 6), round(math.sqrt(5 / 7), 6)))), 1.4)
+    assert u.bounds["floor"].upper == pytest.approx(
+        min(-0.3 + mcb_critical(lambdas, 1.0) * far.se, floor_b))
+    d_b6 = mcb_critical(tuple(sorted((round(math.sqrt(2 / 4), 6), round(math.sqrt(5 / 7), 6)))), 6.0)
+    b_floor = 0.3 + d_b6 * math.sqrt(0.025 / 6 * (1 / 5 + 1 / 2))  # 0.425, below a's 0.600
+    assert d_b * math.sqrt(0.0125) == pytest.approx(0.5997, abs=1e-4)
+    assert (u.bounds["b"].upper, u.bounds["b"].critical, u.bounds["b"].against) == pytest.approx(
+        (b_floor, d_b6, "floor"))
     assert u.could_be_best == ["a", "b"]
+
+
+def test_a_pair_of_unequal_seed_variances_rests_on_welch_s_df() -> None:
+    """The review's case: 2 configs x 3 seeds, one of seed sd 0.05, the other 0.001. Their
+    pooled variance on n_a + n_b - 2 = 4 df called them different in 11% of such sweeps: the
+    difference's variance is nearly all the noisier config's, on its own 2 df. Welch's standard
+    error and Welch-Satterthwaite df, as statsmodels' ttest_ind(usevar="unequal") computes them
+    (df rounded down to a tenth), with Tukey's critical value for 2 configs (Student's) on them."""
+    from statsmodels.stats.weightstats import ttest_ind
+
+    wide = ConfigData("wide", np.array([0.45, 0.50, 0.55]))
+    narrow = ConfigData("narrow", np.array([0.600, 0.601, 0.602]))  # 0.101 above: 3.5 se
+    seeds = SeedVariance.pooled([wide, narrow])
+    assert seeds.df == 4
+    t, p, df = ttest_ind(narrow.seed_values, wide.seed_values, usevar="unequal")
+    assert 2.0 < df < 2.01
+    test = pair_test(narrow, wide, seeds)
+    se = math.sqrt(0.0025 / 3 + 0.000001 / 3)
+    assert (test.se, test.df) == pytest.approx((se, 2.0))
+    assert test.diff / test.se == pytest.approx(t)
+    assert test.p_value == pytest.approx(2 * stats.t.sf(abs(t), 2.0))
+    u = compare_sweep([narrow, wide], "narrow", {}, 10, seeds)
+    (c,) = u.comparisons
+    half = stats.t.ppf(0.975, 2.0) * se
+    assert c.config == "wide"  # wide minus the best, narrow
+    assert (c.df, c.diff, c.lo, c.hi) == pytest.approx((2.0, -0.101, -0.101 - half, -0.101 + half))
+    # 3.5 standard errors: beyond Student's 2.78 on 4 df (the pair pooled: "better"), within
+    # 4.30 on Welch's 2
+    assert stats.t.ppf(0.975, 4) * se < -c.diff < half and c.verdict == "not distinguishable"
 
 
 def test_a_difference_too_small_for_a_thousand_seeds_is_said_so() -> None:
