@@ -588,7 +588,7 @@ def test_a_config_out_of_the_set_is_said_only_what_hsu_s_constrained_intervals_l
     assert upper == pytest.approx(-0.0094, abs=1e-4) and lower == pytest.approx(-0.3689, abs=1e-4)
     assert bound.describe() == (
         f"below the best: its mean minus the largest of the others' is in [{lower:+.3f}, 0]; a's "
-        f"is above it (Hsu's constrained comparisons with the best, simultaneous 95%, one-sided "
+        f"is above it (Hsu's comparisons with the best, simultaneous 95%, one-sided "
         f"critical value {d('c'):.2f})")
     assert f"{upper:+.3f}" not in bound.describe()
     # configs in the set have no lower bound; a lower bound past -1 (more than rewards can
@@ -598,7 +598,7 @@ def test_a_config_out_of_the_set_is_said_only_what_hsu_s_constrained_intervals_l
     assert all(b.upper >= 0 for b in wide.values())
     far = dataclasses.replace(bound, lower=-1.2)
     assert far.describe().startswith("below the best: its mean is below the largest of the "
-                                      "others'; a's is above it (Hsu's constrained")
+                                      "others'; a's is above it (Hsu's comparisons")
 
 
 def test_a_replicated_grid_with_a_missing_cell_tests_the_interaction_against_cell_means() -> None:

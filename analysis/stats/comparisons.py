@@ -197,15 +197,15 @@ class BestBound:
 
     def describe(self) -> str:
         """What the procedure licenses of a config out of the set: ``below the best: its mean
-        minus the largest of the others' is in [-0.250, 0]; a's is above it (Hsu's constrained
-        comparisons with the best, simultaneous 95%, one-sided critical value 2.21)``; without a
+        minus the largest of the others' is in [-0.250, 0]; a's is above it (Hsu's comparisons
+        with the best, simultaneous 95%, one-sided critical value 2.21)``; without a
         lower bound, or one below -1 (more than two rewards can differ:
         :data:`~analysis.formatting.DIFFERENCE_SPAN`), ``below the best: its mean is below the
         largest of the others'; ...``."""
         where = (f"its mean minus the largest of the others' is in [{self.lower:+.3f}, 0]"
                  if self.lower >= -DIFFERENCE_SPAN else "its mean is below the largest of the others'")
-        return (f"below the best: {where}; {self.against}'s is above it (Hsu's constrained "
-                f"comparisons with the best, simultaneous {level_text(self.alpha)}, one-sided "
+        return (f"below the best: {where}; {self.against}'s is above it (Hsu's comparisons "
+                f"with the best, simultaneous {level_text(self.alpha)}, one-sided "
                 f"critical value {self.critical:.2f})")
 
 
