@@ -7,7 +7,7 @@ problems gets a Tukey-Kramer simultaneous 95% interval (the studentized range of
 ``scipy.stats.studentized_range`` over the ranked configs, on the variance's df): at most 5% of
 sweeps hold a false **better**/**worse** among all of them, whatever pairs the report shows.
 Seed variances differ across a sweep (a config at a reward floor hardly varies), so each pair
-rests on the larger of the sweep's variance and the two configs' own pooled variance, each on
+rests on the larger of the sweep's variance and the two configs' own (Welch's), each on
 its own df (:func:`pair_variance`), which keeps that 5% where one pooled variance does not. A
 config **could be the best** while Hsu's constrained multiple comparisons with the best (Hsu
 1996, ch. 4; :func:`best_bounds`) keep it: the simultaneous upper bound of its mean minus the
