@@ -52,3 +52,31 @@ def sort_key(value: Any) -> tuple[int, float, str]:
     if isinstance(value, bool | int | float):
         return (0, float(value), "")
     return (1, 0.0, str(value))
+
+
+DIFFERENCE_SPAN = 1.0
+"""The most two rewards can differ by: every criterion a config is ranked by is a reward in
+[0, 1], so a difference of two (a config minus another, a level's effect) lies in [-1, 1]."""
+
+
+def difference_interval(lo: float, hi: float) -> tuple[float, float, str]:
+    """A difference's interval as written: ``lo`` and ``hi`` clipped to [-1, 1]
+    (:data:`DIFFERENCE_SPAN`; the clipped interval holds the truth wherever the interval did)
+    and a note where a bound was past it: ``no information: wider than two rewards can differ``
+    where both were, ``clipped at -1 (rewards differ by at most 1)`` where one was; NaN stays NaN."""
+    span = DIFFERENCE_SPAN
+    below, above = lo < -span, hi > span
+    note = ("no information: wider than two rewards can differ" if below and above
+            else f"clipped at {'-' if below else '+'}{span:g} (rewards differ by at most {span:g})"
+            if below or above else "")
+    return max(lo, -span), min(hi, span), note
+
+
+def fmt_difference_interval(lo: float, hi: float) -> str:
+    """``[-0.052, -0.010]``; a dash when missing; past what two rewards can differ, clipped and
+    said (:func:`difference_interval`): ``[-1.000, +1.000] (no information: wider than two
+    rewards can differ)``."""
+    if is_missing(lo) or is_missing(hi):
+        return MISSING
+    lo, hi, note = difference_interval(lo, hi)
+    return f"[{lo:+.3f}, {hi:+.3f}]" + (f" ({note})" if note else "")

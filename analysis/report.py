@@ -32,7 +32,14 @@ from analysis.aggregate import (
     spend,
 )
 from analysis.collect import LABEL, Collection
-from analysis.formatting import MISSING, fmt_duration, fmt_number, is_missing
+from analysis.formatting import (
+    MISSING,
+    difference_interval,
+    fmt_difference_interval,
+    fmt_duration,
+    fmt_number,
+    is_missing,
+)
 from analysis.metric_names import metric_name
 from analysis.progress import read_jobs
 from analysis.race import race_boundary, replay
@@ -276,9 +283,10 @@ def comparison_frame(ranking: Ranking) -> pd.DataFrame:
 def _comparison_row(c: Comparison, estimates: dict[str, Estimate]) -> list[Any]:
     sd = {label: estimates[label].seed_sd if label in estimates else math.nan
           for label in (c.config, c.reference)}
+    lo, hi, note = difference_interval(c.lo, c.hi)  # within [-1, 1], as the report writes it
     return [c.config, c.reference, c.role, c.step, c.source, c.df, c.n_seeds[0], c.n_seeds[1],
-            sd[c.config], sd[c.reference], c.n_problems, c.samples[0], c.samples[1], c.diff, c.lo,
-            c.hi, c.p_value, c.p_adjusted, c.verdict, c.why]
+            sd[c.config], sd[c.reference], c.n_problems, c.samples[0], c.samples[1], c.diff, lo,
+            hi, c.p_value, c.p_adjusted, c.verdict, c.why or note]
 
 
 def _comparisons(ranking: Ranking) -> list[str]:
@@ -309,7 +317,7 @@ def _comparisons(ranking: Ranking) -> list[str]:
               "Δ", "95% interval (simultaneous)", "p", "Tukey p", "verdict"]
     rows = [[c.config, f"{c.reference} ({c.role})", f"{c.n_seeds[0]} vs {c.n_seeds[1]}",
              c.n_problems or MISSING, f"{c.samples[0]} vs {c.samples[1]}", f"{c.diff:+.3f}",
-             MISSING if math.isnan(c.lo) else f"[{c.lo:+.3f}, {c.hi:+.3f}]",
+             fmt_difference_interval(c.lo, c.hi),
              fmt_p(c.p_value), fmt_p(c.p_adjusted),
              f"**{c.verdict}**" + (f" ({c.why})" if c.verdict == "no interval" else "")]
             for c in u.comparisons]
@@ -343,7 +351,7 @@ def _effects(ranking: Ranking) -> list[str]:
         "Each level's least-squares effect (sum-to-zero contrasts of the fitted model: in an "
         "unbalanced grid not its marginal mean minus the grand mean), with a 95% interval.", "",
         markdown_table(["key", "level", "effect", "95% interval", "runs"],
-                       [[e.key, e.level, f"{e.effect:+.3f}", f"[{e.lo:+.3f}, {e.hi:+.3f}]",
+                       [[e.key, e.level, f"{e.effect:+.3f}", fmt_difference_interval(e.lo, e.hi),
                          e.n_runs] for e in effects.levels])]
     if effects.missing:
         lines += ["", f"Cells of the grid with no ranked run: {'; '.join(effects.missing)}."]

@@ -1,8 +1,10 @@
-"""Verdicts when seed variances differ (issue 45, item 2), through the real code: how often
-``analysis.stats.comparisons`` calls equal configs different, misses a truly best config, and detects a
-real difference, with each pair's variance the larger of the sweep's pool and the pair's own
-(``pair_variance``, what the analysis does) against the sweep's pool alone (the former rule:
-``pair_variance`` patched here to return the pool).
+"""Verdicts when seed variances differ (issue 45, item 2; issue 52, item 13), through the real
+code: how often ``analysis.stats.comparisons`` calls equal configs different, misses a truly best
+config, and detects a real difference, under three rules for a pair's variance
+(``pair_variance`` patched here for the other two): the analysis (the larger of the sweep's pool
+and the pair's own, Welch's on the Welch-Satterthwaite df); the pair's own pooled over the two on
+n_a + n_b - 2 df (the rule before issue 52, ``pooled_pair``); and the sweep's pool alone (the
+rule before issue 45).
 
 Designs (each config's runs drawn independently; a sweep's seed variance pooled as the analysis
 pools it, ``SeedVariance.pooled``):
@@ -21,6 +23,13 @@ pools it, ``SeedVariance.pooled``):
   pair called different; miss: config 0 out of Hsu's set.
 - ``one-better``: 9 configs, one 3 sd better. Sharp: it alone is in Hsu's set (what the chain,
   ``promote`` and a race carry on).
+- ``pair``: issue 52's case: 2 equal configs (mean 0), seed sd 0.04 and 0.001 (one of them near a
+  floor); ``3 configs``: beside them a third equal one of sd 0.001 (or 0.04). False: any pair
+  called different; miss: config 0 (sd 0.04, a best one) out of Hsu's set (the narrow one is
+  missed as often, by symmetry of the pair's bound).
+- ``pair, one better``: the power the pair rule costs where variances are equal: 2 configs of
+  seed sd 1, config 0 better by 2.5 sd with 2 and 3 seeds, 2 sd with 5 (about 80% power for the
+  pool). Sharp: the worse one out of Hsu's set.
 
 Each cell ± its Monte Carlo error (binomial). Goal: false verdicts and misses <= 5%.
 
@@ -35,7 +44,8 @@ value) or at 0.3x the others' seed sd; a 3x3 grid whose first key's level 0 is a
 0.3x; one cell at 0.3x; all equal; and the power: all equal but the first key's levels 0, -s and
 -2s seed sd apart (s 1 with 2 seeds, 0.7 with 3; its main effect's share found).
 
-Usage: python bench/unequal_variance_calibration.py [--sweeps 1000] [--main-effects]
+Usage: python bench/unequal_variance_calibration.py [--sweeps 1000] [--only NAME ...] [--main-effects]
+(``--only pair``: the rows whose design starts with ``pair``.)
 """
 
 from __future__ import annotations
@@ -164,43 +174,69 @@ def main_effect_table(sweeps: int) -> None:
             print(f"  ({time.time() - start:.0f} s)", file=sys.stderr)
 
 
+def pooled_pair(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[float, float]:
+    """The rule before issue 52: the pair's own variance pooled over the two configs, on
+    n_a + n_b - 2 df, where it is larger than the sweep's pool."""
+    if a.n_seeds > 1 and b.n_seeds > 1:
+        own = SeedVariance.pooled([a, b])
+        if own.variance > seeds.variance:
+            return own.variance, float(own.df)
+    return seeds.variance, float(seeds.df)
+
+
+def designs() -> list[tuple[str, int, Draw, set[str], str]]:
+    """Each row: (name, seeds a config, the draw, the equal configs, the best config)."""
+    rows: list[tuple[str, int, Draw, set[str], str]] = []
+    for n in (3, 5):
+        for sd in (0.06, 0.125):
+            rows.append((f"floor, sd {sd:g}", n, floor(sd), {"a", "b"}, "a"))
+    rows += [("real-run seed sds", n, real_runs, {"c0", "c1", "c2"}, "c0") for n in (3, 5)]
+    lr = normal([0.0] * 6 + [-40.0] * 3, [1.0] * 6 + [0.3] * 3)
+    rows += [("learning-rate", n, lr, {f"c{i}" for i in range(6)}, "c0") for n in (2, 3, 5)]
+    rows += [("equal", n, normal([0.0] * 9, [1.0] * 9), {f"c{i}" for i in range(9)}, "c0")
+             for n in (2, 3)]
+    rows += [("one-better", n, normal([3.0] + [0.0] * 8, [1.0] * 9), set(), "c0")
+             for n in (2, 3)]
+    rows += [("pair, sd 0.04 and 0.001", n, normal([0.0] * 2, [0.04, 0.001]), {"c0", "c1"}, "c0")
+             for n in (2, 3, 5)]
+    rows += [(f"pair and a third, sds 0.04, 0.001, {third:g}", 3,
+              normal([0.0] * 3, [0.04, 0.001, third]), {"c0", "c1", "c2"}, "c0")
+             for third in (0.001, 0.04)]
+    rows += [(f"pair, one better by {shift:g} sd", n, normal([shift, 0.0], [1.0, 1.0]), set(), "c0")
+             for n, shift in ((2, 2.5), (3, 2.5), (5, 2.0))]
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=1000)
+    parser.add_argument("--only", nargs="*", default=(), help="the rows whose design starts so")
     parser.add_argument("--main-effects", action="store_true", help="only the ANOVA's table")
     args = parser.parse_args()
     if args.main_effects:
         main_effect_table(args.sweeps)
         return
-    designs: list[tuple[str, int, Draw, set[str], str]] = []
-    for n in (3, 5):
-        for sd in (0.06, 0.125):
-            designs.append((f"floor, sd {sd:g}", n, floor(sd), {"a", "b"}, "a"))
-    designs += [("real-run seed sds", n, real_runs, {"c0", "c1", "c2"}, "c0") for n in (3, 5)]
-    lr = normal([0.0] * 6 + [-40.0] * 3, [1.0] * 6 + [0.3] * 3)
-    designs += [("learning-rate", n, lr, {f"c{i}" for i in range(6)}, "c0") for n in (2, 3, 5)]
-    designs += [("equal", n, normal([0.0] * 9, [1.0] * 9), {f"c{i}" for i in range(9)}, "c0")
-                for n in (2, 3)]
-    designs += [("one-better", n, normal([3.0] + [0.0] * 8, [1.0] * 9), set(), "c0")
-                for n in (2, 3)]
-    pair_variance = comparisons.pair_variance
-    print(f"{args.sweeps} sweeps a row; each cell: the analysis (pair variance) / the pool alone\n")
+    rules = {"analysis": comparisons.pair_variance, "pooled pair": pooled_pair,
+             "pool": lambda a, b, seeds: (seeds.variance, float(seeds.df))}
+    print(f"{args.sweeps} sweeps a row; each cell: the analysis (Welch) / the pair pooled on "
+          "n_a + n_b - 2 df / the pool alone\n")
     print("| design | seeds a config | false verdicts among equal configs | a best config "
           "missed by Hsu's set | a sharp answer |")
     print("| --- | --- | --- | --- | --- |")
-    for name, n, draw, equal, best in designs:
+    for name, n, draw, equal, best in designs():
+        if args.only and not name.startswith(tuple(args.only)):
+            continue
         start = time.time()
         cells = []
-        for rule in ("pair", "pooled"):
-            comparisons.pair_variance = (pair_variance if rule == "pair" else
-                                         lambda a, b, seeds: (seeds.variance, float(seeds.df)))
+        for rule in rules.values():
+            comparisons.pair_variance = rule
             rng = np.random.default_rng(n * 1000 + len(name))
             cells.append([outcomes(draw(rng, n), equal, best) for _ in range(args.sweeps)])
-        comparisons.pair_variance = pair_variance
+        comparisons.pair_variance = rules["analysis"]
         columns = [" / ".join(rate([r[i] for r in rows]) for rows in cells) for i in range(3)]
         if len(equal) < 2:
             columns[0] = "-"
-        if len(equal) > 2:  # every equal config is a best one: no sharp answer to give
+        if len(equal) > 2 or equal == {"c0", "c1"}:  # every config is a best one: nothing sharp
             columns[2] = "-"
         print(f"| {name} | {n} | {' | '.join(columns)} |", flush=True)
         print(f"  ({time.time() - start:.0f} s)", file=sys.stderr)

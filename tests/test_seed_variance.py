@@ -22,6 +22,7 @@ from sweep_factory import write_matching_outcomes
 from analysis.__main__ import main
 from analysis.aggregate import BORROW_KEY, rank
 from analysis.collect import collect
+from analysis.formatting import difference_interval, fmt_difference_interval
 from analysis.plots import choose_layout, plot_interaction
 from analysis.progress import Job, write_jobs
 from analysis.report import build_report, write_report
@@ -313,3 +314,35 @@ def test_jobs_that_never_started_and_runs_without_an_evaluation_are_counted_righ
     assert "- `s/7` (learning_rate=1e-04 seed=1): no run directory (the job never started)" in report
     assert ("- `s/8` (learning_rate=1e-04 seed=2): unreadable: a file stands where its run "
             "directory should be") in report
+
+
+def test_an_interval_wider_than_rewards_can_differ_is_clipped_and_said_everywhere(
+        tmp_path: Path) -> None:
+    """Rewards lie in [0, 1], so a difference of two lies in [-1, 1]: 3 configs x 2 seeds of seed
+    sd 0.3 give simultaneous intervals of half-width well past 1 ("Δ -0.030 [-1.765, +1.705]"),
+    which the report, the summary (the near-ties' text) and comparisons.csv print clipped to
+    [-1, 1] and say "no information" (one formatter, analysis.formatting)."""
+    sweep = write_sweep(tmp_path / "wide", {"learning_rate": (1e-4, 3e-4, 1e-3)}, seeds=(0, 1),
+                        noise=0.3, rng=5)
+    ranking = rank(collect([sweep]))
+    raw = [c for c in ranking.uncertainty.comparisons if c.lo < -1 and c.hi > 1]
+    assert raw, "the design must give an interval past [-1, 1] on both sides"
+    write_report(collect([sweep]), sweep, ranking=ranking)
+    report = (sweep / "report.md").read_text()
+    csv = pd.read_csv(sweep / "comparisons.csv")
+    assert csv["ci_low"].min() >= -1 and csv["ci_high"].max() <= 1
+    for c in raw:
+        row = csv[csv["config"] == c.config].iloc[0]
+        assert (row["ci_low"], row["ci_high"]) == (-1, 1)
+        assert row["why"] == "no information: wider than two rewards can differ"
+        assert f"{c.lo:+.3f}" not in report and f"{c.hi:+.3f}" not in report
+    assert "[-1.000, +1.000] (no information: wider than two rewards can differ)" in report
+    assert ranking.near_ties  # the summary's and promote's lines
+    for text in ranking.near_ties.values():
+        assert "Δ " in text and "[-1.000, +1.000] (no information: wider than two rewards can " \
+            "differ) (simultaneous 95%)" in text
+    # one end past: clipped and said; within: as it was; missing: a dash
+    assert difference_interval(-1.2, 0.3) == (-1.0, 0.3, "clipped at -1 (rewards differ by at most 1)")
+    assert fmt_difference_interval(-0.5, 1.7) == "[-0.500, +1.000] (clipped at +1 (rewards differ by at most 1))"
+    assert fmt_difference_interval(-0.052, -0.01) == "[-0.052, -0.010]"
+    assert fmt_difference_interval(math.nan, math.nan) == "–"

@@ -243,7 +243,7 @@ def test_the_data_a_difference_needs_is_worked_out() -> None:
     result = compare_sweep(configs, "a", {}, 10, seeds)
     runner_up = result.comparisons[0]
     assert runner_up.verdict == "not distinguishable"
-    text = resolve(runner_up.diff, runner_up.se, configs[0].n_seeds, family=6)
+    text = resolve(runner_up.diff, runner_up.se, (2, 2), family=6)
     z = stats.norm.ppf(0.8)
     half = (round(math.sqrt(0.5), 6),) * 5
 
@@ -260,11 +260,39 @@ def test_the_data_a_difference_needs_is_worked_out() -> None:
                   if 0.02 >= (mcb_critical(half, 8.0 + 6 * (n - 2)) + z) * 0.02 * math.sqrt(2 / n))
     old = math.ceil(2 * ((tukey_critical(6, 8.0) + z) * 0.02 / 0.02) ** 2)
     assert (normal, old) == (20, 41)
-    zero = resolve(0.0, runner_up.se, 2, 6)
+    zero = resolve(0.0, runner_up.se, (2, 2), 6)
     assert zero.text.startswith("the observed difference is 0")
     assert result.resolution is not None and result.resolution.seeds == resolve(
-        runner_up.diff, runner_up.se, 2, 2).seeds
+        runner_up.diff, runner_up.se, (2, 2), 2).seeds
     assert f"0.0200 x sqrt(2 / {n}) = {0.02 * math.sqrt(2 / n):.4f}" in text.text
+
+
+def test_what_would_decide_scales_the_standard_error_by_both_configs_seed_counts() -> None:
+    """A check seed makes the best config 1 seed and the runner-up 2: the difference's standard
+    error 0.0130 is sqrt(V (1/1 + 1/2)), so at n seeds each it is 0.0130 x sqrt((2 / n) / 1.5)
+    (0.0023 at 43), not 0.0130 x sqrt(1 / n) (0.0020 at 43, the best config's count alone, which
+    stated 80% where the power is about 70%). The fewest n found by walking n up one by one on
+    the noncentral t beyond Hsu's critical value for 3 configs on the pair's 2n - 2 df."""
+    se, diff = 0.0130, 0.0088
+    half = (round(math.sqrt(0.5), 6),) * 2
+
+    def power(n: int, scaled: float) -> float:
+        df = 2 * n - 2
+        return stats.nct.sf(mcb_critical(half, float(df)), df, diff / scaled)
+
+    assert 0.0130 * math.sqrt((2 / 43) / 1.5) == pytest.approx(0.00229, abs=1e-5)
+    n = next(n for n in range(2, 500) if power(n, se * math.sqrt(2 / n / 1.5)) >= 0.8)
+    got = resolve(diff, se, (1, 2), 3)
+    assert got.seeds == n and got.factor == pytest.approx(2 * n / 3)
+    assert (f"{se:.4f} x sqrt((2 / {n}) / (1 / 1 + 1 / 2)) = "
+            f"{se * math.sqrt(2 / n / 1.5):.4f}") in got.text
+    assert f"power {power(n, se * math.sqrt(2 / n / 1.5)):.0%}: {n} seeds per config" in got.text
+    # the best config's count alone would have asked for fewer seeds, at a power they do not have
+    wrong = next(n for n in range(2, 500) if power(n, se * math.sqrt(1 / n)) >= 0.8)
+    assert wrong < n and power(wrong, se * math.sqrt(2 / wrong / 1.5)) < 0.75
+    # the order of the two counts does not matter; 2 and 2 seeds reduce to sqrt(2 / n)
+    assert resolve(diff, se, (2, 1), 3).seeds == n
+    assert f"{se:.4f} x sqrt(2 / " in resolve(diff, se, (2, 2), 3).text
 
 
 def test_power_against_the_best_is_the_noncentral_t_beyond_hsu_s_critical_value() -> None:
@@ -536,7 +564,46 @@ def test_the_configs_that_could_be_best_are_those_hsu_s_upper_bound_keeps() -> N
         assert bounds[c.label].critical == pytest.approx(d) and bounds[c.label].upper == pytest.approx(upper)
     assert bounds["a"].upper > 0 and bounds["b"].upper > 0 > bounds["c"].upper
     u = compare_sweep(configs, "a", {}, 10, seeds)
-    assert u.could_be_best == ["a", "b"] and u.why_out("c").startswith("below the best: its mean minus a's")
+    assert u.could_be_best == ["a", "b"]
+    assert u.why_out("c").startswith("below the best: its mean minus the largest of the others' is in [")
+
+
+def test_a_config_out_of_the_set_is_said_only_what_hsu_s_constrained_intervals_license() -> None:
+    """Hsu's constrained MCB interval of mean_c - max_{j != c} mean_j for a config out of the set
+    is [min over j in the set of (mean_c - mean_j - d_j se_cj), 0]: d_j the critical value of j's
+    own comparisons (j as the best); the upper end is max(0, upper), so the negative unconstrained
+    upper bound (-0.009 here) is never printed as "at most" (it is false in 19.5% of all-equal
+    sweeps of 9 configs x 3 seeds). By hand: a 3 seeds, b 2, c 4 on the variance 0.01 (6 df)."""
+    seeds = SeedVariance(0.01, 6, "seeds", "given")
+    configs = [ConfigData("a", np.array([0.60, 0.62, 0.58])), ConfigData("b", np.array([0.50, 0.52])),
+               ConfigData("c", np.array([0.40, 0.44, 0.42, 0.38]))]
+    n = {"a": 3, "b": 2, "c": 4}
+
+    def d(i: str) -> float:  # i's critical value: its seeds against each other config's
+        return mcb_critical(tuple(sorted(round(math.sqrt(n[o] / (n[i] + n[o])), 6)
+                                         for o in n if o != i)), 6.0)
+
+    def se(i: str, j: str) -> float:
+        return math.sqrt(0.01 * (1 / n[i] + 1 / n[j]))
+
+    lower = min(0.41 - 0.60 - d("a") * se("a", "c"), 0.41 - 0.51 - d("b") * se("b", "c"))
+    upper = min(0.41 - 0.60 + d("c") * se("a", "c"), 0.41 - 0.51 + d("c") * se("b", "c"))
+    bound = compare_sweep(configs, "a", {}, 10, seeds).bounds["c"]
+    assert (bound.lower, bound.upper) == pytest.approx((lower, upper))
+    assert upper == pytest.approx(-0.0094, abs=1e-4) and lower == pytest.approx(-0.3689, abs=1e-4)
+    assert bound.describe() == (
+        f"below the best: its mean minus the largest of the others' is in [{lower:+.3f}, 0]; a's "
+        f"is above it (Hsu's comparisons with the best, simultaneous 95%, one-sided "
+        f"critical value {d('c'):.2f})")
+    assert f"{upper:+.3f}" not in bound.describe()
+    # configs in the set have no lower bound; a lower bound past -1 (more than rewards can
+    # differ) is no information: the statement without a number
+    assert math.isnan(compare_sweep(configs, "a", {}, 10, seeds).bounds["b"].lower)
+    wide = compare_sweep(configs, "a", {}, 10, SeedVariance(0.2, 6, "seeds", "given")).bounds
+    assert all(b.upper >= 0 for b in wide.values())
+    far = dataclasses.replace(bound, lower=-1.2)
+    assert far.describe().startswith("below the best: its mean is below the largest of the "
+                                      "others'; a's is above it (Hsu's comparisons")
 
 
 def test_a_replicated_grid_with_a_missing_cell_tests_the_interaction_against_cell_means() -> None:
@@ -600,42 +667,80 @@ def test_each_config_s_own_seed_sd_and_brown_forsythe_are_reported() -> None:
 def test_a_pair_rests_on_its_own_seed_variance_where_that_exceeds_the_sweeps_pool() -> None:
     """Two learning configs that vary (squares 0.02 and 0.005 over 2 seeds each) beside a floor
     (5 seeds, every one 0.2): the pool (0.025 / 6) understates the learning pair's own variance
-    (0.025 / 2 = 0.0125 on 2 df), which their comparison and Hsu's bound use; the floor against
-    either keeps the pool (the pair's own, 0.02 / 5 or 0.005 / 5, is not larger)."""
+    (Welch's: 0.02 / 2 + 0.005 / 2 = 0.0125 for the difference, on the Welch-Satterthwaite df
+    0.0125^2 / (0.01^2 + 0.0025^2) = 1.47, rounded down to 1.4), which their comparison and Hsu's
+    bound use. Against the floor (no spread), the difference's variance is the learning config's
+    alone: a's, 0.02 / 2 over (1/2 + 1/5) = 0.0143 per seed on a's 1 df, exceeds the pool; b's,
+    0.005 / 2 / 0.7 = 0.0036, does not (the pool, on 6 df)."""
     a, b = ConfigData("a", np.array([0.40, 0.60])), ConfigData("b", np.array([0.45, 0.55]))
     floor = ConfigData("floor", np.full(5, 0.2))
     seeds = SeedVariance.pooled([a, b, floor])
     pool = (0.025 / 6, 6)
     assert (seeds.variance, seeds.df) == pytest.approx(pool)
-    assert pair_variance(a, b, seeds) == pytest.approx((0.0125, 2))
-    assert pair_variance(a, floor, seeds) == pytest.approx(pool)
+    assert pair_variance(a, b, seeds) == pytest.approx((0.0125, 1.4))
+    assert pair_variance(a, floor, seeds) == pytest.approx((0.01 / 0.7, 1.0))
     assert pair_variance(b, floor, seeds) == pytest.approx(pool)
     # one seed: no own variance, the pool
     assert pair_variance(a, ConfigData("one", np.array([0.5])), seeds) == pytest.approx(pool)
     test = pair_test(b, a, seeds)
-    assert (test.se, test.df) == pytest.approx((math.sqrt(0.0125), 2))
+    assert (test.se, test.df) == pytest.approx((math.sqrt(0.0125), 1.4))
     assert test.p_value == pytest.approx(1.0)  # equal means
     u = compare_sweep([a, b, floor], "a", {}, 10, seeds)
     near = next(c for c in u.comparisons if c.config == "b")
-    half = stats.studentized_range.ppf(0.95, 3, 2) / math.sqrt(2) * math.sqrt(0.0125)
-    assert (near.df, near.lo, near.hi) == pytest.approx((2, -half, half))
+    half = stats.studentized_range.ppf(0.95, 3, 1.4) / math.sqrt(2) * math.sqrt(0.0125)
+    assert (near.df, near.lo, near.hi) == pytest.approx((1.4, -half, half))
     assert near.p_adjusted == pytest.approx(1.0)
     far = next(c for c in u.comparisons if c.config == "floor")
-    assert far.df == 6 and far.se == pytest.approx(math.sqrt(0.025 / 6 * (1 / 5 + 1 / 2)))
-    # Hsu: the floor's bound against a (the pool, d on 6 df), b's against a (its own, d on 2 df)
-    d_floor = mcb_critical((round(math.sqrt(2 / 7), 6),) * 2, 6.0)
-    d_b = mcb_critical(tuple(sorted((round(math.sqrt(2 / 4), 6), round(math.sqrt(5 / 7), 6)))), 2.0)
-    assert u.bounds["floor"].upper == pytest.approx(-0.3 + d_floor * far.se)
-    assert (u.bounds["b"].upper, u.bounds["b"].critical) == pytest.approx(
-        (d_b * math.sqrt(0.0125), d_b))
+    assert far.df == 1 and far.se == pytest.approx(math.sqrt(0.02 / 2))
+    # Hsu: the floor's bound, min of against a (a's own, d on 1 df) and against b (the pool, d
+    # on 6 df); b's against a (their own, d on 1.4 df)
+    lambdas = (round(math.sqrt(2 / 7), 6),) * 2
+    floor_b = -0.3 + mcb_critical(lambdas, 6.0) * math.sqrt(0.025 / 6 * (1 / 5 + 1 / 2))
+    d_b = mcb_critical(tuple(sorted((round(math.sqrt(2 / 4), 6), round(math.sqrt(5 / 7), 6)))), 1.4)
+    assert u.bounds["floor"].upper == pytest.approx(
+        min(-0.3 + mcb_critical(lambdas, 1.0) * far.se, floor_b))
+    d_b6 = mcb_critical(tuple(sorted((round(math.sqrt(2 / 4), 6), round(math.sqrt(5 / 7), 6)))), 6.0)
+    b_floor = 0.3 + d_b6 * math.sqrt(0.025 / 6 * (1 / 5 + 1 / 2))  # 0.425, below a's 0.600
+    assert d_b * math.sqrt(0.0125) == pytest.approx(0.5997, abs=1e-4)
+    assert (u.bounds["b"].upper, u.bounds["b"].critical, u.bounds["b"].against) == pytest.approx(
+        (b_floor, d_b6, "floor"))
     assert u.could_be_best == ["a", "b"]
+
+
+def test_a_pair_of_unequal_seed_variances_rests_on_welch_s_df() -> None:
+    """The review's case: 2 configs x 3 seeds, one of seed sd 0.05, the other 0.001. Their
+    pooled variance on n_a + n_b - 2 = 4 df called them different in 11% of such sweeps: the
+    difference's variance is nearly all the noisier config's, on its own 2 df. Welch's standard
+    error and Welch-Satterthwaite df, as statsmodels' ttest_ind(usevar="unequal") computes them
+    (df rounded down to a tenth), with Tukey's critical value for 2 configs (Student's) on them."""
+    from statsmodels.stats.weightstats import ttest_ind
+
+    wide = ConfigData("wide", np.array([0.45, 0.50, 0.55]))
+    narrow = ConfigData("narrow", np.array([0.600, 0.601, 0.602]))  # 0.101 above: 3.5 se
+    seeds = SeedVariance.pooled([wide, narrow])
+    assert seeds.df == 4
+    t, p, df = ttest_ind(narrow.seed_values, wide.seed_values, usevar="unequal")
+    assert 2.0 < df < 2.01
+    test = pair_test(narrow, wide, seeds)
+    se = math.sqrt(0.0025 / 3 + 0.000001 / 3)
+    assert (test.se, test.df) == pytest.approx((se, 2.0))
+    assert test.diff / test.se == pytest.approx(t)
+    assert test.p_value == pytest.approx(2 * stats.t.sf(abs(t), 2.0))
+    u = compare_sweep([narrow, wide], "narrow", {}, 10, seeds)
+    (c,) = u.comparisons
+    half = stats.t.ppf(0.975, 2.0) * se
+    assert c.config == "wide"  # wide minus the best, narrow
+    assert (c.df, c.diff, c.lo, c.hi) == pytest.approx((2.0, -0.101, -0.101 - half, -0.101 + half))
+    # 3.5 standard errors: beyond Student's 2.78 on 4 df (the pair pooled: "better"), within
+    # 4.30 on Welch's 2
+    assert stats.t.ppf(0.975, 4) * se < -c.diff < half and c.verdict == "not distinguishable"
 
 
 def test_a_difference_too_small_for_a_thousand_seeds_is_said_so() -> None:
     """A difference of 0.001 with a standard error of 0.05 at 2 seeds: at 1000 seeds a config
     its se is 0.05 x sqrt(2 / 1000) = 0.0022, a noncentrality of 0.45, far below 80% power: the
     search stops at its cap and says so, with no factor of data that would do."""
-    got = resolve(0.001, 0.05, 2, 3)
+    got = resolve(0.001, 0.05, (2, 2), 3)
     assert got.seeds == 1000 and got.factor == math.inf
     assert got.text == "a difference of 0.001 would take more than 1000 seeds per config to resolve"
     assert power_against_best(0.001, 0.05 * math.sqrt(2 / 1000), 3, own_df(1000)) < 0.8
@@ -671,7 +776,7 @@ def test_more_than_ten_seeds_is_said_to_be_more_than_a_study_runs() -> None:
     difference down."""
     by_seeds = {}
     for diff in np.arange(0.030, 0.022, -0.0001):
-        got = resolve(float(diff), 0.02, 2, 3)
+        got = resolve(float(diff), 0.02, (2, 2), 3)
         by_seeds.setdefault(got.seeds, got.text)
     assert "more seeds than a study usually runs" not in by_seeds[10]
     assert "more seeds than a study usually runs" in by_seeds[11]

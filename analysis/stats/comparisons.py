@@ -7,7 +7,7 @@ problems gets a Tukey-Kramer simultaneous 95% interval (the studentized range of
 ``scipy.stats.studentized_range`` over the ranked configs, on the variance's df): at most 5% of
 sweeps hold a false **better**/**worse** among all of them, whatever pairs the report shows.
 Seed variances differ across a sweep (a config at a reward floor hardly varies), so each pair
-rests on the larger of the sweep's variance and the two configs' own pooled variance, each on
+rests on the larger of the sweep's variance and the two configs' own (Welch's), each on
 its own df (:func:`pair_variance`), which keeps that 5% where one pooled variance does not. A
 config **could be the best** while Hsu's constrained multiple comparisons with the best (Hsu
 1996, ch. 4; :func:`best_bounds`) keep it: the simultaneous upper bound of its mean minus the
@@ -42,6 +42,7 @@ from typing import Literal
 import numpy as np
 from scipy import special
 
+from analysis.formatting import DIFFERENCE_SPAN, fmt_difference_interval
 from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p
 from analysis.stats.levels import ALPHA, level_text, p_text
 from analysis.stats.power import Resolution, resolve
@@ -135,18 +136,29 @@ class PairTest:
 
 
 def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[float, float]:
-    """The seed variance (and its df) a comparison of ``a`` and ``b`` rests on: the sweep's
-    ``seeds`` (usable), or the two configs' own seed variance pooled over just the two (df
-    n_a + n_b - 2) where that is larger, on its own df. Seed variances differ across a
-    learning-rate sweep (configs at a floor vary little); the sweep's pool then understates the
-    learning configs' and calls differences between them that are not there (9% of all-equal
-    sweeps of 6 learning and 3 near-floor configs, 3 seeds each). The larger of the two, each on
-    its own df, holds that at 5% and costs power only where the pair's own estimate happens to
-    be the larger (``bench/unequal_variance_calibration.py``, docs/explanations/how-sure.md)."""
+    """The seed variance (and its df) a comparison of ``a`` and ``b`` rests on, per seed: the
+    difference's standard error is sqrt(variance x (1 / n_a + 1 / n_b)). The sweep's ``seeds``
+    (usable), or the two configs' own where that is at least as large: Welch's, the variance of
+    the difference s_a^2 / n_a + s_b^2 / n_b over (1 / n_a + 1 / n_b), on the
+    Welch-Satterthwaite df (s_a^2 / n_a + s_b^2 / n_b)^2 / sum_i (s_i^2 / n_i)^2 / (n_i - 1)
+    (Games-Howell's; rounded down to a tenth, so the critical values are cached), between the
+    smaller config's n - 1 and n_a + n_b - 2. Seed variances differ across a learning-rate sweep
+    (configs at a floor vary little); the sweep's pool then understates the learning configs'
+    and calls differences between them that are not there (9% of all-equal sweeps of 6 learning
+    and 3 near-floor configs, 3 seeds each); and where one config of a pair varies much less
+    than the other, their difference has nearly the noisier one's n - 1 df, not n_a + n_b - 2
+    (2 equal configs x 3 seeds of seed sd 0.04 and 0.001: 11% false on 4 df). The larger of the
+    two, the pair's own on Welch's df, holds both at 5% and costs power only where the pair's
+    own estimate happens to be the larger (``bench/unequal_variance_calibration.py``,
+    docs/explanations/how-sure.md)."""
     if a.n_seeds > 1 and b.n_seeds > 1:
-        own = SeedVariance.pooled([a, b])
-        if own.variance > seeds.variance:
-            return own.variance, float(own.df)
+        means = (float(np.var(a.seed_values, ddof=1)) / a.n_seeds,  # each config mean's variance
+                 float(np.var(b.seed_values, ddof=1)) / b.n_seeds)
+        own = sum(means) / (1 / a.n_seeds + 1 / b.n_seeds)
+        if own > 0 and own >= seeds.variance * (1 - 1e-9):  # a tie (the pool is the pair): own
+            df = sum(means) ** 2 / sum(m ** 2 / (c.n_seeds - 1)
+                                       for m, c in zip(means, (a, b), strict=True))
+            return own, math.floor(round(10 * df, 6)) / 10
     return seeds.variance, float(seeds.df)
 
 
@@ -166,43 +178,66 @@ def pair_test(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> PairTest | N
 @dataclass(frozen=True)
 class BestBound:
     """Hsu's constrained multiple comparisons with the best for one config: ``upper`` the
-    simultaneous upper bound of its mean minus the largest mean of the others (min over j of
+    unconstrained upper bound of its mean minus the largest mean of the others (min over j of
     mean_i - mean_j + d se_ij), ``critical`` its one-sided critical value d, ``against`` the
-    config that bound is set by. The config could be the best while ``upper`` >= 0."""
+    config that bound is set by. The config could be the best while ``upper`` >= 0. Where it is
+    below 0 the procedure's simultaneous 95% interval of mean_i - max_{j != i} mean_j is
+    [``lower``, 0] (Hsu 1996, ch. 4, constrained MCB: the upper end is max(0, upper), never the
+    negative ``upper`` itself, which is false in 19.5% of all-equal sweeps of 9 configs x 3
+    seeds); ``lower`` the min over the configs j that could be the best of mean_i - mean_j - d_j
+    se_ij (d_j: j's critical value), -inf where none of them is compared with it, NaN for a
+    config that could be the best."""
 
     config: str
     upper: float
     critical: float
     against: str
     alpha: float = ALPHA
+    lower: float = math.nan
 
     def describe(self) -> str:
-        """``below the best: its mean minus the best other's is at most -0.012 (Hsu's
-        comparisons with the best, simultaneous 95%, one-sided critical value 2.21)``."""
-        return (f"below the best: its mean minus {self.against}'s is at most {self.upper:+.3f} "
-                f"(Hsu's comparisons with the best, simultaneous {level_text(self.alpha)}, "
-                f"one-sided critical value {self.critical:.2f})")
+        """What the procedure licenses of a config out of the set: ``below the best: its mean
+        minus the largest of the others' is in [-0.250, 0]; a's is above it (Hsu's comparisons
+        with the best, simultaneous 95%, one-sided critical value 2.21)``; without a
+        lower bound, or one below -1 (more than two rewards can differ:
+        :data:`~analysis.formatting.DIFFERENCE_SPAN`), ``below the best: its mean is below the
+        largest of the others'; ...``."""
+        where = (f"its mean minus the largest of the others' is in [{self.lower:+.3f}, 0]"
+                 if self.lower >= -DIFFERENCE_SPAN else "its mean is below the largest of the others'")
+        return (f"below the best: {where}; {self.against}'s is above it (Hsu's comparisons "
+                f"with the best, simultaneous {level_text(self.alpha)}, one-sided "
+                f"critical value {self.critical:.2f})")
 
 
 def best_bounds(configs: Sequence[ConfigData], seeds: SeedVariance,
                 alpha: float = ALPHA) -> dict[str, BestBound]:
     """Each config's :class:`BestBound` against the others it can be compared with (the same
-    problems), on the seed variance ``seeds`` (usable); configs with none have no bound."""
-    bounds = {}
+    problems), on the seed variance ``seeds`` (usable); configs with none have no bound. Each
+    pair's term: the difference, its standard error on :func:`pair_variance` and the critical
+    value of the config's k - 1 comparisons on that pair's df."""
+    terms: dict[str, dict[str, tuple[float, float, float]]] = {}  # i -> j -> (diff, se, d_i)
     for c in configs:
         others = [o for o in configs if o.label != c.label and comparable(c, o)]
         if not others:
             continue
         lambdas = tuple(sorted(round(math.sqrt(o.n_seeds / (c.n_seeds + o.n_seeds)), 6)
                                for o in others))
-        limits = []
+        terms[c.label] = {}
         for o in others:
             variance, df = pair_variance(c, o, seeds)
-            d = mcb_critical(lambdas, df, alpha)
-            limits.append((c.mean - o.mean + d * math.sqrt(variance * (1 / c.n_seeds + 1 / o.n_seeds)),
-                           o.label, d))
-        upper, against, d = min(limits)
-        bounds[c.label] = BestBound(c.label, upper, d, against, alpha)
+            terms[c.label][o.label] = (c.mean - o.mean, math.sqrt(
+                variance * (1 / c.n_seeds + 1 / o.n_seeds)), mcb_critical(lambdas, df, alpha))
+    uppers = {i: min((diff + d * se, j, d) for j, (diff, se, d) in row.items())
+              for i, row in terms.items()}
+    could = {c.label for c in configs if c.label not in uppers or uppers[c.label][0] >= 0}
+    bounds = {}
+    for i, (upper, against, d) in uppers.items():
+        lower = math.nan
+        if upper < 0:  # [lower, 0]: j's own critical value d_j of its comparison with i
+            lower = min((diff - terms[j][i][2] * se for j, (diff, se, _) in terms[i].items()
+                         if j in could), default=-math.inf)
+            lower = min(lower, 0.0)
+        bounds[i] = BestBound(i, upper, d, against, alpha, lower)
     return bounds
 
 
@@ -252,7 +287,7 @@ class Comparison:
         words = {"better": f"better than the {self.role} config",
                  "worse": f"worse than the {self.role} config",
                  "not distinguishable": f"not distinguishable from the {self.role} config"}
-        return (f"{words[self.verdict]}: Δ {self.diff:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}] "
+        return (f"{words[self.verdict]}: Δ {self.diff:+.3f} {fmt_difference_interval(self.lo, self.hi)} "
                 f"(simultaneous {level_text(self.alpha)}), p {p_text(self.p_value)} "
                 f"(Tukey-adjusted {p_text(self.p_adjusted)})")
 
@@ -321,7 +356,7 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
     runner_up = next((c for c in comparisons if c.role == "best"), None)
     resolution = None
     if runner_up is not None and runner_up.verdict == "not distinguishable":
-        resolution = resolve(runner_up.diff, runner_up.se, by_label[best].n_seeds, k)
+        resolution = resolve(runner_up.diff, runner_up.se, runner_up.n_seeds, k)
     return SweepComparisons(seeds, estimates, comparisons, k, could_be_best, resolution, bounds,
                             equal_variance_test(configs))
 

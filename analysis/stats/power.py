@@ -89,29 +89,41 @@ def detectable_main_effect(sd: float, levels: int, runs_per_level: float, df: fl
 @dataclass(frozen=True)
 class Resolution:
     """What would tell two configs apart at ``POWER``: the seeds per config it takes
-    (``seeds``), the factor of data that is, and ``text`` the arithmetic in words."""
+    (``seeds``), the factor of the two configs' runs that is (2 x seeds over the runs they
+    have), and ``text`` the arithmetic in words."""
 
     seeds: int
     factor: float
     text: str
 
 
-def resolve(diff: float, se: float, n0: int, family: int) -> Resolution:
+def resolve(diff: float, se: float, seeds: tuple[int, int], family: int) -> Resolution:
     """What would move a config ``diff`` from the best (``se`` the standard error of that
-    difference with ``n0`` seeds a config) out of the set that could be the best (Hsu's bound
-    below 0) at 80% power among ``family`` configs, if the true difference were the observed
-    one: the fewest seeds per config n (both configs at n) at which
-    :func:`power_against_best` reaches :data:`POWER`, its standard error se * sqrt(n0 / n), on
-    the pair's own df at n seeds (:func:`own_df`): a larger design is also a better-measured one."""
+    difference with ``seeds`` the two configs' seed counts) out of the set that could be the
+    best (Hsu's bound below 0) at 80% power among ``family`` configs, if the true difference
+    were the observed one: the fewest seeds per config n (both configs at n, at least as many as
+    either has) at which :func:`power_against_best` reaches :data:`POWER`. At n seeds each the
+    standard error is se x sqrt((2 / n) / (1 / n_a + 1 / n_b)) (the same seed variance over
+    both configs' seeds: 1 and 2 seeds scale by sqrt(2 / n / 1.5), not by the best config's
+    sqrt(1 / n)), on the pair's own df at n seeds (:func:`own_df`): a larger design is also a
+    better-measured one."""
     diff = abs(diff)
     if diff == 0:
         return Resolution(0, math.inf, "the observed difference is 0: no number of seeds "
                           "would resolve it")
+    n_a, n_b = seeds
+    now = 1 / n_a + 1 / n_b  # the standard error is se x sqrt((2 / n) / now) at n seeds each
+
+    def scaled(n: int) -> float:
+        return se * math.sqrt(2 / n / now)
 
     def power(n: int) -> float:
-        return power_against_best(diff, se * math.sqrt(n0 / n), family, own_df(n))
+        return power_against_best(diff, scaled(n), family, own_df(n))
 
-    lo, hi = max(n0, 1), max(n0, 1) + 1
+    # lo: a design known not to be enough (equal seeds: today's; unequal: one seed short of
+    # the larger count, so that the larger count itself is tried)
+    lo = max(n_a, n_b, 1) - (n_a != n_b)
+    hi = lo + 1
     while power(hi) < POWER and hi < MAX_RESOLVED_SEEDS:
         lo, hi = hi, min(2 * hi, MAX_RESOLVED_SEEDS)
     if power(hi) < POWER:
@@ -121,9 +133,11 @@ def resolve(diff: float, se: float, n0: int, family: int) -> Resolution:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if power(mid) >= POWER else (mid, hi)
     n = hi
-    return Resolution(n, n / n0, (
+    scale = (f"sqrt({n_a} / {n})" if n_a == n_b else
+             f"sqrt((2 / {n}) / (1 / {n_a} + 1 / {n_b}))")
+    return Resolution(n, 2 * n / (n_a + n_b), (
         f"to show a difference of {diff:.3f} at {POWER:.0%} power among {family} configs: with {n} "
-        f"seeds per config its standard error is {se:.4f} x sqrt({n0} / {n}) = "
-        f"{se * math.sqrt(n0 / n):.4f}, and Hsu's comparison with the best on the pair's own {own_df(n):g} df "
+        f"seeds per config its standard error is {se:.4f} x {scale} = {scaled(n):.4f}, and "
+        f"Hsu's comparison with the best on the pair's own {own_df(n):g} df "
         f"(noncentral t) finds it with power {power(n):.0%}: {n} seeds per config"
         + (" (more seeds than a study usually runs)" if n > MANY_SEEDS else "")))
