@@ -6,7 +6,7 @@ file that sets it, its default and its rule (``grpo.config.rules``; the batch si
 
 Which files: ``conf/config.yaml`` and every option of the groups (``conf/<group>/<option>.yaml``,
 under the group's name unless the file says ``# @package _global_``). Presets
-(``experiment``, ``recipe``, ``chain``, ``local``) and Hydra's own files set keys documented
+(``experiment``, ``recipe``, ``chain``, ``local``, the ``promoted`` configs) and Hydra's own files set keys documented
 elsewhere and are left out; so are Hydra's keys (``hydra.*``).
 """
 
@@ -20,7 +20,10 @@ from pathlib import Path
 from grpo.config.rules import LOSS_HYPERPARAMETER, REGISTRY_KEYS, RULES, TEXT_RULES
 from grpo.training.batch_plan import CONFIG_KEYS, MAX_INT
 
-PRESET_GROUPS = ("experiment", "recipe", "chain", "local", "hydra")
+PROMOTED_GROUP = "promoted"
+"""The group ``python -m analysis promote`` writes: ``<conf>/promoted/<NAME>/top1.yaml`` is a whole
+config (``+promoted/<NAME>=top1``), swept by the preset ``<conf>/experiment/promoted/<NAME>.yaml``."""
+PRESET_GROUPS = ("experiment", "recipe", "chain", "local", "hydra", PROMOTED_GROUP)
 """Folders of ``conf/`` whose files are presets of other keys, not keys of their own."""
 ROOT_CONFIG = "config.yaml"
 _KEY = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w.\-]*):(?P<rest>.*)$")
