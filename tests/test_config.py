@@ -16,6 +16,7 @@ from conftest import stand_in_real_paths
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from grpo.config.keys import yours
 from grpo.config.validation import check_config
 from grpo.sweep.overrides import check_overrides
 
@@ -28,7 +29,8 @@ LEAF_KEY = re.compile(r"^\s*[\w.\-/+]+:\s*\S")  # a key with a value on its own 
 
 
 def yaml_files() -> list[Path]:
-    return sorted(p for p in CONF.rglob("*.yaml") if p.name != "default.yaml" or p.parent.name != "local")
+    """The checkout's config files (not yours: grpo.config.keys.yours)."""
+    return sorted(p for p in CONF.rglob("*.yaml") if not yours(p, CONF))
 
 
 @pytest.mark.parametrize("path", yaml_files(), ids=lambda p: str(p.relative_to(CONF)))

@@ -171,15 +171,23 @@ def undocumented(conf: Path) -> list[str]:
     return missing
 
 
+def yours(path: Path, conf: Path) -> bool:
+    """Whether ``path``, under ``conf``, is the user's rather than the checkout's: a
+    machine's own settings (``local/<name>.yaml``, git-ignored; ``local/example.yaml`` ships) or
+    what ``python -m analysis promote`` wrote (``experiment/promoted/``, ``promoted/``). The
+    reference pages and the tests leave them out."""
+    parts = path.relative_to(conf).parts
+    return parts[0] == "local" and parts[1:] not in ((), ("example.yaml",)) or PROMOTED_GROUP in parts[:2]
+
+
 def group_options(conf: Path) -> list[GroupOption]:
-    """Every option of every config group (presets included; not Hydra's, nor your
-    `local/default.yaml`), with its file's opening comment
-    (the comment lines before its first blank or key line: where a key follows at once, they
-    are that key's comment too)."""
+    """Every option of every config group (presets included; not Hydra's, nor yours: your
+    `local/default.yaml` and what `python -m analysis promote` wrote), with its file's opening
+    comment (the comment lines before its first blank or key line: where a key follows at once,
+    they are that key's comment too)."""
     options = []
     for path in sorted(conf.rglob("*.yaml")):
-        if (path.parent == conf or path.relative_to(conf).parts[0] == "hydra"
-                or path.relative_to(conf) == Path("local", "default.yaml")):  # yours, git-ignored
+        if path.parent == conf or path.relative_to(conf).parts[0] == "hydra" or yours(path, conf):
             continue
         head = []
         for line in path.read_text().splitlines():  # the comment lines up to the first other line
