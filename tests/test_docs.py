@@ -223,3 +223,21 @@ def test_every_page_is_in_the_navigation() -> None:
     nav = re.findall(r":\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
     written = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
     assert sorted(nav) == sorted(written | set(_gen_pages().PAGES))
+
+
+def test_the_figures_page_names_the_wall_clock_axis_the_figures_print() -> None:
+    """The figures page quotes the wall-clock axis's label as a sweep shorter than two hours (every
+    CPU sweep) gets it, in minutes, and says when it is in hours."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from analysis.metric_names import metric_name
+    from analysis.plots import wall_clock_unit
+    from analysis.run_rows import TRAIN_CLOCK
+
+    page = (ROOT / "docs" / "how-to" / "plots-and-report.md").read_text()
+    short, long = (wall_clock_unit(SimpleNamespace(runs=pd.DataFrame({"wall_clock_s": [s]})))[0]
+                   for s in (7199.0, 7200.0))
+    assert f'"{metric_name(TRAIN_CLOCK).axis_label(short)}"' in " ".join(page.split())
+    assert f"in {long} where the longest run took two hours or more" in " ".join(page.split())
