@@ -58,7 +58,9 @@ when the batch sizes are missing or invalid), steps done,
 wall-clock, GPU-hours, final and best ``eval/reward`` (best: over the evaluations after
 step 0, which is the policy before training), ``problems``). A sweep directory
 without any run directory is an error. Runs that differ only in
-``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``.
+``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``; the
+configs of a promoted preset (``+promoted/<NAME>=top1,...``, ``python -m analysis promote``) are
+labelled so too, by the values their options set that differ between the runs.
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ from analysis.run_rows import (
     read_status,
     with_floats,
 )
+from grpo.config.keys import PRESET_GROUPS, PROMOTED_GROUP
+from grpo.config.rules import leaf_keys
 from grpo.run.files import (
     MAX_METRICS_BYTES,
     RunFileError,
@@ -99,7 +103,7 @@ from grpo.run.files import (
     read_bytes,
     read_yaml,
 )
-from grpo.run.run_config import RUN_CONFIG, compare, trained_record
+from grpo.run.run_config import RUN_CONFIG, compare, defines_config, trained_record
 from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan, config_value
 
 DEFAULT_GPUS_PER_JOB = 2
@@ -444,6 +448,29 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _promoted_keys(key: str, runs: Sequence[_Run]) -> list[str]:
+    """The keys that name the configs of a swept ``key``: ``key`` itself, but for a promoted
+    group (``promoted/<NAME>``, whose options are whole configs: ``top1``, ``on_policy``) the
+    config groups and values its options set that differ between ``runs`` and define a config
+    (``grpo.run.run_config.defines_config``; a group's own values are named by its choice), in
+    sorted order: ``off_policy.epochs``, ``train_batch_size``; ``[key]`` where no run's config
+    says."""
+    configured = [run for run in runs if run.config is not None and key in run.choices]
+    if key.split("/")[0] != PROMOTED_GROUP or not configured:
+        return [key]
+
+    def varies(get: Any) -> bool:
+        return len({repr(get(run)) for run in configured}) > 1
+
+    groups = {g for run in configured for g in run.choices
+              if g != key and g.split("/")[0] not in PRESET_GROUPS and defines_config(g)
+              and varies(lambda run, g=g: run.choices.get(g))}
+    values = {k for run in configured for k in leaf_keys(run.config)
+              if defines_config(k) and not any(k.startswith(g.replace("/", ".") + ".") for g in groups)
+              and varies(lambda run, k=k: config_value(run.config, k))}
+    return sorted(groups | values) or [key]
+
+
 def _varying_override_keys(runs: Sequence[_Run]) -> list[str]:
     keys = list(dict.fromkeys(k for run in runs for k in run.overrides))
     return [k for k in keys if len({run.overrides.get(k) for run in runs}) > 1]
@@ -475,7 +502,9 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
                      for k in _varying_override_keys(sweep_runs)}
         sweeps.append(SweepInfo(sweep_dir, swept))
         runs += sweep_runs
-    label_keys = [k for k in dict.fromkeys(k for s in sweeps for k in s.swept) if k != "seed"]
+    label_keys = [k for k in dict.fromkeys(k for s in sweeps for k in s.swept for k in
+                                           _promoted_keys(k, [r for r in runs if r.sweep == s.path]))
+                  if k != "seed"]
     group_keys = frozenset(k for k in label_keys for run in runs if k in run.choices)
 
     summaries = [run.summary(label_keys) for run in runs]

@@ -11,11 +11,15 @@ promoted is refused unless ``overwrite`` is asked for, and ``steps`` obeys ``n_g
 rule (:mod:`grpo.config.rules`). Options are named ``top<rank>`` and ``on_policy``, not ``0, 1, ...``: Hydra parses
 ``+promoted/<NAME>=0`` as an integer and rejects it as a config group choice.
 
-An option file reproduces its source run: the swept values, and what else the run had that the
-project's defaults (composed from ``<conf>``) do not give -- the choices of config groups, as
-``override /<group>: <choice>`` defaults, and config values -- such as the ``loss`` and
-``eval.eval_every`` of the source sweep's experiment preset. Execution settings
-(:data:`NOT_CARRIED_GROUPS`, :data:`NOT_CARRIED_KEYS`) are not carried.
+An option file reproduces what its source run's config is: the swept values, and what else the
+run had that the project's defaults (composed from ``<conf>``) do not give -- the choices of
+config groups, as ``override /<group>: <choice>`` defaults, and config values -- such as the
+``loss`` of the source sweep's experiment preset. What only says how the source sweep ran its
+configs is not carried (:func:`grpo.run.run_config.defines_config`: its steps, pruning,
+evaluation cadence, health guards, cluster, logging, seed, race; the presets
+:data:`grpo.config.keys.PRESET_GROUPS`): the focused sweep's own settings rule there, so that a
+broad pass's pruner or 50-step evaluation cadence never reaches it. The focused sweep's reports
+name each promoted config by the values its option sets (:mod:`analysis.collect`).
 """
 
 from __future__ import annotations
@@ -34,18 +38,15 @@ from analysis.aggregate import Criterion, on_policy_baseline, rank
 from analysis.collect import LABEL, Collection
 from analysis.formatting import format_value
 from analysis.race import still_in
+from grpo.config.keys import PRESET_GROUPS, PROMOTED_GROUP
 from grpo.config.rules import rule_for
 from grpo.run.files import atomic_write_text
+from grpo.run.run_config import defines_config
 from grpo.training.batch_plan import BatchPlan
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
-NOT_CARRIED_GROUPS = ("hydra", "experiment", "promoted", "cluster", "local")
-PRESET_GROUP = "experiment/promoted"
+PRESET_GROUP = f"experiment/{PROMOTED_GROUP}"
 """Where (under the config directory) promoted presets are written: `+experiment=promoted/<NAME>`."""
-NOT_CARRIED_KEYS = ("experiment_name", "n_grpo_steps", "seed", "dry_run", "cluster", "paths",
-                    "hydra", "race")
-"""Keys of the source run that are not carried: how and where it ran, and a race's settings (a
-race is how the source sweep chose its runs, not a property of a config)."""
 MAX_NAME = 100
 """The longest preset name (a file name: most filesystems allow 255 bytes)."""
 
@@ -88,6 +89,13 @@ def _under(key: str, roots: Iterable[str], sep: str) -> bool:
     return any(key == root or key.startswith(root + sep) for root in roots)
 
 
+def _carried(key: str, swept: Iterable[str], sep: str) -> bool:
+    """Whether a config group (``sep`` ``/``) or dotted key (``.``) of the source run is carried:
+    part of what its config is, and not a swept key (the option sets those itself)."""
+    return (key.split("/")[0] not in PRESET_GROUPS and defines_config(key)
+            and not _under(key, swept, sep))
+
+
 def _leaves(node: Any, key: str = "") -> dict[str, Any]:
     """Dotted keys of the values of a nested dict (lists and empty dicts are values)."""
     if isinstance(node, dict) and node:
@@ -97,8 +105,8 @@ def _leaves(node: Any, key: str = "") -> dict[str, Any]:
 
 
 def carried_settings(run_dir: Path, conf_dir: Path, swept: Iterable[str]) -> Settings:
-    """What the run in ``run_dir`` had beyond the defaults composed from ``conf_dir``, except
-    the ``swept`` keys, the preset's own keys and execution settings."""
+    """What the run in ``run_dir`` had beyond the defaults composed from ``conf_dir`` that defines
+    its config (:func:`_carried`), except the ``swept`` keys."""
     hydra_file, config_file = run_dir / ".hydra" / "hydra.yaml", run_dir / ".hydra" / "config.yaml"
     if not config_file.is_file():
         return Settings()
@@ -108,7 +116,7 @@ def carried_settings(run_dir: Path, conf_dir: Path, swept: Iterable[str]) -> Set
         with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base=None):
             base = compose("config", return_hydra_config=True).hydra.runtime.choices
             groups = {g: c for g, c in choices.items() if c is not None and base.get(g) != c
-                      and not _under(g, [*NOT_CARRIED_GROUPS, *swept], "/")}
+                      and _carried(g, swept, "/")}
             defaults = compose("config", overrides=[
                 f"{'' if g in base else '+'}{g}={c}" for g, c in groups.items()])
     except HydraException as error:
@@ -121,7 +129,7 @@ def carried_settings(run_dir: Path, conf_dir: Path, swept: Iterable[str]) -> Set
         override={g: c for g, c in groups.items() if g in base},
         append={g: c for g, c in groups.items() if g not in base},
         values={k: v for k, v in mine.items()
-                if not _under(k, [*NOT_CARRIED_KEYS, *swept], ".") and theirs.get(k, missing) != v},
+                if _carried(k, swept, ".") and theirs.get(k, missing) != v},
     )
 
 
@@ -200,7 +208,7 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
     ``overwrite``: replace a promotion of the same ``name``, else it is refused."""
     check_arguments(name, top_k, steps)
     preset_path = conf_dir / PRESET_GROUP / f"{name}.yaml"
-    option_dir = conf_dir / "promoted" / name
+    option_dir = conf_dir / PROMOTED_GROUP / name
     linked = [p for p in (preset_path, preset_path.parent, option_dir, option_dir.parent) if p.is_symlink()]
     if linked:
         raise ValueError(f"{linked[0]} is a symbolic link: promote writes only inside {conf_dir} "

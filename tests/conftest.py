@@ -5,7 +5,14 @@ per test session), an uninterrupted training run to compare resumed runs with, a
 in one process). The session's models and reference run live in the folder the workers share,
 and the first worker to need one makes it while the others wait on its lock (the kernel's flock).
 Tests are grouped per module (and the SLURM ones together) so that a module's fixtures are made
-once and two sweeps never compete for the 2-CPU cluster."""
+once and two sweeps never compete for the 2-CPU cluster.
+
+The suite tests the configs the checkout ships, never a user's own: `conf/local/default.yaml`
+(your paths and SLURM account, loaded by default) is not loaded in any test or in the processes
+they start (`GRPO_LOCAL_CONFIG=none`: conf/config.yaml loads `conf/local/<that>.yaml`, and there is
+no `none.yaml`), and the presets `python -m analysis promote` writes (`conf/experiment/promoted/`,
+`conf/promoted/`) are presets of their own (`grpo.config.keys.PRESET_GROUPS`) that no test walks
+(test_local_config.py plants both and runs the tests they used to break)."""
 
 from __future__ import annotations
 
@@ -23,6 +30,8 @@ from grpo.models.loading import resolve_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(__file__).parent / "data"
+LOCAL_CONFIG_ENV, NO_LOCAL_CONFIG = "GRPO_LOCAL_CONFIG", "none"
+os.environ[LOCAL_CONFIG_ENV] = NO_LOCAL_CONFIG  # before any test composes a config or starts a process
 
 
 def stand_in_real_paths(folder: Path, n_validation: int = 50) -> list[str]:

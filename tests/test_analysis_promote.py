@@ -26,6 +26,7 @@ defaults:
   - loss: reinforce_with_baseline
   - off_policy: default
   - cluster: local
+  - pruning: "off"
 experiment_name: base
 n_grpo_steps: 10
 seed: 0
@@ -35,6 +36,8 @@ train_batch_size: 128
 micro_batch_size: 2
 eval:
   eval_every: 10
+health:
+  zero_reward_patience: 0
 race:
   max_seeds: null
 """,
@@ -44,14 +47,20 @@ race:
     "off_policy/default.yaml": "epochs: 1\n",
     "cluster/local.yaml": "gpus_per_job: 0\n",
     "cluster/big.yaml": "gpus_per_job: 2\n",
+    "pruning/off.yaml": "name: \"off\"\n",
+    "pruning/successive_halving.yaml": "name: successive_halving\nmin_resource: 10\n",
     "experiment/broad.yaml": """\
 # @package _global_
 defaults:
   - override /loss: grpo_clip
+  - override /pruning: successive_halving
 experiment_name: broad
 n_grpo_steps: 3
 eval:
   eval_every: 5
+health:
+  zero_reward_patience: 15
+learning_rate: 0.001
 hydra:
   sweeper:
     params:
@@ -127,9 +136,10 @@ def test_promoted_preset_reproduces_source_configs(tmp_path: Path, conf: Path) -
     assert OmegaConf.to_container(OmegaConf.load(promotion.preset)) == {
         "experiment_name": "focused", "n_grpo_steps": 200,
         "hydra": {"sweeper": {"params": {"+promoted/focused": "top1,top2,on_policy"}}}}
-    # the broad preset's loss and eval_every are carried; cluster, steps and name are not
+    # what the broad preset says a config is (its loss, learning rate) is carried; how the broad
+    # pass ran it (its pruner, evaluation cadence, health guard, cluster, steps, name) is not
     assert OmegaConf.to_container(OmegaConf.load(promotion.options[0])) == {
-        "defaults": [{"override /loss": "grpo_clip"}], "eval": {"eval_every": 5},
+        "defaults": [{"override /loss": "grpo_clip"}], "learning_rate": 0.001,
         "off_policy": {"epochs": 2}, "train_batch_size": 64}
 
     cfg = composed(conf, ["+experiment=promoted/focused"], hydra=True)
@@ -138,14 +148,18 @@ def test_promoted_preset_reproduces_source_configs(tmp_path: Path, conf: Path) -
     rerun = collect([hydra_sweep(conf, tmp_path / "focused", ["+experiment=promoted/focused"])])
     got = rerun.runs[["config label", "off_policy.epochs", "train_batch_size", "loss.name",
                       "n_grpo_steps", "experiment_name", "cluster.gpus_per_job"]]
+    # named by the values each promoted config sets, as the broad sweep named them
     assert got.values.tolist() == [
-        ["promoted/focused=top1", 2, 64, "grpo_clip", 200, "focused", 0],
-        ["promoted/focused=top2", 2, 128, "grpo_clip", 200, "focused", 0],
-        ["promoted/focused=on_policy", 1, 128, "grpo_clip", 200, "focused", 0]]
-    assert rerun.group_keys == {"promoted/focused"}
+        ["off_policy.epochs=2, train_batch_size=64", 2, 64, "grpo_clip", 200, "focused", 0],
+        ["off_policy.epochs=2, train_batch_size=128", 2, 128, "grpo_clip", 200, "focused", 0],
+        ["off_policy.epochs=1, train_batch_size=128", 1, 128, "grpo_clip", 200, "focused", 0]]
+    assert rerun.label_keys == ["off_policy.epochs", "train_batch_size"]
+    assert rerun.group_keys == frozenset()
     assert set(rerun.runs["status"]) == {"pending"}
-    assert OmegaConf.load(Path(rerun.runs["run_dir"][0]) / ".hydra/config.yaml").eval == {
-        "eval_every": 5}
+    # the focused sweep's own evaluation cadence, pruning and guards rule its runs
+    focused = OmegaConf.load(Path(rerun.runs["run_dir"][0]) / ".hydra/config.yaml")
+    assert (focused.eval, focused.pruning, focused.health, focused.learning_rate) == (
+        {"eval_every": 10}, {"name": "off"}, {"zero_reward_patience": 0}, 0.001)
 
 
 def test_criterion_and_derived_baseline(tmp_path: Path, conf: Path) -> None:

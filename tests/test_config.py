@@ -16,6 +16,7 @@ from conftest import stand_in_real_paths
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from grpo.config.keys import yours
 from grpo.config.validation import check_config
 from grpo.sweep.overrides import check_overrides
 
@@ -28,7 +29,8 @@ LEAF_KEY = re.compile(r"^\s*[\w.\-/+]+:\s*\S")  # a key with a value on its own 
 
 
 def yaml_files() -> list[Path]:
-    return sorted(p for p in CONF.rglob("*.yaml") if p.name != "default.yaml" or p.parent.name != "local")
+    """The checkout's config files (not yours: grpo.config.keys.yours)."""
+    return sorted(p for p in CONF.rglob("*.yaml") if not yours(p, CONF))
 
 
 @pytest.mark.parametrize("path", yaml_files(), ids=lambda p: str(p.relative_to(CONF)))
@@ -95,7 +97,21 @@ def test_the_real_recipe_turns_the_collapse_guards_on() -> None:
     assert (cfg.health.zero_reward_patience, cfg.health.min_mean_response_length) == (5, 8)
     assert _compose(["health.zero_reward_patience=0"]).health.zero_reward_patience == 0
     tiny = _compose(["model=tiny", "data=toy"])
-    assert (tiny.health.zero_reward_patience, tiny.health.min_mean_response_length) == (0, 0)
+    assert (tiny.health.zero_reward_patience, tiny.health.min_mean_response_length) == (20, 0)
+
+
+@pytest.mark.parametrize("preset", [None, *PRESETS])
+def test_every_preset_stops_a_run_stuck_at_reward_0(preset: str | None, real_paths: list[str]) -> None:
+    """The README says the health guard stops collapsed runs: every preset, the bare config and
+    the tiny model on the toy task (a run at reward 0.000 for 100 steps used to end `completed`
+    and be ranked) stop a run after at most 20 steps at reward 0; the demo's 15 and the Qwen
+    recipe's 5 stay theirs."""
+    chosen = [f"+experiment={preset}"] if preset else []
+    for overrides in ([*chosen, *([] if preset in (*CPU_PRESETS, None) else real_paths)],
+                      [*chosen, "model=tiny", "data=toy", "rollout=hf"]):
+        cfg = _compose(overrides)
+        assert 0 < cfg.health.zero_reward_patience <= 20, overrides
+    assert _compose(["+experiment=demo"]).health.zero_reward_patience == 15
 
 
 def test_tiny_on_toy_brings_the_cpu_recipe_and_the_data_option_holds_data_only() -> None:

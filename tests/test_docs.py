@@ -244,3 +244,21 @@ def test_the_page_names_the_pairs_that_get_an_interval() -> None:
     page = " ".join((ROOT / "docs/explanations/how-sure.md").read_text().split())
     assert "Every pair of ranked configs gets a Tukey-Kramer" not in page
     assert "Only those pairs get an interval (the others are not computed)" in page
+
+
+def test_the_figures_page_names_the_wall_clock_axis_the_figures_print() -> None:
+    """The figures page quotes the wall-clock axis's label as a sweep shorter than two hours (every
+    CPU sweep) gets it, in minutes, and says when it is in hours."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from analysis.metric_names import metric_name
+    from analysis.plots import wall_clock_unit
+    from analysis.run_rows import TRAIN_CLOCK
+
+    page = (ROOT / "docs" / "how-to" / "plots-and-report.md").read_text()
+    short, long = (wall_clock_unit(SimpleNamespace(runs=pd.DataFrame({"wall_clock_s": [s]})))[0]
+                   for s in (7199.0, 7200.0))
+    assert f'"{metric_name(TRAIN_CLOCK).axis_label(short)}"' in " ".join(page.split())
+    assert f"in {long} where the longest run took two hours or more" in " ".join(page.split())

@@ -6,7 +6,7 @@ file that sets it, its default and its rule (``grpo.config.rules``; the batch si
 
 Which files: ``conf/config.yaml`` and every option of the groups (``conf/<group>/<option>.yaml``,
 under the group's name unless the file says ``# @package _global_``). Presets
-(``experiment``, ``recipe``, ``chain``, ``local``) and Hydra's own files set keys documented
+(``experiment``, ``recipe``, ``chain``, ``local``, the ``promoted`` configs) and Hydra's own files set keys documented
 elsewhere and are left out; so are Hydra's keys (``hydra.*``).
 """
 
@@ -20,7 +20,10 @@ from pathlib import Path
 from grpo.config.rules import LOSS_HYPERPARAMETER, REGISTRY_KEYS, RULES, TEXT_RULES
 from grpo.training.batch_plan import CONFIG_KEYS, MAX_INT
 
-PRESET_GROUPS = ("experiment", "recipe", "chain", "local", "hydra")
+PROMOTED_GROUP = "promoted"
+"""The group ``python -m analysis promote`` writes: ``<conf>/promoted/<NAME>/top1.yaml`` is a whole
+config (``+promoted/<NAME>=top1``), swept by the preset ``<conf>/experiment/promoted/<NAME>.yaml``."""
+PRESET_GROUPS = ("experiment", "recipe", "chain", "local", "hydra", PROMOTED_GROUP)
 """Folders of ``conf/`` whose files are presets of other keys, not keys of their own."""
 ROOT_CONFIG = "config.yaml"
 _KEY = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w.\-]*):(?P<rest>.*)$")
@@ -168,15 +171,23 @@ def undocumented(conf: Path) -> list[str]:
     return missing
 
 
+def yours(path: Path, conf: Path) -> bool:
+    """Whether ``path``, under ``conf``, is the user's rather than the checkout's: a
+    machine's own settings (``local/<name>.yaml``, git-ignored; ``local/example.yaml`` ships) or
+    what ``python -m analysis promote`` wrote (``experiment/promoted/``, ``promoted/``). The
+    reference pages and the tests leave them out."""
+    parts = path.relative_to(conf).parts
+    return parts[0] == "local" and parts[1:] not in ((), ("example.yaml",)) or PROMOTED_GROUP in parts[:2]
+
+
 def group_options(conf: Path) -> list[GroupOption]:
-    """Every option of every config group (presets included; not Hydra's, nor your
-    `local/default.yaml`), with its file's opening comment
-    (the comment lines before its first blank or key line: where a key follows at once, they
-    are that key's comment too)."""
+    """Every option of every config group (presets included; not Hydra's, nor yours: your
+    `local/default.yaml` and what `python -m analysis promote` wrote), with its file's opening
+    comment (the comment lines before its first blank or key line: where a key follows at once,
+    they are that key's comment too)."""
     options = []
     for path in sorted(conf.rglob("*.yaml")):
-        if (path.parent == conf or path.relative_to(conf).parts[0] == "hydra"
-                or path.relative_to(conf) == Path("local", "default.yaml")):  # yours, git-ignored
+        if path.parent == conf or path.relative_to(conf).parts[0] == "hydra" or yours(path, conf):
             continue
         head = []
         for line in path.read_text().splitlines():  # the comment lines up to the first other line

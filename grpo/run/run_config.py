@@ -48,6 +48,10 @@ MAY_CHANGE = (
 )
 """Keys (a trailing `.`: every key under it) whose value a resume may change: none of them
 changes the weights, the sampled rollouts or the evaluation of the steps already trained."""
+NOT_A_CONFIG = ("seed", "eval.", "race.", "hydra.")
+"""Keys that, with those of `MAY_CHANGE` (where and how a run runs, how long, how it is logged,
+priced, pruned and stopped), say how a config was run and measured rather than what it is: its
+seed, its evaluation (cadence, problems, sampling) and a race's settings (`defines_config`)."""
 
 
 ABSENT = "(absent)"
@@ -87,8 +91,18 @@ def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
     return leaves
 
 
-def _may_change(key: str) -> bool:
-    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in MAY_CHANGE)
+def _listed(key: str, keys: tuple[str, ...]) -> bool:
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in keys)
+
+
+def defines_config(key: str) -> bool:
+    """Whether `key`, a dotted config key (`off_policy.epochs`) or a config group (`loss`,
+    `pruning`, `hydra/sweeper`), is part of what a config is -- its hyperparameters, model, data,
+    prompt and engine -- rather than the budget machinery of the sweep that ran it (`MAY_CHANGE`,
+    `NOT_A_CONFIG`): what `python -m analysis promote` carries to the next study and what names
+    a promoted config."""
+    dotted = key.replace("/", ".")
+    return not any(_listed(k, MAY_CHANGE) or _listed(k, NOT_A_CONFIG) for k in (dotted, dotted + "."))
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -111,7 +125,7 @@ def compare(trained: dict[str, Any], new: dict[str, Any], step: int) -> Comparis
         if _same(old, new_value) or (old == ABSENT and key in ADDED and _same(ADDED[key], new_value)):
             continue
         too_few = key == "n_grpo_steps" and not (isinstance(new_value, int) and new_value >= step)
-        target = result.allowed if _may_change(key) and not too_few else result.refused
+        target = result.allowed if _listed(key, MAY_CHANGE) and not too_few else result.refused
         target[key] = (old, new_value)
     return result
 
