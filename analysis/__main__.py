@@ -52,12 +52,15 @@ def latest_sweep(outputs: Path) -> Path:
 
 def _collect(args: argparse.Namespace) -> Collection:
     """The sweeps of ``--sweep`` and ``--sweeps``, else the latest under ``--outputs``,
-    collected."""
+    collected; what the collection read once or set aside is printed, a line each."""
     sweeps = [*args.sweep, *map(Path, shlex.split(args.sweeps or ""))]
     borrow = getattr(args, "seed_variance_from", None)
     if borrow is not None and (problem := sweep_dir_problem(borrow)) is not None:
         raise FileNotFoundError(f"--seed-variance-from: {problem}")
-    return collect(sweeps or [latest_sweep(args.outputs)])
+    collection = collect(sweeps or [latest_sweep(args.outputs)])
+    for note in collection.notes:
+        print(note)
+    return collection
 
 
 def cmd_collect(args: argparse.Namespace) -> None:

@@ -59,6 +59,12 @@ wall-clock, GPU-hours, final and best ``eval/reward`` (best: over the evaluation
 step 0, which is the policy before training), ``problems``). A sweep directory
 without any run directory is an error. Runs that differ only in
 ``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``.
+
+A run is one run however it is reached: runs are identified by what they are, never by the path
+given. A sweep directory named twice (a link to it, a relative and an absolute path, the same
+path again) and a run directory reached twice (a job directory that links to a run already read)
+are read once. Each is said in one line of ``Collection.notes``, which the report, ``make plots``
+and the sweep's summary print.
 """
 
 from __future__ import annotations
@@ -158,6 +164,8 @@ class Collection:
     configs: dict[str, dict[str, Any]]
     runs: pd.DataFrame
     steps: pd.DataFrame
+    notes: tuple[str, ...] = ()
+    """What the collection read once or set aside, one line each (see the module docstring)."""
 
     @property
     def labels(self) -> list[str]:
@@ -458,15 +466,34 @@ def sweep_dir_problem(path: Path) -> str | None:
 
 
 def collect(sweep_dirs: Sequence[Path]) -> Collection:
-    """Read every run of ``sweep_dirs`` into a :class:`Collection` (see the module docstring)."""
+    """Read every run of ``sweep_dirs`` into a :class:`Collection` (see the module docstring):
+    each sweep directory and each run directory once however it is named."""
     sweeps: list[SweepInfo] = []
     runs: list[_Run] = []
+    notes: list[str] = []
+    named: dict[Path, Path] = {}  # resolved sweep directory -> the path that first named it
+    reached: dict[Path, Path] = {}  # resolved run directory -> the path it was first read at
     for sweep_dir in map(Path, sweep_dirs):
         problem = sweep_dir_problem(sweep_dir)
         if problem is not None:
             raise FileNotFoundError(problem)
-        sweep_runs = [_Run.read(sweep_dir, p) for p in job_dirs(sweep_dir)]
+        first = named.setdefault(sweep_dir.resolve(), sweep_dir)
+        if first is not sweep_dir:
+            same = "" if str(first) == str(sweep_dir) else f" is the sweep {first},"
+            notes.append(f"{sweep_dir}{same} named twice: its runs are read once")
+            continue
+        paths = job_dirs(sweep_dir)
+        firsts = [reached.setdefault(path.resolve(), path) for path in paths]
+        again = [f"{path.name} is {first}" for path, first in zip(paths, firsts, strict=True)
+                 if first is not path]
+        if again:
+            notes.append(f"{sweep_dir}: run {', '.join(again)} (one run directory reached twice): "
+                         "read once")
+        sweep_runs = [_Run.read(sweep_dir, path)
+                      for path, first in zip(paths, firsts, strict=True) if first is path]
         if not sweep_runs:
+            if again:
+                continue
             raise ValueError(f"sweep directory {sweep_dir} holds no run (no job directory 0/, "
                              "1/, ...): nothing to collect; pass the directory of a sweep")
         swept = read_swept(sweep_dir)
@@ -478,7 +505,7 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
     label_keys = [k for k in dict.fromkeys(k for s in sweeps for k in s.swept) if k != "seed"]
     group_keys = frozenset(k for k in label_keys for run in runs if k in run.choices)
 
-    summaries = [run.summary(label_keys) for run in runs]
+    summaries = _unique_run_ids([run.summary(label_keys) for run in runs])
     run_frame = pd.DataFrame(summaries, columns=_run_columns(label_keys))
     configs: dict[str, dict[str, Any]] = {}
     for summary in sorted(summaries, key=lambda s: [sort_key(s[k]) for k in label_keys]):
@@ -492,7 +519,14 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
     steps = pd.concat([ids, metrics[metric_columns]], axis=1)
     if ELAPSED in steps:  # runs logged before the eval-free clock existed: their total clock
         steps[TRAIN_CLOCK] = steps.get(TRAIN_CLOCK, steps[ELAPSED]).fillna(steps[ELAPSED])
-    return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps)
+    return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps, tuple(notes))
+
+
+def _unique_run_ids(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``summaries`` with each ``run_id`` (the run directory's last three path parts) unique:
+    where two distinct runs share one (``a/exp/s/0``, ``b/exp/s/0``), their full directories."""
+    counts = pd.Series([s["run_id"] for s in summaries]).value_counts()
+    return [{**s, "run_id": s["run_dir"]} if counts[s["run_id"]] > 1 else s for s in summaries]
 
 
 def _run_columns(label_keys: Sequence[str]) -> list[str]:

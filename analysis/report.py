@@ -545,7 +545,8 @@ def build_report(collection: Collection, report_dir: Path,
          f"{len(collection.runs)} run(s) ({with_data} with metrics), {len(collection.labels)} "
          f"config(s): {status_line}"
          + (f"; {never} more job(s) gave no run: never started or unreadable (listed below)."
-            if never else ".")],
+            if never else "."),
+         *([""] if collection.notes else []), *(f"- {note}" for note in collection.notes)],
         _ranges(collection),
         _runs(collection),
         _stopped(collection),

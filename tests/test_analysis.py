@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 from sweep_factory import (
+    BASE,
     EVAL_STEPS,
     rows,
     write_matching_outcomes,
@@ -618,3 +620,51 @@ def test_the_main_effects_section_names_the_configs_it_leaves_out(tmp_path: Path
     assert ("Left out of the ANOVA: off_policy.epochs=2, train_batch_size=64 (a run stopped early "
             "(collapsed, diverged)); off_policy.epochs=1, train_batch_size=64 (no run reached step 9).") in section
     assert "Each level's least-squares effect (sum-to-zero contrasts" in section
+
+
+# ------------------------------------------------------- a run is one run however it is reached
+
+
+def test_a_sweep_named_twice_is_read_once_and_said(sweep: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link to the sweep, a relative and an absolute path, the identical path twice (a
+    TypeError traceback before): each run once, the seeds of a config 0, 1 (not 0, 0, 1, 1), the
+    seed variance on the same df as the sweep alone, and one line that says so."""
+    link = tmp_path / "link"
+    link.symlink_to(sweep, target_is_directory=True)
+    monkeypatch.chdir(sweep.parent)
+    alone = rank(collect([sweep])).uncertainty
+    for second in (link, sweep, Path(sweep.name)):
+        both = collect([sweep, second])
+        assert list(both.runs["run_dir"]) == [str(sweep / str(job)) for job in range(8)]
+        assert both.runs.groupby(LABEL)["seed"].apply(list)[ON_POLICY] == [0, 1]
+        assert both.notes == (f"{second}{'' if second == sweep else f' is the sweep {sweep},'} "
+                              "named twice: its runs are read once",)
+        again = rank(both).uncertainty
+        assert (again.seeds.variance, again.seeds.df) == (alone.seeds.variance, alone.seeds.df)
+    text = build_report(collect([sweep, link]), sweep)
+    assert f"- {link} is the sweep {sweep}, named twice: its runs are read once" in text
+    assert "8 run(s) (7 with metrics)" in text
+
+
+def test_a_run_directory_reached_twice_is_read_once(sweep: Path, tmp_path: Path) -> None:
+    """Another sweep whose job 0 is a link to this sweep's run 1: read once, at its first path."""
+    other = tmp_path / "other"
+    (other / "0").parent.mkdir()
+    (other / "0").symlink_to(sweep / "1", target_is_directory=True)
+    both = collect([sweep, other])
+    assert len(both.runs) == 8 and [s.path for s in both.sweeps] == [sweep]
+    assert both.notes == (f"{other}: run 0 is {sweep / '1'} (one run directory reached twice): "
+                          "read once",)
+
+
+def test_distinct_runs_at_the_same_trailing_path_keep_distinct_ids(tmp_path: Path) -> None:
+    """Two sweeps a/exp/s and b/exp/s of other seeds: run ids of their last three path parts
+    would collide (and break every per-run lookup); their full directories tell them apart."""
+    for root, seed in (("a", 0), ("b", 1)):
+        write_multirun(tmp_path / root / "exp" / "s", ["seed=0"])
+        write_run(tmp_path / root / "exp" / "s" / "0", {"seed": seed}, rows(0, range(10)),
+                  {"status": "completed"})
+    both = collect([tmp_path / "a" / "exp" / "s", tmp_path / "b" / "exp" / "s"])
+    assert list(both.runs["run_id"]) == [str(tmp_path / r / "exp" / "s" / "0") for r in "ab"]
+    assert rank(both).table.loc["synthetic", "n_used"] == 2
