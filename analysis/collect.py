@@ -63,7 +63,10 @@ without any run directory is an error. Runs that differ only in
 A run is one run however it is reached: runs are identified by what they are, never by the path
 given. A sweep directory named twice (a link to it, a relative and an absolute path, the same
 path again) and a run directory reached twice (a job directory that links to a run already read)
-are read once. Each is said in one line of ``Collection.notes``, which the report, ``make plots``
+are read once; two run directories of one config label and one seed (a copy of a run, or the
+same config and seed launched again into another sweep) are one seed: the run that went furthest
+(most steps done; of equals, the first named) is kept and the other set aside, never a second
+measurement. Each is said in one line of ``Collection.notes``, which the report, ``make plots``
 and the sweep's summary print.
 """
 
@@ -467,7 +470,8 @@ def sweep_dir_problem(path: Path) -> str | None:
 
 def collect(sweep_dirs: Sequence[Path]) -> Collection:
     """Read every run of ``sweep_dirs`` into a :class:`Collection` (see the module docstring):
-    each sweep directory and each run directory once however it is named."""
+    each sweep directory and each run directory once however it is named, one run of a config
+    label and seed."""
     sweeps: list[SweepInfo] = []
     runs: list[_Run] = []
     notes: list[str] = []
@@ -505,7 +509,10 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
     label_keys = [k for k in dict.fromkeys(k for s in sweeps for k in s.swept) if k != "seed"]
     group_keys = frozenset(k for k in label_keys for run in runs if k in run.choices)
 
-    summaries = _unique_run_ids([run.summary(label_keys) for run in runs])
+    summaries = [run.summary(label_keys) for run in runs]
+    kept = _one_per_seed(runs, summaries, notes)
+    runs = [runs[i] for i in kept]
+    summaries = _unique_run_ids([summaries[i] for i in kept])
     run_frame = pd.DataFrame(summaries, columns=_run_columns(label_keys))
     configs: dict[str, dict[str, Any]] = {}
     for summary in sorted(summaries, key=lambda s: [sort_key(s[k]) for k in label_keys]):
@@ -520,6 +527,34 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
     if ELAPSED in steps:  # runs logged before the eval-free clock existed: their total clock
         steps[TRAIN_CLOCK] = steps.get(TRAIN_CLOCK, steps[ELAPSED]).fillna(steps[ELAPSED])
     return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps, tuple(notes))
+
+
+def _one_per_seed(runs: Sequence[_Run], summaries: Sequence[dict[str, Any]],
+                  notes: list[str]) -> list[int]:
+    """The indices of the runs to keep, in order: of the runs of one config label and one seed
+    (a copy of a run, or its config and seed launched again into another sweep), the one with
+    the most steps done, the first named of equals; a line in ``notes`` for each run set aside.
+    Runs whose config or seed is unknown are all kept."""
+    groups: dict[tuple[str, Any], list[int]] = {}
+    for i, (run, summary) in enumerate(zip(runs, summaries, strict=True)):
+        seed = summary["seed"]
+        if run.config is not None and seed is not None and not isinstance(seed, dict | list):
+            groups.setdefault((summary[LABEL], seed), []).append(i)
+    aside: set[int] = set()
+    for (label, seed), members in groups.items():
+        keep = max(members, key=lambda i: (summaries[i]["steps_done"], -i))
+        for i in members:
+            if i == keep:
+                continue
+            aside.add(i)
+            differs = sorted(set(compare(runs[keep].config, runs[i].config, step=0).refused))
+            notes.append(
+                f"{runs[i].path} ({label}, seed {seed}) is set aside: the same config and seed as "
+                f"{runs[keep].path}, which is kept (one seed is one measurement, never a second "
+                "seed; kept is the run that went furthest, of equals the first named)"
+                + (f"; it differs in {', '.join(differs[:5])}, which no swept key names, so no "
+                   "label tells the two apart" if differs else ""))
+    return [i for i in range(len(runs)) if i not in aside]
 
 
 def _unique_run_ids(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:

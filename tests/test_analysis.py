@@ -658,6 +658,38 @@ def test_a_run_directory_reached_twice_is_read_once(sweep: Path, tmp_path: Path)
                           "read once",)
 
 
+def test_the_same_config_and_seed_in_two_sweeps_is_one_seed(sweep: Path, tmp_path: Path) -> None:
+    """A copy of run 0 (on-policy, seed 0) in another sweep is not a second seed: it is set aside
+    and said, and the seed variance is the sweep's alone (not 0 on one more df); of two copies
+    the one that ran further is kept whichever is named first; a copy that differs in a key no
+    swept key names (eval.n_examples) is set aside naming it."""
+    alone = rank(collect([sweep])).uncertainty.seeds
+    other = tmp_path / "other"
+    shutil.copytree(sweep / "0", other / "0")
+    both = collect([sweep, other])
+    assert both.runs.groupby(LABEL)["seed"].apply(list)[ON_POLICY] == [0, 1]
+    assert both.notes == (
+        f"{other / '0'} ({ON_POLICY}, seed 0) is set aside: the same config and seed as "
+        f"{sweep / '0'}, which is kept (one seed is one measurement, never a second seed; kept is "
+        "the run that went furthest, of equals the first named)",)
+    seeds = rank(both).uncertainty.seeds
+    assert (seeds.variance, seeds.df) == (alone.variance, alone.df)
+    assert collect([other, sweep]).runs.set_index("job").loc[0, "run_dir"] == str(other / "0")
+    # run 4 (running at step 7) and a copy that went on to step 9: the copy is kept
+    further = tmp_path / "further"
+    shutil.copytree(sweep / "4", further / "0")
+    with (further / "0" / "metrics.jsonl").open("a") as log:
+        log.write("\n" + "".join(json.dumps(r) + "\n" for r in rows(4, range(8, 10))))
+    kept = collect([sweep, further]).runs
+    assert str(further / "0") in set(kept["run_dir"]) and str(sweep / "4") not in set(kept["run_dir"])
+    differs = tmp_path / "differs"
+    write_run(differs / "0", {"seed": 0, "off_policy.epochs": 1, "train_batch_size": 128},
+              rows(0, range(10)), {"status": "completed"}, base=BASE | {"eval": {"n_examples": 10}})
+    (note,) = collect([sweep, differs]).notes
+    assert note.endswith("; it differs in eval.n_examples, which no swept key names, so no label "
+                         "tells the two apart")
+
+
 def test_distinct_runs_at_the_same_trailing_path_keep_distinct_ids(tmp_path: Path) -> None:
     """Two sweeps a/exp/s and b/exp/s of other seeds: run ids of their last three path parts
     would collide (and break every per-run lookup); their full directories tell them apart."""
