@@ -700,3 +700,39 @@ def test_distinct_runs_at_the_same_trailing_path_keep_distinct_ids(tmp_path: Pat
     both = collect([tmp_path / "a" / "exp" / "s", tmp_path / "b" / "exp" / "s"])
     assert list(both.runs["run_id"]) == [str(tmp_path / r / "exp" / "s" / "0") for r in "ab"]
     assert rank(both).table.loc["synthetic", "n_used"] == 2
+
+
+def test_an_overlay_writes_into_its_own_directory_never_over_a_sweeps_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`make plots SWEEP="a b"` once rewrote a/report.md and a/figures/ with the combined report:
+    an overlay writes into overlay_a+b/ beside a and says so; a's own report keeps its bytes. Two
+    sweeps of one name get the first name, a count and a digest; an overlay directory that is a
+    sweep is refused in one line."""
+    a = write_scenario(tmp_path / "exp" / "a")
+    b = second_sweep(tmp_path / "exp" / "b")
+    main(["plots", "--sweep", str(a)])
+    own = {p: p.read_bytes() for p in [a / "report.md", *a.glob("collected.*"),
+                                      *sorted((a / "figures").iterdir())]}
+    capsys.readouterr()
+    main(["plots", "--sweeps", f"{a} {b}"])
+    out = tmp_path / "exp" / "overlay_a+b"
+    printed = capsys.readouterr().out
+    assert f"overlay of 2 sweeps: written into {out}/ (each sweep's own report stays as it was)" in printed
+    assert f"wrote {out / 'report.md'}" in printed and f"wrote {out / 'figures' / 'eval_reward.png'}" in printed
+    assert {p: p.read_bytes() for p in own} == own
+    assert (out / "report.md").read_text().startswith("# Sweep report: `a`, `b`\n\n10 run(s)")
+    assert (out / "comparisons.csv").is_file() and list(out.glob("collected.*"))
+    main(["collect", "--sweeps", f"{a} {b}"])
+    assert f"wrote {out / 'collected'}" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in own} == own
+    # two sweeps called s: the first name, how many more, a digest of their paths
+    first, second = (second_sweep(tmp_path / root / "s") for root in ("x", "y"))
+    main(["plots", "--sweeps", f"{first} {second}", "--no-report"])
+    (made,) = (tmp_path / "x").glob("overlay_*")
+    assert made.name.startswith("overlay_s+1more_") and len(made.name) == len("overlay_s+1more_") + 8
+    assert not (first / "figures").exists()
+    # an overlay directory that is a sweep
+    write_multirun(tmp_path / "exp" / "overlay_a+b+s", ["seed=0,1"])
+    with pytest.raises(SystemExit, match=r"error: the overlay of 3 sweeps writes into .*overlay_a\+b\+s, "
+                                         "which is a sweep; rename that sweep directory"):
+        main(["plots", "--sweeps", f"{a} {b} {first}"])
