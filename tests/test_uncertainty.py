@@ -14,7 +14,6 @@ import pytest
 from scipy import stats
 
 from analysis.stats.comparisons import (
-    OTHER_PROBLEMS,
     best_bounds,
     compare_sweep,
     estimate,
@@ -23,8 +22,8 @@ from analysis.stats.comparisons import (
     problem_error,
 )
 from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p
-from analysis.stats.levels import p_text
 from analysis.stats.effects import VALUE, additive_variance, main_effects
+from analysis.stats.levels import p_text
 from analysis.stats.power import (
     detectable_difference,
     detectable_main_effect,
@@ -228,7 +227,12 @@ def test_configs_evaluated_on_other_problems_are_not_compared() -> None:
     result = compare_sweep(configs, "a", {}, 5, seeds)
     got = {c.config: c for c in result.comparisons}
     assert got["b"].verdict == got["c"].verdict == "no interval"
-    assert got["b"].why == OTHER_PROBLEMS and "not compared with the best" in got["b"].describe()
+    assert got["b"].why == ("evaluated on other validation problems: their configs name other "
+                            "problems (toy|None|20 against toy|None|25) and no outcome files of "
+                            "both say which they evaluated")
+    assert got["c"].why == ("evaluated on other validation problems: their outcome files' problem "
+                            f"digests differ ({'cd' * 6}... against {DIGEST[:12]}...)")
+    assert "not compared with the best" in got["b"].describe()
     assert got["d"].verdict == "worse"
     assert result.could_be_best == ["a", "b", "c"]  # not compared: they could still be the best
 

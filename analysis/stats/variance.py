@@ -73,10 +73,35 @@ class ConfigData:
 
 
 def comparable(a: ConfigData, b: ConfigData) -> bool:
-    """Whether ``a`` and ``b`` were evaluated on the same problems (same problem set, and the same
-    outcome digest where both have one)."""
-    return a.problem_set == b.problem_set and (a.digest is None or b.digest is None
-                                               or a.digest == b.digest)
+    """Whether ``a`` and ``b`` were evaluated on the same problems (:func:`problems_apart`)."""
+    return problems_apart(a, b) is None
+
+
+OTHER_PROBLEMS = "evaluated on other validation problems"
+"""How a comparison refused for other problems begins (:func:`problems_apart` says why)."""
+PROBLEM_SET_SEPARATOR = "; "
+"""Between the ``key=value`` items of a ``problem_set``."""
+
+
+def problems_apart(a: ConfigData, b: ConfigData) -> str | None:
+    """Why ``a`` and ``b`` were not evaluated on the same problems, in words, or None where they
+    were. Their outcome files decide where both configs have them (``digest``: a fingerprint of
+    the questions and answers evaluated), whatever their configs say: two configs whose
+    ``eval.n_examples`` both exceed a dataset's size, or that name one file by two paths,
+    evaluated the same problems. Only where a config has no such digest do its config keys
+    (``problem_set``) decide."""
+    if a.digest is not None and b.digest is not None:
+        return None if a.digest == b.digest else (
+            f"{OTHER_PROBLEMS}: their outcome files' problem digests differ "
+            f"({a.digest[:12]}... against {b.digest[:12]}...)")
+    if a.problem_set == b.problem_set:
+        return None
+    mine, theirs = (c.problem_set.split(PROBLEM_SET_SEPARATOR) for c in (a, b))
+    differ = [(x, y) for x, y in zip(mine, theirs, strict=False) if x != y] or [(a.problem_set,
+                                                                                 b.problem_set)]
+    return (f"{OTHER_PROBLEMS}: their configs name other problems "
+            f"({'; '.join(f'{x} against {y}' for x, y in differ)}) and no outcome files of both "
+            "say which they evaluated")
 
 
 @dataclass(frozen=True)
