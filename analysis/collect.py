@@ -169,6 +169,9 @@ class Collection:
     steps: pd.DataFrame
     notes: tuple[str, ...] = ()
     """What the collection read once or set aside, one line each (see the module docstring)."""
+    set_aside: frozenset[str] = frozenset()
+    """The run directories (as reached) left out as another path to a run read, or a second run
+    of a config and seed: accounted for in ``notes``, not runs that are missing."""
 
     @property
     def labels(self) -> list[str]:
@@ -475,6 +478,7 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
     sweeps: list[SweepInfo] = []
     runs: list[_Run] = []
     notes: list[str] = []
+    aside: set[str] = set()
     named: dict[Path, Path] = {}  # resolved sweep directory -> the path that first named it
     reached: dict[Path, Path] = {}  # resolved run directory -> the path it was first read at
     for sweep_dir in map(Path, sweep_dirs):
@@ -490,6 +494,7 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
         firsts = [reached.setdefault(path.resolve(), path) for path in paths]
         again = [f"{path.name} is {first}" for path, first in zip(paths, firsts, strict=True)
                  if first is not path]
+        aside |= {str(path) for path, first in zip(paths, firsts, strict=True) if first is not path}
         if again:
             notes.append(f"{sweep_dir}: run {', '.join(again)} (one run directory reached twice): "
                          "read once")
@@ -511,6 +516,7 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
 
     summaries = [run.summary(label_keys) for run in runs]
     kept = _one_per_seed(runs, summaries, notes)
+    aside |= {str(run.path) for i, run in enumerate(runs) if i not in set(kept)}
     runs = [runs[i] for i in kept]
     summaries = _unique_run_ids([summaries[i] for i in kept])
     run_frame = pd.DataFrame(summaries, columns=_run_columns(label_keys))
@@ -526,7 +532,8 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
     steps = pd.concat([ids, metrics[metric_columns]], axis=1)
     if ELAPSED in steps:  # runs logged before the eval-free clock existed: their total clock
         steps[TRAIN_CLOCK] = steps.get(TRAIN_CLOCK, steps[ELAPSED]).fillna(steps[ELAPSED])
-    return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps, tuple(notes))
+    return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps, tuple(notes),
+                      frozenset(aside))
 
 
 def _one_per_seed(runs: Sequence[_Run], summaries: Sequence[dict[str, Any]],

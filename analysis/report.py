@@ -187,7 +187,9 @@ def _why_missing(path: Path) -> str:
 
 def missing_jobs(collection: Collection) -> list[str]:
     """The jobs a sweep's ``jobs.json`` lists that gave no run: never started, or their
-    directory replaced or unreadable; one line each with their overrides."""
+    directory replaced or unreadable; one line each with their overrides. A job whose run the
+    collection set aside (``Collection.set_aside``: read at another path, or a second run of a
+    config and seed) is said in its notes instead."""
     lines = []
     for sweep in collection.sweeps:
         jobs = read_jobs(sweep.path)
@@ -196,7 +198,8 @@ def missing_jobs(collection: Collection) -> list[str]:
         present = set(collection.runs.loc[collection.runs["sweep"] == str(sweep.path), "job"])
         lines += [f"`{sweep.path.name}/{num}` ({' '.join(job.overrides) or 'no overrides'}): "
                   + _why_missing(sweep.path / str(num))
-                  for num, job in sorted(jobs.jobs.items()) if num not in present]
+                  for num, job in sorted(jobs.jobs.items()) if num not in present
+                  and str(sweep.path / str(num)) not in collection.set_aside]
     return lines
 
 

@@ -36,7 +36,8 @@ from analysis.collect import (
 from analysis.external import GRPO_STEPS, External, read_external
 from analysis.formatting import format_value
 from analysis.plots import plot_all, plot_heatmaps
-from analysis.report import ACCURACY_BAR, build_report
+from analysis.progress import Job, write_jobs
+from analysis.report import ACCURACY_BAR, build_report, missing_jobs
 from analysis.synthetic import write_multirun, write_run
 
 ON_POLICY = "off_policy.epochs=1, train_batch_size=128"
@@ -648,14 +649,22 @@ def test_a_sweep_named_twice_is_read_once_and_said(sweep: Path, tmp_path: Path,
 
 
 def test_a_run_directory_reached_twice_is_read_once(sweep: Path, tmp_path: Path) -> None:
-    """Another sweep whose job 0 is a link to this sweep's run 1: read once, at its first path."""
+    """Another sweep whose job 0 is a link to this sweep's run 1: read once, at its first path,
+    and not listed as a job of the other sweep that gave no run; a sweep all of whose runs were
+    read elsewhere is no sweep of the collection."""
     other = tmp_path / "other"
     (other / "0").parent.mkdir()
     (other / "0").symlink_to(sweep / "1", target_is_directory=True)
+    alone = collect([sweep, other])
+    assert len(alone.runs) == 8 and [s.path for s in alone.sweeps] == [sweep]
+    write_run(other / "1", {"seed": 5, "off_policy.epochs": 1, "train_batch_size": 128},
+              rows(0, range(10)), {"status": "completed"}, base=BASE)
+    write_jobs(other, "local", [Job(0, ("seed=1",)), Job(1, ("seed=5",))])
     both = collect([sweep, other])
-    assert len(both.runs) == 8 and [s.path for s in both.sweeps] == [sweep]
+    assert len(both.runs) == 9 and [s.path for s in both.sweeps] == [sweep, other]
     assert both.notes == (f"{other}: run 0 is {sweep / '1'} (one run directory reached twice): "
                           "read once",)
+    assert missing_jobs(both) == []
 
 
 def test_the_same_config_and_seed_in_two_sweeps_is_one_seed(sweep: Path, tmp_path: Path) -> None:
@@ -666,8 +675,10 @@ def test_the_same_config_and_seed_in_two_sweeps_is_one_seed(sweep: Path, tmp_pat
     alone = rank(collect([sweep])).uncertainty.seeds
     other = tmp_path / "other"
     shutil.copytree(sweep / "0", other / "0")
+    write_jobs(other, "local", [Job(0, ("off_policy.epochs=1", "train_batch_size=128", "seed=0"))])
     both = collect([sweep, other])
     assert both.runs.groupby(LABEL)["seed"].apply(list)[ON_POLICY] == [0, 1]
+    assert missing_jobs(both) == []  # said as set aside, not as a job that gave no run
     assert both.notes == (
         f"{other / '0'} ({ON_POLICY}, seed 0) is set aside: the same config and seed as "
         f"{sweep / '0'}, which is kept (one seed is one measurement, never a second seed; kept is "
