@@ -96,7 +96,7 @@ chain: $(STAMP) ## run the assignment's studies as a chain, winners carried forw
 
 # SWEEP reaches python as one argument (the recipe reads it from the environment, where make puts
 # a command-line variable): a path with spaces is not split; plots splits it as a shell would
-plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...]" to choose and overlay, a path with spaces in quotes; EXTERNAL=ei.csv[,b.jsonl] to overlay runs made elsewhere; ARGS: more options)
+plots: $(STAMP) ## figures + report.md of the latest sweep (SWEEP="dir [dir2 ...]" to choose and overlay, an overlay into its own overlay_dir+dir2/ beside the first, a path with spaces in quotes; EXTERNAL=ei.csv[,b.jsonl] to overlay runs made elsewhere; ARGS: more options)
 	$(PY) -m analysis plots $(if $(SWEEP),--sweeps "$$SWEEP") $(foreach e,$(subst $(COMMA), ,$(EXTERNAL)),--external $(e)) $(ARGS)
 
 watch: $(STAMP) ## live view of the latest sweep, running or finished (SWEEP=dir to choose), then its summary

@@ -1,10 +1,11 @@
 """Command line: ``python -m analysis {collect,plots,promote,watch} ...``.
 
 * ``collect``: save the tidy per-step frame of the sweep(s) (parquet with pyarrow, else CSV);
-* ``plots``: figures into ``<first sweep>/figures/``, ``report.md`` (with ``comparisons.csv`` and
-  ``main_effects.csv``) into the first sweep and the collected frame next to it
-  (``--no-report`` skips the report); ``--external`` overlays runs made elsewhere (an
-  expert-iteration run's entropy, by default); ``--seed-variance-from`` names a sweep to borrow a
+* ``plots``: figures into ``<sweep>/figures/``, ``report.md`` (with ``comparisons.csv`` and
+  ``main_effects.csv``) into the sweep and the collected frame next to it (``--no-report`` skips
+  the report); an overlay of several sweeps writes all of them into its own directory beside the
+  first sweep, ``overlay_<sweep>+<sweep>...`` (:func:`output_dir`), never over a sweep's own;
+  ``--external`` overlays runs made elsewhere (an expert-iteration run's entropy, by default); ``--seed-variance-from`` names a sweep to borrow a
   seed variance from (else the runs' ``analysis.seed_variance_from``);
 * ``promote``: write ``<conf>/experiment/promoted/<NAME>.yaml`` (and ``<conf>/promoted/<NAME>/*.yaml``)
   sweeping the top-K configs plus the on-policy baseline; run it with
@@ -19,6 +20,7 @@ else ``outputs``, as in ``conf/config.yaml``'s ``paths.output_root``).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shlex
 import sys
@@ -36,7 +38,8 @@ from analysis.collect import (
 )
 from analysis.external import GRPO_STEPS
 from analysis.report import ACCURACY_BAR, write_report
-from grpo.run.files import RunDirError
+from analysis.run_rows import job_dirs
+from grpo.run.files import RunDirError, subdir
 
 DEFAULT_OUTPUTS = os.environ.get("GRPO_OUTPUT_ROOT", "outputs")
 
@@ -52,18 +55,47 @@ def latest_sweep(outputs: Path) -> Path:
 
 def _collect(args: argparse.Namespace) -> Collection:
     """The sweeps of ``--sweep`` and ``--sweeps``, else the latest under ``--outputs``,
-    collected."""
+    collected; what the collection read once or set aside is printed, a line each."""
     sweeps = [*args.sweep, *map(Path, shlex.split(args.sweeps or ""))]
     borrow = getattr(args, "seed_variance_from", None)
     if borrow is not None and (problem := sweep_dir_problem(borrow)) is not None:
         raise FileNotFoundError(f"--seed-variance-from: {problem}")
-    return collect(sweeps or [latest_sweep(args.outputs)])
+    collection = collect(sweeps or [latest_sweep(args.outputs)])
+    for note in collection.notes:
+        print(note)
+    return collection
+
+
+OVERLAY_PREFIX = "overlay_"
+MAX_OVERLAY_NAME = 100
+"""Longest overlay directory name made of its sweeps' names (longer: the first and a digest)."""
+
+
+def output_dir(collection: Collection) -> Path:
+    """Where the analysis of ``collection`` writes: its sweep's directory; for an overlay of
+    several sweeps its own directory beside the first, ``overlay_<name>+<name>...`` (the first
+    name, how many more and a digest of their paths where names repeat or run long), created if
+    missing; a ValueError where that directory is a sweep (an overlay never writes over a
+    sweep's own report)."""
+    paths = [s.path for s in collection.sweeps]
+    if len(paths) == 1:
+        return paths[0]
+    names = [p.resolve().name for p in paths]
+    name = "+".join(names)
+    if len(set(names)) < len(names) or len(name) > MAX_OVERLAY_NAME:
+        digest = hashlib.sha256("\n".join(str(p.resolve()) for p in paths).encode()).hexdigest()
+        name = f"{names[0][:MAX_OVERLAY_NAME // 2]}+{len(names) - 1}more_{digest[:8]}"
+    out = paths[0].parent / f"{OVERLAY_PREFIX}{name}"
+    if (out / "multirun.yaml").exists() or (out.is_dir() and job_dirs(out)):
+        raise ValueError(f"the overlay of {len(paths)} sweeps writes into {out}, which is a sweep; "
+                         "rename that sweep directory or overlay from copies elsewhere")
+    return subdir(out.parent, out.name)
 
 
 def cmd_collect(args: argparse.Namespace) -> None:
     """Save the collected frame and print a one-line summary per run."""
     collection = _collect(args)
-    path = save_steps(collection, args.out or collection.sweeps[0].path / "collected")
+    path = save_steps(collection, args.out or output_dir(collection) / "collected")
     print(collection.runs[["run_id", LABEL, "seed", "status", "steps_done"]]
           .to_string(index=False))
     print(f"wrote {path}")
@@ -82,7 +114,10 @@ def cmd_plots(args: argparse.Namespace) -> None:
     externals = [curve for path, label, x in zip(paths, labels, axes, strict=True)
                  for curve in read_external(path, args.external_metric, label, x)]
     collection = _collect(args)
-    sweep = collection.sweeps[0].path
+    sweep = output_dir(collection)
+    if len(collection.sweeps) > 1:
+        print(f"overlay of {len(collection.sweeps)} sweeps: written into {sweep}/ (each sweep's "
+              "own report stays as it was)")
     ranking = rank(collection, args.criterion, borrow=args.seed_variance_from or True)
     figures = plot_all(collection, sweep / "figures", externals, args.facet, args.color, ranking)
     for figure in figures.values():
@@ -160,11 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
                                 f"{BORROW_KEY}, if set)")
 
     sub = commands.add_parser("collect", parents=[common], help="save the collected frame")
-    sub.add_argument("--out", type=Path, help="output path stem (default: <sweep>/collected)")
+    sub.add_argument("--out", type=Path, help="output path stem (default: <sweep>/collected; an "
+                                            "overlay's: overlay_<sweep>+<sweep>.../collected)")
     sub.set_defaults(func=cmd_collect)
 
     sub = commands.add_parser("plots", parents=[common, criterion],
-                              help="figures + report.md into the (first) sweep directory")
+                              help="figures + report.md into the sweep directory (an overlay of "
+                                   "several: into its own, overlay_<sweep>+<sweep>...)")
     sub.add_argument("--external", action="append", type=Path, default=[],
                      help="a run made outside the sweep (e.g. expert iteration) to overlay: "
                           ".csv or .jsonl with step, the metric and optionally label "

@@ -45,7 +45,7 @@ from analysis.stats.comparisons import SweepComparisons, compare_sweep, problem_
 from analysis.stats.effects import VALUE, MainEffects, main_effects
 from analysis.stats.levels import ALPHA
 from analysis.stats.sources import lent, seed_variance
-from analysis.stats.variance import ConfigData, SeedVariance
+from analysis.stats.variance import PROBLEM_SET_SEPARATOR, ConfigData, SeedVariance
 from grpo.run.outcomes import (
     LATE_EVALS,
     OUTCOMES_DIR,
@@ -570,7 +570,7 @@ def config_data(collection: Collection, values: pd.DataFrame, labels: Sequence[s
             late.append(found)
         usable = all(o is not None for o in late) and len({o[1] for o in late}) == 1
         first = runs.loc[own.index[0]]
-        problem_set = "|".join(str(first.get(k)) for k in PROBLEM_SET_KEYS)
+        problem_set = PROBLEM_SET_SEPARATOR.join(f"{k}={first.get(k)}" for k in PROBLEM_SET_KEYS)
         configs.append(ConfigData(
             label, own[criterion].to_numpy(float),
             np.vstack([o[0] for o in late]) if usable else None, late[0][1] if usable else None,
@@ -597,8 +597,9 @@ MODEL_KEYS = ("model.name", "model.path")
 DATA_KEYS = ("data.name", "data.train_path")
 """The config keys that say which training data a run read (a :class:`Design`'s ``data``)."""
 PROBLEM_SET_KEYS = ("data.name", "data.validation_path", "eval.n_examples")
-"""The config keys that say which validation problems a run evaluated (before its outcome files
-are read): configs that differ in one are not compared."""
+"""The config keys that say which validation problems a run evaluated where its outcome files do
+not (a config without one digest over its runs): such configs that differ in one are not
+compared (analysis.stats.variance.problems_apart)."""
 OUTCOMES_TOLERANCE = 1e-5
 """How far an outcomes file's mean may be from the logged ``eval/reward`` of its step (the file's
 rewards are rounded to 6 decimals)."""

@@ -61,6 +61,15 @@ without any run directory is an error. Runs that differ only in
 ``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``; the
 configs of a promoted preset (``+promoted/<NAME>=top1,...``, ``python -m analysis promote``) are
 labelled so too, by the values their options set that differ between the runs.
+
+A run is one run however it is reached: runs are identified by what they are, never by the path
+given. A sweep directory named twice (a link to it, a relative and an absolute path, the same
+path again) and a run directory reached twice (a job directory that links to a run already read)
+are read once; two run directories of one config label and one seed (a copy of a run, or the
+same config and seed launched again into another sweep) are one seed: the run that went furthest
+(most steps done; of equals, the first named) is kept and the other set aside, never a second
+measurement. Each is said in one line of ``Collection.notes``, which the report, ``make plots``
+and the sweep's summary print.
 """
 
 from __future__ import annotations
@@ -162,6 +171,11 @@ class Collection:
     configs: dict[str, dict[str, Any]]
     runs: pd.DataFrame
     steps: pd.DataFrame
+    notes: tuple[str, ...] = ()
+    """What the collection read once or set aside, one line each (see the module docstring)."""
+    set_aside: frozenset[str] = frozenset()
+    """The run directories (as reached) left out as another path to a run read, or a second run
+    of a config and seed: accounted for in ``notes``, not runs that are missing."""
 
     @property
     def labels(self) -> list[str]:
@@ -485,15 +499,37 @@ def sweep_dir_problem(path: Path) -> str | None:
 
 
 def collect(sweep_dirs: Sequence[Path]) -> Collection:
-    """Read every run of ``sweep_dirs`` into a :class:`Collection` (see the module docstring)."""
+    """Read every run of ``sweep_dirs`` into a :class:`Collection` (see the module docstring):
+    each sweep directory and each run directory once however it is named, one run of a config
+    label and seed."""
     sweeps: list[SweepInfo] = []
     runs: list[_Run] = []
+    notes: list[str] = []
+    aside: set[str] = set()
+    named: dict[Path, Path] = {}  # resolved sweep directory -> the path that first named it
+    reached: dict[Path, Path] = {}  # resolved run directory -> the path it was first read at
     for sweep_dir in map(Path, sweep_dirs):
         problem = sweep_dir_problem(sweep_dir)
         if problem is not None:
             raise FileNotFoundError(problem)
-        sweep_runs = [_Run.read(sweep_dir, p) for p in job_dirs(sweep_dir)]
+        first = named.setdefault(sweep_dir.resolve(), sweep_dir)
+        if first is not sweep_dir:
+            same = "" if str(first) == str(sweep_dir) else f" is the sweep {first},"
+            notes.append(f"{sweep_dir}{same} named twice: its runs are read once")
+            continue
+        paths = job_dirs(sweep_dir)
+        firsts = [reached.setdefault(path.resolve(), path) for path in paths]
+        again = [f"{path.name} is {first}" for path, first in zip(paths, firsts, strict=True)
+                 if first is not path]
+        aside |= {str(path) for path, first in zip(paths, firsts, strict=True) if first is not path}
+        if again:
+            notes.append(f"{sweep_dir}: run {', '.join(again)} (one run directory reached twice): "
+                         "read once")
+        sweep_runs = [_Run.read(sweep_dir, path)
+                      for path, first in zip(paths, firsts, strict=True) if first is path]
         if not sweep_runs:
+            if again:
+                continue
             raise ValueError(f"sweep directory {sweep_dir} holds no run (no job directory 0/, "
                              "1/, ...): nothing to collect; pass the directory of a sweep")
         swept = read_swept(sweep_dir)
@@ -508,6 +544,10 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
     group_keys = frozenset(k for k in label_keys for run in runs if k in run.choices)
 
     summaries = [run.summary(label_keys) for run in runs]
+    kept = _one_per_seed(runs, summaries, notes)
+    aside |= {str(run.path) for i, run in enumerate(runs) if i not in set(kept)}
+    runs = [runs[i] for i in kept]
+    summaries = _unique_run_ids([summaries[i] for i in kept])
     run_frame = pd.DataFrame(summaries, columns=_run_columns(label_keys))
     configs: dict[str, dict[str, Any]] = {}
     for summary in sorted(summaries, key=lambda s: [sort_key(s[k]) for k in label_keys]):
@@ -521,7 +561,43 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
     steps = pd.concat([ids, metrics[metric_columns]], axis=1)
     if ELAPSED in steps:  # runs logged before the eval-free clock existed: their total clock
         steps[TRAIN_CLOCK] = steps.get(TRAIN_CLOCK, steps[ELAPSED]).fillna(steps[ELAPSED])
-    return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps)
+    return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps, tuple(notes),
+                      frozenset(aside))
+
+
+def _one_per_seed(runs: Sequence[_Run], summaries: Sequence[dict[str, Any]],
+                  notes: list[str]) -> list[int]:
+    """The indices of the runs to keep, in order: of the runs of one config label and one seed
+    (a copy of a run, or its config and seed launched again into another sweep), the one with
+    the most steps done, the first named of equals; a line in ``notes`` for each run set aside.
+    Runs whose config or seed is unknown are all kept."""
+    groups: dict[tuple[str, Any], list[int]] = {}
+    for i, (run, summary) in enumerate(zip(runs, summaries, strict=True)):
+        seed = summary["seed"]
+        if run.config is not None and seed is not None and not isinstance(seed, dict | list):
+            groups.setdefault((summary[LABEL], seed), []).append(i)
+    aside: set[int] = set()
+    for (label, seed), members in groups.items():
+        keep = max(members, key=lambda i: (summaries[i]["steps_done"], -i))
+        for i in members:
+            if i == keep:
+                continue
+            aside.add(i)
+            differs = sorted(set(compare(runs[keep].config, runs[i].config, step=0).refused))
+            notes.append(
+                f"{runs[i].path} ({label}, seed {seed}) is set aside: the same config and seed as "
+                f"{runs[keep].path}, which is kept (one seed is one measurement, never a second "
+                "seed; kept is the run that went furthest, of equals the first named)"
+                + (f"; it differs in {', '.join(differs[:5])}, which no swept key names, so no "
+                   "label tells the two apart" if differs else ""))
+    return [i for i in range(len(runs)) if i not in aside]
+
+
+def _unique_run_ids(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``summaries`` with each ``run_id`` (the run directory's last three path parts) unique:
+    where two distinct runs share one (``a/exp/s/0``, ``b/exp/s/0``), their full directories."""
+    counts = pd.Series([s["run_id"] for s in summaries]).value_counts()
+    return [{**s, "run_id": s["run_dir"]} if counts[s["run_id"]] > 1 else s for s in summaries]
 
 
 def _run_columns(label_keys: Sequence[str]) -> list[str]:

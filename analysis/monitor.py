@@ -230,7 +230,8 @@ def best_config(sweep_dir: Path) -> list[str]:
     largest step every ranked config reached; of a race, among the configs still in at its last
     look as its runs say, ``analysis.race.still_in``) with its interval, every comparison (each config
     against the best one and its on-policy baseline) and how sure the pick is; what the runs
-    stopped early (pruned, collapsed, diverged) spent against the full grid."""
+    stopped early (pruned, collapsed, diverged) spent against the full grid. First what the
+    collection read once or set aside (``Collection.notes``: a run directory reached twice)."""
     from analysis.aggregate import rank, spend
     from analysis.collect import collect
     from analysis.race import still_in
@@ -241,7 +242,7 @@ def best_config(sweep_dir: Path) -> list[str]:
     except (OSError, ValueError) as error:
         return [f"Best config: not ranked ({error})"]
     ranking = rank(collection, labels=kept)
-    lines = []
+    lines = list(collection.notes)
     if ranking.best is None:
         lines.append("Best config: none (no run that was not stopped early has a validation reward)")
     else:

@@ -198,7 +198,9 @@ def _why_missing(path: Path) -> str:
 
 def missing_jobs(collection: Collection) -> list[str]:
     """The jobs a sweep's ``jobs.json`` lists that gave no run: never started, or their
-    directory replaced or unreadable; one line each with their overrides."""
+    directory replaced or unreadable; one line each with their overrides. A job whose run the
+    collection set aside (``Collection.set_aside``: read at another path, or a second run of a
+    config and seed) is said in its notes instead."""
     lines = []
     for sweep in collection.sweeps:
         jobs = read_jobs(sweep.path)
@@ -207,7 +209,8 @@ def missing_jobs(collection: Collection) -> list[str]:
         present = set(collection.runs.loc[collection.runs["sweep"] == str(sweep.path), "job"])
         lines += [f"`{sweep.path.name}/{num}` ({' '.join(job.overrides) or 'no overrides'}): "
                   + _why_missing(sweep.path / str(num))
-                  for num, job in sorted(jobs.jobs.items()) if num not in present]
+                  for num, job in sorted(jobs.jobs.items()) if num not in present
+                  and str(sweep.path / str(num)) not in collection.set_aside]
     return lines
 
 
@@ -557,7 +560,8 @@ def build_report(collection: Collection, report_dir: Path,
          f"{len(collection.runs)} run(s) ({with_data} with metrics), {len(collection.labels)} "
          f"config(s): {status_line}"
          + (f"; {never} more job(s) gave no run: never started or unreadable (listed below)."
-            if never else ".")],
+            if never else "."),
+         *([""] if collection.notes else []), *(f"- {note}" for note in collection.notes)],
         _ranges(collection),
         _runs(collection),
         _stopped(collection),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 from sweep_factory import (
+    BASE,
     EVAL_STEPS,
     rows,
     write_matching_outcomes,
@@ -34,7 +36,8 @@ from analysis.collect import (
 from analysis.external import GRPO_STEPS, External, read_external
 from analysis.formatting import format_value
 from analysis.plots import plot_all, plot_heatmaps
-from analysis.report import ACCURACY_BAR, build_report
+from analysis.progress import Job, write_jobs
+from analysis.report import ACCURACY_BAR, build_report, missing_jobs
 from analysis.synthetic import write_multirun, write_run
 
 ON_POLICY = "off_policy.epochs=1, train_batch_size=128"
@@ -618,3 +621,129 @@ def test_the_main_effects_section_names_the_configs_it_leaves_out(tmp_path: Path
     assert ("Left out of the ANOVA: off_policy.epochs=2, train_batch_size=64 (a run stopped early "
             "(collapsed, diverged)); off_policy.epochs=1, train_batch_size=64 (no run reached step 9).") in section
     assert "Each level's least-squares effect (sum-to-zero contrasts" in section
+
+
+# ------------------------------------------------------- a run is one run however it is reached
+
+
+def test_a_sweep_named_twice_is_read_once_and_said(sweep: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link to the sweep, a relative and an absolute path, the identical path twice (a
+    TypeError traceback before): each run once, the seeds of a config 0, 1 (not 0, 0, 1, 1), the
+    seed variance on the same df as the sweep alone, and one line that says so."""
+    link = tmp_path / "link"
+    link.symlink_to(sweep, target_is_directory=True)
+    monkeypatch.chdir(sweep.parent)
+    alone = rank(collect([sweep])).uncertainty
+    for second in (link, sweep, Path(sweep.name)):
+        both = collect([sweep, second])
+        assert list(both.runs["run_dir"]) == [str(sweep / str(job)) for job in range(8)]
+        assert both.runs.groupby(LABEL)["seed"].apply(list)[ON_POLICY] == [0, 1]
+        assert both.notes == (f"{second}{'' if second == sweep else f' is the sweep {sweep},'} "
+                              "named twice: its runs are read once",)
+        again = rank(both).uncertainty
+        assert (again.seeds.variance, again.seeds.df) == (alone.seeds.variance, alone.seeds.df)
+    text = build_report(collect([sweep, link]), sweep)
+    assert f"- {link} is the sweep {sweep}, named twice: its runs are read once" in text
+    assert "8 run(s) (7 with metrics)" in text
+
+
+def test_a_run_directory_reached_twice_is_read_once(sweep: Path, tmp_path: Path) -> None:
+    """Another sweep whose job 0 is a link to this sweep's run 1: read once, at its first path,
+    and not listed as a job of the other sweep that gave no run; a sweep all of whose runs were
+    read elsewhere is no sweep of the collection."""
+    other = tmp_path / "other"
+    (other / "0").parent.mkdir()
+    (other / "0").symlink_to(sweep / "1", target_is_directory=True)
+    alone = collect([sweep, other])
+    assert len(alone.runs) == 8 and [s.path for s in alone.sweeps] == [sweep]
+    write_run(other / "1", {"seed": 5, "off_policy.epochs": 1, "train_batch_size": 128},
+              rows(0, range(10)), {"status": "completed"}, base=BASE)
+    write_jobs(other, "local", [Job(0, ("seed=1",)), Job(1, ("seed=5",))])
+    both = collect([sweep, other])
+    assert len(both.runs) == 9 and [s.path for s in both.sweeps] == [sweep, other]
+    assert both.notes == (f"{other}: run 0 is {sweep / '1'} (one run directory reached twice): "
+                          "read once",)
+    assert missing_jobs(both) == []
+
+
+def test_the_same_config_and_seed_in_two_sweeps_is_one_seed(sweep: Path, tmp_path: Path) -> None:
+    """A copy of run 0 (on-policy, seed 0) in another sweep is not a second seed: it is set aside
+    and said, and the seed variance is the sweep's alone (not 0 on one more df); of two copies
+    the one that ran further is kept whichever is named first; a copy that differs in a key no
+    swept key names (eval.n_examples) is set aside naming it."""
+    alone = rank(collect([sweep])).uncertainty.seeds
+    other = tmp_path / "other"
+    shutil.copytree(sweep / "0", other / "0")
+    write_jobs(other, "local", [Job(0, ("off_policy.epochs=1", "train_batch_size=128", "seed=0"))])
+    both = collect([sweep, other])
+    assert both.runs.groupby(LABEL)["seed"].apply(list)[ON_POLICY] == [0, 1]
+    assert missing_jobs(both) == []  # said as set aside, not as a job that gave no run
+    assert both.notes == (
+        f"{other / '0'} ({ON_POLICY}, seed 0) is set aside: the same config and seed as "
+        f"{sweep / '0'}, which is kept (one seed is one measurement, never a second seed; kept is "
+        "the run that went furthest, of equals the first named)",)
+    seeds = rank(both).uncertainty.seeds
+    assert (seeds.variance, seeds.df) == (alone.variance, alone.df)
+    assert collect([other, sweep]).runs.set_index("job").loc[0, "run_dir"] == str(other / "0")
+    # run 4 (running at step 7) and a copy that went on to step 9: the copy is kept
+    further = tmp_path / "further"
+    shutil.copytree(sweep / "4", further / "0")
+    with (further / "0" / "metrics.jsonl").open("a") as log:
+        log.write("\n" + "".join(json.dumps(r) + "\n" for r in rows(4, range(8, 10))))
+    kept = collect([sweep, further]).runs
+    assert str(further / "0") in set(kept["run_dir"]) and str(sweep / "4") not in set(kept["run_dir"])
+    differs = tmp_path / "differs"
+    write_run(differs / "0", {"seed": 0, "off_policy.epochs": 1, "train_batch_size": 128},
+              rows(0, range(10)), {"status": "completed"}, base=BASE | {"eval": {"n_examples": 10}})
+    (note,) = collect([sweep, differs]).notes
+    assert note.endswith("; it differs in eval.n_examples, which no swept key names, so no label "
+                         "tells the two apart")
+
+
+def test_distinct_runs_at_the_same_trailing_path_keep_distinct_ids(tmp_path: Path) -> None:
+    """Two sweeps a/exp/s and b/exp/s of other seeds: run ids of their last three path parts
+    would collide (and break every per-run lookup); their full directories tell them apart."""
+    for root, seed in (("a", 0), ("b", 1)):
+        write_multirun(tmp_path / root / "exp" / "s", ["seed=0"])
+        write_run(tmp_path / root / "exp" / "s" / "0", {"seed": seed}, rows(0, range(10)),
+                  {"status": "completed"})
+    both = collect([tmp_path / "a" / "exp" / "s", tmp_path / "b" / "exp" / "s"])
+    assert list(both.runs["run_id"]) == [str(tmp_path / r / "exp" / "s" / "0") for r in "ab"]
+    assert rank(both).table.loc["synthetic", "n_used"] == 2
+
+
+def test_an_overlay_writes_into_its_own_directory_never_over_a_sweeps_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`make plots SWEEP="a b"` once rewrote a/report.md and a/figures/ with the combined report:
+    an overlay writes into overlay_a+b/ beside a and says so; a's own report keeps its bytes. Two
+    sweeps of one name get the first name, a count and a digest; an overlay directory that is a
+    sweep is refused in one line."""
+    a = write_scenario(tmp_path / "exp" / "a")
+    b = second_sweep(tmp_path / "exp" / "b")
+    main(["plots", "--sweep", str(a)])
+    own = {p: p.read_bytes() for p in [a / "report.md", *a.glob("collected.*"),
+                                      *sorted((a / "figures").iterdir())]}
+    capsys.readouterr()
+    main(["plots", "--sweeps", f"{a} {b}"])
+    out = tmp_path / "exp" / "overlay_a+b"
+    printed = capsys.readouterr().out
+    assert f"overlay of 2 sweeps: written into {out}/ (each sweep's own report stays as it was)" in printed
+    assert f"wrote {out / 'report.md'}" in printed and f"wrote {out / 'figures' / 'eval_reward.png'}" in printed
+    assert {p: p.read_bytes() for p in own} == own
+    assert (out / "report.md").read_text().startswith("# Sweep report: `a`, `b`\n\n10 run(s)")
+    assert (out / "comparisons.csv").is_file() and list(out.glob("collected.*"))
+    main(["collect", "--sweeps", f"{a} {b}"])
+    assert f"wrote {out / 'collected'}" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in own} == own
+    # two sweeps called s: the first name, how many more, a digest of their paths
+    first, second = (second_sweep(tmp_path / root / "s") for root in ("x", "y"))
+    main(["plots", "--sweeps", f"{first} {second}", "--no-report"])
+    (made,) = (tmp_path / "x").glob("overlay_*")
+    assert made.name.startswith("overlay_s+1more_") and len(made.name) == len("overlay_s+1more_") + 8
+    assert not (first / "figures").exists()
+    # an overlay directory that is a sweep
+    write_multirun(tmp_path / "exp" / "overlay_a+b+s", ["seed=0,1"])
+    with pytest.raises(SystemExit, match=r"error: the overlay of 3 sweeps writes into .*overlay_a\+b\+s, "
+                                         "which is a sweep; rename that sweep directory"):
+        main(["plots", "--sweeps", f"{a} {b} {first}"])

@@ -109,3 +109,29 @@ def test_the_dry_run_borrows_only_where_the_report_will(tmp_path: Path, tiny_mod
     assert power == [line for line in power if "nothing to borrow" in line] and len(power) == 1
     assert f"cannot borrow from {source_sweep}" in power[0] and refused in power[0]
     assert "check seed" not in out.stdout
+
+
+@pytest.mark.slow
+def test_a_check_sweep_without_its_own_seed_is_one_seed_and_said(tmp_path: Path,
+                                                                 tiny_model_dir: Path) -> None:
+    """The separate check-seed recipe run without `seed=1` (issue 52 item 2): the check sweep's run
+    is the stage's config and seed again, so it is set aside and said, not a second seed (it made
+    seeds 0, 0 and a check of 'own / borrowed = 0 ... p 1' that could not fail); the stage named
+    again through a link is read once (item 1)."""
+    common = ("-m", *TOY, f"model.path={tiny_model_dir}", "n_grpo_steps=4", "eval.eval_every=2",
+              "eval.n_examples=16", "logging.wandb_mode=disabled")
+    stage, check, link = tmp_path / "stage", tmp_path / "check", tmp_path / "link"
+    for sweep, swept in ((stage, "loss=no_baseline,reinforce_with_baseline"), (check, "loss=no_baseline")):
+        out = launch(*common, swept, f"hydra.sweep.dir={sweep}")
+        assert out.returncode == 0, out.stderr[-3000:]
+    link.symlink_to(stage, target_is_directory=True)
+    collection = collect([stage, check, link])
+    assert collection.runs.groupby(LABEL)["seed"].apply(list).to_dict() == {
+        "loss=no_baseline": [0], "loss=reinforce_with_baseline": [0]}
+    assert collection.notes == (
+        f"{link} is the sweep {stage}, named twice: its runs are read once",
+        f"{check / '0'} (loss=no_baseline, seed 0) is set aside: the same config and seed as "
+        f"{stage / '0'}, which is kept (one seed is one measurement, never a second seed; kept is "
+        "the run that went furthest, of equals the first named)")
+    seeds = rank(collection).uncertainty.seeds
+    assert seeds.source == "none" and not any("check seeds" in note for note in seeds.notes)

@@ -288,6 +288,28 @@ def test_configs_evaluated_on_other_problems_get_no_verdict(tmp_path: Path) -> N
     assert c.config in ranking.near_ties
 
 
+def test_configs_whose_outcome_files_show_the_same_problems_are_compared(tmp_path: Path) -> None:
+    """eval.n_examples=25,1024 on a task of 25 validation problems (the toy task's): both configs
+    evaluated the same 25 problems, and their outcome files say so (one digest). They were "not
+    compared ... (evaluated on other validation problems (problem sets or outcome digests
+    differ))" because their config keys differ: the files decide where both configs have them.
+    Where one config's runs kept no outcome files, the keys decide, and the reason names them."""
+    sweep = write_sweep(tmp_path / "s", {"eval.n_examples": (25, 1024)}, seeds=(0, 1),
+                        quality=lambda c: 0.5 if c["eval.n_examples"] == 25 else 0.3,
+                        problems=lambda c: (25, "ab" * 32))
+    (c,) = rank(collect([sweep])).uncertainty.against_best()
+    assert (c.config, c.reference) == ("eval.n_examples=1024", "eval.n_examples=25")
+    assert c.verdict == "worse" and c.why == ""
+    for job in (2, 3):
+        for path in (sweep / str(job) / "eval_outcomes").iterdir():
+            path.unlink()
+    (c,) = rank(collect([sweep])).uncertainty.against_best()
+    assert c.verdict == "no interval" and c.why == (
+        "evaluated on other validation problems: their configs name other problems "
+        "(eval.n_examples=1024 against eval.n_examples=25) and no outcome files of both say "
+        "which they evaluated")
+
+
 def test_jobs_that_never_started_and_runs_without_an_evaluation_are_counted_right(
         tmp_path: Path) -> None:
     sweep = write_sweep(tmp_path / "s", {"learning_rate": (1e-5, 3e-5)}, seeds=(0, 1, 2),

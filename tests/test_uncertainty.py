@@ -14,7 +14,6 @@ import pytest
 from scipy import stats
 
 from analysis.stats.comparisons import (
-    OTHER_PROBLEMS,
     best_bounds,
     compare_sweep,
     estimate,
@@ -24,6 +23,7 @@ from analysis.stats.comparisons import (
 )
 from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p
 from analysis.stats.effects import VALUE, additive_variance, main_effects
+from analysis.stats.levels import p_text
 from analysis.stats.power import (
     detectable_difference,
     detectable_main_effect,
@@ -227,7 +227,12 @@ def test_configs_evaluated_on_other_problems_are_not_compared() -> None:
     result = compare_sweep(configs, "a", {}, 5, seeds)
     got = {c.config: c for c in result.comparisons}
     assert got["b"].verdict == got["c"].verdict == "no interval"
-    assert got["b"].why == OTHER_PROBLEMS and "not compared with the best" in got["b"].describe()
+    assert got["b"].why == ("evaluated on other validation problems: their configs name other "
+                            "problems (toy|None|20 against toy|None|25) and no outcome files of "
+                            "both say which they evaluated")
+    assert got["c"].why == ("evaluated on other validation problems: their outcome files' problem "
+                            f"digests differ ({'cd' * 6}... against {DIGEST[:12]}...)")
+    assert "not compared with the best" in got["b"].describe()
     assert got["d"].verdict == "worse"
     assert result.could_be_best == ["a", "b", "c"]  # not compared: they could still be the best
 
@@ -758,16 +763,31 @@ def test_one_key_one_run_a_level_is_tested_against_a_borrowed_variance() -> None
     assert term.f == pytest.approx(3.25) and term.p == pytest.approx(stats.f.sf(3.25, 2, 10))
 
 
-def test_brown_forsythe_with_two_seeds_a_config() -> None:
-    """Two seeds a config: each seed is as far from its config's median as the other, so the
-    median-centred deviations have no spread within a config and Brown-Forsythe's W is undefined
-    where the configs' spreads are equal (0.25 each, exact in binary), and scipy's finite W where
-    they differ."""
-    equal = [ConfigData(c, np.array(v)) for c, v in (("a", [0.25, 0.75]), ("b", [0.5, 1.0]))]
-    assert equal_variance_test(equal).startswith("no test of equal seed variances (Brown-Forsythe is undefined")
-    unequal = [ConfigData(c, np.array(v)) for c, v in (("a", [0.1, 0.3]), ("b", [0.5, 0.9]), ("c", [0.2, 0.25]))]
-    expected = stats.levene([0.1, 0.3], [0.5, 0.9], [0.2, 0.25], center="median")
-    assert f"over the 3 configs with 2 or more seeds: W = {expected.statistic:.2f}" in equal_variance_test(unequal)
+def test_brown_forsythe_is_not_made_where_no_seed_varies_about_its_config_median() -> None:
+    """Brown-Forsythe's W divides the spread of the seeds' distances from their config's median
+    between configs by their spread within a config. Two seeds a config are always equally far
+    from their median (0.1 and 0.3 both 0.1 from 0.2), so W is a division by 0 (scipy gives
+    1e30-sized numbers from rounding, or inf): said, never printed as a W. So too for a config
+    whose 4 seeds repeat two values (0.2, 0.18, 0.2, 0.18: all 0.01 from 0.19) beside one whose
+    seeds gave one value (the sweep S read twice of issue 52). Where a config of 3 seeds gives a
+    spread within configs, scipy's W and p are printed."""
+    two_each = [ConfigData(c, np.array(v)) for c, v in
+                (("a", [0.1, 0.3]), ("b", [0.5, 0.9]), ("c", [0.2, 0.25]))]
+    assert equal_variance_test(two_each).startswith(
+        "no test of equal seed variances: Brown-Forsythe cannot be made here: in each of the 3 "
+        "configs with 2 or more seeds every seed lies as far from the config's median as the "
+        "others (3 configs of 2 seeds: two seeds always are;")
+    doubled = [ConfigData("lr=3e-4", np.array([0.2, 0.2, 0.2, 0.2])),
+               ConfigData("lr=1e-3", np.array([0.2, 0.18, 0.2, 0.18]))]
+    text = equal_variance_test(doubled)
+    assert "W =" not in text and "(1 whose seeds all gave one value (lr=3e-4); 1 whose seeds " \
+        "split into two equal halves at two values)" in text
+    three = [ConfigData(c, np.array(v)) for c, v in
+             (("a", [0.1, 0.3, 0.25]), ("b", [0.5, 0.9]), ("c", [0.2, 0.25]))]
+    expected = stats.levene([0.1, 0.3, 0.25], [0.5, 0.9], [0.2, 0.25], center="median")
+    assert 0 < expected.statistic < 100
+    assert (f"over the 3 configs with 2 or more seeds: W = {expected.statistic:.2f}, "
+            f"p {p_text(expected.pvalue)}") in equal_variance_test(three)
 
 
 def test_more_than_ten_seeds_is_said_to_be_more_than_a_study_runs() -> None:

@@ -52,6 +52,7 @@ from analysis.stats.variance import (
     Source,
     comparable,
     equal_variance_test,
+    problems_apart,
 )
 
 Verdict = Literal["better", "worse", "not distinguishable", "undecided", "no interval"]
@@ -292,9 +293,6 @@ class Comparison:
                 f"(Tukey-adjusted {p_text(self.p_adjusted)})")
 
 
-OTHER_PROBLEMS = "evaluated on other validation problems (problem sets or outcome digests differ)"
-
-
 @dataclass(frozen=True)
 class SweepComparisons:
     """Every ranked config's :class:`Estimate` (``estimates``), the reported comparisons (each
@@ -370,9 +368,10 @@ def compare_pair(a: ConfigData, b: ConfigData, role: str, step: int | None, seed
                   n_problems=max(a.n_problems, b.n_problems), samples=(a.samples, b.samples),
                   alpha=alpha, family=k)
     diff = a.mean - b.mean + 0.0  # + 0.0: a tie reads +0.000, not -0.000
-    if not comparable(a, b):
+    apart = problems_apart(a, b)
+    if apart is not None:
         return Comparison(**common, diff=diff, lo=nan, hi=nan, se=nan, p_value=nan,
-                          verdict="no interval", why=OTHER_PROBLEMS)
+                          verdict="no interval", why=apart)
     if not seeds.usable:
         return Comparison(**common, diff=diff, lo=nan, hi=nan, se=nan, p_value=nan,
                           verdict="undecided", why=seeds.describe())
