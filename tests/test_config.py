@@ -419,11 +419,13 @@ def test_hydra_sweep_dir_wins_over_output_root_and_says_so(tmp_path: Path) -> No
     assert out.returncode == 0 and "warning: paths.output_root" not in out.stderr
     # ... also written as the chain writes it, through an interpolation; and an override whose
     # value only a job resolves (hydra.sweep.subdir=run_${hydra.job.num}) is text, not a
-    # MissingMandatoryValue traceback
+    # MissingMandatoryValue traceback (the sweep refuses it: its runs are read from <sweep>/<job>)
     out = launch("-m", "model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}/a",
                  "hydra.sweep.dir=${paths.output_root}/lr_sweep/x", "hydra.sweep.subdir=run_${hydra.job.num}",
                  "learning_rate=1e-4,3e-4", "dry_run=true")
-    assert out.returncode == 0 and "warning: paths.output_root" not in out.stderr, out.stderr[-2000:]
+    assert "warning: paths.output_root" not in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and out.stderr.startswith(
+        "error: hydra.sweep.subdir=run_${hydra.job.num}: the live monitor"), out.stderr[-2000:]
 
 
 def test_vllm_on_cpu_is_accepted_with_what_differs_from_the_gpu_layout() -> None:
