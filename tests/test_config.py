@@ -499,6 +499,25 @@ def test_messages_several_jobs_share_are_printed_once_with_their_jobs(tmp_path: 
     assert not list(tmp_path.rglob("*"))
 
 
+@pytest.mark.parametrize(("swept", "said"), [
+    ("learning_rate=3e-4,0.0003,1e-3", "learning_rate=3e-4,0.0003,1e-3: 0.0003 is given more than once"),
+    ("loss=no_baseline,grpo_clip,no_baseline", "loss=no_baseline,grpo_clip,no_baseline: no_baseline "
+                                               "is given more than once"),
+    ("seed=0,1,1,0", "seed=0,1,1,0: 1 and 0 are given more than once"),
+])
+def test_a_value_swept_twice_is_one_line_naming_key_and_values(tmp_path: Path, swept: str,
+                                                               said: str) -> None:
+    """Two jobs of one value are one run repeated (the dry run used to crash on them: zip())."""
+    out = launch("-m", "model=tiny", "data=toy", "rollout=hf", swept,
+                 f"paths.output_root={tmp_path}", "dry_run=true")
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0] == (f"error: {said}: the jobs of one value would be one run repeated (the same "
+                        "config and seed), not more measurements (seeds of a config: sweep "
+                        "seed=0,1); give each value once; nothing was submitted")
+    assert not list(tmp_path.rglob("*"))
+
+
 def test_the_jobs_of_a_message_are_named_in_runs() -> None:
     from hydra_plugins.grpo_sweeps.validating_sweeper import job_set
 

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.core.utils import filter_overrides
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from analysis.progress import override_key
@@ -76,6 +78,33 @@ def job_set(nums: list[int], labels: dict[int, str]) -> str:
     return "jobs " + ", ".join(f"#{a}" if a == b else f"#{a}-#{b}" for a, b in runs)
 
 
+def repeated_values(overrides: Sequence[Override]) -> list[str]:
+    """One line per swept override that gives a value more than once (`learning_rate=3e-4,0.0003`:
+    numbers compared as numbers): the jobs of that value would be one run repeated."""
+    problems = []
+    for override in overrides:
+        if not override.is_sweep_override():
+            continue
+        try:
+            pairs = list(zip(override.sweep_string_iterator(), override.sweep_iterator(), strict=True))
+        except HydraException:  # a sweep it cannot list (an interval): Hydra's sweeper refuses it
+            continue
+        first: dict[Any, str] = {}  # each value (numbers as numbers) -> its first text
+        repeated: list[str] = []
+        for text, value in pairs:
+            same = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else text
+            if same in first and first[same] not in repeated:
+                repeated.append(first[same])
+            first.setdefault(same, text)
+        if repeated:
+            problems.append(f"{override.input_line}: {' and '.join(repeated)} "
+                            f"{'is' if len(repeated) == 1 else 'are'} given more than once: the jobs "
+                            "of one value would be one run repeated (the same config and seed), "
+                            "not more measurements (seeds of a config: sweep seed=0,1); give each "
+                            "value once")
+    return problems
+
+
 def refuse(problems: list[str]) -> None:
     """Exit 2 with the sweep's problems in one line, where there are any."""
     if problems:
@@ -92,10 +121,12 @@ class ValidatingSweeper(BasicSweeper):
     """The check seeds' jobs (`_check_jobs`), launched after the grid's."""
 
     def _all_jobs(self, arguments: list[str]) -> tuple[list[Sequence[str]], set[str]]:
-        """Every job's override list, and the keys that take several values."""
+        """Every job's override list, and the keys that take several values; exit 2 where a
+        swept key repeats a value (`repeated_values`)."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides(preset_overrides(self) + list(arguments))
         swept = {o.get_key_element() for o in overrides if o.is_sweep_override()}
+        refuse(repeated_values(overrides))
         return split_into_jobs(overrides), swept
 
     def _compose(self, overrides: Sequence[str]) -> ComposedJob:
