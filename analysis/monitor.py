@@ -37,6 +37,8 @@ SHOW_FIRST = ("running", "starting", "preempted", "failed", "cancelled", "diverg
               "pruned")
 # a plain line per run each time it gets this fraction of its steps further
 PLAIN_STEP_FRACTION = 0.1
+INTERRUPTED = 130
+"""The exit status of a watch or a launcher stopped by Ctrl-C (128 + SIGINT, as a shell says)."""
 
 
 def shown_path(path: Path) -> str:
@@ -267,8 +269,20 @@ def report_line(sweep_dir: Path) -> str:
 def watch(sweep_dir: Path, once: bool = False, interval_s: float = 2.0,
           scheduler_every_s: float = 15.0, console: Console | None = None) -> list[RunProgress]:
     """Follow ``sweep_dir`` until no run is active (or once), then print the summary; a sweep
-    that is already over gets its summary alone."""
+    that is already over gets its summary alone. Ctrl-C stops the watching (the runs go on) with
+    one line and exit status `INTERRUPTED`."""
     monitor = SweepMonitor(SweepProgress(sweep_dir), console, refresh_s=0.0)
+    try:
+        return _watch(monitor, sweep_dir, once, interval_s, scheduler_every_s)
+    except KeyboardInterrupt:
+        monitor.say(f"Stopped watching {shown_path(sweep_dir)}: its runs are not affected; "
+                    f"`{make_command('watch', sweep_dir)}` follows them again")
+        raise SystemExit(INTERRUPTED) from None
+
+
+def _watch(monitor: SweepMonitor, sweep_dir: Path, once: bool, interval_s: float,
+           scheduler_every_s: float) -> list[RunProgress]:
+    """`watch` with its monitor."""
     states = scheduler_states(sweep_dir)
     asked = time.monotonic()
     rows = monitor.progress.read(states)

@@ -135,3 +135,54 @@ def test_a_check_sweep_without_its_own_seed_is_one_seed_and_said(tmp_path: Path,
         "the run that went furthest, of equals the first named)")
     seeds = rank(collection).uncertainty.seeds
     assert seeds.source == "none" and not any("check seeds" in note for note in seeds.notes)
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    # swept: the base value (0) used to hide the sweep, which then ran duplicate same-seed runs
+    ("analysis.check_seeds=0,1", "analysis.check_seeds cannot be swept: it is how many configs of "
+                                 "the sweep get a second seed, one number for the whole sweep; "
+                                 "give one value (analysis.check_seeds=1, or 0 for none)"),
+    ("analysis.check_seeds=-1", "analysis.check_seeds=-1 is out of range: the configs of a one-seed "
+                                "sweep that get a second seed must be an integer in [0, 100]"),
+    ("analysis.check_seeds=nan", "analysis.check_seeds=nan is not an integer"),
+    ("analysis.check_seeds=inf", "analysis.check_seeds=inf is not an integer"),
+    ("analysis.check_seeds=abc", "analysis.check_seeds='abc' is not a number"),
+])
+def test_a_bad_check_seeds_is_one_line_naming_the_key_and_its_range(tmp_path: Path, given: str,
+                                                                     said: str) -> None:
+    out = launch(*STAGE, given, f"paths.output_root={tmp_path}", "dry_run=true")
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith(f"error: {said}") and lines[0].endswith("nothing was submitted")
+    if "=" in said.split(" ")[0]:  # a value out of its rule: the fix names the range
+        assert "set analysis.check_seeds to an integer in [0, 100] (0 = none" in lines[0]
+    assert "dry run:" not in out.stdout and not list(tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("dry_run", ["true", "false"])
+def test_check_seeds_in_a_single_run_are_refused(tmp_path: Path, dry_run: str) -> None:
+    """Without -m there are no configs to give a second seed: said, not silently ignored."""
+    out = launch(*TOY, "analysis.check_seeds=1", "n_grpo_steps=1", "logging.wandb_mode=disabled",
+                 f"paths.output_root={tmp_path}", f"dry_run={dry_run}")
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert ("analysis.check_seeds=1: check seeds are jobs of a sweep (its first configs again with "
+            "seed + 1); a single run has no configs to check. Launch the configs as a sweep (-m "
+            "key=a,b analysis.check_seeds=1), or drop analysis.check_seeds") in out.stderr
+    assert "Traceback" not in out.stderr and not list(tmp_path.rglob("*"))
+
+
+def test_a_run_directory_other_than_the_job_number_is_refused_before_submission(
+        tmp_path: Path) -> None:
+    """`hydra.sweep.subdir=${loss.name}` put the check seed in its config's directory (refused at
+    run time) and every run where the summary and report do not look (all called failed)."""
+    sweep = tmp_path / "stage"
+    for dry_run in ("true", "false"):
+        out = launch(*STAGE, "analysis.check_seeds=1", "hydra.sweep.subdir=${loss.name}",
+                     "n_grpo_steps=1", f"hydra.sweep.dir={sweep}", f"dry_run={dry_run}")
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+        assert lines[0].startswith("error: hydra.sweep.subdir=${loss.name}: the live monitor, the "
+                                   "summary, the report and a race read a sweep's runs from "
+                                   "<sweep>/<job number>")
+        assert lines[0].endswith("drop the hydra.sweep.subdir override; nothing was submitted")
+        assert not sweep.exists()

@@ -435,11 +435,13 @@ def test_hydra_sweep_dir_wins_over_output_root_and_says_so(tmp_path: Path) -> No
     assert out.returncode == 0 and "warning: paths.output_root" not in out.stderr
     # ... also written as the chain writes it, through an interpolation; and an override whose
     # value only a job resolves (hydra.sweep.subdir=run_${hydra.job.num}) is text, not a
-    # MissingMandatoryValue traceback
+    # MissingMandatoryValue traceback (the sweep refuses it: its runs are read from <sweep>/<job>)
     out = launch("-m", "model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}/a",
                  "hydra.sweep.dir=${paths.output_root}/lr_sweep/x", "hydra.sweep.subdir=run_${hydra.job.num}",
                  "learning_rate=1e-4,3e-4", "dry_run=true")
-    assert out.returncode == 0 and "warning: paths.output_root" not in out.stderr, out.stderr[-2000:]
+    assert "warning: paths.output_root" not in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and out.stderr.startswith(
+        "error: hydra.sweep.subdir=run_${hydra.job.num}: the live monitor"), out.stderr[-2000:]
 
 
 def test_vllm_on_cpu_is_accepted_with_what_differs_from_the_gpu_layout() -> None:
@@ -510,6 +512,25 @@ def test_messages_several_jobs_share_are_printed_once_with_their_jobs(tmp_path: 
         in out.stderr
     assert "\njobs #0, #2-#3, #5-#6, #8:\n  - model.path=/nonexistent/Qwen" in out.stderr
     assert out.stderr.count("must be divisible by train_batch_size=100") == 1
+    assert not list(tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(("swept", "said"), [
+    ("learning_rate=3e-4,0.0003,1e-3", "learning_rate=3e-4,0.0003,1e-3: 0.0003 is given more than once"),
+    ("loss=no_baseline,grpo_clip,no_baseline", "loss=no_baseline,grpo_clip,no_baseline: no_baseline "
+                                               "is given more than once"),
+    ("seed=0,1,1,0", "seed=0,1,1,0: 1 and 0 are given more than once"),
+])
+def test_a_value_swept_twice_is_one_line_naming_key_and_values(tmp_path: Path, swept: str,
+                                                               said: str) -> None:
+    """Two jobs of one value are one run repeated (the dry run used to crash on them: zip())."""
+    out = launch("-m", "model=tiny", "data=toy", "rollout=hf", swept,
+                 f"paths.output_root={tmp_path}", "dry_run=true")
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0] == (f"error: {said}: the jobs of one value would be one run repeated (the same "
+                        "config and seed), not more measurements (seeds of a config: sweep "
+                        "seed=0,1); give each value once; nothing was submitted")
     assert not list(tmp_path.rglob("*"))
 
 

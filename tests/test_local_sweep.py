@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from training_runs import steps
 
 from grpo.sweep.job import assign_job_ports
 from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
@@ -194,3 +195,50 @@ def test_a_relaunch_that_would_change_a_trained_run_is_refused_before_any_record
     after = {p: p.read_bytes() for p in sorted(sweep.rglob("*"))
              if p.is_file() and "wandb" not in p.parts and p.name != ".lock"}
     assert after == before, sorted(p for p in after.keys() | before.keys() if after.get(p) != before.get(p))
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_local_sweep_in_one_line_and_the_same_command_resumes_it(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Ctrl-C at the terminal signals the launcher's whole process group (the launcher, each job's
+    submitit controller, the job): no traceback from any of them; the running run finishes its
+    step (seconds long here: it evaluates 600 x 8 responses) and checkpoints as `cancelled`
+    (submitit's controller, interrupted, used to SIGKILL it a second later), the job not started
+    is `cancelled` too, exit status 130; the same command resumes the one and runs the other."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
+               "rollout=hf", f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
+               "n_grpo_steps=3", "eval.eval_every=1", "data.max_operand=30", "eval.n_examples=600",
+               "eval.samples_per_problem=8", "eval.temperature=1.0", "learning_rate=3e-4,1e-4",
+               "hydra.launcher.max_parallel_jobs=1", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # its own group, as a terminal's job
+    try:
+        deadline = time.time() + 600
+        while len(steps(sweep / "0")) < 2:  # the evaluation before step 1, then step 1
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    status = json.loads((sweep / "0" / "status.json").read_text())
+    last = status["last_step"]
+    assert status["status"] == "cancelled", status
+    assert status["reason"].startswith(f"SIGINT (Ctrl-C) after step {last}; checkpointed")
+    assert (sweep / "0" / "checkpoints" / "latest").read_text().strip() == f"step_{last:06d}"
+    assert not (sweep / "1").exists(), "no job starts after Ctrl-C"
+    lines = out.splitlines()
+    assert f"Sweep {sweep}: 2 runs: 2 cancelled" in lines
+    assert "  #1 learning_rate=0.0001: cancelled, step 0, cancelled before its first step" in lines
+    assert lines[-1] == ("Interrupted: launch the same command again to resume the sweep "
+                         "(finished runs are kept, the others resume from their checkpoints)")
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"Sweep {sweep}: 2 runs: 2 completed" in again.stdout
+    assert f"Resumed: #0 from step {last + 1}" in again.stdout
+    assert steps(sweep / "0") == list(range(4)) and steps(sweep / "1") == list(range(4))
+

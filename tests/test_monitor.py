@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -347,3 +349,23 @@ def test_a_sweep_path_with_spaces_is_one_path_in_the_hints_and_in_make(tmp_path:
                           f"SWEEP={shlex.quote(str(sweep))}"],
                          cwd=root, capture_output=True, text=True)
     assert out.returncode == 0 and (sweep / "report.md").is_file(), out.stderr[-2000:]
+
+
+def test_ctrl_c_stops_watching_in_one_line(sweep: Path) -> None:
+    """`make watch` of a running sweep, stopped by Ctrl-C (SIGINT to its process group): one line
+    naming how to follow the runs again, exit status 130, no KeyboardInterrupt traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "analysis", "watch", str(sweep), "--interval",
+                             "0.1"], cwd=Path(__file__).resolve().parents[1],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline() == f"Sweep directory: {sweep}\n"  # watching, not summing up
+        assert proc.stdout.readline().startswith("#0 learning_rate=1e-5 seed=0: running")
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err and err == "", err
+    assert out.splitlines()[-1] == (f"Stopped watching {sweep}: its runs are not affected; "
+                                    f"`make watch SWEEP={sweep}` follows them again")

@@ -402,7 +402,8 @@ def test_a_race_is_checked_and_priced_before_anything_runs(tmp_path: Path) -> No
         (["race.max_seeds=3", "pruning=successive_halving", "pruning.min_resource=50"],
          "race.max_seeds with pruning=successive_halving: the pruner would stop configs outside"),
         (["race.max_seeds=3", "hydra.sweep.subdir=run_${hydra.job.num}"],
-         "a race numbers its runs' directories by job"),
+         "error: hydra.sweep.subdir=run_${hydra.job.num}: the live monitor, the summary, the "
+         "report and a race read a sweep's runs from <sweep>/<job number>"),
         # budget.gpu_hours prices a race's worst case, in the race's unit (here CPU-hours)
         (["race.max_seeds=3", f"budget.gpu_hours={2 * worst / 3:.3g}"],
          "CPU-hours (a race's worst case: every config to race.max_seeds=3 seeds) exceed budget.gpu_hours="),

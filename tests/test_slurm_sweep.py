@@ -8,7 +8,9 @@ missing cluster into a failure instead of a skip).
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -264,3 +266,36 @@ def test_a_pruned_array_task_ends_pruned_and_is_not_requeued(tmp_path: Path, tin
     out_log = log.with_name(log.name.replace("_log.err", "_log.out")).read_text()
     assert out_log.count("Run directory: ") == 1, "one incarnation: the pruned task was not requeued"
     assert tracebacks(sweep) == []
+
+
+def test_ctrl_c_of_a_slurm_sweep_is_one_line_and_its_jobs_keep_running(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Ctrl-C at the launcher (SIGINT to its process group, as a terminal sends it) once the job
+    array is submitted: one line saying the jobs keep running and how to follow them, exit status
+    130, no KeyboardInterrupt traceback; the jobs are still SLURM's."""
+    require_cluster()
+    name = f"grpo-ctrl-c-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(
+        sweep_command(tmp_path, tiny_model_dir, "learning_rate=3e-4,1e-4", "n_grpo_steps=200",
+                      f"hydra.launcher.name={name}"),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not (files := list(tmp_path.rglob("jobs.json"))) or not all(
+                j.get("job_id") for j in json.loads(files[0].read_text())["jobs"]):
+            assert proc.poll() is None and time.time() < deadline, "the array was never submitted"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        alive = jobs_named(name)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        subprocess.run(["scancel", "-n", name], check=False)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    sweep = files[0].parent.relative_to(tmp_path)
+    assert out.splitlines()[-1] == ("Interrupted: the SLURM jobs keep running; follow them with "
+                                    f"`make watch SWEEP={sweep}`")
+    assert len(alive) == 2, "the jobs were cancelled with the launcher"

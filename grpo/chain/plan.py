@@ -36,6 +36,7 @@ from analysis.aggregate import BORROW_KEY, launch_variance
 from analysis.progress import override_key
 from grpo.chain.results import Winner, find_winner, latest_sweep
 from grpo.chain.stages import CONF_DIR, Chain, Stage
+from grpo.config.rules import CHECK_SEEDS as CHECK_KEY
 
 PLAIN_VALUE = re.compile(r"[\w.+\-/]+")
 
@@ -215,10 +216,6 @@ def plan_stage(chain: Chain, index: int, user: UserOverrides, lookup: WinnerLook
     plan.lines += _borrow_seed_variance(plan, earlier, user, lookup, cfg)
     plan.lines += _check_seeds(plan, swept, user)
     return plan
-
-
-CHECK_KEY = "analysis.check_seeds"
-"""The key that gives a one-seed sweep's first configs a second seed (the sweeper's check seeds)."""
 
 
 def _check_seeds(plan: StagePlan, swept: set[str], user: UserOverrides) -> list[str]:

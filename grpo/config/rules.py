@@ -30,6 +30,9 @@ from grpo.run.pruning import RESOURCES
 from grpo.training.batch_plan import MAX_INT
 
 SEED_MAX = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
+CHECK_SEEDS = "analysis.check_seeds"
+"""The key that gives a one-seed sweep's first configs a second seed, as jobs of the sweep (the
+validating sweeper's check seeds): a sweep's, never swept, never a single run's."""
 MAX_TEMPERATURE = 10.0  # beyond it sampling is uniform noise; far beyond, logits / T underflow
 MIN_POSITIVE_TEMPERATURE = 1e-2  # below it (but not 0) logits / T overflow to inf in bf16
 
@@ -318,7 +321,7 @@ RULES: dict[str, Rule] = {
                                         note="null = unknown"),
     "race.budget_gpu_hours": _number("the race's GPU-hour budget", 0, **POSITIVE, nullable=True,
                                      note="null = no limit"),
-    "analysis.check_seeds": _int("the configs of a one-seed sweep that get a second seed", 0, 100,
+    CHECK_SEEDS: _int("the configs of a one-seed sweep that get a second seed", 0, 100,
                                  note="0 = none; each is one more job of the sweep"),
 }
 """Dotted config key -> its rule. Keys absent from a config (another group's option) are skipped."""

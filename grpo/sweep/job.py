@@ -20,6 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from grpo.config.rules import CHECK_SEEDS, RULES
 from grpo.config.validation import check_config, check_installed
 from grpo.core.specs import LOSS_SPECS
 from grpo.run.files import RunDirError, is_disk_full, read_status
@@ -187,6 +188,12 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
             f"race.max_seeds={cfg.race.max_seeds}: a race runs waves of a sweep's configs across "
             "seeds; a single run has nothing to race. Launch the configs as a sweep (-m "
             "key=a,b race.max_seeds=...), or drop race.max_seeds")
+    checks = OmegaConf.select(cfg, CHECK_SEEDS, default=0)
+    if single and not RULES[CHECK_SEEDS].problem(checks) and checks:
+        report.errors.append(
+            f"{CHECK_SEEDS}={checks}: check seeds are jobs of a sweep (its first configs again "
+            "with seed + 1); a single run has no configs to check. Launch the configs as a sweep "
+            f"(-m key=a,b {CHECK_SEEDS}={checks}), or drop {CHECK_SEEDS}")
     if single and cfg.dry_run and not report.errors:
         # what the run would refuse in its directory, said now (a sweep's jobs: the sweeper)
         refusal = resume_refusal(cfg, run_dir)

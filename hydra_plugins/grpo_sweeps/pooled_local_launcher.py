@@ -6,19 +6,32 @@ cores and GPUs hold), gives each running job its own GPUs through CUDA_VISIBLE_D
 the next job when one ends (each run sets its torch threads from cluster.cpus_per_job). While the
 jobs run it shows the live sweep monitor, and it ends with the sweep's summary
 (:mod:`hydra_plugins.grpo_sweeps.reporting`).
+
+Ctrl-C at the terminal signals the launcher and every job's processes. submitit's controller of a
+job (the process that starts the job and waits for it) would end with a KeyboardInterrupt
+traceback on the terminal and SIGKILL its job a second later, before the run could finish its
+step and checkpoint. So each job is submitted with SIGINT blocked, a mask its controller and the
+job's process inherit: the controller never takes the Ctrl-C, and the job unblocks SIGINT first
+thing (:meth:`PooledLocalLauncher.__call__`), where a Ctrl-C that came while it started is
+delivered. The run then stops after its GRPO step with a checkpoint (`grpo.run.preemption`); the
+launcher says so and waits for it (`reporting.SweepFollower.interrupted`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn
 
+from analysis.monitor import INTERRUPTED
 from hydra_plugins.grpo_sweeps.reporting import SweepFollower
 from hydra_plugins.grpo_sweeps.submitit_compat import BaseSubmititLauncher, submit_sweep_job
 
@@ -50,6 +63,17 @@ def pool_size(gpus_per_job: int, cpus_per_job: int, max_parallel_jobs: int | Non
     return fits if max_parallel_jobs is None else max(1, min(fits, max_parallel_jobs))
 
 
+@contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread (a Ctrl-C waits until the end of the block); a process
+    started here inherits the block."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 class PooledLocalLauncher(BaseSubmititLauncher):
     """See the module docstring."""
 
@@ -66,6 +90,16 @@ class PooledLocalLauncher(BaseSubmititLauncher):
         self.gpus_per_job = int(gpus_per_job)
         self.cpus_per_job = int(cpus_per_job)
         self.max_parallel_jobs = max_parallel_jobs
+
+    def __call__(self, *args: Any) -> JobReturn:
+        """Run one job (in its own process; see `BaseSubmititLauncher.__call__`), with SIGINT
+        unblocked first: a Ctrl-C that came while the job started ends it here, before its run
+        began (exit status `INTERRUPTED`, nothing to checkpoint)."""
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        except KeyboardInterrupt:
+            sys.exit(INTERRUPTED)
+        return super().__call__(*args)
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -88,11 +122,14 @@ class PooledLocalLauncher(BaseSubmititLauncher):
                     idx, overrides = pending.pop(0)
                     used = {g for _, held in running.values() for g in held}
                     gpus = next(s for s in gpu_sets if not used & set(s))
-                    job = submit_sweep_job(
-                        executor, self, overrides, idx, gpus, self.params.get("timeout_min", 10080)
-                    )
-                    running[idx] = (job, gpus)
-                    follower.submitted(idx, job)
+                    # its controller never takes a Ctrl-C; one that comes meanwhile is
+                    # delivered once the job is recorded (and the follower waits for it)
+                    with sigint_blocked():
+                        job = submit_sweep_job(
+                            executor, self, overrides, idx, gpus,
+                            self.params.get("timeout_min", 10080))
+                        running[idx] = (job, gpus)
+                        follower.submitted(idx, job)
                 time.sleep(POLL_S)
                 follower.update()
                 for idx in [i for i, (job, _) in running.items() if job.done()]:

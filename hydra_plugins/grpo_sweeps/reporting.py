@@ -7,6 +7,14 @@ submitit knows (a job cancelled by the scheduler is ``cancelled``, a failed job'
 reason) instead of raising submitit's exceptions. A sweep with a cancelled or failed job ends
 with one line and exit status 1 (:class:`SweepIncomplete`); collapsed, diverged and pruned runs
 are results, not errors.
+
+Ctrl-C ends the launcher with one line and exit status 130 (:class:`SweepInterrupted`), never
+KeyboardInterrupt's traceback. SLURM jobs keep running (the line says how to follow them). Local
+jobs get the Ctrl-C as well (the terminal signals its whole process group; their submitit
+controllers do not, see :mod:`hydra_plugins.grpo_sweeps.pooled_local_launcher`): each running
+run stops after its current GRPO step with a checkpoint, as ``cancelled``; the launcher waits for
+them (a second Ctrl-C leaves at once), starts no other job and prints the summary, where a job
+that ended without writing a status (never started, or stopped while starting) is ``cancelled``.
 """
 
 from __future__ import annotations
@@ -19,22 +27,33 @@ from typing import Any
 
 from hydra.core.utils import JobReturn
 
-from analysis.monitor import SweepMonitor, counts_text, shown_path
+from analysis.monitor import INTERRUPTED, SweepMonitor, counts_text, make_command
 from analysis.progress import (
     FINISHED_STATUSES,
     GONE,
     Job,
+    RunProgress,
     SweepProgress,
     slurm_states,
     write_jobs,
 )
 
-# seconds between two looks at the jobs while waiting for them
+# seconds between two looks at the jobs while waiting for them (the scheduler is asked)
 POLL_S = 2.0
+# seconds between two looks at local jobs ending after Ctrl-C
+LOCAL_POLL_S = 0.2
 
 
 class SweepIncomplete(SystemExit):
     """Ends the sweep with exit status 1 and one line, after the summary was printed."""
+
+
+class SweepInterrupted(SystemExit):
+    """Ends the sweep after Ctrl-C with exit status `INTERRUPTED`, once a line said what the
+    jobs do now (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__(INTERRUPTED)
 
 
 def job_error(error: BaseException) -> str:
@@ -74,9 +93,30 @@ class SweepFollower:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self.monitor.__exit__(kind, error, trace)
-        if kind is KeyboardInterrupt and self.launcher == "slurm":
+        if kind is KeyboardInterrupt:
+            self.interrupted()
+
+    def interrupted(self) -> None:
+        """After Ctrl-C: say what the jobs do now, for local jobs wait for them and print the
+        summary; raise :class:`SweepInterrupted` (see the module docstring)."""
+        if self.launcher == "slurm":
             self.monitor.say("Interrupted: the SLURM jobs keep running; follow them with "
-                             f"`python -m analysis watch {shown_path(self.sweep_dir)}`")
+                             f"`{make_command('watch', self.sweep_dir)}`")
+            raise SweepInterrupted from None
+        self.monitor.say("Ctrl-C: each running run stops after its current GRPO step, with a "
+                         "checkpoint, as 'cancelled'; no other job starts. Waiting for them "
+                         "(Ctrl-C again to leave now)")
+        try:
+            while not all(job.done() for job in self.jobs.values()):
+                time.sleep(LOCAL_POLL_S)
+            unstarted = {run.num for run in self.progress.read() if run.status == "pending"}
+            self.monitor.summary(self.rows({**self.states(), **dict.fromkeys(unstarted, "CANCELLED")}))
+        except KeyboardInterrupt:
+            self.monitor.say("Ctrl-C again: not waiting; the running runs still stop after their "
+                             "step, with a checkpoint")
+        self.monitor.say("Interrupted: launch the same command again to resume the sweep "
+                         "(finished runs are kept, the others resume from their checkpoints)")
+        raise SweepInterrupted from None
 
     def submitted(self, num: int, job: Any) -> None:
         """Record the scheduler id and log file of job ``num``."""
@@ -109,14 +149,24 @@ class SweepFollower:
                 return
             time.sleep(POLL_S)
 
-    def finish(self) -> list[JobReturn]:
-        """Print the summary; return the jobs' results, or raise :class:`SweepIncomplete`."""
-        states = self.states()
+    def rows(self, states: Mapping[int, str]) -> list[RunProgress]:
+        """This launch's runs as the summary shows them, with each job's scheduler state
+        (``states``) and, for a finished job, its error folded in (:func:`analysis.progress.outcome`)."""
         gone = {num for num in self.jobs if states.get(num) in GONE}
         errors = {num: job_error(error) for num, job in self.jobs.items()
                   if num not in gone and (error := job.exception()) is not None}
-        rows = [run for run in self.progress.read(states, errors) if run.num in self.overrides]
-        self.monitor.summary(rows)
+        return [run for run in self.progress.read(states, errors) if run.num in self.overrides]
+
+    def finish(self) -> list[JobReturn]:
+        """Print the summary; return the jobs' results, or raise :class:`SweepIncomplete` (every
+        job is over: a Ctrl-C here cuts the summary short, :class:`SweepInterrupted`)."""
+        try:
+            rows = self.rows(self.states())
+            self.monitor.summary(rows)
+        except KeyboardInterrupt:
+            self.monitor.say(f"Interrupted: the summary was cut short; every job has ended; "
+                             f"`{make_command('watch', self.sweep_dir)}` prints it")
+            raise SweepInterrupted from None
         bad = [run for run in rows if run.status not in FINISHED_STATUSES]
         if bad:
             raise SweepIncomplete(

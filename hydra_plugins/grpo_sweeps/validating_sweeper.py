@@ -20,7 +20,6 @@ composed ones (`get_job_batch`), so what is listed and validated is what runs.
 
 from __future__ import annotations
 
-import copy
 import os
 import sys
 from collections import Counter
@@ -29,14 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.core.utils import filter_overrides
-from omegaconf import OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
 
 from analysis.progress import override_key
 from analysis.race_record import check_relaunch, short_labels, without_seed
 from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
-from grpo.config.rules import SEED_MAX
+from grpo.config.rules import CHECK_SEEDS, RULES, SEED_MAX
 from grpo.config.validation import check_config, check_installed
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
@@ -55,7 +55,8 @@ from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
 from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
 
 JOB_SUBDIR = "${hydra.job.num}"
-"""The run directories of a sweep as the analysis and a race read them: `<sweep>/<job number>`."""
+"""The run directories of a sweep as the monitor, the summary, the analysis and a race read them:
+`<sweep>/<job number>`; a sweep with another `hydra.sweep.subdir` is refused."""
 SWEEP_WIDE = ("pruning", "budget", "race")
 """Config groups and sections that hold for a whole sweep (one pruner, one budget, one race):
 never swept."""
@@ -77,6 +78,33 @@ def job_set(nums: list[int], labels: dict[int, str]) -> str:
     return "jobs " + ", ".join(f"#{a}" if a == b else f"#{a}-#{b}" for a, b in runs)
 
 
+def repeated_values(overrides: Sequence[Override]) -> list[str]:
+    """One line per swept override that gives a value more than once (`learning_rate=3e-4,0.0003`:
+    numbers compared as numbers): the jobs of that value would be one run repeated."""
+    problems = []
+    for override in overrides:
+        if not override.is_sweep_override():
+            continue
+        try:
+            pairs = list(zip(override.sweep_string_iterator(), override.sweep_iterator(), strict=True))
+        except HydraException:  # a sweep it cannot list (an interval): Hydra's sweeper refuses it
+            continue
+        first: dict[Any, str] = {}  # each value (numbers as numbers) -> its first text
+        repeated: list[str] = []
+        for text, value in pairs:
+            same = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else text
+            if same in first and first[same] not in repeated:
+                repeated.append(first[same])
+            first.setdefault(same, text)
+        if repeated:
+            problems.append(f"{override.input_line}: {' and '.join(repeated)} "
+                            f"{'is' if len(repeated) == 1 else 'are'} given more than once: the jobs "
+                            "of one value would be one run repeated (the same config and seed), "
+                            "not more measurements (seeds of a config: sweep seed=0,1); give each "
+                            "value once")
+    return problems
+
+
 def refuse(problems: list[str]) -> None:
     """Exit 2 with the sweep's problems in one line, where there are any."""
     if problems:
@@ -93,10 +121,12 @@ class ValidatingSweeper(BasicSweeper):
     """The check seeds' jobs (`_check_jobs`), launched after the grid's."""
 
     def _all_jobs(self, arguments: list[str]) -> tuple[list[Sequence[str]], set[str]]:
-        """Every job's override list, and the keys that take several values."""
+        """Every job's override list, and the keys that take several values; exit 2 where a
+        swept key repeats a value (`repeated_values`)."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides(preset_overrides(self) + list(arguments))
         swept = {o.get_key_element() for o in overrides if o.is_sweep_override()}
+        refuse(repeated_values(overrides))
         return split_into_jobs(overrides), swept
 
     def _compose(self, overrides: Sequence[str]) -> ComposedJob:
@@ -115,15 +145,22 @@ class ValidatingSweeper(BasicSweeper):
     def _check_jobs(self, jobs: list[Sequence[str]], swept: set[str], racing: bool) -> list[Sequence[str]]:
         """`analysis.check_seeds` = n: the first n configs again with seed `seed` + 1, jobs of
         this sweep after the grid's, whose seeds test a borrowed seed variance
-        (`analysis.stats.variance.check`); exit 2 where they mean nothing (a race, seeds swept,
-        more than half the configs) or the seed would be out of range."""
-        n = int(OmegaConf.select(self.config, "analysis.check_seeds", default=0) or 0)
+        (`analysis.stats.variance.check`); exit 2 where the key is swept or its value breaks its
+        rule (`grpo.config.rules.RULES`), where they mean nothing (a race, seeds swept, more than
+        half the configs) or where the seed would be out of range."""
+        if any(key.lstrip("+") == CHECK_SEEDS for key in swept):
+            refuse([f"{CHECK_SEEDS} cannot be swept: it is how many configs of the sweep get a "
+                    f"second seed, one number for the whole sweep; give one value ({CHECK_SEEDS}=1, "
+                    "or 0 for none)"])
+        value = OmegaConf.select(self.config, CHECK_SEEDS, default=0)
+        rule = RULES[CHECK_SEEDS]
+        if (problem := rule.problem(value)) is not None:
+            refuse([rule.message(CHECK_SEEDS, value, problem)])
+        n = int(value)
         if n == 0:
             return []
         seed = int(self.config.seed) + 1
         problems = []
-        if "analysis.check_seeds" in swept:
-            problems.append("analysis.check_seeds cannot be swept: give one value")
         if racing:
             problems.append("analysis.check_seeds with race.max_seeds: a race gives its configs "
                             "their seeds itself; drop one of them")
@@ -153,17 +190,10 @@ class ValidatingSweeper(BasicSweeper):
             return 1
 
     def _resume_refusal(self, num: int, cfg: Any) -> str | None:
-        """What the run of job `num` would refuse, resuming a trained run in its directory with
-        a changed config (`grpo.run.run_config.resume_refusal`); None also where its directory
-        (`hydra.sweep.subdir`) is only known once the job runs."""
-        job = copy.deepcopy(cfg)
-        with open_dict(job):
-            job.hydra.job.num = num
-        try:
-            subdir = OmegaConf.select(job, "hydra.sweep.subdir", throw_on_missing=True)
-        except OmegaConfBaseException:
-            return None
-        return resume_refusal(cfg, Path(self.config.hydra.sweep.dir) / str(subdir))
+        """What the run of job `num` would refuse, resuming a trained run in its directory
+        (`<sweep>/<num>`, `JOB_SUBDIR`) with a changed config
+        (`grpo.run.run_config.resume_refusal`)."""
+        return resume_refusal(cfg, Path(self.config.hydra.sweep.dir) / str(num))
 
     def _race_runner(self, settings: RaceSettings, sweep_dir: Path) -> Any:
         """The race of this sweep's jobs in `sweep_dir` (`analysis.race.RaceRunner`), each wave
@@ -411,8 +441,8 @@ class ValidatingSweeper(BasicSweeper):
 
     def _refuse_race_misuse(self, race: RaceSettings, cfgs: list[Any]) -> None:
         """Exit 2 where race keys meet a sweep they mean nothing in: one config (nothing to
-        race), a pruner (it would stop configs outside the race's error rate), run directories
-        not numbered by job; or where a later wave's seed would be out of range."""
+        race), a pruner (it would stop configs outside the race's error rate); or where a later
+        wave's seed would be out of range."""
         problems = []
         last = race.seed_of(race.max_seeds)
         if last > SEED_MAX:
@@ -423,11 +453,6 @@ class ValidatingSweeper(BasicSweeper):
             problems.append("race.max_seeds is set but the sweep has one config: a race compares "
                             "configs; sweep a key (key=a,b), or drop race.max_seeds and sweep "
                             "seed=0,1,2 for seeds of one config")
-        subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
-        if subdir != JOB_SUBDIR:
-            problems.append(f"race.max_seeds with hydra.sweep.subdir={subdir}: a race numbers its "
-                            f"runs' directories by job (hydra.sweep.subdir={JOB_SUBDIR}, the "
-                            "default); drop the hydra.sweep.subdir override")
         if cfgs[0].pruning.name != OFF:
             problems.append(f"race.max_seeds with pruning={cfgs[0].pruning.name}: the pruner "
                             "would stop configs outside the race's alpha; use one of them "
@@ -451,6 +476,13 @@ class ValidatingSweeper(BasicSweeper):
                   "wave w seed `seed` + w - 1; set seed to the first one; nothing was submitted",
                   file=sys.stderr)
             sys.exit(2)
+        subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
+        if subdir != JOB_SUBDIR:
+            refuse([f"hydra.sweep.subdir={subdir}: the live monitor, the summary, the report and a "
+                    f"race read a sweep's runs from <sweep>/<job number> (hydra.sweep.subdir="
+                    f"{JOB_SUBDIR}, the default); runs elsewhere would be called failed, and two "
+                    "jobs could share one directory (a check seed and its config); drop the "
+                    "hydra.sweep.subdir override"])
         self.check_jobs = self._check_jobs(jobs, swept, racing)
         n_grid = len(jobs)
         jobs = [*jobs, *self.check_jobs]
