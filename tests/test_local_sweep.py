@@ -16,6 +16,7 @@ import pytest
 import yaml
 from training_runs import steps
 
+from analysis.progress import read_jobs
 from grpo.sweep.job import assign_job_ports
 from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
 
@@ -242,3 +243,31 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_and_the_same_command_resumes_it(
     assert f"Resumed: #0 from step {last + 1}" in again.stdout
     assert steps(sweep / "0") == list(range(4)) and steps(sweep / "1") == list(range(4))
 
+
+
+@pytest.mark.slow
+def test_ctrl_c_as_a_job_starts_stops_it_too(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Ctrl-C the moment job 0 is submitted, before its controller has started the job's
+    process (which so never had the terminal's SIGINT): the launcher hands it the Ctrl-C, so
+    the job ends at once instead of training its 200 steps while the launcher waits."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy", "rollout=hf",
+         f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled", "n_grpo_steps=200",
+         "learning_rate=3e-4,1e-4", "hydra.launcher.max_parallel_jobs=1",
+         f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not (jobs := read_jobs(sweep)) or not jobs.jobs[0].job_id:
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
+            time.sleep(0.002)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    assert f"Sweep {sweep}: 2 runs: 2 cancelled" in out.splitlines(), out[-3000:]
+    assert len(steps(sweep / "0")) < 200 and not (sweep / "1").exists()

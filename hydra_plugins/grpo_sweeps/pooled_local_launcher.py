@@ -13,8 +13,11 @@ traceback on the terminal and SIGKILL its job a second later, before the run cou
 step and checkpoint. So each job is submitted with SIGINT blocked, a mask its controller and the
 job's process inherit: the controller never takes the Ctrl-C, and the job unblocks SIGINT first
 thing (:meth:`PooledLocalLauncher.__call__`), where a Ctrl-C that came while it started is
-delivered. The run then stops after its GRPO step with a checkpoint (`grpo.run.preemption`); the
-launcher says so and waits for it (`reporting.SweepFollower.interrupted`).
+delivered. A job whose process did not exist yet when the terminal sent the Ctrl-C (its
+controller was starting it) never had it: the launcher hands SIGINT to each job's process itself
+(`interrupt_job`, once a process) while it waits for them. The run then stops after its GRPO
+step with a checkpoint (`grpo.run.preemption`); the launcher says so and waits for it
+(`reporting.SweepFollower.interrupted`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +77,26 @@ def sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+def job_processes(controller: int) -> list[int]:
+    """The processes submitit's local controller (pid `controller`, the local job's id) runs its
+    job in: its children (Linux's /proc); none where it has none or they cannot be listed."""
+    try:
+        return [int(pid) for pid in
+                Path(f"/proc/{controller}/task/{controller}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def interrupt_job(job: Any, signalled: set[int]) -> None:
+    """Send SIGINT to the processes of local submitit job `job` not in `signalled` (those that
+    had it from here), adding them."""
+    for pid in job_processes(int(job.job_id)):
+        if pid not in signalled:
+            signalled.add(pid)
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
+
+
 class PooledLocalLauncher(BaseSubmititLauncher):
     """See the module docstring."""
 
@@ -93,13 +116,14 @@ class PooledLocalLauncher(BaseSubmititLauncher):
 
     def __call__(self, *args: Any) -> JobReturn:
         """Run one job (in its own process; see `BaseSubmititLauncher.__call__`), with SIGINT
-        unblocked first: a Ctrl-C that came while the job started ends it here, before its run
-        began (exit status `INTERRUPTED`, nothing to checkpoint)."""
+        unblocked first: a Ctrl-C that came while the job started, or before its run took
+        SIGINT over (`grpo.run.preemption`), ends it with exit status `INTERRUPTED` (no run to
+        checkpoint yet)."""
         try:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            return super().__call__(*args)
         except KeyboardInterrupt:
             sys.exit(INTERRUPTED)
-        return super().__call__(*args)
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -114,7 +138,9 @@ class PooledLocalLauncher(BaseSubmititLauncher):
         executor = submitit.LocalExecutor(folder=self.params["submitit_folder"])
         log.info(f"Local sweep of {len(job_overrides)} jobs, {slots} at a time")
         pending = list(enumerate(job_overrides, start=initial_job_idx))
-        follower = SweepFollower(Path(str(self.config.hydra.sweep.dir)), "local", dict(pending))
+        signalled: set[int] = set()
+        follower = SweepFollower(Path(str(self.config.hydra.sweep.dir)), "local", dict(pending),
+                                 interrupt=lambda job: interrupt_job(job, signalled))
         running: dict[int, tuple[Any, tuple[int, ...]]] = {}
         with follower:
             while pending or running:

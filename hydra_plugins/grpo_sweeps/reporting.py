@@ -10,8 +10,9 @@ are results, not errors.
 
 Ctrl-C ends the launcher with one line and exit status 130 (:class:`SweepInterrupted`), never
 KeyboardInterrupt's traceback. SLURM jobs keep running (the line says how to follow them). Local
-jobs get the Ctrl-C as well (the terminal signals its whole process group; their submitit
-controllers do not, see :mod:`hydra_plugins.grpo_sweeps.pooled_local_launcher`): each running
+jobs get the Ctrl-C as well (the terminal signals its whole process group, the launcher the
+processes that were not there yet; their submitit controllers do not take it, see
+:mod:`hydra_plugins.grpo_sweeps.pooled_local_launcher`): each running
 run stops after its current GRPO step with a checkpoint, as ``cancelled``; the launcher waits for
 them (a second Ctrl-C leaves at once), starts no other job and prints the summary, where a job
 that ended without writing a status (never started, or stopped while starting) is ``cancelled``.
@@ -20,7 +21,7 @@ that ended without writing a status (never started, or stopped while starting) i
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -71,14 +72,17 @@ def job_error(error: BaseException) -> str:
 class SweepFollower:
     """Records, follows and reports the jobs of one launch; see the module docstring.
 
-    ``jobs`` maps job numbers to their overrides. Use as a context manager around the
+    ``jobs`` maps job numbers to their overrides; ``interrupt`` hands a submitted job the Ctrl-C
+    (local jobs: see the module docstring). Use as a context manager around the
     submission loop: call :meth:`submitted` for each job, :meth:`update` while waiting (or
     :meth:`wait`), then :meth:`finish` for Hydra's job returns.
     """
 
-    def __init__(self, sweep_dir: Path, launcher: str, jobs: Mapping[int, Sequence[str]]) -> None:
+    def __init__(self, sweep_dir: Path, launcher: str, jobs: Mapping[int, Sequence[str]],
+                 interrupt: Callable[[Any], None] | None = None) -> None:
         self.sweep_dir = Path(sweep_dir)
         self.launcher = launcher
+        self.interrupt = interrupt
         self.overrides = {num: tuple(o) for num, o in jobs.items()}
         self.jobs: dict[int, Any] = {}
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -107,7 +111,9 @@ class SweepFollower:
                          "checkpoint, as 'cancelled'; no other job starts. Waiting for them "
                          "(Ctrl-C again to leave now)")
         try:
-            while not all(job.done() for job in self.jobs.values()):
+            while running := [job for job in self.jobs.values() if not job.done()]:
+                for job in running if self.interrupt is not None else ():
+                    self.interrupt(job)  # a job started after the terminal's Ctrl-C never had it
                 time.sleep(LOCAL_POLL_S)
             unstarted = {run.num for run in self.progress.read() if run.status == "pending"}
             self.monitor.summary(self.rows({**self.states(), **dict.fromkeys(unstarted, "CANCELLED")}))
