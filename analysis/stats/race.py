@@ -15,8 +15,8 @@ The simulation is the least favourable case of comparisons with the best: every 
 of them truly best), each seed's value of a config an independent standard normal (the scale
 cancels), `sims` races with common random numbers (one fixed generator seed: the same level on
 every machine). Each look is the project's rule on equal seed counts: the pooled variance of the
-configs still in, or a pair's own where larger (its df), Hsu's one-sided critical value for the
-configs still in, a config leaves where its bound is below 0; a config that leaves gets no more
+configs still in, or a pair's own where at least as large (on its Welch-Satterthwaite df,
+`analysis.stats.variance.welch_df`), Hsu's one-sided critical value for the configs still in, a config leaves where its bound is below 0; a config that leaves gets no more
 seeds. The rate is the share of configs that leave at some look (each config truly best), and the
 level is found by bisection between `alpha / max_seeds` (whose rate is at most `alpha`) and
 `alpha` (a look never compares above the race's `alpha`). The simulated look is the race's rule
@@ -55,6 +55,7 @@ import numpy as np
 
 from analysis.stats.comparisons import SweepComparisons
 from analysis.stats.critical import mcb_critical
+from analysis.stats.variance import welch_df
 
 SIMS = 4000
 """Simulated races of the calibration: the rate's Monte Carlo error is about 0.1 point."""
@@ -102,13 +103,37 @@ def _critical(alive: int, df: float, level: float) -> float:
     return math.inf if alive < 2 else mcb_critical((EQUAL_SEEDS,) * (alive - 1), df, level)
 
 
-def _table(n_alive: np.ndarray, df: float, level: float, per_config: bool = False) -> np.ndarray:
-    """Each race's critical value by its configs still in (`n_alive`, (sims,)), on `df` degrees
-    of freedom (times the configs still in where `per_config`: the pooled variance's df),
-    computed once for each count that occurs."""
-    counts = np.unique(n_alive)
-    values = {int(a): _critical(int(a), df * a if per_config else df, level) for a in counts}
-    return np.array([values[int(a)] for a in n_alive])
+def _critical_values(n_alive: np.ndarray, df: np.ndarray, level: float) -> np.ndarray:
+    """`_critical` of each comparison, by its race's configs still in (`n_alive`, broadcast
+    against `df`) and its df (`df`), computed once for each (count, df) that occurs."""
+    counts = np.broadcast_to(n_alive, df.shape)
+    values = np.empty(df.shape)
+    for a in np.unique(counts):
+        at = counts == a
+        dfs, where = np.unique(df[at], return_inverse=True)
+        values[at] = np.array([_critical(int(a), float(d), level) for d in dfs])[where.ravel()]
+    return values
+
+
+def _deciding_critical(n_alive: np.ndarray, df: np.ndarray, level: float,
+                       needed: np.ndarray) -> np.ndarray:
+    """A critical value for each comparison (sims, k, k) that decides it as its own (`_critical`
+    on its df, `df`) does: ``needed`` is the value at which the comparison's bound is 0 (it leaves
+    where its critical value is below). A pair's Welch df is any tenth, hundreds of (count, df)
+    a look, a few ms each; the critical value falls with the df, so the whole df below's value
+    decides a comparison whose ``needed`` is outside the values at the whole dfs around its df
+    (the tail: nearly every comparison), and only the few inside get their own."""
+    below, above = np.floor(df), np.ceil(df)
+    at_below = _critical_values(n_alive[:, None, None], below, level)
+    at_above = _critical_values(n_alive[:, None, None], above, level)
+    undecided = ((below != above) & (needed > at_above * (1 - 1e-9))
+                 & (needed <= at_below * (1 + 1e-9)))
+    if undecided.any():
+        own = _critical_values(np.broadcast_to(n_alive[:, None, None], df.shape)[undecided],
+                               df[undecided], level)
+        at_below = at_below.copy()
+        at_below[undecided] = own
+    return at_below
 
 
 def look(values: np.ndarray, alive: np.ndarray, level: float, first_look: bool) -> np.ndarray:
@@ -119,22 +144,30 @@ def look(values: np.ndarray, alive: np.ndarray, level: float, first_look: bool) 
     sims, seeds, k = values.shape
     means = values.mean(axis=1)
     n_alive = alive.sum(axis=1)
+    pairs = alive[:, :, None] & alive[:, None, :] & ~np.eye(k, dtype=bool)[None]
+    diff = means[:, :, None] - means[:, None, :]
     if seeds == 1:
         if not first_look:
             return np.zeros_like(alive)
         variance = np.ones((sims, k, k))
-        critical = np.broadcast_to(_table(n_alive, math.inf, level)[:, None, None], (sims, k, k))
+        df = np.full((sims, k, k), math.inf)
     else:
         squares = ((values - means[:, None, :]) ** 2).sum(axis=1)
         pooled = (squares * alive).sum(axis=1) / np.maximum(n_alive * (seeds - 1), 1)
         own = (squares[:, :, None] + squares[:, None, :]) / (2 * seeds - 2)
-        by_own = own > pooled[:, None, None]
+        # a pair's own variance where at least the pool (a tie, as two configs make, is the
+        # pair's), on its Welch-Satterthwaite df; else the pool on the pool's df
+        by_own = pairs & (own > 0) & (own >= pooled[:, None, None] * (1 - 1e-9))
         variance = np.where(by_own, own, pooled[:, None, None])
-        on_pool = _table(n_alive, seeds - 1, level, per_config=True)
-        on_own = _table(n_alive, 2 * seeds - 2, level)
-        critical = np.where(by_own, on_own[:, None, None], on_pool[:, None, None])
-    bound = means[:, :, None] - means[:, None, :] + critical * np.sqrt(variance * 2 / seeds)
-    pairs = alive[:, :, None] & alive[:, None, :] & ~np.eye(k, dtype=bool)[None]
+        spread = squares / (seeds - 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            welch = welch_df(spread[:, :, None], seeds, spread[:, None, :], seeds)
+        df = np.where(by_own, welch, (n_alive * (seeds - 1.0))[:, None, None])
+    se = np.sqrt(variance * 2 / seeds)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        needed = np.where(pairs, -diff / se, np.nan)
+    critical = _deciding_critical(n_alive, df, level, needed)
+    bound = diff + critical * se
     return alive & (np.where(pairs, bound, np.inf).min(axis=2) < 0)
 
 
