@@ -113,11 +113,14 @@ def test_a_look_s_decision_from_its_comparisons_in_memory() -> None:
 
 def test_tied_best_configs_of_unequal_seed_sd_are_the_stated_limit() -> None:
     """Issue 52, item 14: the level is calibrated on equal seed variances with the race's own look
-    (the pair rule included); a tied best pair of seed sd 1 and 0.25 (2 configs, 5 seeds) loses
-    each of them more often than alpha, and no level within reason fixes it (Bonferroni's 0.01 a
-    look does not either). The racing page states the measured figure, which this simulation
-    (other random numbers than bench/race_unequal.py's) reproduces within its Monte Carlo error;
-    the race's docstrings no longer say it keeps Tukey-Kramer's configs or leaves the slack."""
+    (the pair rule included, a pair's own variance on Welch's df); a tied best pair of seed sd 1
+    and 0.25 (2 configs, 5 seeds) loses each of them more often than alpha (6.8% by
+    bench/race_unequal.py; 7.9% when the pair's own variance was on the pooled 2n - 2 df, where
+    Bonferroni's 0.01 a look gave 5.4%): on Welch's df Bonferroni's level holds it, the
+    calibrated one (raised to spend what Welch's df leave unspent under equal variances) does
+    not. The racing page states the measured figure, which this simulation (other random
+    numbers than the bench's) reproduces within its Monte Carlo error; the race's docstrings no
+    longer say it keeps Tukey-Kramer's configs or leaves the slack."""
     root = Path(__file__).resolve().parents[1]
     page = (root / "docs/how-to/racing.md").read_text()
     stated = float(page.split("each of them leaves at some look in ")[1].split("%")[0]) / 100
@@ -129,7 +132,7 @@ def test_tied_best_configs_of_unequal_seed_sd_are_the_stated_limit() -> None:
     error = math.sqrt(measured * (1 - measured) / (2 * races))
     assert measured == pytest.approx(stated, abs=3 * error + 0.004)
     assert measured > 0.05 + 2 * error  # a real limit, not noise
-    assert elimination_rate(0.05 / 5, values, False, best=(0, 1)) > 0.05
+    assert elimination_rate(0.05 / 5, values, False, best=(0, 1)) < 0.05 - 2 * error
     # the control: equal seed sds at the same level spend about alpha
     equal = rng.standard_normal((races, 5, 2))
     assert elimination_rate(level, equal, False, best=(0, 1)) == pytest.approx(0.05, abs=0.015)

@@ -26,13 +26,14 @@ rate is `alpha` again, so the slack the pair rule leaves under equal variances i
 
 The limit: unequal seed variances among truly best configs. The level is calibrated where every
 config has the same seed variance; where two tied best configs differ in seed sd (1 against
-0.25) each of them leaves at some look in 7.9% of races with 2 configs and 5 seeds, 8.0% with 9
-configs (the 7 others far behind; the level 0.0178), 10.8% at sd 1 against 0.01. A level that held
-5% there would be below Bonferroni's `alpha / max_seeds` (0.0090 and 0.0030 against 0.01), which
-itself gives 5.4% and 8.3% (`bench/race_unequal.py`, 2000 races a design, ± 0.4;
-docs/how-to/racing.md). The cause is the df of the variance a pair rests on (a pooled variance's
-df overstate what two unequal variances carry), not the number of looks, so the race's level is
-not lowered for it: that would tax every race.
+0.25) each of them leaves at some look in 6.8% of races with 2 configs and 5 seeds (the level
+0.0252), 6.9% at sd 1 against 0.01, 6.2% with 9 configs (the 7 others far behind; 0.0278) and
+5.1% with 9 configs and a wave-1 variance (0.0178) (`bench/race_unequal.py`, 2000 races a
+design, ± 0.4; docs/how-to/racing.md). A pair's own variance on Welch's df took most of the
+former excess away (7.9%, 10.8% and 8.0% on the pooled 2n - 2 df); what remains comes from the
+level, raised to spend what Welch's df leave unspent where variances are equal (a level of
+0.0165 would hold 5% with 2 configs and 5 seeds). It is not lowered for the unequal case: that
+would tax every race.
 
 Wave 1 has one seed a config: its look can leave a config out only with a seed variance from
 elsewhere (a borrowed one, or a grid's additive residual). `first_look` says whether it has one;
