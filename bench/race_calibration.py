@@ -27,6 +27,7 @@ With ``--record`` each case's share is written to grpo/config/race_calibration.j
 dry run of a race prints as its expected case.
 
 Usage: python bench/race_calibration.py [--races 200] [--max-seeds 5] [--workers 2] [--record]
+       [--truths equal,"one better"] [--seed-sds 1.5,3]   (a subset: 4 CPU-s a race on 2 cores)
 """
 
 from __future__ import annotations
@@ -165,10 +166,20 @@ def main() -> None:
     parser.add_argument("--races", type=int, default=200, help="simulated races per cell")
     parser.add_argument("--max-seeds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--truths", default=",".join(TRUTHS),
+                        help="the truths to race, comma-separated (a subset: a bounded rerun)")
+    parser.add_argument("--seed-sds", default="1.5,3",
+                        help="the seed sds to race, in points, comma-separated")
     parser.add_argument("--record", action="store_true",
                         help=f"write each case's share to {CALIBRATION_FILE.name} (the dry run's expected case)")
     args = parser.parse_args()
-    cells = [(t, sd) for t in TRUTHS for sd in (0.015, 0.03)]
+    truths = [t.strip() for t in args.truths.split(",")]
+    sds = [float(sd) / 100 for sd in args.seed_sds.split(",")]
+    if unknown := [t for t in truths if t not in TRUTHS]:
+        parser.error(f"--truths: {', '.join(unknown)} not among {', '.join(TRUTHS)}")
+    if args.record and (truths != list(TRUTHS) or sds != [0.015, 0.03]):
+        parser.error("--record writes every case: drop --truths and --seed-sds")
+    cells = [(t, sd) for t in truths for sd in sds]
     jobs = [(t, sd, args.max_seeds, 1000 * i + r) for i, (t, sd) in enumerate(cells)
             for r in range(args.races)]
     start = time.time()

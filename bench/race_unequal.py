@@ -1,6 +1,7 @@
 """A race's calibrated level where tied best configs differ in seed sd (issue 52, item 14),
 through the race's own simulated look (``analysis.stats.race.look``: the pooled variance of the
-configs still in, or a pair's own where larger, Hsu's critical value on its df; the rule
+configs still in, or a pair's own where at least as large on its Welch-Satterthwaite df, Hsu's
+critical value on its df; the rule
 ``analysis.race.decide`` applies, checked against ``compare_sweep`` in tests/test_race_boundary.py).
 
 The race's level (``analysis.stats.race.boundary``) is calibrated where every config has one seed
@@ -13,7 +14,7 @@ sd: the calibration's own case, about 5%). ± is the Monte Carlo error (binomial
 ``2 x races`` truly best configs; the two of a race are not independent, so it is a little
 optimistic).
 
-Usage: nice -n 10 python bench/race_unequal.py [--races 2000]   (about 1 min on 2 shared cores)
+Usage: nice -n 10 python bench/race_unequal.py [--races 2000]   (about 20 s on 2 shared cores)
 """
 
 from __future__ import annotations

@@ -554,6 +554,29 @@ def test_hsu_s_critical_values_match_student_dunnett_s_table_and_a_monte_carlo()
             float(np.quantile(t.max(axis=1), 1 - alpha)), abs=0.02), alpha
 
 
+def test_hsu_s_critical_value_on_welch_s_fewest_df_at_a_race_s_level() -> None:
+    """A pair of 2 seeds each on Welch's df can rest on 1 df; among 9 configs at a race's
+    Bonferroni level 0.01 Hsu's critical value is 83.8, past the 50 the root search was bounded
+    by (a ValueError before): it lies between one comparison's quantile and Bonferroni's over
+    the 8, and a Monte Carlo of the maximum of 8 correlated t's on 1 df agrees."""
+    half = math.sqrt(0.5)
+    d = mcb_critical((half,) * 8, 1.0, 0.01)
+    assert float(stats.t.ppf(0.99, 1)) < d < float(stats.t.ppf(1 - 0.01 / 8, 1))
+    rng = np.random.default_rng(11)
+    n = 400_000
+    z = half * rng.standard_normal(n)[:, None] + half * rng.standard_normal((n, 8))
+    t = z / np.sqrt(rng.chisquare(1, n))[:, None]
+    assert float(np.mean(t.max(axis=1) > d)) == pytest.approx(0.01, abs=0.001)
+    assert d == pytest.approx(83.8, abs=0.1)
+    # a sweep of 9 configs x 2 seeds whose best pair is on about 1 df is compared, not refused
+    configs = [ConfigData("a", np.array([0.50, 0.70]))] + [
+        ConfigData(f"c{i}", np.array([0.40 + 0.01 * i, 0.40 + 0.01 * i + 1e-4])) for i in range(8)]
+    seeds = SeedVariance.pooled(configs)
+    assert pair_variance(configs[1], configs[0], seeds)[1] == 1.0
+    u = compare_sweep(configs, "a", {}, 10, seeds, alpha=0.01)
+    assert set(u.bounds) == {c.label for c in configs} and "c0" in u.could_be_best
+
+
 def test_the_configs_that_could_be_best_are_those_hsu_s_upper_bound_keeps() -> None:
     """Config i stays while min over j of (mean_i - mean_j + d_i se_ij) >= 0, d_i its own
     critical value (its seeds against each other's); computed by hand here."""

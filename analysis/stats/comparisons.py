@@ -53,6 +53,7 @@ from analysis.stats.variance import (
     comparable,
     equal_variance_test,
     problems_apart,
+    welch_df,
 )
 
 Verdict = Literal["better", "worse", "not distinguishable", "undecided", "no interval"]
@@ -141,9 +142,8 @@ def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[fl
     difference's standard error is sqrt(variance x (1 / n_a + 1 / n_b)). The sweep's ``seeds``
     (usable), or the two configs' own where that is at least as large: Welch's, the variance of
     the difference s_a^2 / n_a + s_b^2 / n_b over (1 / n_a + 1 / n_b), on the
-    Welch-Satterthwaite df (s_a^2 / n_a + s_b^2 / n_b)^2 / sum_i (s_i^2 / n_i)^2 / (n_i - 1)
-    (Games-Howell's; rounded down to a tenth, so the critical values are cached), between the
-    smaller config's n - 1 and n_a + n_b - 2. Seed variances differ across a learning-rate sweep
+    Welch-Satterthwaite df (:func:`~analysis.stats.variance.welch_df`: Games-Howell's, rounded
+    down to a tenth), between the smaller config's n - 1 and n_a + n_b - 2. Seed variances differ across a learning-rate sweep
     (configs at a floor vary little); the sweep's pool then understates the learning configs'
     and calls differences between them that are not there (9% of all-equal sweeps of 6 learning
     and 3 near-floor configs, 3 seeds each); and where one config of a pair varies much less
@@ -153,13 +153,10 @@ def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[fl
     own estimate happens to be the larger (``bench/unequal_variance_calibration.py``,
     docs/explanations/how-sure.md)."""
     if a.n_seeds > 1 and b.n_seeds > 1:
-        means = (float(np.var(a.seed_values, ddof=1)) / a.n_seeds,  # each config mean's variance
-                 float(np.var(b.seed_values, ddof=1)) / b.n_seeds)
-        own = sum(means) / (1 / a.n_seeds + 1 / b.n_seeds)
+        var_a, var_b = (float(np.var(c.seed_values, ddof=1)) for c in (a, b))
+        own = (var_a / a.n_seeds + var_b / b.n_seeds) / (1 / a.n_seeds + 1 / b.n_seeds)
         if own > 0 and own >= seeds.variance * (1 - 1e-9):  # a tie (the pool is the pair): own
-            df = sum(means) ** 2 / sum(m ** 2 / (c.n_seeds - 1)
-                                       for m, c in zip(means, (a, b), strict=True))
-            return own, math.floor(round(10 * df, 6)) / 10
+            return own, float(welch_df(var_a, a.n_seeds, var_b, b.n_seeds))
     return seeds.variance, float(seeds.df)
 
 

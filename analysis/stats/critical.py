@@ -82,4 +82,17 @@ def mcb_critical(lambdas: tuple[float, ...], df: float, alpha: float = ALPHA) ->
     def coverage(d: float) -> float:
         return float(_max_normal_cdf(d * scales, lam) @ weights)
 
-    return float(optimize.brentq(lambda d: coverage(d) - (1 - alpha), 0.0, 50.0, xtol=1e-7))
+    # d lies between one comparison's quantile and Bonferroni's over the k - 1 (positively
+    # correlated comparisons); the bracket widens only where the quadrature says otherwise
+    low = float(special.stdtrit(df, 1 - alpha)) if math.isfinite(df) else float(special.ndtri(1 - alpha))
+    high = (float(special.stdtrit(df, 1 - alpha / len(lam))) if math.isfinite(df)
+            else float(special.ndtri(1 - alpha / len(lam))))
+    def excess(d: float) -> float:
+        return coverage(d) - (1 - alpha)
+
+    try:
+        return float(optimize.brentq(excess, low, high, xtol=1e-7))
+    except ValueError:  # the quadrature put d just outside the bracket
+        while excess(high) < 0:
+            high *= 2
+        return float(optimize.brentq(excess, 0.0, high, xtol=1e-7))

@@ -15,8 +15,8 @@ The simulation is the least favourable case of comparisons with the best: every 
 of them truly best), each seed's value of a config an independent standard normal (the scale
 cancels), `sims` races with common random numbers (one fixed generator seed: the same level on
 every machine). Each look is the project's rule on equal seed counts: the pooled variance of the
-configs still in, or a pair's own where larger (its df), Hsu's one-sided critical value for the
-configs still in, a config leaves where its bound is below 0; a config that leaves gets no more
+configs still in, or a pair's own where at least as large (on its Welch-Satterthwaite df,
+`analysis.stats.variance.welch_df`), Hsu's one-sided critical value for the configs still in, a config leaves where its bound is below 0; a config that leaves gets no more
 seeds. The rate is the share of configs that leave at some look (each config truly best), and the
 level is found by bisection between `alpha / max_seeds` (whose rate is at most `alpha`) and
 `alpha` (a look never compares above the race's `alpha`). The simulated look is the race's rule
@@ -26,13 +26,14 @@ rate is `alpha` again, so the slack the pair rule leaves under equal variances i
 
 The limit: unequal seed variances among truly best configs. The level is calibrated where every
 config has the same seed variance; where two tied best configs differ in seed sd (1 against
-0.25) each of them leaves at some look in 7.9% of races with 2 configs and 5 seeds, 8.0% with 9
-configs (the 7 others far behind; the level 0.0178), 10.8% at sd 1 against 0.01. A level that held
-5% there would be below Bonferroni's `alpha / max_seeds` (0.0090 and 0.0030 against 0.01), which
-itself gives 5.4% and 8.3% (`bench/race_unequal.py`, 2000 races a design, ± 0.4;
-docs/how-to/racing.md). The cause is the df of the variance a pair rests on (a pooled variance's
-df overstate what two unequal variances carry), not the number of looks, so the race's level is
-not lowered for it: that would tax every race.
+0.25) each of them leaves at some look in 6.8% of races with 2 configs and 5 seeds (the level
+0.0252), 6.9% at sd 1 against 0.01, 6.2% with 9 configs (the 7 others far behind; 0.0278) and
+5.1% with 9 configs and a wave-1 variance (0.0178) (`bench/race_unequal.py`, 2000 races a
+design, ± 0.4; docs/how-to/racing.md). A pair's own variance on Welch's df took most of the
+former excess away (7.9%, 10.8% and 8.0% on the pooled 2n - 2 df); what remains comes from the
+level, raised to spend what Welch's df leave unspent where variances are equal (a level of
+0.0165 would hold 5% with 2 configs and 5 seeds). It is not lowered for the unequal case: that
+would tax every race.
 
 Wave 1 has one seed a config: its look can leave a config out only with a seed variance from
 elsewhere (a borrowed one, or a grid's additive residual). `first_look` says whether it has one;
@@ -55,6 +56,7 @@ import numpy as np
 
 from analysis.stats.comparisons import SweepComparisons
 from analysis.stats.critical import mcb_critical
+from analysis.stats.variance import welch_df
 
 SIMS = 4000
 """Simulated races of the calibration: the rate's Monte Carlo error is about 0.1 point."""
@@ -102,13 +104,37 @@ def _critical(alive: int, df: float, level: float) -> float:
     return math.inf if alive < 2 else mcb_critical((EQUAL_SEEDS,) * (alive - 1), df, level)
 
 
-def _table(n_alive: np.ndarray, df: float, level: float, per_config: bool = False) -> np.ndarray:
-    """Each race's critical value by its configs still in (`n_alive`, (sims,)), on `df` degrees
-    of freedom (times the configs still in where `per_config`: the pooled variance's df),
-    computed once for each count that occurs."""
-    counts = np.unique(n_alive)
-    values = {int(a): _critical(int(a), df * a if per_config else df, level) for a in counts}
-    return np.array([values[int(a)] for a in n_alive])
+def _critical_values(n_alive: np.ndarray, df: np.ndarray, level: float) -> np.ndarray:
+    """`_critical` of each comparison, by its race's configs still in (`n_alive`, broadcast
+    against `df`) and its df (`df`), computed once for each (count, df) that occurs."""
+    counts = np.broadcast_to(n_alive, df.shape)
+    values = np.empty(df.shape)
+    for a in np.unique(counts):
+        at = counts == a
+        dfs, where = np.unique(df[at], return_inverse=True)
+        values[at] = np.array([_critical(int(a), float(d), level) for d in dfs])[where.ravel()]
+    return values
+
+
+def _deciding_critical(n_alive: np.ndarray, df: np.ndarray, level: float,
+                       needed: np.ndarray) -> np.ndarray:
+    """A critical value for each comparison (sims, k, k) that decides it as its own (`_critical`
+    on its df, `df`) does: ``needed`` is the value at which the comparison's bound is 0 (it leaves
+    where its critical value is below). A pair's Welch df is any tenth, hundreds of (count, df)
+    a look, a few ms each; the critical value falls with the df, so the whole df below's value
+    decides a comparison whose ``needed`` is outside the values at the whole dfs around its df
+    (the tail: nearly every comparison), and only the few inside get their own."""
+    below, above = np.floor(df), np.ceil(df)
+    at_below = _critical_values(n_alive[:, None, None], below, level)
+    at_above = _critical_values(n_alive[:, None, None], above, level)
+    undecided = ((below != above) & (needed > at_above * (1 - 1e-9))
+                 & (needed <= at_below * (1 + 1e-9)))
+    if undecided.any():
+        own = _critical_values(np.broadcast_to(n_alive[:, None, None], df.shape)[undecided],
+                               df[undecided], level)
+        at_below = at_below.copy()
+        at_below[undecided] = own
+    return at_below
 
 
 def look(values: np.ndarray, alive: np.ndarray, level: float, first_look: bool) -> np.ndarray:
@@ -119,22 +145,30 @@ def look(values: np.ndarray, alive: np.ndarray, level: float, first_look: bool) 
     sims, seeds, k = values.shape
     means = values.mean(axis=1)
     n_alive = alive.sum(axis=1)
+    pairs = alive[:, :, None] & alive[:, None, :] & ~np.eye(k, dtype=bool)[None]
+    diff = means[:, :, None] - means[:, None, :]
     if seeds == 1:
         if not first_look:
             return np.zeros_like(alive)
         variance = np.ones((sims, k, k))
-        critical = np.broadcast_to(_table(n_alive, math.inf, level)[:, None, None], (sims, k, k))
+        df = np.full((sims, k, k), math.inf)
     else:
         squares = ((values - means[:, None, :]) ** 2).sum(axis=1)
         pooled = (squares * alive).sum(axis=1) / np.maximum(n_alive * (seeds - 1), 1)
         own = (squares[:, :, None] + squares[:, None, :]) / (2 * seeds - 2)
-        by_own = own > pooled[:, None, None]
+        # a pair's own variance where at least the pool (a tie, as two configs make, is the
+        # pair's), on its Welch-Satterthwaite df; else the pool on the pool's df
+        by_own = pairs & (own > 0) & (own >= pooled[:, None, None] * (1 - 1e-9))
         variance = np.where(by_own, own, pooled[:, None, None])
-        on_pool = _table(n_alive, seeds - 1, level, per_config=True)
-        on_own = _table(n_alive, 2 * seeds - 2, level)
-        critical = np.where(by_own, on_own[:, None, None], on_pool[:, None, None])
-    bound = means[:, :, None] - means[:, None, :] + critical * np.sqrt(variance * 2 / seeds)
-    pairs = alive[:, :, None] & alive[:, None, :] & ~np.eye(k, dtype=bool)[None]
+        spread = squares / (seeds - 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            welch = welch_df(spread[:, :, None], seeds, spread[:, None, :], seeds)
+        df = np.where(by_own, welch, (n_alive * (seeds - 1.0))[:, None, None])
+    se = np.sqrt(variance * 2 / seeds)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        needed = np.where(pairs, -diff / se, np.nan)
+    critical = _deciding_critical(n_alive, df, level, needed)
+    bound = diff + critical * se
     return alive & (np.where(pairs, bound, np.inf).min(axis=2) < 0)
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
 from analysis.stats.levels import ALPHA, POWER, p_text
@@ -167,6 +168,21 @@ class SeedVariance:
     @staticmethod
     def missing(why: str) -> SeedVariance:
         return SeedVariance(math.nan, 0, "none", why)
+
+
+def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike,
+             n_b: ArrayLike) -> np.ndarray:
+    """The Welch-Satterthwaite df of a difference of two configs' means, seed variances
+    ``variance_a`` and ``variance_b`` over ``n_a`` and ``n_b`` (>= 2) seeds: (v_a / n_a + v_b /
+    n_b)^2 / sum_i (v_i / n_i)^2 / (n_i - 1), rounded down to a tenth (so that critical values
+    cache), between the smaller config's n - 1 and n_a + n_b - 2; elementwise over arrays (a
+    0-d array for scalars). The one rule for a pair's own df: the pair rule
+    (``analysis.stats.comparisons.pair_variance``), the race's simulated look
+    (``analysis.stats.race.look``) and the power stated before launch read it."""
+    a = np.asarray(variance_a, dtype=float) / n_a
+    b = np.asarray(variance_b, dtype=float) / n_b
+    df = (a + b) ** 2 / (a ** 2 / (np.asarray(n_a) - 1) + b ** 2 / (np.asarray(n_b) - 1))
+    return np.floor(np.round(10 * df, 6)) / 10
 
 
 def df_text(df: float) -> str:
