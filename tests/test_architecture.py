@@ -45,7 +45,12 @@ PLANTED = [
     ("grpo/core/losses.py", "from grpo.training import batch_plan", {"layers", "math", "acyclic"}),
     ("grpo/core/masking.py", "import grpo.grading.rewards", {"layers", "math"}),
     ("grpo/grading/rewards.py", "from grpo.data import toy_task", {"layers", "acyclic"}),
-    ("grpo/rollout/base.py", "from grpo.models import loading", {"layers", "torch_free"}),
+    # the dry run no longer reaches rollout.base (the sweep's cost reads is_evaluation_step from
+    # grpo.run.outcomes), so this breaks the layers alone; in a module the dry run and analysis
+    # do reach (outcomes), it breaks theirs too, and closes a cycle (models reads run)
+    ("grpo/rollout/base.py", "from grpo.models import loading", {"layers"}),
+    ("grpo/run/outcomes.py", "from grpo.models import loading",
+     {"layers", "torch_free", "analysis", "acyclic"}),
     ("grpo/run/health.py", "from grpo.sweep import overrides", {"layers", "acyclic"}),
     ("grpo/run/health.py", "from grpo.rollout import base", {"layers"}),  # run sits below rollout
     ("grpo/training/batch_plan.py", "from grpo.config import rules", {"layers", "acyclic"}),

@@ -294,13 +294,13 @@ def test_configs_whose_outcome_files_show_the_same_problems_are_compared(tmp_pat
     compared ... (evaluated on other validation problems (problem sets or outcome digests
     differ))" because their config keys differ: the files decide where both configs have them.
     Where one config's runs kept no outcome files, the keys decide, and the reason names them."""
-    sweep = write_sweep(tmp_path / "s", {"eval.n_examples": (25, 1024)}, seeds=(0, 1),
+    sweep = write_sweep(tmp_path / "s", {"eval.n_examples": (25, 1024)}, seeds=(0, 1, 2),
                         quality=lambda c: 0.5 if c["eval.n_examples"] == 25 else 0.3,
                         problems=lambda c: (25, "ab" * 32))
     (c,) = rank(collect([sweep])).uncertainty.against_best()
     assert (c.config, c.reference) == ("eval.n_examples=1024", "eval.n_examples=25")
     assert c.verdict == "worse" and c.why == ""
-    for job in (2, 3):
+    for job in (3, 4, 5):  # eval.n_examples=1024's runs
         for path in (sweep / str(job) / "eval_outcomes").iterdir():
             path.unlink()
     (c,) = rank(collect([sweep])).uncertainty.against_best()
