@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
+from grpo.run.outcomes import EvalOutcomes, write_outcomes
+
 BASE_CONFIG: dict[str, Any] = {
     "experiment_name": "synthetic",
     "seed": 0,
@@ -165,15 +167,21 @@ def _reward(value: float) -> float:
 def write_grid_sweep(sweep_dir: Path, grid: Mapping[str, Sequence[Any]], n_steps: int = 200,
                      eval_every: int = 10, n_seeds: int = 1,
                      unstable: Mapping[int, str] | None = None,
-                     data_seed: int | None = None) -> list[dict[str, Any]]:
+                     data_seed: int | None = None, base: Mapping[str, Any] = BASE_CONFIG,
+                     outcomes: tuple[str, int] | None = None) -> list[dict[str, Any]]:
     """Write a cartesian sweep over ``grid`` (x ``n_seeds`` seeds when above 1) and return each
     job's overrides. Config ``i`` (in grid order) reaches a reward in [0.25, 0.9]; its runs
     complete, or stop as ``unstable[i]`` (``collapsed`` / ``diverged``). With ``data_seed``, the
     runs' noise is drawn from it and each config learns at its own pace (time constants uniform
-    in [0.1, 0.6] of the run), so that curves cross: a config slow to start may end best."""
+    in [0.1, 0.6] of the run), so that curves cross: a config slow to start may end best.
+    ``base``: the runs' config under the grid's values (a composed config's container makes the
+    sweep one of that model and data). ``outcomes`` (problems digest, number of problems): each
+    evaluation also writes its per-problem outcomes (``grpo.run.outcomes``, one response a
+    problem), 0/1 on a seeded subset of the problems, its logged eval/reward rounded to that
+    subset's share so that the file's mean is the logged reward."""
     seeds = {"seed": list(range(n_seeds))} if n_seeds > 1 else {}
     task = [f"{key}={','.join(map(str, values))}" for key, values in {**grid, **seeds}.items()]
-    write_multirun(sweep_dir, task)
+    write_multirun(sweep_dir, task, config=base)
     configs = list(itertools.product(*grid.values()))
     paces = (np.random.default_rng(data_seed).uniform(0.1, 0.6, len(configs))
              if data_seed is not None else [0.25] * len(configs))
@@ -192,6 +200,23 @@ def write_grid_sweep(sweep_dir: Path, grid: Mapping[str, Sequence[Any]], n_steps
             status = {"status": stop or "completed", "reason": stop and f"synthetic {stop} run",
                       "last_step": last, "n_grpo_steps": n_steps, "restarts": 0,
                       "updated_at": "2025-01-01T00:00:00"}
-            write_run(sweep_dir / str(job), overrides, rows, status)
+            if outcomes is not None:
+                _write_outcomes(sweep_dir / str(job), rows, *outcomes, seed=job)
+            write_run(sweep_dir / str(job), overrides, rows, status, base=base)
             jobs.append(overrides)
     return jobs
+
+
+def _write_outcomes(run_dir: Path, rows: list[dict[str, Any]], digest: str, n_problems: int,
+                    seed: int) -> None:
+    """Each evaluation of ``rows`` as an outcomes file of ``n_problems`` 0/1 rewards (problems
+    ``digest``) right on a seeded subset; the row's eval/reward is set to the subset's share."""
+    rng = np.random.default_rng(seed)
+    for row in rows:
+        if "eval/reward" in row:
+            right = round(row["eval/reward"] * n_problems)
+            row["eval/reward"] = right / n_problems
+            rewards = np.zeros(n_problems)
+            rewards[rng.choice(n_problems, right, replace=False)] = 1.0
+            write_outcomes(run_dir, EvalOutcomes(int(row["step"]), 1, digest,
+                                                 tuple(float(r) for r in rewards)))

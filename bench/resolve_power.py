@@ -5,7 +5,7 @@ count how often config 1 leaves the set that could be the best (Hsu's bound belo
 the analysis has, ± its Monte Carlo error. Two rules: the former normal approximation, (Hsu's
 critical value + z_0.8) standard errors on the pool's df; and what ``resolve`` and the dry run
 use now, ``analysis.stats.power.power_against_best`` (noncentral t on the pair's own df,
-``detectable_difference``). Goal: stated within 5 points of simulated.
+``own_df``: Welch's df averaged over the sample variances, ``detectable_difference``). Goal: stated within 5 points of simulated.
 
 Usage: python bench/resolve_power.py [--sweeps 400]
 """

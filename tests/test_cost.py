@@ -245,11 +245,14 @@ def test_the_dry_run_says_what_the_sweep_can_find_with_an_assumed_seed_sd(tmp_pa
     out = launch(*sweep, "analysis.assumed_seed_sd=0.05")
     assert out.returncode == 0, out.stderr[-2000:]
     grid = float(out.stdout.split("cost: 3 jobs, ")[1].split()[0])
-    lines = out.stdout.split("power (analysis.assumed_seed_sd=0.05): ")[1].splitlines()
+    lines = out.stdout.split("power (analysis.assumed_seed_sd=0.05; the comparisons will rest on "
+                             "no seed variance): ")[1].splitlines()
     assert lines[0].startswith("at 80% power, the smallest difference from the best of 3 configs")
-    two, three = (detectable_difference(0.05 * (2 / n) ** 0.5, 3, 2.0 * n - 2) for n in (2, 3))
-    assert 0.14 < three < 0.15 < 0.25 < two < 0.26  # 2 seeds: 2 df of its own; 3: 4 df
-    assert power_against_best(three, 0.05 * (2 / 3) ** 0.5, 3, 4.0) == pytest.approx(0.8, abs=1e-4)
+    # the pair's own df: Welch's averaged over the sample variances (own_df), 1.3 at 2 seeds and
+    # 3.0 at 3, not 2n - 2 (which found 0.25 and 0.14, at a power the analysis does not have)
+    two, three = (detectable_difference(0.05 * (2 / n) ** 0.5, 3, df) for n, df in ((2, 1.3), (3, 3.0)))
+    assert 0.16 < three < 0.17 < 0.39 < two < 0.40
+    assert power_against_best(three, 0.05 * (2 / 3) ** 0.5, 3, 3.0) == pytest.approx(0.8, abs=1e-4)
     # the learning rate's main effect: 3 levels, 2 (3) runs a level, the pooled 3 (6) df
     effect_two, effect_three = (detectable_main_effect(0.05, 3, n, 3.0 * (n - 1)) for n in (2, 3))
     assert lines[1].startswith("  1 seed a config (this sweep): no seed variance of its own")
@@ -262,7 +265,7 @@ def test_the_dry_run_says_what_the_sweep_can_find_with_an_assumed_seed_sd(tmp_pa
     assert priced == pytest.approx(3 * grid, rel=0.2)  # the grid's line is rounded to 2 decimals
     # as a race to 3 seeds: the last look alone, at the race's level (no variance at wave 1)
     level = boundary(3, 3, 0.05, False).level
-    race = detectable_difference(0.05 * (2 / 3) ** 0.5, 3, 4.0, level)
+    race = detectable_difference(0.05 * (2 / 3) ** 0.5, 3, 3.0, level)
     assert lines[4].startswith(f"  as a race (race.max_seeds=3, not set here): {race:.3f} from "
                                f"the best by its last look alone (each look at {level:.3g}; ")
     assert race > three
@@ -274,28 +277,43 @@ def test_the_dry_run_says_what_the_sweep_can_find_with_an_assumed_seed_sd(tmp_pa
 
 
 def test_the_dry_run_reads_what_a_named_sweep_lends(tmp_path: Path) -> None:
-    """With analysis.seed_variance_from naming a finished two-seed sweep, the dry run's power
-    rests on that sweep's pooled seed variance (inflated to its upper 95% bound where this sweep
-    runs settings it did not), and a one-seed sweep's comparisons on its df; a sweep with one
-    seed a config lends nothing, and the dry run says why."""
+    """With analysis.seed_variance_from naming a finished two-seed sweep of this sweep's design
+    (a synthetic tiny/toy sweep: the launching jobs' composed config, their 600 steps evaluated
+    every 50, outcome files of the toy validation problems), the dry run's power rests on that
+    sweep's pooled seed variance (inflated to its upper 95% bound where this sweep runs settings
+    it did not), and a one-seed sweep's comparisons on its df; a sweep with one seed a config
+    lends nothing, and a sweep of another design (a Qwen/MATH sweep) is refused with the report's
+    reason (analysis.aggregate.borrow_variance on the planned design); the dry run says why."""
     import math
 
-    from analysis.aggregate import rank
+    from hydra import compose, initialize_config_dir
+
+    from analysis.aggregate import planned_design, rank
     from analysis.collect import collect
     from analysis.stats.power import detectable_difference
     from analysis.stats.variance import upper_bound_factor
     from analysis.synthetic import write_grid_sweep
+    from grpo.data.datasets import load_examples, run_data_config
 
+    toy = ("model=tiny", "data=toy", "rollout=hf")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=list(toy))
+    (digest,), at_step = planned_design([cfg])[0].digests, int(cfg.n_grpo_steps)
+    problems = len(load_examples(run_data_config(OmegaConf.to_container(cfg.data, resolve=True),
+                                                 int(cfg.eval.n_examples)), "validation"))
+    assert (at_step, cfg.eval.eval_every, problems) == (600, 50, 25)
+    like_this = {"n_steps": at_step, "eval_every": int(cfg.eval.eval_every),
+                 "base": OmegaConf.to_container(cfg, resolve=True), "outcomes": (digest, problems)}
     source = tmp_path / "source"
-    write_grid_sweep(source, {"learning_rate": [1e-5, 3e-4]}, n_seeds=3)
+    write_grid_sweep(source, {"learning_rate": [1e-5, 3e-4]}, n_seeds=3, **like_this)
     seeds = rank(collect([source])).uncertainty.seeds
-    sweep = ("-m", "model=tiny", "data=toy", "rollout=hf", "learning_rate=1e-5,3e-4,3e-3",
-             "dry_run=true", f"paths.output_root={tmp_path}")
+    sweep = ("-m", *toy, "learning_rate=1e-5,3e-4,3e-3", "dry_run=true",
+             f"paths.output_root={tmp_path / 'outputs'}")
     out = launch(*sweep, f"analysis.seed_variance_from={source}")
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.split("power (borrowed: ")[1].splitlines()
-    assert f"from the seeds of sweep {source} at step " in lines[0] and seeds.df == 4
-    # learning_rate=3e-3 (and the toy's loss) were not run there: inflated x2.25 on 4 df
+    assert f"from the seeds of sweep {source} at step {at_step}" in lines[0] and seeds.df == 4
+    # learning_rate=3e-3 was not run there: inflated x2.25 on 4 df
     factor = upper_bound_factor(seeds.df)
     assert f"inflated x{factor:.2f} to its upper 95% confidence bound" in lines[0]
     sd = math.sqrt(seeds.variance * factor)
@@ -313,7 +331,7 @@ def test_the_dry_run_reads_what_a_named_sweep_lends(tmp_path: Path) -> None:
     assert checked.returncode == 0 and "dry run: 4 jobs, nothing submitted" in checked.stdout
     assert checked.stdout.split("power (borrowed: ")[1].splitlines()[2] == (
         "  check seeds: this sweep runs 1 (analysis.check_seeds=1, priced above); they test the "
-        "borrowed variance, measured on other settings (analysis.stats.variance.check)")
+        "borrowed variance (analysis.stats.variance.check)")
     # a 3 x 2 grid of one seed: its comparisons rest on its own additive residual (2 df), which
     # a borrowed variance of 4 df is not pooled with (no test could tell them apart)
     out = launch(*sweep, "off_policy.epochs=1,2", f"analysis.seed_variance_from={source}")
@@ -325,7 +343,25 @@ def test_the_dry_run_reads_what_a_named_sweep_lends(tmp_path: Path) -> None:
     assert grid_line.startswith(f"  1 seed a config (this sweep): {found:.3f} from the best on "
                                 "the grid's additive residual's 2 df; main effects: ")
     one_seed = tmp_path / "one_seed"
-    write_grid_sweep(one_seed, {"learning_rate": [1e-5, 3e-4]})
+    write_grid_sweep(one_seed, {"learning_rate": [1e-5, 3e-4]}, **like_this)
     out = launch(*sweep, f"analysis.seed_variance_from={one_seed}")
-    assert (f"power: nothing to borrow from analysis.seed_variance_from: none: {one_seed}: it has "
-            "no config with two or more seeds") in out.stdout
+    assert (f"power: nothing to borrow from analysis.seed_variance_from: none: cannot borrow from "
+            f"{one_seed} (named by analysis.seed_variance_from): it has no config with two or "
+            "more seeds") in out.stdout
+    # a three-seed sweep of another design (the Qwen/MATH synthetic sweep, no outcome files):
+    # refused with the report's reason (its compared step first; at 600 steps, its model), and
+    # no check seed is offered for a variance that will not be lent
+    for steps, reason in ((200, "its compared step is 200, this sweep's 600"),
+                          (600, "its model {qwen2.5-math-1.5b|None} differ from this sweep's "
+                                "{tiny|" + str(cfg.model.path) + "}")):
+        other = tmp_path / f"qwen_{steps}"
+        write_grid_sweep(other, {"learning_rate": [1e-5, 3e-4]}, n_steps=steps, eval_every=50,
+                         n_seeds=3)
+        out = launch(*sweep, f"analysis.seed_variance_from={other}")
+        assert out.returncode == 0, out.stderr[-2000:]
+        (refused,) = [line for line in out.stdout.splitlines() if line.startswith("power")]
+        assert refused.startswith(
+            f"power: nothing to borrow from analysis.seed_variance_from: none: cannot borrow from "
+            f"{other} (named by analysis.seed_variance_from): {reason}; the comparisons will "
+            "rest on no seed variance"), refused
+        assert "check seed" not in out.stdout

@@ -5,13 +5,15 @@ that would tell two configs apart (:func:`resolve`, the report's "what would dec
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import special
 
 from analysis.stats.critical import mcb_critical
 from analysis.stats.levels import ALPHA, POWER
+from analysis.stats.variance import welch_df
 
 MANY_SEEDS = 10
 """Seeds per config beyond which `resolve` says the difference is too small to be worth it."""
@@ -25,11 +27,12 @@ def power_against_best(diff: float, se: float, family: int, df: float,
     the best out of the set that could be the best, ``se`` the standard error of the two
     configs' difference, among ``family`` configs of equal seeds, on ``df`` degrees of freedom:
     P(T' > d) for T' noncentral t with noncentrality diff / se, d Hsu's critical value on ``df``
-    (``scipy.stats.nct``). Give it the pair's own df (2 x seeds - 2) where configs have seeds:
+    (``scipy.stats.nct``). Give it the pair's own df (:func:`own_df`) where configs have seeds:
     the analysis judges a pair on its own variance where that is the larger (:func:`analysis.stats.comparisons.pair_variance`),
     and on the pool's df the normal approximation stated 80% where the analysis had 47-71%
-    (``bench/resolve_power.py``); on the pair's df it is within 5 points from 3 seeds a config
-    and conservative below. ``alpha``: the comparisons' family-wise rate (a race's look level)."""
+    (``bench/resolve_power.py``); on :func:`own_df` the analysis had 79.8-82.5% (± 2.0) at 2-5
+    seeds a config among 3 and 9. ``alpha``: the comparisons' family-wise rate (a race's look
+    level)."""
     from scipy import stats
 
     lambdas = (round(math.sqrt(0.5), 6),) * max(family - 1, 1)
@@ -39,18 +42,45 @@ def power_against_best(diff: float, se: float, family: int, df: float,
     return float(stats.nct.sf(critical, df, diff / se))
 
 
+OWN_DF_NODES = 512
+"""Quantiles of the two sample variances' ratio `own_df` averages Welch's df over."""
+
+
 def own_df(seeds: int) -> float:
-    """The df a pair of configs of ``seeds`` seeds each has of its own (:func:`analysis.stats.comparisons.pair_variance`)."""
-    return float(2 * seeds - 2)
+    """The df a pair of configs of ``seeds`` seeds each rests on of its own
+    (:func:`analysis.stats.comparisons.pair_variance`): Welch's df
+    (:func:`analysis.stats.variance.welch_df`, the pair rule's) averaged over the ratio of the two
+    sample variances where the true ones are equal (F on (n - 1, n - 1) df, ``OWN_DF_NODES``
+    quantiles), floored to a tenth: 1.3, 3.0, 4.9 and 6.7 at 2, 3, 4 and 5 seeds, not 2n - 2
+    (Welch's df at equal sample variances, which stated 80% where the analysis had 67-69% at 2
+    and 3 seeds a config among 9, ``bench/resolve_power.py``); 0 for one seed."""
+    if seeds < 2:
+        return 0.0
+    ratio = special.fdtri(seeds - 1, seeds - 1, (np.arange(OWN_DF_NODES) + 0.5) / OWN_DF_NODES)
+    return float(math.floor(10 * float(np.mean(welch_df(ratio, seeds, 1.0, seeds)))) / 10)
+
+
+def _smallest_found(power: Callable[[float], float], scale: float) -> float:
+    """The smallest difference (in the units of ``scale``, a standard error or a seed sd > 0) at
+    which ``power``, increasing in the difference, reaches :data:`POWER`: the bracket starts at
+    100 x ``scale`` and grows tenfold until the power passes :data:`POWER` (on the 1.3 df of a
+    pair of two-seed configs Hsu's critical value at a race's look level can pass 100 standard
+    errors), up to 10^12 x ``scale``."""
+    from scipy import optimize
+
+    low, high = 1e-9 * scale, 100 * scale
+    while power(high) < POWER:
+        if high > 1e12 * scale:
+            raise ValueError(f"no difference up to {high / scale:.3g} x {scale:g} reaches "
+                             f"{POWER:.0%} power")
+        low, high = high, 10 * high
+    return float(optimize.brentq(lambda diff: power(diff) - POWER, low, high, xtol=1e-6 * scale))
 
 
 def detectable_difference(se: float, family: int, df: float, alpha: float = ALPHA) -> float:
     """The smallest difference from the best that :func:`power_against_best` finds at
     :data:`POWER` for a difference of standard error ``se`` among ``family`` configs on ``df``."""
-    from scipy import optimize
-
-    return float(optimize.brentq(lambda diff: power_against_best(diff, se, family, df, alpha)
-                                 - POWER, 1e-9 * se, 100 * se, xtol=1e-6 * se))
+    return _smallest_found(lambda diff: power_against_best(diff, se, family, df, alpha), se)
 
 
 def error_df(cells: int, levels: Sequence[int], seeds: int) -> int:
@@ -79,11 +109,7 @@ def power_main_effect(diff: float, sd: float, levels: int, runs_per_level: float
 def detectable_main_effect(sd: float, levels: int, runs_per_level: float, df: float) -> float:
     """The smallest difference between two of a key's levels that :func:`power_main_effect`
     finds at :data:`POWER`."""
-    from scipy import optimize
-
-    return float(optimize.brentq(
-        lambda diff: power_main_effect(diff, sd, levels, runs_per_level, df) - POWER,
-        1e-9 * sd, 100 * sd, xtol=1e-6 * sd))
+    return _smallest_found(lambda diff: power_main_effect(diff, sd, levels, runs_per_level, df), sd)
 
 
 @dataclass(frozen=True)
