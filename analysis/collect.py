@@ -60,7 +60,8 @@ step 0, which is the policy before training), ``problems``). A sweep directory
 without any run directory is an error. Runs that differ only in
 ``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``; the
 configs of a promoted preset (``+promoted/<NAME>=top1,...``, ``python -m analysis promote``) are
-labelled so too, by the values their options set that differ between the runs.
+labelled so too, by the values their options set that differ between the runs
+(:mod:`analysis.config_names`, which the watch, the summary and the dry run read too).
 
 A run is one run however it is reached: runs are identified by what they are, never by the path
 given. A sweep directory named twice (a link to it, a relative and an absolute path, the same
@@ -90,7 +91,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from analysis.formatting import LABEL, format_value, sort_key
+from analysis.config_names import config_label, naming_keys, value_of
+from analysis.formatting import LABEL, sort_key
 from analysis.run_rows import (
     ELAPSED,
     EVAL_REWARD,
@@ -102,8 +104,6 @@ from analysis.run_rows import (
     read_status,
     with_floats,
 )
-from grpo.config.keys import PRESET_GROUPS, PROMOTED_GROUP
-from grpo.config.rules import leaf_keys
 from grpo.run.files import (
     MAX_METRICS_BYTES,
     RunFileError,
@@ -112,7 +112,7 @@ from grpo.run.files import (
     read_bytes,
     read_yaml,
 )
-from grpo.run.run_config import RUN_CONFIG, compare, defines_config, trained_record
+from grpo.run.run_config import RUN_CONFIG, compare, trained_record
 from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan, config_value
 
 DEFAULT_GPUS_PER_JOB = 2
@@ -376,15 +376,8 @@ class _Run:
 
     def value(self, key: str) -> Any:
         """The run's value for ``key``: group choice, else config value, else override text."""
-        if key in self.choices:
-            return self.choices[key]
-        value = config_value(self.config, key)
-        if isinstance(value, str) and "${" in value:  # an interpolation: let OmegaConf resolve it
-            value = OmegaConf.select(OmegaConf.create(self.config), key, default=None,
-                                     throw_on_resolution_failure=False)
-        if value is not None and not isinstance(value, dict | list | DictConfig | ListConfig):
-            return value
-        return self.overrides.get(key)
+        value = value_of(self.choices, self.config, key)
+        return value if value is not None else self.overrides.get(key)
 
     def off_policy(self) -> bool | None:
         """``BatchPlan.off_policy`` of the run's batch sizes, or True for rollouts one step stale
@@ -408,7 +401,7 @@ class _Run:
         wall_clock_s = max(elapsed, default=math.nan)
         gpus = self.value("cluster.gpus_per_job")
         config = {key: self.value(key) for key in label_keys}
-        label = ", ".join(f"{k}={format_value(v)}" for k, v in config.items())
+        label = config_label(config)
         return {
             "run_id": "/".join(self.path.parts[-3:]),
             "run_dir": str(self.path),
@@ -460,29 +453,6 @@ def _count(value: Any, default: int) -> float:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _promoted_keys(key: str, runs: Sequence[_Run]) -> list[str]:
-    """The keys that name the configs of a swept ``key``: ``key`` itself, but for a promoted
-    group (``promoted/<NAME>``, whose options are whole configs: ``top1``, ``on_policy``) the
-    config groups and values its options set that differ between ``runs`` and define a config
-    (``grpo.run.run_config.defines_config``; a group's own values are named by its choice), in
-    sorted order: ``off_policy.epochs``, ``train_batch_size``; ``[key]`` where no run's config
-    says."""
-    configured = [run for run in runs if run.config is not None and key in run.choices]
-    if key.split("/")[0] != PROMOTED_GROUP or not configured:
-        return [key]
-
-    def varies(get: Any) -> bool:
-        return len({repr(get(run)) for run in configured}) > 1
-
-    groups = {g for run in configured for g in run.choices
-              if g != key and g.split("/")[0] not in PRESET_GROUPS and defines_config(g)
-              and varies(lambda run, g=g: run.choices.get(g))}
-    values = {k for run in configured for k in leaf_keys(run.config)
-              if defines_config(k) and not any(k.startswith(g.replace("/", ".") + ".") for g in groups)
-              and varies(lambda run, k=k: config_value(run.config, k))}
-    return sorted(groups | values) or [key]
 
 
 def _varying_override_keys(runs: Sequence[_Run]) -> list[str]:
@@ -539,7 +509,8 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
         sweeps.append(SweepInfo(sweep_dir, swept))
         runs += sweep_runs
     label_keys = [k for k in dict.fromkeys(k for s in sweeps for k in s.swept for k in
-                                           _promoted_keys(k, [r for r in runs if r.sweep == s.path]))
+                                           naming_keys(k, [(r.choices, r.config) for r in runs
+                                                           if r.sweep == s.path]))
                   if k != "seed"]
     group_keys = frozenset(k for k in label_keys for run in runs if k in run.choices)
 

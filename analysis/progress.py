@@ -3,7 +3,9 @@
 The live monitor (:mod:`analysis.monitor`) and the launchers' end-of-sweep report read the same
 :class:`RunProgress` rows. Per run directory ``<sweep>/<job>/`` only ``status.json``,
 ``metrics.jsonl`` (read incrementally: each poll parses the lines appended since the last one)
-and ``.hydra/overrides.yaml`` are read; any of them may be missing, torn or garbage. The
+and ``.hydra/overrides.yaml`` are read (and, for a promoted preset's jobs, ``.hydra/config.yaml`` and
+``hydra.yaml`` once written: a promoted config is named by what its option sets,
+:mod:`analysis.config_names`); any of them may be missing, torn or garbage. The
 launcher also writes ``<sweep>/jobs.json`` (:func:`write_jobs`): every job's overrides and
 scheduler job id, so that jobs that never started (queued, cancelled before they wrote a status)
 are listed too, and ``python -m analysis watch`` can ask the scheduler about them from any shell.
@@ -30,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from analysis.config_names import is_promoted, job_labels
 from analysis.race_record import RACE_FILE, Race
 from analysis.run_rows import (
     ELAPSED,
@@ -40,8 +43,9 @@ from analysis.run_rows import (
     parse_line,
     read_status,
 )
-from grpo.run.files import STATUSES, RunFileError, atomic_write_text
+from grpo.run.files import STATUSES, RunFileError, atomic_write_text, read_yaml
 from grpo.run.tracking import run_overrides
+from grpo.training.batch_plan import config_value
 
 JOBS_FILE = "jobs.json"
 TRAIN_REWARD = "train/reward_mean"
@@ -246,6 +250,7 @@ class SweepProgress:
         self._jobs = list(jobs) if jobs is not None else None
         self._tails: dict[int, MetricsTail] = {}
         self._overrides: dict[int, tuple[str, ...]] = {}
+        self._configs: dict[int, tuple[dict[str, str], dict[str, Any]]] = {}
         self.race: Race | None = None
         self.race_note: str | None = None
         self._race_key: tuple[Any, ...] | None = None
@@ -266,9 +271,11 @@ class SweepProgress:
         jobs = self.jobs()
         overrides = [self._job_overrides(job) for job in jobs]
         keys = varying_keys(overrides)
-        rows = [self._read_run(job, " ".join(o for o in job_overrides if override_key(o) in keys)
-                               or "(no overrides)")
-                for job, job_overrides in zip(jobs, overrides, strict=True)]
+        promoted = any(map(is_promoted, keys))
+        labels = job_labels([[o for o in job if override_key(o) in keys] for job in overrides],
+                            [self._job_config(job) if promoted else None for job in jobs])
+        rows = [self._read_run(job, label or "(no overrides)")
+                for job, label in zip(jobs, labels, strict=True)]
         self._replay_race(rows)
         waves = self.race.wave_of() if self.race is not None else {}
         return [outcome(replace(run, wave=waves.get(job.num)), (scheduler or {}).get(job.num),
@@ -309,6 +316,22 @@ class SweepProgress:
                 return ()  # not written yet: look again next time
             self._overrides[job.num] = found
         return self._overrides[job.num]
+
+    def _job_config(self, job: Job) -> tuple[dict[str, str], dict[str, Any]] | None:
+        """The config group choices and config of job ``job``'s run, as its ``.hydra/`` record
+        says, to name a promoted config by (:func:`analysis.config_names.job_labels`); None until
+        the run wrote them (read once they are there) or where they cannot be read."""
+        if job.num not in self._configs:
+            hydra_dir = self.sweep_dir / str(job.num) / ".hydra"
+            try:
+                config = read_yaml(hydra_dir / "config.yaml")
+                choices = config_value(read_yaml(hydra_dir / "hydra.yaml"), "hydra.runtime.choices")
+            except (OSError, ValueError, yaml.YAMLError):  # garbage: the override is shown
+                return None
+            if not isinstance(config, dict) or not isinstance(choices, dict):
+                return None  # not written yet: look again next time
+            self._configs[job.num] = ({str(k): str(v) for k, v in choices.items()}, config)
+        return self._configs[job.num]
 
     def _read_run(self, job: Job, label: str) -> RunProgress:
         run_dir = self.sweep_dir / str(job.num)

@@ -19,7 +19,8 @@ configs is not carried (:func:`grpo.run.run_config.defines_config`: its steps, p
 evaluation cadence, health guards, cluster, logging, seed, race; the presets
 :data:`grpo.config.keys.PRESET_GROUPS`): the focused sweep's own settings rule there, so that a
 broad pass's pruner or 50-step evaluation cadence never reaches it. The focused sweep's reports
-name each promoted config by the values its option sets (:mod:`analysis.collect`).
+name each promoted config by the values its option sets, as do its watch, its summary and its
+dry run (:mod:`analysis.config_names`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@ is the source sweep; the generated preset must compose, and sweep, the intended 
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -13,11 +15,17 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
-from sweep_factory import write_scenario
+from rich.console import Console
+from sweep_factory import write_scenario, write_simple_sweep
 
 from analysis.__main__ import main
 from analysis.collect import collect
+from analysis.monitor import SweepMonitor
+from analysis.progress import Job, SweepProgress, write_jobs
 from analysis.promote import promote
+from grpo.config.keys import yours
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CONF = {
     "config.yaml": """\
@@ -160,6 +168,58 @@ def test_promoted_preset_reproduces_source_configs(tmp_path: Path, conf: Path) -
     focused = OmegaConf.load(Path(rerun.runs["run_dir"][0]) / ".hydra/config.yaml")
     assert (focused.eval, focused.pruning, focused.health, focused.learning_rate) == (
         {"eval_every": 10}, {"name": "off"}, {"zero_reward_patience": 0}, 0.001)
+
+
+def test_the_watch_and_the_summary_name_promoted_configs_as_the_report_does(
+        tmp_path: Path, conf: Path) -> None:
+    """The per-job lines of `make watch` and of the sweep's summary (analysis.progress) name each
+    promoted config by the values its option sets, as the report's config labels do
+    (analysis.config_names), not `+promoted/focused=top1`; a job whose run has not written its
+    config yet keeps its override."""
+    evals = {"grpo_clip,1,64": [0.1, 0.2], "grpo_clip,1,128": [0.1, 0.3],
+             "grpo_clip,2,64": [0.1, 0.6], "grpo_clip,2,128": [0.1, 0.5]}
+    source = hydra_sweep(conf, tmp_path / "broad", ["+experiment=broad"], evals)
+    promote(collect([source]), 2, "best_eval_reward", "focused", conf_dir=conf)
+    focused = hydra_sweep(conf, tmp_path / "focused", ["+experiment=promoted/focused"])
+    reported = collect([focused]).runs.sort_values("job")["config label"].tolist()
+    assert reported == ["off_policy.epochs=2, train_batch_size=64",
+                        "off_policy.epochs=2, train_batch_size=128",
+                        "off_policy.epochs=1, train_batch_size=128"]
+    rows = SweepProgress(focused).read()
+    assert [row.label for row in rows] == reported
+    # jobs.json (the launchers write it) lists a job whose run has not started: its override
+    write_jobs(focused, "local", [Job(3, ("+experiment=promoted/focused", "+promoted/focused=top2"))])
+    rows = SweepProgress(focused).read()
+    assert [row.label for row in rows] == [*reported, "+promoted/focused=top2"]
+    monitor = SweepMonitor(SweepProgress(focused), Console(file=io.StringIO(), width=400))
+    summary = monitor.summary(rows)
+    assert summary[1:5] == [f"  #{i} {label}: pending, step 0" for i, label in enumerate(
+        [*reported, "+promoted/focused=top2"])], summary
+    assert not any("promoted/focused=top1" in line for line in summary)  # named, not the option
+
+
+def test_the_dry_run_names_promoted_configs_as_the_report_does(tmp_path: Path) -> None:
+    """`launch.py -m +experiment=promoted/<NAME> dry_run=true` lists each job by the values its
+    promoted option sets (analysis.config_names over the composed configs), not by
+    `+promoted/<NAME>=top1`: a preset `promote` wrote into a copy of the project's config tree."""
+    project = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", project, ignore=lambda folder, names: [
+        n for n in names if yours(Path(folder, n), ROOT / "conf")])
+    sweep = write_simple_sweep(tmp_path / "broad", [
+        {"loss": "grpo_clip", "off_policy.epochs": e, "train_batch_size": t}
+        for e, t in ((1, 64), (2, 64), (2, 128))], [[0.2, 0.3], [0.2, 0.5], [0.2, 0.4]],
+        groups=("loss",))
+    promote(collect([sweep]), 2, "best_eval_reward", "top", conf_dir=project)
+    dry = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-cp", str(project), "-m",
+                          "+experiment=promoted/top", "model=tiny", "data=toy", "rollout=hf",
+                          "dry_run=true", f"paths.output_root={tmp_path / 'out'}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    jobs = [line.split(" loss=", 1)[0] for line in dry.stdout.splitlines() if line.startswith("job #")]
+    assert jobs == ["job #0 [off_policy.epochs=2, train_batch_size=64]",
+                    "job #1 [off_policy.epochs=2, train_batch_size=128]",
+                    "job #2 [off_policy.epochs=1, train_batch_size=128]"]
+    assert "promoted/top=" not in dry.stdout + dry.stderr
 
 
 def test_criterion_and_derived_baseline(tmp_path: Path, conf: Path) -> None:

@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from omegaconf import OmegaConf
 from scipy import stats
-from sweep_factory import BASE
+from sweep_factory import BASE, write_matching_outcomes
 
-from analysis.aggregate import BEST_CRITERION, rank
+from analysis.aggregate import BEST_CRITERION, launch_variance, planned_design, rank
 from analysis.collect import collect
 from analysis.promote import promote
 from analysis.synthetic import write_multirun, write_run
 from grpo.chain.__main__ import budget_lines
-from grpo.chain.plan import StagePlan, UserOverrides, plan_stage, winner_lookup
+from grpo.chain.plan import StagePlan, UserOverrides, compose_stage, plan_stage, winner_lookup
 from grpo.chain.stages import load_chain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,14 +48,16 @@ def chain(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 def craft(out: Path, experiment: str, jobs: Sequence[tuple[Mapping[str, Any], Sequence[float],
                                                              str]],
-          groups: Mapping[str, str] | None = None, stamp: str = "2025-01-01_00-00-00") -> Path:
+          groups: Mapping[str, str] | None = None, stamp: str = "2025-01-01_00-00-00",
+          base: Mapping[str, Any] = CRAFTED) -> Path:
     """A sweep of ``experiment`` under ``out``: per job its overrides, eval rewards (one per
     GRPO step from step 1, after the step-0 evaluation of the initial policy at 0.05) and final
-    status; ``groups`` are the config-group choices every run had."""
+    status; ``groups`` are the config-group choices every run had; ``base`` the config every
+    run had besides its overrides."""
     sweep = out / experiment / stamp
     keys = list(dict.fromkeys(k for overrides, _, _ in jobs for k in overrides))
     write_multirun(sweep, [f"{k}={','.join(dict.fromkeys(str(o[k]) for o, _, _ in jobs))}"
-                           for k in keys], config=CRAFTED)
+                           for k in keys], config=base)
     for num, (overrides, rewards, status) in enumerate(jobs):
         rows = [{"step": s, "time/elapsed_s": 10.0 * (s + 1), "eval/reward": r}
                 for s, r in enumerate([0.05, *rewards])]
@@ -62,7 +65,7 @@ def craft(out: Path, experiment: str, jobs: Sequence[tuple[Mapping[str, Any], Se
                                         if k in ("loss", "normalization", "std_norm", "prompt")}}
         write_run(sweep / str(num), overrides, rows,
                   {"status": status, "last_step": len(rows) - 1, "n_grpo_steps": len(rows)},
-                  base={**CRAFTED, "experiment_name": experiment}, choices=choices)
+                  base={**base, "experiment_name": experiment}, choices=choices)
     return sweep
 
 
@@ -195,6 +198,57 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
     assert not any("check_seeds=1" in line for line in all_plans["std_norm"])
     assert plans(out, "analysis.check_seeds=0")["baselines"][-1] == (
         "  analysis.check_seeds=0  from the command line")
+
+
+def test_a_seed_variance_is_carried_where_the_designs_match_and_refused_where_not(
+        tmp_path: Path) -> None:
+    """lr_sweep ran the tiny model on the toy task with 2 seeds a config, 3 steps evaluated each
+    step, on the validation problems baselines will evaluate (outcome files of their digest):
+    baselines (3 steps, evaluated each step: the same compared step and late evaluations)
+    borrows its seed variance, the plan says so and the stage's launch carries it, with a check
+    seed of its first config to test it. With 8 validation problems instead of all, the
+    problems differ: the plan says that stage's sweep is refused and why, and carries nothing."""
+    out = tmp_path / "out"
+    same = ("n_grpo_steps=3", "eval.eval_every=1")
+    cs336 = load_chain("cs336")
+    cfg = compose_stage(cs336.stages[1], UserOverrides.parse([*CPU, f"paths.output_root={out}", *same]))
+    design, at_step = planned_design([cfg])
+    (digest,) = design.digests
+    node = OmegaConf.to_container(cfg)
+    del node["hydra"]
+    base = OmegaConf.to_container(OmegaConf.create(node), resolve=True)  # as the runs record it
+    rewards = {(1e-5, 0): [0.25, 0.375, 0.5], (1e-5, 1): [0.25, 0.5, 0.625],
+               (3e-5, 0): [0.125, 0.25, 0.25], (3e-5, 1): [0.25, 0.25, 0.375]}
+    lr = craft(out, "lr_sweep", [({"learning_rate": lr, "seed": seed}, r, "completed")
+                                 for (lr, seed), r in rewards.items()], base=base)
+    for run in range(4):
+        write_matching_outcomes(lr / str(run), n_problems=8, digest=digest)
+    ranking = rank(collect([lr]))
+    assert (ranking.at_step, ranking.design.digests) == (at_step, design.digests) == (3, {digest})
+    assert ranking.uncertainty.seeds.source == "seeds" and ranking.uncertainty.seeds.df == 2
+
+    lines = plans(out, *same)["baselines"]
+    (carried,) = [line for line in lines if "analysis.seed_variance_from" in line]
+    assert carried.startswith(f"  analysis.seed_variance_from={lr}  the seed variance of lr_sweep, "
+                              "the first stage with 2 or more seeds a config whose design matches "
+                              "this stage's (seed sd 0.0589 (variance 0.00347) from seeds in "
+                              "this sweep, pooled over the 2 configs with 2 or more (2 df)):")
+    # by hand: each config's late values (steps 1-3) are 0.375 and 0.4583, 0.2083 and 0.2917: a
+    # difference of 1/12 each, so a variance of (1/12)^2 / 2 = 0.00347 a config, pooled on 2 df
+    assert "analysis.check_seeds=1  one swept key, one seed a config" in lines[-1]
+    # what the stage launches borrows it, as its report will
+    lookup = winner_lookup(cs336, UserOverrides.parse([*CPU, f"paths.output_root={out}", *same]))
+    plan = plan_stage(cs336, 1, UserOverrides.parse([*CPU, f"paths.output_root={out}", *same]), lookup)
+    assert f"analysis.seed_variance_from={lr}" in plan.overrides(UserOverrides.parse([]))
+    assert launch_variance(lr, [cfg]).source == "borrowed"
+
+    fewer = plans(out, *same, "eval.n_examples=8")["baselines"]
+    refused = [line for line in fewer if "analysis.seed_variance_from" in line]
+    assert refused[0].startswith(f"  analysis.seed_variance_from: not lr_sweep's sweep: none: cannot "
+                                 f"borrow from {lr} (named by analysis.seed_variance_from): its "
+                                 "validation problems (outcome digests) {" + digest[:12])
+    assert refused[1].startswith("  analysis.seed_variance_from: nothing to borrow")
+    assert not any("check_seeds" in line for line in fewer)
 
 
 def test_pruned_configs_are_left_out_and_the_rest_compared_at_a_common_step(tmp_path: Path) -> None:

@@ -933,6 +933,36 @@ def test_a_refused_borrow_is_said_beside_whatever_the_sweep_rests_on() -> None:
     assert decide([2, 1, 1], 0, refused).says(refused).endswith(refused.text)
 
 
+def test_a_one_seed_sweep_without_an_additive_model_is_told_why_for_its_shape() -> None:
+    """A one-seed sweep with no seed variance says why for its own shape, never "one swept key"
+    where two keys vary: an incomplete 2 x 2 grid (3 runs: the additive model's 3 parameters fit
+    them exactly, 0 residual df), two keys that vary together (lr and epochs in lockstep), one
+    swept key; a full 2 x 2 grid has its 1 residual df and rests on it."""
+    keys = ["learning_rate", "off_policy.epochs"]
+    full = pd.DataFrame({"learning_rate": [1e-4, 1e-4, 1e-3, 1e-3], "off_policy.epochs": [1, 2, 1, 2],
+                         VALUE: [0.40, 0.46, 0.52, 0.55]})
+    configs = [ConfigData(f"c{i}", np.array([v])) for i, v in enumerate(full[VALUE])]
+    assert seed_variance(configs, full, keys, None).df == 1  # 4 runs - 3 parameters
+
+    incomplete = seed_variance(configs[:3], full.iloc[:3], keys, None)
+    assert (incomplete.source, incomplete.df) == ("none", 0)
+    assert incomplete.text == (
+        "one seed per config and 3 runs of a 2 x 2 grid (learning_rate + off_policy.epochs) that "
+        "leaves the additive model no residual df (its 3 parameters fit the 3 runs exactly: a cell "
+        "missing, or too few levels); nothing borrowed")
+    lockstep = pd.DataFrame({"learning_rate": [1e-4, 3e-4, 1e-3], "off_policy.epochs": [1, 2, 4],
+                             VALUE: [0.40, 0.46, 0.52]})
+    together = seed_variance(configs[:3], lockstep, keys, None)
+    assert together.source == "none" and together.text.startswith(
+        "one seed per config and 3 runs of a 3 x 3 grid (learning_rate + off_policy.epochs) whose "
+        "keys vary together: the runs cannot separate their effects")
+    one_key = seed_variance(configs[:2], full.iloc[:2], keys, None)
+    assert one_key.text == ("one seed per config and one swept key (no additive model to measure "
+                            "it with); nothing borrowed")
+    borrowed = SeedVariance(0.0004, 6, "borrowed", "sweep S")
+    assert seed_variance(configs[:3], full.iloc[:3], keys, borrowed).source == "borrowed"
+
+
 def test_the_explanation_page_states_the_rule_combine_applies() -> None:
     """Issue 52, item 10: where a grid's residual and a borrowed variance are not shown to agree
     (no rejection, too little power) the grid's own residual is used, even where the borrowed

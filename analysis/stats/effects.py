@@ -140,15 +140,34 @@ def varying_keys(frame: pd.DataFrame, keys: Sequence[str]) -> list[str]:
 def additive_variance(frame: pd.DataFrame, keys: Sequence[str]) -> SeedVariance | None:
     """The residual mean square of the additive model of a one-seed grid over ``keys`` (two or
     more that vary) as a :class:`SeedVariance` (source ``additive``) with Tukey's non-additivity
-    test in its notes; None where fewer than two keys vary or no residual df is left."""
+    test in its notes; None where there is none (:func:`additive_or_why` says why)."""
+    found = additive_or_why(frame, keys)
+    return found if isinstance(found, SeedVariance) else None
+
+
+def additive_or_why(frame: pd.DataFrame, keys: Sequence[str]) -> SeedVariance | str:
+    """:func:`additive_variance`, or why a one-seed sweep of ``frame`` (a row a run) over
+    ``keys`` has no additive model to measure its seed variance with, in words that follow
+    "one seed per config and": no run, fewer than two keys that vary, keys that vary together
+    (the runs cannot separate their effects), or a grid whose additive model fits its runs
+    exactly (no residual df left: a cell missing, or a 2-level grid of 2 keys with a cell out)."""
+    if not len(frame):
+        return "no grid of runs given (no additive model to measure it with)"
     keys = varying_keys(frame, keys)
     if len(keys) < 2:
-        return None
+        return (f"{'one swept key' if keys else 'no swept key that varies'} (no additive model "
+                "to measure it with)")
     coded = _coded(frame, keys)
     fit = _fit(coded, len(keys), interactions=False)
-    if fit.df_resid < 1 or not _full_rank(fit):
-        return None
     shape = " x ".join(str(coded[f"f{i}"].nunique()) for i in range(len(keys)))
+    cells = f"{len(frame)} run{'s' * (len(frame) != 1)} of a {shape} grid ({' + '.join(keys)})"
+    if not _full_rank(fit):
+        return (f"{cells} whose keys vary together: the runs cannot separate their effects, so "
+                "there is no additive model to measure it with")
+    if fit.df_resid < 1:
+        return (f"{cells} that leaves the additive model no residual df (its "
+                f"{fit.model.exog.shape[1]} parameters fit the {len(frame)} runs exactly: a cell "
+                "missing, or too few levels)")
     variance = SeedVariance(float(fit.scale), float(fit.df_resid), "additive",
                             f"the residual of the additive model of the {shape} one-seed grid "
                             f"({' + '.join(keys)}; it holds any interaction too)")

@@ -14,7 +14,7 @@ from typing import Literal
 
 import pandas as pd
 
-from analysis.stats.effects import additive_variance
+from analysis.stats.effects import additive_or_why
 from analysis.stats.variance import (
     ConfigData,
     SeedVariance,
@@ -120,7 +120,8 @@ def seed_variance(configs: Sequence[ConfigData], frame: pd.DataFrame, keys: Sequ
     a run: the swept ``keys`` and its value, for :func:`additive_variance`) and ``borrowed``
     (an earlier sweep's, or why it was not borrowed); none, saying why (``unborrowed``: why
     nothing was borrowed). A borrowed variance refused or not used is said in the notes."""
-    additive = additive_variance(frame, keys) if len(frame) else None
+    found = additive_or_why(frame, keys)
+    additive = found if isinstance(found, SeedVariance) else None
     decision = decide([c.n_seeds for c in configs], additive.df if additive is not None else 0,
                       borrowed)
     if decision.own in ("seeds", "checks"):
@@ -132,7 +133,7 @@ def seed_variance(configs: Sequence[ConfigData], frame: pd.DataFrame, keys: Sequ
                                f"{own.text}, the check seeds' second runs included", own.notes)
     else:
         own = SeedVariance.missing(
-            "one seed per config and one swept key (no additive model to measure it with); "
+            f"one seed per config and {found}; "
             + (unborrowed if borrowed is None else borrowed.text))
     if decision.borrowed == "refused":
         return own if own.source == "none" else own.with_notes(borrowed.text)

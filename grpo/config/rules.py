@@ -103,6 +103,10 @@ TEXT_RULES = {
     "cluster.name": TextRule("where the jobs run", ("local", "slurm")),
     "paths.output_root": TextRule("the folder of every study", **PATH),
     "paths.cache_dir": TextRule("the folder of built models", **PATH),
+    "paths.qwen_model": TextRule("your Qwen2.5-Math-1.5B folder (model=qwen2.5-math-1.5b reads it)",
+                                 **PATH),
+    "paths.math_data": TextRule("your MATH folder (data=math reads its train.jsonl and "
+                                "validation.jsonl)", **PATH),
     "analysis.seed_variance_from": TextRule("the sweep whose seed variance is borrowed", **PATH,
                                             nullable=True, note="null = borrow nothing"),
     "logging.wandb_project": TextRule("the wandb project", max_chars=128),

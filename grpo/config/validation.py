@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -75,6 +76,25 @@ def load_splits(cfg: DictConfig) -> dict[str, list[Example]]:
     return _read_splits(json.dumps(data_cfg, sort_keys=True), stamps)
 
 
+LOCAL_CONFIG = "conf/local/default.yaml"
+"""The user's machine-specific settings (git-ignored, loaded by default: conf/config.yaml)."""
+
+
+def _set_by(cfg: DictConfig, key: str, example: str) -> str | None:
+    """How to set the folder that ``key`` (``model.path``) reads, where its preset takes it from a
+    ``paths.*`` key (``${paths.qwen_model}``): that key set to ``example``, where to set it and its
+    environment variable, in words; None where it reads none (``key`` itself is to be set)."""
+    section, name = key.rsplit(".", 1)
+    raw = OmegaConf.to_container(OmegaConf.select(cfg, section), resolve=False).get(name)
+    found = re.match(r"\$\{paths\.(\w+)\}", raw) if isinstance(raw, str) else None
+    if found is None:
+        return None
+    source = OmegaConf.to_container(cfg.paths, resolve=False).get(found[1])
+    env = re.search(r"oc\.env:(\w+)", source) if isinstance(source, str) else None
+    return (f"paths.{found[1]}={example} ({key} reads it) in {LOCAL_CONFIG}, or on the command "
+            "line" + (f", or with {env[1]}" if env else ""))
+
+
 def _check_data(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     data = cfg.data
     if data.name not in ("math", "toy"):
@@ -83,13 +103,14 @@ def _check_data(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     if data.name == "math":
         missing = False
         for key in ("train_path", "validation_path"):
-            if not Path(str(data[key])).is_file():
+            path = Path(str(data[key]))
+            if not path.is_file():
                 missing = True
+                where = _set_by(cfg, f"data.{key}", f"/path/to/{path.parent.name}")
                 report.errors.append(
-                    f"data.{key}={data[key]} does not exist; set it on the command line "
-                    f"(data.{key}=/path/to/{Path(str(data[key])).name}), in conf/local/default.yaml, "
-                    "or point GRPO_DATA_DIR at the folder holding train.jsonl and validation.jsonl"
-                )
+                    f"data.{key}={path} does not exist; " + (
+                        f"set the folder holding train.jsonl and validation.jsonl: {where}" if where
+                        else f"set it on the command line (data.{key}=/path/to/{path.name})"))
         if missing:
             return
     try:
@@ -138,11 +159,12 @@ def _check_model(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None
     path = Path(str(model.path))
     config_file = path / "config.json"
     if not config_file.is_file():
+        where = _set_by(cfg, "model.path", f"/path/to/{path.name}")
         report.errors.append(
             f"model.path={path} holds no config.json, and model.build=null loads it as is "
             "(builds nothing); download the model there yourself and set "
-            f"model.path=/path/to/{path.name} (or GRPO_MODEL_PATH, or model.path in "
-            "conf/local/default.yaml); with no weights at hand use +experiment=toy (the tiny model)"
+            + (where or f"model.path=/path/to/{path.name} on the command line")
+            + "; with no weights at hand use +experiment=toy (the tiny model)"
         )
         return
     try:

@@ -98,12 +98,14 @@ def _load_math(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
     JSON, not an object or lacks the fields raises ValueError naming `<file>:<line>`."""
     key = f"{split}_path"
     if data_cfg.get(key) is None:
-        raise ValueError(f"data.{key} is not set; set it in conf/local/default.yaml or on the "
-                         f"command line (data.{key}=/path/to/{split}.jsonl)")
+        raise ValueError(f"data.{key} is not set; set it on the command line "
+                         f"(data.{key}=/path/to/{split}.jsonl; data=math reads paths.math_data: "
+                         "set that in conf/local/default.yaml)")
     path = Path(data_cfg[key]).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"data.{key}: no file at {path}; set data.{key}=/path/to/file.jsonl "
-                                "(or in conf/local/default.yaml)")
+                                "on the command line (data=math reads paths.math_data: set that "
+                                "in conf/local/default.yaml)")
     question_field = data_cfg.get("question_field", "problem")
     answer_field = data_cfg.get("answer_field", "answer")
     solution_field = data_cfg.get("solution_field", "solution")

@@ -96,7 +96,8 @@ def resolve_model_path(model_cfg: Mapping[str, Any]) -> Path:
     name = model_cfg.get("name", "model")
     if model_cfg.get("path") is None:
         raise ValueError(f"model.path is not set for {name!r}; set model.path=/path/to/model "
-                         "(or in conf/local/default.yaml)")
+                         "on the command line (model=qwen2.5-math-1.5b reads paths.qwen_model: "
+                         "set that in conf/local/default.yaml)")
     path = Path(str(model_cfg["path"])).expanduser()
     if model_cfg.get("build") is not None:
         path = ensure_built(model_cfg)
@@ -104,7 +105,8 @@ def resolve_model_path(model_cfg: Mapping[str, Any]) -> Path:
         raise FileNotFoundError(
             f"model.path: no model (config.json) at {path} for {name!r}. Point model.path at a "
             "local copy of the model, e.g. model.path=/path/to/Qwen2.5-Math-1.5B on the command "
-            "line, in conf/local/default.yaml, or via GRPO_MODEL_PATH; nothing is downloaded"
+            "line (model=qwen2.5-math-1.5b reads paths.qwen_model: set that in "
+            "conf/local/default.yaml, or GRPO_MODEL_PATH); nothing is downloaded"
         )
     return path
 

@@ -33,6 +33,7 @@ from hydra.core.utils import filter_overrides
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from analysis.config_names import is_promoted, job_labels
 from analysis.progress import override_key
 from analysis.race_record import check_relaunch, short_labels, without_seed
 from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
@@ -60,6 +61,16 @@ JOB_SUBDIR = "${hydra.job.num}"
 SWEEP_WIDE = ("pruning", "budget", "race")
 """Config groups and sections that hold for a whole sweep (one pruner, one budget, one race):
 never swept."""
+
+
+def _choices_and_config(cfg: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    """A composed job's config group choices and its config as plain data (Hydra's node left
+    out), as a run's `.hydra/` record holds them: what names a promoted config
+    (`analysis.config_names.job_labels`)."""
+    config = OmegaConf.to_container(cfg, resolve=False)
+    config.pop("hydra", None)
+    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+    return {str(k): str(v) for k, v in choices.items()}, config
 
 
 def job_set(nums: list[int], labels: dict[int, str]) -> str:
@@ -492,12 +503,16 @@ class ValidatingSweeper(BasicSweeper):
         warnings: dict[str, list[int]] = {}  # message -> the jobs it concerns, in order
         errors: dict[str, list[int]] = {}
         resources = ResourceCheck()
-        for num, overrides in enumerate(jobs):
-            job = self._compose(overrides)
+        composed = [self._compose(overrides) for overrides in jobs]
+        shown = [[o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept]
+                 for overrides in jobs]
+        promoted = any(is_promoted(override_key(key)) for key in swept)
+        names = job_labels(shown, [_choices_and_config(job.cfg) if promoted else None
+                                   for job in composed])
+        for num, (overrides, job) in enumerate(zip(jobs, composed, strict=True)):
             cfg = job.cfg
-            shown = " ".join(o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept)
             check = f" {overrides[-1]}: check seed" if num >= n_grid else ""
-            labels[num] = f"job #{num} [{shown or 'no swept keys'}{check}]"
+            labels[num] = f"job #{num} [{names[num] or 'no swept keys'}{check}]"
             report = check_config(cfg).include(check_installed(cfg))
             report.errors += resources.refusals(cfg)
             # a race checks its job directories against its own waves (check_relaunch)
