@@ -240,7 +240,8 @@ def test_a_one_seed_grid_pools_its_residual_with_a_borrowed_variance(tmp_path: P
     # the grid's own residual is used, not a pool
     lent = borrowed.variance * upper_bound_factor(borrowed.df)
     assert (seeds.source, seeds.variance, seeds.df) == ("additive", additive.variance, 4)
-    assert f"and the borrowed variance ({lent:.3g}) are not shown to agree" in seeds.notes[-1]
+    assert (f"and the borrowed variance ({borrowed.variance:.3g} as measured, {lent:.3g} as lent) "
+            "are not shown to agree") in seeds.notes[-1]
     assert "with power 9% only" in seeds.notes[-1]
 
 

@@ -41,6 +41,7 @@ from analysis.stats.variance import (
     check,
     combine,
     equal_variance_test,
+    upper_bound_factor,
 )
 
 DIGEST = "ab" * 32
@@ -979,3 +980,31 @@ def test_the_explanation_page_states_the_rule_combine_applies() -> None:
     assert "otherwise the larger is used" not in text
     assert ("where the test rejects, the larger of the two is used; where it lacks that power (not "
             "shown to agree), the grid's own residual alone") in text
+
+
+def test_a_grid_s_residual_is_tested_against_the_borrowed_variance_as_measured() -> None:
+    """The hostile replay of issue 52's item 3: a 3x3 grid with a check seed (residual 0.000108
+    on 5 df) borrowing a 2-df variance of 0.0001 inflated x19.5 to its upper bound (0.00195, the
+    grid ran settings its source did not). The F test compares two estimates on their df: the
+    residual against 0.0001 (F = 1.08, p 0.91, the test too weak to show agreement: the residual
+    is used), not against the bound (F = 0.06, p 0.01, 'disagree': the bound used, every interval
+    4.3x too wide). Where the two truly disagree, the larger is taken as lent."""
+    source = SeedVariance(0.0001, 2, "seeds", "the source's seeds")
+    borrowed = lent(source, "S", ["off_policy.epochs=2"])
+    factor = upper_bound_factor(2)
+    assert borrowed.variance == pytest.approx(0.0001 * factor) and factor > 19
+    additive = SeedVariance(0.000108, 5, "additive", "the grid's additive residual")
+    used = combine(additive, borrowed)
+    ratio = 0.000108 / 0.0001
+    below = stats.f.cdf(ratio, 5, 2)
+    assert (used.source, used.variance, used.df) == ("additive", 0.000108, 5)
+    assert f"F = {ratio:.2f} on (5, 2) df, p {p_text(2 * min(below, 1 - below))}" in used.notes[-1]
+    assert f"(0.0001 as measured, {0.0001 * factor:.3g} as lent) are not shown to agree" in used.notes[-1]
+    # a residual 200x the measured variance: they disagree, and the larger (the residual) is used
+    high = combine(SeedVariance(0.02, 5, "additive", "the grid's additive residual"), borrowed)
+    assert high.source == "additive" and "disagree (F = 200.00 on (5, 2) df" in high.notes[-1]
+    # a residual far below the measured variance: the borrowed one is used, as lent (inflated)
+    low = combine(SeedVariance(0.0001 / 400, 5, "additive", "the grid's additive residual"),
+                  lent(SeedVariance(0.0001, 10, "seeds", "s"), "S", ["x"]))
+    assert low.source == "borrowed" and "disagree" in low.notes[-1]
+    assert low.variance == pytest.approx(0.0001 * upper_bound_factor(10))

@@ -219,15 +219,19 @@ def combine(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
     Where it rejects, the larger of the two (the safe side); where it has not that power, the
     grid's own residual: a test of 4 and 10 df passes a borrowed variance 4x too small in most
     sweeps (its silence is no agreement), and the larger of the two would cost power the
-    residual alone keeps (``bench/borrowed_variance_calibration.py``). Each says why."""
-    ratio = additive.variance / borrowed.variance
+    residual alone keeps (``bench/borrowed_variance_calibration.py``). Each says why. The test
+    reads the borrowed variance as its source measured it (:attr:`SeedVariance.measured`: an F
+    ratio of two estimates on their df), as :func:`check` does, never its upper bound; the
+    variance used, pooled or taken as the larger, is the one lent (inflated where it was)."""
+    ratio = additive.variance / borrowed.measured
     below = float(special.fdtr(additive.df, borrowed.df, ratio))
     p = 2 * min(below, 1 - below)
     test = f"F = {ratio:.2f} on ({df_text(additive.df)}, {df_text(borrowed.df)}) df, p {p_text(p)}"
+    lent = f", {borrowed.variance:.3g} as lent" if borrowed.inflation != 1 else ""
     both = (f"the grid's additive residual ({additive.variance:.3g}) and the borrowed variance "
-            f"({borrowed.variance:.3g})")
+            f"({borrowed.measured:.3g} as measured{lent})")
     if p < ALPHA:
-        larger = max((additive, borrowed), key=lambda v: v.variance)
+        larger = additive if additive.variance > borrowed.measured else borrowed
         return larger.with_notes(
             f"{both} disagree ({test}): the larger, from {larger.text}, is used")
     power = agreement_power(additive.df, borrowed.df)
