@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,26 @@ def test_a_relaunch_that_would_change_a_trained_run_is_refused_before_any_record
     assert after == before, sorted(p for p in after.keys() | before.keys() if after.get(p) != before.get(p))
 
 
+def interrupt_when(command: list[str], ready: Callable[[], bool], timeout: float,
+                   poll_s: float) -> tuple[int, str]:
+    """Run ``command`` as a terminal's job (its own process group), press Ctrl-C (SIGINT to the
+    group) once ``ready()`` holds, polled every ``poll_s`` seconds; its exit status and output
+    (stdout and stderr), within ``timeout`` seconds for each wait."""
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.time() + timeout
+        while not ready():
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
+            time.sleep(poll_s)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, out
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_a_local_sweep_in_one_line_and_the_same_command_resumes_it(
         tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -212,19 +233,9 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_and_the_same_command_resumes_it(
                "n_grpo_steps=3", "eval.eval_every=1", "data.max_operand=30", "eval.n_examples=600",
                "eval.samples_per_problem=8", "eval.temperature=1.0", "learning_rate=3e-4,1e-4",
                "hydra.launcher.max_parallel_jobs=1", f"hydra.sweep.dir={sweep}"]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)  # its own group, as a terminal's job
-    try:
-        deadline = time.time() + 600
-        while len(steps(sweep / "0")) < 2:  # the evaluation before step 1, then step 1
-            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, out[-3000:]
+    # the evaluation before step 1, then step 1
+    returncode, out = interrupt_when(command, lambda: len(steps(sweep / "0")) >= 2, 600, 0.05)
+    assert returncode == 130, out[-3000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
     status = json.loads((sweep / "0" / "status.json").read_text())
     last = status["last_step"]
@@ -244,30 +255,18 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_and_the_same_command_resumes_it(
     assert steps(sweep / "0") == list(range(4)) and steps(sweep / "1") == list(range(4))
 
 
-
 @pytest.mark.slow
 def test_ctrl_c_as_a_job_starts_stops_it_too(tmp_path: Path, tiny_model_dir: Path) -> None:
     """Ctrl-C the moment job 0 is submitted, before its controller has started the job's
     process (which so never had the terminal's SIGINT): the launcher hands it the Ctrl-C, so
     the job ends at once instead of training its 200 steps while the launcher waits."""
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy", "rollout=hf",
-         f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled", "n_grpo_steps=200",
-         "learning_rate=3e-4,1e-4", "hydra.launcher.max_parallel_jobs=1",
-         f"hydra.sweep.dir={sweep}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
-    try:
-        deadline = time.time() + 300
-        while not (jobs := read_jobs(sweep)) or not jobs.jobs[0].job_id:
-            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
-            time.sleep(0.002)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
+               "rollout=hf", f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
+               "n_grpo_steps=200", "learning_rate=3e-4,1e-4", "hydra.launcher.max_parallel_jobs=1",
+               f"hydra.sweep.dir={sweep}"]
+    returncode, out = interrupt_when(
+        command, lambda: bool((jobs := read_jobs(sweep)) and jobs.jobs[0].job_id), 300, 0.002)
+    assert returncode == 130 and "Traceback" not in out, out[-3000:]
     assert f"Sweep {sweep}: 2 runs: 2 cancelled" in out.splitlines(), out[-3000:]
     assert len(steps(sweep / "0")) < 200 and not (sweep / "1").exists()
