@@ -26,6 +26,9 @@ from analysis.stats.variance import (
 
 Own = Literal["seeds", "checks", "additive", "none"]
 Use = Literal["none", "refused", "unused", "alone", "checked", "combined"]
+OWN_TEXT: dict[str, str] = {"seeds": "the sweep's own seeds", "checks": "the check seeds",
+                            "additive": "the grid's additive residual", "none": "no seed variance"}
+"""What a sweep measures itself (:attr:`Decision.own`), in words."""
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,11 @@ class Decision:
         residual (what is used unless the two are shown alike)."""
         if self.borrowed in ("alone", "checked"):
             return "the borrowed variance"
-        return {"seeds": "the sweep's own seeds", "checks": "the check seeds",
-                "additive": "the grid's additive residual", "none": "no seed variance"}[self.own]
+        return OWN_TEXT[self.own]
 
     def says(self, borrowed: SeedVariance | None) -> str:
         """The decision in words, for the dry run (what the report will do)."""
-        own = {"seeds": "the sweep's own seeds", "checks": "the check seeds",
-               "additive": "the grid's additive residual", "none": "no seed variance"}[self.own]
+        own = OWN_TEXT[self.own]
         if self.own != "none":
             own += f" ({df_text(self.own_df)} df)"
         return {

@@ -260,8 +260,7 @@ class ValidatingSweeper(BasicSweeper):
                 values.setdefault(override_key(override), set()).add(override)
         levels = {key: len(v) for key, v in values.items() if len(v) > 1}
         # the additive model's residual df over every run (a check seed's second run adds one)
-        grid_df = (max(counts.total() - 1 - sum(n - 1 for n in levels.values()), 0)
-                   if len(levels) > 1 else 0)
+        grid_df = error_df(counts.total(), list(levels.values()), 1)
         seeds_of = None  # the borrowed variance, or why it is refused (the report's decision)
         if source is not None:
             # imported here: reading a sweep takes the analysis (pandas), only where one is named
