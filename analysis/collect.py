@@ -516,7 +516,8 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
 
     summaries = [run.summary(label_keys) for run in runs]
     kept = _one_per_seed(runs, summaries, notes)
-    aside |= {str(run.path) for i, run in enumerate(runs) if i not in set(kept)}
+    kept_set = frozenset(kept)
+    aside |= {str(run.path) for i, run in enumerate(runs) if i not in kept_set}
     runs = [runs[i] for i in kept]
     summaries = _unique_run_ids([summaries[i] for i in kept])
     run_frame = pd.DataFrame(summaries, columns=_run_columns(label_keys))
