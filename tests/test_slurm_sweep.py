@@ -41,8 +41,9 @@ def slurm_sweep(tmp_path: Path, tiny_model_dir: Path, *overrides: str, timeout: 
 
 
 def jobs_named(name: str) -> list[str]:
-    """SLURM jobs (any state still known to slurmctld) with this job name."""
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-n", name, "-o", "%i"],
+    """SLURM jobs (any state still known to slurmctld) with this job name, one per array task
+    (`-r`: a pending array is otherwise one row, `41_[0-1%2]`)."""
+    out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-n", name, "-o", "%i"],
                          capture_output=True, text=True, check=True)
     return out.stdout.split()
 
