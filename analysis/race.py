@@ -63,10 +63,10 @@ from analysis.race_record import (
     read_race,
     short_labels,
 )
-from analysis.run_rows import FINISHED_STATUSES
 from analysis.stats.race import NONE_LEFT, OVER_BUDGET, Boundary, Decision, boundary, decision
 from grpo.config.race import RaceSettings
-from grpo.run.files import RunFileError, read_status
+from grpo.run.files import RunFileError
+from grpo.run.finished import Launch, run_over
 
 
 def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings, wave: int,
@@ -215,7 +215,7 @@ class RaceRunner:
 
     def run_wave(self, race: Race, wave: Wave) -> None:
         """Launch the wave's jobs whose runs are not over, in runs of consecutive job numbers."""
-        for nums in chunks(todo(self.sweep_dir, wave)):
+        for nums in chunks(todo(self.sweep_dir, race, wave)):
             self.launch([[*race.configs[wave.jobs[n]], f"seed={wave.seed}"] for n in nums], nums[0])
 
     def look(self, race: Race, wave: Wave) -> Decision:
@@ -240,10 +240,11 @@ def wave_refusal(sweep_dir: Path, race: Race, wave: Wave) -> str | None:
     return None
 
 
-def todo(sweep_dir: Path, wave: Wave) -> list[int]:
-    """The wave's jobs whose runs are not over."""
-    return [num for num in sorted(wave.jobs) if (status := read_status(
-        sweep_dir / str(num))) is None or status.get("status") not in FINISHED_STATUSES]
+def todo(sweep_dir: Path, race: Race, wave: Wave) -> list[int]:
+    """The jobs of `wave` (a wave of `race`) whose runs a launch would train on: not over for
+    their config (`grpo.run.finished.run_over`)."""
+    return [num for num, i in sorted(wave.jobs.items())
+            if run_over(sweep_dir / str(num), Launch.of(race.identities[i])) is None]
 
 
 def look_at(sweep_dir: Path, race: Race, wave: Wave, collection: Collection) -> Decision:
@@ -281,7 +282,7 @@ def replay_looks(sweep_dir: Path, race: Race, plan: Callable[[Race], Wave | None
         refusal = wave_refusal(sweep_dir, race, wave)
         if refusal is not None:
             refused(refusal)
-        if todo(sweep_dir, wave):
+        if todo(sweep_dir, race, wave):
             return
         collection = collect([sweep_dir]) if collection is None else collection
         wave.decision = look_at(sweep_dir, race, wave, collection)

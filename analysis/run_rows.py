@@ -1,6 +1,7 @@
 """What a run directory's metrics and status files say, read without pandas: the live monitor
 and the sweep's progress read them while the jobs run (`analysis.collect` builds its frames on
-them). The names of the metrics and statuses every reader shares live here too."""
+them). The names of the metrics every reader shares live here too; the statuses'
+(`FINISHED_STATUSES`, `STOPPED_STATUSES`, `UNSTABLE_STATUSES`) are `grpo.run.finished`'s, read here."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from grpo.run.files import (
     read_json,
     typed_status_fields,
 )
+from grpo.run.finished import FINISHED_STATUSES as FINISHED_STATUSES  # read by the analysis
+from grpo.run.finished import STOPPED_STATUSES as STOPPED_STATUSES
+from grpo.run.finished import UNSTABLE_STATUSES as UNSTABLE_STATUSES
 from grpo.run.outcomes import is_reward
 
 EVAL_REWARD = "eval/reward"
@@ -23,14 +27,6 @@ ELAPSED = "time/elapsed_s"
 """Total wall-clock of a run (evaluation included): its GPU-hours."""
 TRAIN_CLOCK = "time/elapsed_no_eval_s"
 """Training wall-clock (evaluation excluded): the wall-clock axis of curves and comparisons."""
-UNSTABLE_STATUSES = ("diverged", "collapsed")
-"""Runs a health guard stopped: their curves are no result."""
-STOPPED_STATUSES = (*UNSTABLE_STATUSES, "pruned")
-"""Runs stopped before their last step, by a health guard or by the sweep's pruner: a config with
-one is not ranked (its curve ends early), and the figures mark where each one stopped."""
-FINISHED_STATUSES = ("completed", *STOPPED_STATUSES)
-"""Runs that ended as a result, good or bad: they ran to their end, or a health guard or the
-sweep's pruner stopped them."""
 MAX_STEP = 2**53
 """The largest step a metrics row may have (more than any run trains; a larger one is a damaged
 or crafted line: a frame's integers and float axes hold up to it exactly)."""

@@ -42,8 +42,10 @@ LRS = ("1e-4", "3e-4", "1e-3")
 
 
 RUN_BASE = {"cluster": {"gpus_per_job": 0, "cpus_per_job": 1}, "n_grpo_steps": EVAL_STEPS[-1],
-            "experiment_name": "race"}
-"""The config every synthetic race run shares (a CPU job: its spend is in CPU-hours)."""
+            "experiment_name": "race", "pruning": {"name": "off"},
+            "checkpoint": {"save_final_model": False}}
+"""The config every synthetic race run shares (a CPU job: its spend is in CPU-hours; no final
+model: a completed run is over without one, `grpo.run.finished`)."""
 RUN_HOURS = 36.0 * EVAL_STEPS[-1] / 3600
 """What each synthetic run measured: 0.5 CPU-hours (36 s a step, 50 steps, 1 CPU)."""
 

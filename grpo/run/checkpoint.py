@@ -53,7 +53,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from grpo.run.checkpoint_names import CHECKPOINT_NAME, CHECKPOINTS, checkpoint_dirs, checkpoint_step
+from grpo.run.checkpoint_names import (
+    CHECKPOINT_NAME,
+    CHECKPOINTS,
+    FINAL_MODEL,
+    checkpoint_dirs,
+    checkpoint_step,
+)
 from grpo.run.files import RunDirError, atomic_write_text, subdir
 from grpo.run.manifest import fsync_dir, manifest_problem, write_manifest
 from grpo.run.run_config import RUN_CONFIG
@@ -67,7 +73,6 @@ STATE_JSON = "trainer_state.json"
 STATE_TENSORS = "trainer_state.safetensors"
 CHECKPOINT_FILES = (MODEL_FILE, STATE_JSON, STATE_TENSORS)
 LEGACY_PICKLE = "trainer_state.pt"
-FINAL_MODEL = "final_model"
 KILL_AT_ENV = "GRPO_TEST_KILL_AT"
 
 

@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 
 CHECKPOINTS = "checkpoints"
+FINAL_MODEL = "final_model"
+"""A run's final model (Hugging Face format, with a manifest): `<run>/final_model/`."""
 CHECKPOINT_NAME = re.compile(r"step_(\d{6,})")
 
 

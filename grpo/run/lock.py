@@ -22,6 +22,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -37,13 +38,19 @@ class RunDirLocked(RunDirError):
     """Another process holds the run directory's lock."""
 
 
-def _holder(fd: int) -> str:
-    """The holder recorded in the lock file, in words; 'unknown' when it is unreadable."""
+def _record(fd: int) -> tuple[int, str, str] | None:
+    """The holder recorded in the lock file: (pid, host, since); None when it is unreadable."""
     try:
         record = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0))
-        return f"pid {int(record['pid'])} on {str(record['host'])[:255]} since {str(record['since'])[:64]}"
+        return int(record["pid"]), str(record["host"])[:255], str(record["since"])[:64]
     except (OSError, ValueError, TypeError, KeyError, RecursionError):
-        return "holder unknown"
+        return None
+
+
+def _holder(fd: int) -> str:
+    """The holder recorded in the lock file, in words; 'holder unknown' when it is unreadable."""
+    record = _record(fd)
+    return "holder unknown" if record is None else "pid {} on {} since {}".format(*record)
 
 
 @contextmanager
@@ -79,6 +86,42 @@ def _directory_lock(directory: Path, busy: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The process that holds a lock, as it recorded itself: `pid` on `host` (None: unreadable)
+    and the words for it (`text`)."""
+
+    text: str
+    pid: int | None = None
+    host: str | None = None
+
+    @property
+    def local_pid(self) -> int | None:
+        """The holder's process id where it is a process of this host, else None."""
+        return self.pid if self.host == socket.gethostname() else None
+
+
+def holder(directory: Path) -> Holder | None:
+    """Who holds `directory`'s lock now, or None where no process holds it or there is no lock
+    file (nothing trained or launched there). Takes nothing: a shared lock is tried and dropped
+    at once (a process taking the lock in that very instant would find it held, and say so), and
+    no file is created."""
+    try:
+        fd = os.open(directory / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # none, or not a lock file: the run's launch says what is wrong
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        record = _record(fd)
+        return Holder(_holder(fd), *(record[:2] if record is not None else ()))
+    except OSError:  # a filesystem without locks: the run's launch says so
+        return None
+    finally:
+        os.close(fd)  # releases the shared lock where it was taken
+    return None
 
 
 def run_lock(run_dir: Path) -> AbstractContextManager[None]:

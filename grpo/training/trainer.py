@@ -29,8 +29,10 @@ Each GRPO step (CS336 assignment 5, GRPO algorithm):
   5. weight sync into the engine, evaluation every eval.eval_every steps, metrics, checkpoint.
 
 With pruning on (`pruning=successive_halving`, grpo.run.pruning) each evaluation is reported to the
-sweep's pruner; a run it stops checkpoints that step and ends as `pruned`. A pruned run launched
-again with pruning on stays pruned; with `pruning=off` it trains on from that checkpoint.
+sweep's pruner; a run it stops checkpoints that step and ends as `pruned`. A run launched again
+that is over for its config (grpo.run.finished: completed to its n_grpo_steps, pruned while the
+sweep prunes, collapsed, diverged) trains nothing and is left as it is; a pruned run launched with
+`pruning=off` trains on from that checkpoint, a completed one with a larger n_grpo_steps too.
 
 Wall-clock: `time/elapsed_s` is the run's total (continuing across resumes), `time/elapsed_no_eval_s`
 the same minus every evaluation's `time/eval_s`: the training wall-clock that comparisons use.
@@ -87,6 +89,7 @@ from grpo.run.files import (
     subdir,
     write_status,
 )
+from grpo.run.finished import Launch, run_over
 from grpo.run.health import HealthMonitor
 from grpo.run.lock import run_lock
 from grpo.run.outcomes import is_evaluation_step, write_outcomes
@@ -628,11 +631,6 @@ class GRPOTrainer:
                 self.restarts -= 1
             self._complete(last_step, trained_now=False)
             return read_status(self.run_dir)
-        if self.pruning is not None and self.previous_status == "pruned" and self.start_step > 0:
-            log.warning(f"{self.run_dir} was stopped by the pruner after step {self.start_step}; "
-                        "it stays pruned (launch it with pruning=off to train it on)")
-            self._finish_trial("pruned")
-            return read_status(self.run_dir)
         self._status("running", last_step)
         started = time.perf_counter()
         sync_start = time.perf_counter()
@@ -818,7 +816,8 @@ def train(cfg: DictConfig, run_dir: str | os.PathLike[str],
     """Run (or resume) one GRPO run in `run_dir`; returns its final status.json content.
 
     The run directory's lock (`grpo.run.lock`) is held throughout: a second process training the
-    same directory raises `RunDirLocked` before writing anything. A resume with a config that
+    same directory raises `RunDirLocked` before writing anything. A run that is over for `cfg`
+    (`grpo.run.finished.run_over`) returns its status at once, nothing loaded or written. A resume with a config that
     changes the trained curve raises `ConfigChanged` (grpo.run.run_config), changing nothing.
     `record` (`.hydra/` file name -> text, grpo.sweep.job.config_record) is written as the run's
     record once the resume is accepted (None: the record is left as it is).
@@ -827,6 +826,10 @@ def train(cfg: DictConfig, run_dir: str | os.PathLike[str],
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(run_dir):
+        over = run_over(run_dir, Launch.of(cfg))
+        if over is not None:  # over for this config (grpo.run.finished): its files stay as they are
+            log.warning(f"{run_dir} is {over.why}; nothing to train")
+            return over.status
         try:
             with PreemptionWatcher() as watcher:
                 trainer = GRPOTrainer(cfg, run_dir, record)
