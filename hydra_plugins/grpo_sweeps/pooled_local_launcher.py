@@ -5,7 +5,9 @@ launcher runs at most `max_parallel_jobs` at a time (by default as many as the m
 cores and GPUs hold), gives each running job its own GPUs through CUDA_VISIBLE_DEVICES, and starts
 the next job when one ends (each run sets its torch threads from cluster.cpus_per_job). While the
 jobs run it shows the live sweep monitor, and it ends with the sweep's summary
-(:mod:`hydra_plugins.grpo_sweeps.reporting`).
+(:mod:`hydra_plugins.grpo_sweeps.reporting`). A relaunch runs only the jobs whose runs are not
+finished, and follows (a slot each) those that a job of a killed earlier launcher still trains
+(:mod:`hydra_plugins.grpo_sweeps.relaunch`).
 
 Ctrl-C at the terminal signals the launcher and every job's processes. submitit's controller of a
 job (the process that starts the job and waits for it) would end with a KeyboardInterrupt
@@ -35,6 +37,7 @@ from typing import Any
 from hydra.core.utils import JobReturn
 
 from analysis.monitor import INTERRUPTED
+from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, LaunchOf, relaunch
 from hydra_plugins.grpo_sweeps.reporting import SweepFollower
 from hydra_plugins.grpo_sweeps.submitit_compat import BaseSubmititLauncher, submit_sweep_job
 
@@ -101,6 +104,9 @@ class PooledLocalLauncher(BaseSubmititLauncher):
     """See the module docstring."""
 
     _EXECUTOR = "local"
+    launch_of: LaunchOf | None = None
+    """The launch of a job's config from its overrides, set by the validating sweeper: with it a
+    relaunch submits only what is unfinished (None: every job is submitted)."""
 
     def __init__(
         self,
@@ -136,15 +142,22 @@ class PooledLocalLauncher(BaseSubmititLauncher):
             tuple(range(i * self.gpus_per_job, (i + 1) * self.gpus_per_job)) for i in range(slots)
         ]
         executor = submitit.LocalExecutor(folder=self.params["submitit_folder"])
-        log.info(f"Local sweep of {len(job_overrides)} jobs, {slots} at a time")
-        pending = list(enumerate(job_overrides, start=initial_job_idx))
+        numbered = dict(enumerate(job_overrides, start=initial_job_idx))
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        earlier = relaunch(sweep_dir, numbered, self.launch_of, "local")
+        pending = [(num, overrides) for num, overrides in numbered.items() if num not in earlier]
+        if pending:
+            log.info(f"Local sweep of {len(pending)} jobs, {slots} at a time")
         signalled: set[int] = set()
-        follower = SweepFollower(Path(str(self.config.hydra.sweep.dir)), "local", dict(pending),
-                                 interrupt=lambda job: interrupt_job(job, signalled))
+        follower = SweepFollower(
+            sweep_dir, "local", numbered, earlier=earlier,
+            interrupt=lambda job: job.interrupt() if isinstance(job, EarlierJob)
+            else interrupt_job(job, signalled))
         running: dict[int, tuple[Any, tuple[int, ...]]] = {}
         with follower:
             while pending or running:
-                while pending and len(running) < slots:
+                # a followed job of an earlier launch holds a slot until it ends
+                while pending and len(running) + sum(not j.done() for j in earlier.values()) < slots:
                     idx, overrides = pending.pop(0)
                     used = {g for _, held in running.values() for g in held}
                     gpus = next(s for s in gpu_sets if not used & set(s))
@@ -160,4 +173,5 @@ class PooledLocalLauncher(BaseSubmititLauncher):
                 follower.update()
                 for idx in [i for i, (job, _) in running.items() if job.done()]:
                     running.pop(idx)
+            follower.wait()  # the followed jobs of an earlier launch that still run
         return follower.finish()

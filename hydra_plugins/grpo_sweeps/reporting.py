@@ -73,20 +73,25 @@ class SweepFollower:
     """Records, follows and reports the jobs of one launch; see the module docstring.
 
     ``jobs`` maps job numbers to their overrides; ``interrupt`` hands a submitted job the Ctrl-C
-    (local jobs: see the module docstring). Use as a context manager around the
+    (local jobs: see the module docstring); ``earlier``: the jobs of an earlier launch that this
+    one does not submit (finished, or followed until they end:
+    :class:`hydra_plugins.grpo_sweeps.relaunch.EarlierJob`), by number. Use as a context manager around the
     submission loop: call :meth:`submitted` for each job, :meth:`update` while waiting (or
     :meth:`wait`), then :meth:`finish` for Hydra's job returns.
     """
 
     def __init__(self, sweep_dir: Path, launcher: str, jobs: Mapping[int, Sequence[str]],
-                 interrupt: Callable[[Any], None] | None = None) -> None:
+                 interrupt: Callable[[Any], None] | None = None,
+                 earlier: Mapping[int, Any] | None = None) -> None:
         self.sweep_dir = Path(sweep_dir)
         self.launcher = launcher
         self.interrupt = interrupt
         self.overrides = {num: tuple(o) for num, o in jobs.items()}
-        self.jobs: dict[int, Any] = {}
+        self.jobs: dict[int, Any] = dict(earlier or {})  # a relaunch's finished and followed jobs
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        write_jobs(self.sweep_dir, launcher, [Job(n, o) for n, o in self.overrides.items()])
+        write_jobs(self.sweep_dir, launcher, [
+            Job(n, o, *((job.job_id, job.paths.stderr) if (job := self.jobs.get(n)) else ()))
+            for n, o in self.overrides.items()])
         self.progress = SweepProgress(self.sweep_dir)
         self.monitor = SweepMonitor(self.progress)
 
@@ -134,7 +139,8 @@ class SweepFollower:
         """Each submitted job's state: SLURM's (:func:`analysis.progress.slurm_states`, which
         also knows jobs submitit would wait for for ever) or submitit's local one."""
         if self.launcher == "slurm":
-            return slurm_states({num: str(job.job_id) for num, job in self.jobs.items()})
+            return slurm_states({num: str(job.job_id) for num, job in self.jobs.items()
+                                 if job.job_id is not None})  # a finished run may have none
         return {num: str(job.state) for num, job in self.jobs.items()}
 
     def update(self) -> None:

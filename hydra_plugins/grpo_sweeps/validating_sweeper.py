@@ -40,6 +40,7 @@ from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
 from grpo.config.rules import CHECK_SEEDS, RULES, SEED_MAX
 from grpo.config.validation import check_config, check_installed
 from grpo.run.files import RunDirError
+from grpo.run.finished import Launch
 from grpo.run.lock import sweep_lock
 from grpo.run.pruning import OFF
 from grpo.run.run_config import resolved, resume_refusal
@@ -54,6 +55,7 @@ from grpo.sweep.job import describe_job, output_refusal, output_root_note, raw_l
 from grpo.sweep.job_loss import ComposedJob, compose_job
 from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
 from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
+from hydra_plugins.grpo_sweeps.relaunch import RelaunchPlan, launcher_kind, plan_relaunch
 
 JOB_SUBDIR = "${hydra.job.num}"
 """The run directories of a sweep as the monitor, the summary, the analysis and a race read them:
@@ -130,6 +132,8 @@ class ValidatingSweeper(BasicSweeper):
     """Each job's composition, by its overrides before `compose_job` (filled by `sweep()`)."""
     check_jobs: list[Sequence[str]] = []
     """The check seeds' jobs (`_check_jobs`), launched after the grid's."""
+    _launches: dict[tuple[str, ...], Launch] | None = None
+    """Each composed job's launch by its overrides less the seed (`_launch_of`)."""
 
     def _all_jobs(self, arguments: list[str]) -> tuple[list[Sequence[str]], set[str]]:
         """Every job's override list, and the keys that take several values; exit 2 where a
@@ -205,6 +209,29 @@ class ValidatingSweeper(BasicSweeper):
         (`<sweep>/<num>`, `JOB_SUBDIR`) with a changed config
         (`grpo.run.run_config.resume_refusal`)."""
         return resume_refusal(cfg, Path(self.config.hydra.sweep.dir) / str(num))
+
+    def _launch_of(self, overrides: Sequence[str]) -> Launch:
+        """The launch of the job of `overrides` (`grpo.run.finished.Launch`): a job of this sweep,
+        or of a race's wave (its config's overrides and the wave's seed, which none of the
+        launch's keys depends on)."""
+        if self._launches is None:  # once the jobs are composed
+            self._launches = {tuple(without_seed(job.overrides)): Launch.of(job.cfg)
+                              for job in self.composed.values()}
+        return self._launches[tuple(without_seed(overrides))]
+
+    def _relaunch_plan(self, race: RaceSettings | None, sweep_dir: Path) -> RelaunchPlan | None:
+        """What a launch would do with each job it launches next (`relaunch.plan_relaunch`): the
+        sweep's jobs, or a race's next wave (none where the race is over)."""
+        if race is None:
+            numbered = dict(enumerate(job.overrides for job in self.composed.values()))
+        else:
+            state = self._race_runner(race, sweep_dir).prepare(warn=False)
+            wave = state.waves[-1] if state.waves and state.waves[-1].decision is None else None
+            if wave is None:
+                return None
+            numbered = {num: [*state.configs[i], f"seed={wave.seed}"] for num, i in wave.jobs.items()}
+        return plan_relaunch(sweep_dir, {num: self._launch_of(o) for num, o in numbered.items()},
+                             launcher_kind(self.launcher))
 
     def _race_runner(self, settings: RaceSettings, sweep_dir: Path) -> Any:
         """The race of this sweep's jobs in `sweep_dir` (`analysis.race.RaceRunner`), each wave
@@ -542,11 +569,15 @@ class ValidatingSweeper(BasicSweeper):
         cost = self._price(cfgs, lines, race)
         if race is not None:
             self._price_race(race, cfgs, cost)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
         if self.config.dry_run:
             if cost is not None:
                 print("\n".join(self._power_lines(cfgs[0], cost)))
+            plan = self._relaunch_plan(race, sweep_dir)
+            if plan is not None and plan.earlier:
+                print(plan.line())
             return []
-        sweep_dir = Path(self.config.hydra.sweep.dir)
+        self.launcher.launch_of = self._launch_of
         refusal = output_refusal(sweep_dir)
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)
