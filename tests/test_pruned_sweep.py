@@ -1,6 +1,6 @@
 """A sweep with pruning on, for real: the tiny model's runs report to one Optuna study in the sweep
 directory; a run the pruner stops checkpoints and ends `pruned`, stays so when the sweep is
-launched again, trains on when it is launched with pruning=off, and a killed run re-attaches to its
+launched again (no job is submitted for it), trains on when it is launched with pruning=off, and a killed run re-attaches to its
 own trial."""
 
 from __future__ import annotations
@@ -74,19 +74,26 @@ def test_pruned_runs_stop_at_a_rung_stay_pruned_and_train_on_with_pruning_off(
     assert f"Sweep {sweep}: 3 runs: {3 - n_pruned} completed, {n_pruned} pruned" in out.stdout
     assert "Stopped early: " in out.stdout and "CPU-hours spent of an estimated" in out.stdout
 
-    # launched again: every run is a result already, the pruned one stays pruned
+    # launched again: every run is over, the pruned one while the sweep prunes: none is submitted
     metrics_before = (pruned / "metrics.jsonl").read_bytes()
+    logs = sorted((sweep / ".submitit").iterdir())
     again = sweep_run(tmp_path, tiny_model_dir, *PRUNING, f"hydra.sweep.dir={sweep}")
     assert again.returncode == 0, again.stderr[-3000:]
+    assert ("relaunch: 0 to submit, 0 still queued or running (followed), 3 finished (not "
+            "submitted)") in again.stdout.splitlines()
     assert (pruned / "metrics.jsonl").read_bytes() == metrics_before
     assert status(pruned)["status"] == "pruned"
-    logs = "".join(log.read_text() for log in (sweep / ".submitit").glob("*_log.out"))
-    assert logs.count("was stopped by the pruner after step 20; it stays pruned") == 1
+    assert sorted((sweep / ".submitit").iterdir()) == logs, "no job started"
+    assert f"Sweep {sweep}: 3 runs: {3 - n_pruned} completed, {n_pruned} pruned" in again.stdout
     assert len(open_study(sweep, SETTINGS, N_STEPS).trials) == 3
 
-    # with pruning off it trains on from its checkpoint, every step logged once
+    # with pruning off the pruned runs, and only they, train on from their checkpoint, every
+    # step logged once
     on = sweep_run(tmp_path, tiny_model_dir, "pruning=off", f"hydra.sweep.dir={sweep}")
     assert on.returncode == 0, on.stderr[-3000:]
+    assert (f"relaunch: {n_pruned} to submit, 0 still queued or running (followed), "
+            f"{3 - n_pruned} finished (not submitted)") in on.stdout.splitlines()
+    assert len(list((sweep / ".submitit").glob("*_log.out"))) == 3 + n_pruned
     assert status(pruned)["status"] in ("completed", "collapsed")
     assert status(pruned)["resumed_from"][-1] == 21
     assert steps(pruned)[:22] == list(range(22)) and len(set(steps(pruned))) == len(steps(pruned))

@@ -170,11 +170,17 @@ def test_nan_stops_the_run_as_diverged(tiny_model_dir: Path, tmp_path: Path) -> 
 def test_zero_reward_streak_stops_the_run_as_collapsed(tiny_model_dir: Path, tmp_path: Path) -> None:
     # one new token cannot hold "<answer>N</answer>", so every reward is 0
     cfg = toy_config(tiny_model_dir, "n_grpo_steps=10", "sampling.max_new_tokens=1",
-                     "health.zero_reward_patience=3", "eval.eval_every=100")
+                     "health.zero_reward_patience=3", "eval.eval_every=100",
+                     "checkpoint.checkpoint_every=2")
     status = train(cfg, tmp_path)
     assert status == {**status, "status": "collapsed", "last_step": 3}
     assert "reward 0 for 3 consecutive steps" in status["reason"]
     assert [r["train/reward_mean"] for r in read_metrics(tmp_path)[1:]] == [0.0, 0.0, 0.0]
+    # launched again: a collapsed run is over (grpo.run.finished), nothing trains and no file
+    # changes (it used to resume from its step-2 checkpoint, set step 3 aside and collapse again)
+    files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert train(cfg, tmp_path) == status
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"} == files
 
 
 @pytest.mark.slow

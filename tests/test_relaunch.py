@@ -1,0 +1,163 @@
+"""A relaunch submits only what is unfinished: the rule that says a run is over for the config a
+launch gives it (`grpo.run.finished`), the plan a launcher makes of its batch
+(`hydra_plugins.grpo_sweeps.relaunch`), and a finished local sweep relaunched for real."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from training_runs import steps
+
+from grpo.run.checkpoint_names import FINAL_MODEL
+from grpo.run.finished import Launch, over_why, run_over
+from grpo.run.lock import run_lock
+from grpo.run.manifest import write_manifest
+from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, RelaunchPlan, plan_relaunch
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 4
+PLAIN = Launch(n_grpo_steps=STEPS, prunes=False, saves_final_model=False)
+"""The launch every case changes one thing of: 4 steps, no pruner, no final model."""
+
+
+def status(name: str, last_step: int | None = STEPS) -> dict:
+    return {"status": name, "last_step": last_step, "n_grpo_steps": STEPS}
+
+
+@pytest.mark.parametrize(("name", "last_step", "launch", "over"), [
+    # completed: over up to its last step; a larger n_grpo_steps trains it on
+    ("completed", 4, PLAIN, True),
+    ("completed", 4, Launch(3, False, False), True),
+    ("completed", 4, Launch(5, False, False), False),
+    ("completed", 3, PLAIN, False),
+    ("completed", 4, Launch(4, True, False), True),
+    # pruned: over while the sweep prunes; pruning=off trains it on
+    ("pruned", 2, Launch(4, True, False), True),
+    ("pruned", 2, PLAIN, False),
+    ("pruned", 2, Launch(8, True, False), True),
+    # collapsed and diverged: over whatever the launch (its guard would stop it again)
+    ("collapsed", 2, PLAIN, True),
+    ("collapsed", 2, Launch(8, True, True), True),
+    ("diverged", None, PLAIN, True),
+    ("diverged", 3, Launch(8, False, False), True),
+    # not results: trained on by any launch
+    ("running", 4, PLAIN, False),
+    ("failed", 4, PLAIN, False),
+    ("cancelled", 2, PLAIN, False),
+    ("preempted", 2, PLAIN, False),
+    ("crafted", 4, PLAIN, False),
+])
+def test_the_rule_says_a_run_is_over_for_the_launch_that_would_train_nothing(
+        name: str, last_step: int | None, launch: Launch, over: bool) -> None:
+    assert (over_why(status(name, last_step), launch) is not None) == over
+    assert over_why(None, PLAIN) is None, "no status.json: a run not started"
+
+
+def test_a_completed_run_is_over_only_with_its_final_model_where_the_config_saves_one(
+        tmp_path: Path) -> None:
+    (tmp_path / "status.json").write_text(json.dumps(status("completed")))
+    saves = Launch(STEPS, False, True)
+    assert run_over(tmp_path, PLAIN) is not None
+    assert run_over(tmp_path, saves) is None, "no final_model/: a launch writes it"
+    final = tmp_path / FINAL_MODEL
+    final.mkdir()
+    (final / "config.json").write_text("{}")
+    (final / "model.safetensors").write_bytes(b"weights")
+    write_manifest(final)
+    found = run_over(tmp_path, saves)
+    assert found is not None and found.name == "completed" and found.status["last_step"] == STEPS
+    (final / "model.safetensors").write_bytes(b"cut")  # a partial file: its size is not the manifest's
+    assert run_over(tmp_path, saves) is None
+
+
+def test_launch_of_reads_a_composed_config_and_names_what_a_record_lacks() -> None:
+    cfg = {"n_grpo_steps": 7, "pruning": {"name": "successive_halving"},
+           "checkpoint": {"save_final_model": False}}
+    assert Launch.of(cfg) == Launch(7, True, False)
+    assert Launch.of({**cfg, "pruning": {"name": "off"}}).prunes is False
+    with pytest.raises(ValueError, match="n_grpo_steps, pruning.name or checkpoint.save_final_model"):
+        Launch.of({"n_grpo_steps": 7})
+
+
+def write_run(run_dir: Path, name: str, last_step: int = STEPS) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "status.json").write_text(json.dumps(status(name, last_step)))
+
+
+def test_the_plan_sorts_each_job_and_its_line_says_so(tmp_path: Path) -> None:
+    """Jobs 0-1 finished (completed; pruned while the sweep prunes), job 2 trained by another
+    process (its lock held), job 3 failed, job 4 completed with fewer steps than launched, job 5
+    never started: 3 to submit, 1 followed, 2 finished; without any earlier run, nothing is said."""
+    pruned = Launch(STEPS, True, False)
+    write_run(tmp_path / "0", "completed")
+    write_run(tmp_path / "1", "pruned", 2)
+    write_run(tmp_path / "2", "running", 1)
+    write_run(tmp_path / "3", "failed", 1)
+    write_run(tmp_path / "4", "completed", STEPS - 1)
+    launches = dict.fromkeys(range(6), pruned)
+    with run_lock(tmp_path / "2"):
+        plan = plan_relaunch(tmp_path, launches, "local")
+        followed = EarlierJob(tmp_path / "2", ["seed=2"], None, lambda: True)
+        assert not followed.done() and followed.state == "RUNNING"
+    assert plan.submit == (3, 4, 5) and plan.finished == {0: "completed", 1: "pruned"}
+    assert list(plan.follow) == [2] and plan.follow[2].startswith("pid ")
+    assert plan.line() == ("relaunch: 3 to submit, 1 still queued or running (followed), "
+                           "2 finished (not submitted)")
+    assert plan.earlier
+    # with pruning off the pruned run trains on; once its lock is free, job 2 is submitted
+    plan = plan_relaunch(tmp_path, dict.fromkeys(range(6), PLAIN), "local")
+    assert plan == RelaunchPlan((1, 2, 3, 4, 5), {}, {0: "completed"}, True)
+    assert not plan_relaunch(tmp_path / "new", launches, "local").earlier
+    (result,) = EarlierJob(tmp_path / "0", ["seed=0"], None).results()
+    assert result.return_value == status("completed") and result.working_dir == str(tmp_path / "0")
+
+
+def snapshot(sweep: Path) -> dict[Path, bytes]:
+    """Every file of a sweep directory but the lock, multirun.yaml and jobs.json (which a launch
+    rewrites), by path."""
+    return {p: p.read_bytes() for p in sorted(sweep.rglob("*"))
+            if p.is_file() and p.name not in (".lock", "multirun.yaml", "jobs.json")}
+
+
+@pytest.mark.slow
+def test_a_finished_local_sweep_relaunched_starts_no_job_and_a_larger_n_grpo_steps_trains_on(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A finished 2-run sweep launched again: its dry run and the launch say 0 to submit, 2
+    finished; no job starts (every file of the sweep byte-equal: each run's launch.log and
+    status.json, nothing new in .submitit/), the summary is printed, exit 0, in about the dry
+    run's time. Launched with n_grpo_steps one larger, both runs train on from their checkpoint."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
+               "rollout=hf", f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
+               "learning_rate=3e-4,1e-4", f"hydra.sweep.dir={sweep}"]
+
+    def launch(*extra: str) -> tuple[subprocess.CompletedProcess, float]:
+        start = time.perf_counter()
+        out = subprocess.run([*command, *extra], cwd=ROOT, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        return out, time.perf_counter() - start
+
+    launch("n_grpo_steps=2")
+    before = snapshot(sweep)
+    assert {p.name for p in before if p.parent.name in ("0", "1")} >= {"launch.log", "status.json"}
+    line = "relaunch: 0 to submit, 0 still queued or running (followed), 2 finished (not submitted)"
+    dry, dry_s = launch("n_grpo_steps=2", "dry_run=true")
+    again, again_s = launch("n_grpo_steps=2")
+    print(f"\nfinished 2-run sweep: relaunch {again_s:.1f} s, its dry run {dry_s:.1f} s")
+    assert line in dry.stdout.splitlines() and line in again.stdout.splitlines()
+    assert snapshot(sweep) == before
+    assert f"Sweep {sweep}: 2 runs: 2 completed" in again.stdout
+    assert "Local sweep of" not in again.stdout + again.stderr
+    assert again_s < dry_s + 10
+    on, _ = launch("n_grpo_steps=3")
+    assert ("relaunch: 2 to submit, 0 still queued or running (followed), 0 finished "
+            "(not submitted)") in on.stdout.splitlines()
+    for run in ("0", "1"):
+        assert json.loads((sweep / run / "status.json").read_text())["resumed_from"] == [3]
+        assert steps(sweep / run) == [0, 1, 2, 3]
