@@ -300,3 +300,51 @@ def test_ctrl_c_of_a_slurm_sweep_is_one_line_and_its_jobs_keep_running(
     assert out.splitlines()[-1] == ("Interrupted: the SLURM jobs keep running; follow them with "
                                     f"`make watch SWEEP={sweep}`")
     assert len(alive) == 2, "the jobs were cancelled with the launcher"
+
+
+def test_a_relaunch_follows_the_jobs_still_running_and_submits_nothing_once_finished(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The launcher SIGKILLed once its job array is submitted (a closed terminal, a login node's
+    reboot): the same command again submits no new array, follows the two jobs to their end (both
+    runs completed, each step logged once, one job per run); launched once more, the finished
+    sweep submits nothing at all (no new job of its name, each run's status.json byte-equal) and
+    prints its summary."""
+    require_cluster()
+    name = f"grpo-relaunch-{uuid.uuid4().hex[:8]}"
+    sweep = tmp_path / "sweep"
+    command = sweep_command(tmp_path, tiny_model_dir, "learning_rate=3e-4,1e-4", "n_grpo_steps=20",
+                            "eval.eval_every=10", f"hydra.launcher.name={name}",
+                            f"hydra.sweep.dir={sweep}")
+    first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while not (sweep / "jobs.json").exists() or not all(
+                j.get("job_id") for j in json.loads((sweep / "jobs.json").read_text())["jobs"]):
+            assert first.poll() is None and time.time() < deadline, "the array was never submitted"
+            time.sleep(0.2)
+        first.kill()
+        first.wait(timeout=60)
+        assert set(slurm_states({0: json.loads((sweep / "jobs.json").read_text())["jobs"][0]
+                                 ["job_id"]}).values()) <= {"PENDING", "RUNNING"}
+        again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert ("relaunch: 0 to submit, 2 still queued or running (followed), 0 finished (not "
+                "submitted)") in again.stdout.splitlines()
+        assert "Sweep sweep: 2 runs: 2 completed" in again.stdout
+        for run in ("0", "1"):
+            assert logged_steps(sweep / run) == list(range(21))
+        assert len(jobs_named(name)) == 2, "one job per run"
+        statuses = {run: (sweep / run / "status.json").read_bytes() for run in ("0", "1")}
+        last = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert last.returncode == 0, last.stdout[-3000:] + last.stderr[-3000:]
+        assert ("relaunch: 0 to submit, 0 still queued or running (followed), 2 finished (not "
+                "submitted)") in last.stdout.splitlines()
+        assert "Sweep sweep: 2 runs: 2 completed" in last.stdout
+        assert len(jobs_named(name)) == 2, "no job submitted"
+        assert {run: (sweep / run / "status.json").read_bytes() for run in ("0", "1")} == statuses
+        assert tracebacks(sweep) == []
+    finally:
+        if first.poll() is None:
+            first.kill()
+        subprocess.run(["scancel", "-n", name], check=False)

@@ -37,7 +37,7 @@ from typing import Any
 from hydra.core.utils import JobReturn
 
 from analysis.monitor import INTERRUPTED
-from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, LaunchOf, relaunch
+from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, Relaunch
 from hydra_plugins.grpo_sweeps.reporting import SweepFollower
 from hydra_plugins.grpo_sweeps.submitit_compat import BaseSubmititLauncher, submit_sweep_job
 
@@ -104,9 +104,9 @@ class PooledLocalLauncher(BaseSubmititLauncher):
     """See the module docstring."""
 
     _EXECUTOR = "local"
-    launch_of: LaunchOf | None = None
-    """The launch of a job's config from its overrides, set by the validating sweeper: with it a
-    relaunch submits only what is unfinished (None: every job is submitted)."""
+    relaunch: Relaunch | None = None
+    """The sweep's relaunch, set by the validating sweeper: with it a relaunch submits only what
+    is unfinished (None: every job is submitted)."""
 
     def __init__(
         self,
@@ -144,7 +144,7 @@ class PooledLocalLauncher(BaseSubmititLauncher):
         executor = submitit.LocalExecutor(folder=self.params["submitit_folder"])
         numbered = dict(enumerate(job_overrides, start=initial_job_idx))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        earlier = relaunch(sweep_dir, numbered, self.launch_of, "local")
+        earlier = self.relaunch.earlier(sweep_dir, numbered, "local") if self.relaunch else {}
         pending = [(num, overrides) for num, overrides in numbered.items() if num not in earlier]
         if pending:
             log.info(f"Local sweep of {len(pending)} jobs, {slots} at a time")

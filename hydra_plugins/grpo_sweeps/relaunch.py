@@ -14,8 +14,10 @@ unfinished. Before submitting, each job's run directory (`<sweep>/<job num>`) is
   not a recorded pid, says the run is being trained);
 - every other job is **submitted**.
 
-The same :class:`RelaunchPlan` gives the dry run's line ("N to submit, M still queued or running
-(followed), K finished (not submitted)") and what the launcher does. The launcher follows each
+One :class:`RelaunchPlan`, made by the validating sweeper when the sweep starts, gives the dry
+run's line and the launch's ("N to submit, M still queued or running (followed), K finished (not
+submitted)") and what the launcher does (:class:`Relaunch`; a race's later waves, planned after
+the start, are planned as they are launched). The launcher follows each
 finished or followed job as it follows the jobs it submits, through :class:`EarlierJob` (submitit's
 `done()`, `state`, `exception()`, `results()`, `paths.stderr`, `job_id`), until it ends; its
 Hydra job return is built from its `status.json` (nothing of the run directory or submitit's
@@ -162,14 +164,15 @@ class _SlurmView:
 
 def earlier_jobs(sweep_dir: Path, plan: RelaunchPlan, overrides: Mapping[int, Sequence[str]],
                  launcher: str) -> dict[int, EarlierJob]:
-    """The plan's finished and followed jobs (of `overrides`, job number -> its overrides) as
+    """The plan's finished and followed jobs among `overrides` (job number -> its overrides) as
     :class:`EarlierJob` objects, with what `jobs.json` recorded of each."""
     recorded = read_jobs(sweep_dir)
     known = recorded.jobs if recorded is not None else {}
-    view = _SlurmView(plan.follow) if launcher == SLURM else None
+    follow = {num: job_id for num, job_id in plan.follow.items() if num in overrides}
+    view = _SlurmView(follow) if launcher == SLURM else None
     jobs = {num: EarlierJob(sweep_dir / str(num), overrides[num], known.get(num))
-            for num in plan.finished}
-    for num in plan.follow:
+            for num in plan.finished if num in overrides}
+    for num in follow:
         run_dir = sweep_dir / str(num)
         running = ((lambda n=num: view.running(n)) if view is not None
                    else (lambda d=run_dir: holder(d) is not None))
@@ -181,15 +184,24 @@ LaunchOf = Callable[[Sequence[str]], Launch]
 """The launch of a job's config from its overrides (the sweeper's composition)."""
 
 
-def relaunch(sweep_dir: Path, numbered: Mapping[int, Sequence[str]], launch_of: LaunchOf | None,
-             launcher: str) -> dict[int, EarlierJob]:
-    """A launcher's batch `numbered` (job number -> overrides) planned (:func:`plan_relaunch`):
-    the jobs it does not submit, finished or followed (:func:`earlier_jobs`), having printed the
-    plan's line where the sweep directory holds an earlier launch. None of them without `launch_of` (a
-    launch outside the validating sweeper submits every job)."""
-    if launch_of is None:
-        return {}
-    plan = plan_relaunch(sweep_dir, {num: launch_of(o) for num, o in numbered.items()}, launcher)
-    if plan.earlier:
-        print(plan.line(), flush=True)
-    return earlier_jobs(sweep_dir, plan, numbered, launcher)
+@dataclass
+class Relaunch:
+    """A sweep's relaunch as its launcher acts on it: the validating sweeper's `plan`, made once
+    for the jobs it knew of when the sweep started (the one its dry run prints), and `launch_of`,
+    each job's launch, for the jobs planned later (a race's next waves)."""
+
+    plan: RelaunchPlan
+    launch_of: LaunchOf
+
+    def earlier(self, sweep_dir: Path, numbered: Mapping[int, Sequence[str]],
+                launcher: str) -> dict[int, EarlierJob]:
+        """The jobs of the batch `numbered` (job number -> overrides) that the launch does not
+        submit, finished or followed (:func:`earlier_jobs`)."""
+        known = {*self.plan.submit, *self.plan.follow, *self.plan.finished}
+        later = {num: self.launch_of(o) for num, o in numbered.items() if num not in known}
+        if later:
+            found = plan_relaunch(sweep_dir, later, launcher)
+            self.plan = RelaunchPlan((*self.plan.submit, *found.submit),
+                                     {**self.plan.follow, **found.follow},
+                                     {**self.plan.finished, **found.finished}, self.plan.earlier)
+        return earlier_jobs(sweep_dir, self.plan, numbered, launcher)

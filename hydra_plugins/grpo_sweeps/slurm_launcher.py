@@ -20,7 +20,7 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import OmegaConf
 
-from hydra_plugins.grpo_sweeps.relaunch import SLURM, LaunchOf, relaunch
+from hydra_plugins.grpo_sweeps.relaunch import SLURM, Relaunch
 from hydra_plugins.grpo_sweeps.reporting import SweepFollower
 from hydra_plugins.grpo_sweeps.submitit_compat import launcher_call_args
 
@@ -32,9 +32,9 @@ EXECUTOR_KEYS = ("submitit_folder", "max_num_timeout")
 class ReportingSlurmLauncher(SlurmLauncher):
     """See the module docstring."""
 
-    launch_of: LaunchOf | None = None
-    """The launch of a job's config from its overrides, set by the validating sweeper: with it a
-    relaunch submits only what is unfinished (None: every job is submitted)."""
+    relaunch: Relaunch | None = None
+    """The sweep's relaunch, set by the validating sweeper: with it a relaunch submits only what
+    is unfinished (None: every job is submitted)."""
 
     def executor(self) -> Any:
         """submitit's SLURM executor with the launcher keys, as hydra-submitit-launcher sets it."""
@@ -60,7 +60,7 @@ class ReportingSlurmLauncher(SlurmLauncher):
         assert self.config is not None
         numbered = dict(enumerate(job_overrides, start=initial_job_idx))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        earlier = relaunch(sweep_dir, numbered, self.launch_of, SLURM)
+        earlier = self.relaunch.earlier(sweep_dir, numbered, SLURM) if self.relaunch else {}
         submit = {num: overrides for num, overrides in numbered.items() if num not in earlier}
         follower = SweepFollower(sweep_dir, SLURM, numbered, earlier=earlier)
         if submit:

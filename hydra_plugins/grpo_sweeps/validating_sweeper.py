@@ -55,7 +55,12 @@ from grpo.sweep.job import describe_job, output_refusal, output_root_note, raw_l
 from grpo.sweep.job_loss import ComposedJob, compose_job
 from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
 from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
-from hydra_plugins.grpo_sweeps.relaunch import RelaunchPlan, launcher_kind, plan_relaunch
+from hydra_plugins.grpo_sweeps.relaunch import (
+    Relaunch,
+    RelaunchPlan,
+    launcher_kind,
+    plan_relaunch,
+)
 
 JOB_SUBDIR = "${hydra.job.num}"
 """The run directories of a sweep as the monitor, the summary, the analysis and a race read them:
@@ -219,19 +224,21 @@ class ValidatingSweeper(BasicSweeper):
                               for job in self.composed.values()}
         return self._launches[tuple(without_seed(overrides))]
 
-    def _relaunch_plan(self, race: RaceSettings | None, sweep_dir: Path) -> RelaunchPlan | None:
-        """What a launch would do with each job it launches next (`relaunch.plan_relaunch`): the
-        sweep's jobs, or a race's next wave (none where the race is over)."""
+    def _relaunch_plan(self, race: RaceSettings | None, sweep_dir: Path) -> RelaunchPlan:
+        """What the launch does with each job it knows of now (`relaunch.plan_relaunch`): the
+        sweep's jobs, or every job of a race's waves as its runs say (`RaceRunner.prepare`);
+        its line is printed where the sweep directory holds an earlier launch."""
         if race is None:
             numbered = dict(enumerate(job.overrides for job in self.composed.values()))
         else:
             state = self._race_runner(race, sweep_dir).prepare(warn=False)
-            wave = state.waves[-1] if state.waves and state.waves[-1].decision is None else None
-            if wave is None:
-                return None
-            numbered = {num: [*state.configs[i], f"seed={wave.seed}"] for num, i in wave.jobs.items()}
-        return plan_relaunch(sweep_dir, {num: self._launch_of(o) for num, o in numbered.items()},
+            numbered = {num: [*state.configs[i], f"seed={wave.seed}"]
+                        for wave in state.waves for num, i in wave.jobs.items()}
+        plan = plan_relaunch(sweep_dir, {num: self._launch_of(o) for num, o in numbered.items()},
                              launcher_kind(self.launcher))
+        if plan.earlier:
+            print(plan.line(), flush=True)
+        return plan
 
     def _race_runner(self, settings: RaceSettings, sweep_dir: Path) -> Any:
         """The race of this sweep's jobs in `sweep_dir` (`analysis.race.RaceRunner`), each wave
@@ -573,11 +580,8 @@ class ValidatingSweeper(BasicSweeper):
         if self.config.dry_run:
             if cost is not None:
                 print("\n".join(self._power_lines(cfgs[0], cost)))
-            plan = self._relaunch_plan(race, sweep_dir)
-            if plan is not None and plan.earlier:
-                print(plan.line())
+            self._relaunch_plan(race, sweep_dir)
             return []
-        self.launcher.launch_of = self._launch_of
         refusal = output_refusal(sweep_dir)
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)
@@ -587,6 +591,7 @@ class ValidatingSweeper(BasicSweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
             with sweep_lock(sweep_dir):
+                self.launcher.relaunch = Relaunch(self._relaunch_plan(race, sweep_dir), self._launch_of)
                 if race is not None:
                     return self._race(race, sweep_dir)
                 return super().sweep(arguments)
