@@ -57,7 +57,8 @@ PLANTED = [
     ("grpo/sweep/overrides.py", "from grpo.chain import stages", {"layers", "acyclic"}),
     ("analysis/collect.py", "import torch", {"analysis", "torch_free"}),
     ("analysis/aggregate.py", "from grpo.training import trainer", {"analysis", "torch_free"}),
-    ("grpo/run/manifest.py", "from grpo.run import checkpoint", {"acyclic"}),
+    # analysis and the sweeper read run.finished, which checks a final model's manifest
+    ("grpo/run/manifest.py", "from grpo.run import checkpoint", {"acyclic", "analysis", "torch_free"}),
     # analysis and the sweep read run.files: a torch-heavy import there reaches both
     ("grpo/run/files.py", "from grpo.run import checkpoint", {"acyclic", "analysis", "torch_free"}),
     # the config layer and the registry specs it reads stay torch-free

@@ -13,6 +13,9 @@ and with pruning on the sweep replayed through its pruner), and a sweep that pla
 than `budget.gpu_hours` is refused before anything is submitted. The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the
 submission until the launcher has every job's result, so a second launch of the same sweep
 directory exits at once naming the first. A submission that sbatch still refuses ends in one line with sbatch's message.
+A relaunch submits only what is unfinished: the plan of every job (finished, still queued or
+running, to submit: `hydra_plugins.grpo_sweeps.relaunch`) is made once when the sweep starts,
+its line printed by the dry run and the launch alike, and handed to the launcher.
 Jobs are composed by `grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names
 no loss `loss=grpo_clip`: the listing shows each job's loss, and the launched job lists are those
 composed ones (`get_job_batch`), so what is listed and validated is what runs.
