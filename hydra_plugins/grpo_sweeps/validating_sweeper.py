@@ -46,6 +46,7 @@ from grpo.run.run_config import resolved, resume_refusal
 from grpo.sweep.cost import ESTIMATE_FILE_ENV, SweepEstimate, estimate, write_estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
+    SweepComposer,
     get_job_batch,
     preset_overrides,
     split_into_jobs,
@@ -128,6 +129,8 @@ class ValidatingSweeper(BasicSweeper):
 
     composed: dict[tuple[str, ...], ComposedJob]
     """Each job's composition, by its overrides before `compose_job` (filled by `sweep()`)."""
+    composer: SweepComposer
+    """The sweep's jobs' configs, composed by Hydra once for each set of config group choices."""
     check_jobs: list[Sequence[str]] = []
     """The check seeds' jobs (`_check_jobs`), launched after the grid's."""
 
@@ -143,7 +146,8 @@ class ValidatingSweeper(BasicSweeper):
     def _compose(self, overrides: Sequence[str]) -> ComposedJob:
         """One job composed as the launcher will run it (`grpo.sweep.job_loss.compose_job`)."""
         job = compose_job(self.hydra_context.config_loader, self.config.hydra.job.config_name,
-                          list(overrides), base=raw_list(self.config.hydra.overrides.hydra))
+                          list(overrides), base=raw_list(self.config.hydra.overrides.hydra),
+                          composer=self.composer)
         self.composed[tuple(overrides)] = job
         return job
 
@@ -200,11 +204,12 @@ class ValidatingSweeper(BasicSweeper):
         except RuntimeError:
             return 1
 
-    def _resume_refusal(self, num: int, cfg: Any) -> str | None:
+    @staticmethod
+    def _resume_refusal(sweep_dir: Path, num: int, cfg: Any) -> str | None:
         """What the run of job `num` would refuse, resuming a trained run in its directory
-        (`<sweep>/<num>`, `JOB_SUBDIR`) with a changed config
+        (`<sweep_dir>/<num>`, `JOB_SUBDIR`) with a changed config
         (`grpo.run.run_config.resume_refusal`)."""
-        return resume_refusal(cfg, Path(self.config.hydra.sweep.dir) / str(num))
+        return resume_refusal(cfg, sweep_dir / str(num))
 
     def _race_runner(self, settings: RaceSettings, sweep_dir: Path) -> Any:
         """The race of this sweep's jobs in `sweep_dir` (`analysis.race.RaceRunner`), each wave
@@ -497,11 +502,13 @@ class ValidatingSweeper(BasicSweeper):
         n_grid = len(jobs)
         jobs = [*jobs, *self.check_jobs]
         self.composed = {}
+        self.composer = SweepComposer(self.hydra_context.config_loader)
         lines: list[str] = []
         labels: dict[int, str] = {}
         warnings: dict[str, list[int]] = {}  # message -> the jobs it concerns, in order
         errors: dict[str, list[int]] = {}
         resources = ResourceCheck()
+        runs: Path | None = None  # the sweep directory, resolved once (where a job needs it)
         composed = [self._compose(overrides) for overrides in jobs]
         shown = [[o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept]
                  for overrides in jobs]
@@ -515,8 +522,10 @@ class ValidatingSweeper(BasicSweeper):
             report = check_config(cfg).include(check_installed(cfg))
             report.errors += resources.refusals(cfg)
             # a race checks its job directories against its own waves (check_relaunch)
-            if not report.errors and not racing and (refusal := self._resume_refusal(num, cfg)) is not None:
-                report.errors.append(refusal)
+            if not report.errors and not racing:
+                runs = runs or Path(self.config.hydra.sweep.dir)
+                if (refusal := self._resume_refusal(runs, num, cfg)) is not None:
+                    report.errors.append(refusal)
             for message in report.warnings:
                 warnings.setdefault(message, []).append(num)
             for message in report.errors:
