@@ -209,6 +209,7 @@ class SweepComposer:
         self.loader = loader
         self._shapes: dict[tuple[str, tuple[str, ...]], tuple[bytes, list[str]]] = {}
         self._options: dict[tuple[str, str], DictConfig | None] = {}
+        self._shaping: dict[str, bool] = {}
         self.compositions = 0
         """How many times Hydra composed a config (one per shape)."""
 
@@ -219,13 +220,18 @@ class SweepComposer:
         return self._options[group, option]
 
     def _is_shape(self, override: Override) -> bool:
-        """Whether `override` shapes the defaults list or is Hydra's (composed by Hydra)."""
-        try:
-            return (override.is_hydra_override() or override.is_sweep_override()
+        """Whether `override` shapes the defaults list or is Hydra's (composed by Hydra); asked
+        once for each override's text."""
+        text = str(override.input_line)
+        if text not in self._shaping:
+            try:
+                self._shaping[text] = (
+                    override.is_hydra_override() or override.is_sweep_override()
                     or override.package is not None
                     or self.loader.repository.group_exists(override.key_or_group))  # type: ignore[attr-defined]
-        except (AttributeError, TypeError) as err:
-            raise HydraInternalsMoved("ConfigLoaderImpl.repository.group_exists()", err) from err
+            except (AttributeError, TypeError) as err:
+                raise HydraInternalsMoved("ConfigLoaderImpl.repository.group_exists()", err) from err
+        return self._shaping[text]
 
     def compose(self, config_name: str, overrides: Sequence[str]) -> DictConfig:
         """`config_name` composed with `overrides` (a new config, the caller's to change)."""
