@@ -8,14 +8,24 @@ of a running or finished sweep from any shell. When stdout is not a terminal (CI
 plain line is printed per run whenever its status changes or it gets another tenth of the way. At the end, :meth:`SweepMonitor.summary` prints one line per job
 with its final status, the runs that resumed and from which step, the best config (the
 report's ranking) and where the report is.
+
+The monitor's output may vanish under it: the terminal closed (a write fails with EIO) or the
+reader of its pipe left (EPIPE). A launcher must still wait for its runs, so the monitor then goes
+quiet instead of raising (:attr:`SweepMonitor.output_lost`) and points the lost file descriptor
+(stderr too when it is the same file) at /dev/null, so that the process's other writes (logging,
+the interpreter's last flush) do not fail either; a watch ends there, quietly.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import shlex
+import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 
@@ -37,8 +47,18 @@ SHOW_FIRST = ("running", "starting", "preempted", "failed", "cancelled", "diverg
               "pruned")
 # a plain line per run each time it gets this fraction of its steps further
 PLAIN_STEP_FRACTION = 0.1
-INTERRUPTED = 130
-"""The exit status of a watch or a launcher stopped by Ctrl-C (128 + SIGINT, as a shell says)."""
+
+
+def stopped_by(sig: int) -> int:
+    """The exit status of a watch or a launcher stopped by signal `sig`: 128 + its number, as a
+    shell reports a process that the signal ended (130 for Ctrl-C's SIGINT, 129 for SIGHUP)."""
+    return 128 + sig
+
+
+INTERRUPTED = stopped_by(signal.SIGINT)
+"""The exit status of a watch or a launcher stopped by Ctrl-C."""
+OUTPUT_LOST = 1
+"""The exit status of a watch whose output is gone (see the module docstring)."""
 
 
 def shown_path(path: Path) -> str:
@@ -129,6 +149,26 @@ def table(rows: Sequence[RunProgress], max_rows: int | None = None) -> Table:
     return grid
 
 
+def silence(fd: int) -> None:
+    """Point file descriptor `fd`, and stderr where it writes to the same file, at /dev/null."""
+    sinks = [fd]
+    with suppress(OSError):  # stderr closed: nothing to point anywhere
+        if fd != 2 and os.path.samestat(os.fstat(fd), os.fstat(2)):
+            sinks.append(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for sink in sinks:
+        os.dup2(devnull, sink)
+    os.close(devnull)
+
+
+class MonitorConsole(Console):
+    """rich's console, but a broken pipe is raised to the monitor (rich's default exits)."""
+
+    def on_broken_pipe(self) -> None:
+        """Raise BrokenPipeError, for :meth:`SweepMonitor._output` to take."""
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 class SweepMonitor:
     """Shows a sweep's progress while it runs; see the module docstring.
 
@@ -139,7 +179,7 @@ class SweepMonitor:
     def __init__(self, progress: SweepProgress, console: Console | None = None,
                  refresh_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.progress = progress
-        self.console = console or Console()
+        self.console = console or MonitorConsole()
         self.live_view = self.console.is_terminal and not self.console.is_dumb_terminal
         self.refresh_s = refresh_s
         self.clock = clock
@@ -149,19 +189,36 @@ class SweepMonitor:
         self._live: Live | None = None
         self._printed: dict[int, tuple[str, int]] = {}
         self._race_said: str | None = None
+        self.output_lost = False
+
+    @contextmanager
+    def _output(self) -> Iterator[None]:
+        """Around every write: one that fails silences the monitor (see the module docstring)."""
+        try:
+            yield
+        except OSError:
+            self.output_lost = True
+            self.console.quiet = True  # rich drops what it would write from now on
+            with suppress(OSError, ValueError):  # a file without a descriptor keeps none
+                silence(self.console.file.fileno())
+            if self._live is not None:
+                self._live.stop()  # writes nothing now; gives sys.stdout back
+                self._live = None
 
     def __enter__(self) -> SweepMonitor:
         self.say(f"Sweep directory: {shown_path(self.progress.sweep_dir)}")
-        if self.live_view:
-            self._live = Live(console=self.console, auto_refresh=False,
-                              vertical_overflow="visible")
-            self._live.start()
+        if self.live_view and not self.output_lost:
+            with self._output():
+                self._live = Live(console=self.console, auto_refresh=False,
+                                  vertical_overflow="visible")
+                self._live.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         if self._live is not None:
-            self._live.stop()
+            with self._output():
+                self._live.stop()
             self._live = None
 
     def update(self, scheduler: Mapping[int, str] | None = None,
@@ -185,7 +242,8 @@ class SweepMonitor:
                      f"{fmt_duration(self.clock() - self.started)} elapsed")
             view = Group(Text(title, style="italic"), *((Text(race),) if race else ()),
                          table(rows, max(self.console.height - 7, 5)))
-            self._live.update(view, refresh=True)
+            with self._output():
+                self._live.update(view, refresh=True)
             return
         if race is not None and race != self._race_said:
             self._race_said = race
@@ -223,8 +281,10 @@ class SweepMonitor:
         return lines
 
     def say(self, line: str) -> None:
-        """Print ``line`` as it is: never wrapped, highlighted or read as markup."""
-        self.console.print(line, soft_wrap=True, highlight=False, markup=False)
+        """Print ``line`` as it is: never wrapped, highlighted or read as markup (nothing once
+        the output is lost)."""
+        with self._output():
+            self.console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 def best_config(sweep_dir: Path) -> list[str]:
@@ -270,7 +330,8 @@ def watch(sweep_dir: Path, once: bool = False, interval_s: float = 2.0,
           scheduler_every_s: float = 15.0, console: Console | None = None) -> list[RunProgress]:
     """Follow ``sweep_dir`` until no run is active (or once), then print the summary; a sweep
     that is already over gets its summary alone. Ctrl-C stops the watching (the runs go on) with
-    one line and exit status `INTERRUPTED`."""
+    one line and exit status `INTERRUPTED`; closing the terminal (SIGHUP, its default action) ends
+    it quietly, and so does its output going away (exit status `OUTPUT_LOST`)."""
     monitor = SweepMonitor(SweepProgress(sweep_dir), console, refresh_s=0.0)
     try:
         return _watch(monitor, sweep_dir, once, interval_s, scheduler_every_s)
@@ -293,6 +354,8 @@ def _watch(monitor: SweepMonitor, sweep_dir: Path, once: bool, interval_s: float
     with monitor:
         while True:
             monitor.show(rows)
+            if monitor.output_lost:
+                raise SystemExit(OUTPUT_LOST)
             if once:
                 break
             time.sleep(interval_s)
