@@ -24,6 +24,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,21 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from analysis.config_names import is_promoted, job_labels
+from analysis.monitor import make_command
 from analysis.progress import override_key
 from analysis.race_record import check_relaunch, short_labels, without_seed
 from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
 from grpo.config.rules import CHECK_SEEDS, RULES, SEED_MAX
 from grpo.config.validation import check_config, check_installed
+from grpo.run.driver import (
+    attached_refusal,
+    detach,
+    options_from,
+    spawn_local,
+    submit_slurm,
+    under_driver,
+)
+from grpo.run.driver import sweep_command as driver_sweep_command
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
 from grpo.run.pruning import OFF
@@ -469,6 +480,32 @@ class ValidatingSweeper(BasicSweeper):
                             "(pruning=off, or race.max_seeds=null)")
         refuse(problems)
 
+    def _detached_or_refused(self, sweep_dir: Path) -> bool:
+        """Launched from a terminal (not a driver, `grpo.run.driver.under_driver`): with
+        `cluster.detach=true`, start the sweep's detached driver (`grpo.run.driver.detach`: a
+        SLURM job, or a process of its own session) unless an attached launch holds the sweep
+        (RunDirLocked) and say so (True: this process is done); without, exit 1 where the
+        sweep's detached driver is still pending or running."""
+        watch = make_command("watch", sweep_dir)
+        if not self.config.cluster.get("detach", False):
+            refusal = attached_refusal(sweep_dir, watch)
+            if refusal is not None:
+                print(f"error: {refusal}", file=sys.stderr)
+                sys.exit(1)
+            return False
+        with sweep_lock(sweep_dir):  # an attached launch of it: refused, naming it
+            pass
+        command = driver_sweep_command(sweep_dir)
+        if self.config.cluster.name == "slurm":
+            options = options_from(self.config, f"driver-{sweep_dir.name}")
+            start = partial(submit_slurm, command, sweep_dir, options)
+        else:
+            start = partial(spawn_local, command, sweep_dir)
+        status = detach(sweep_dir, command, start, watch)
+        if status:
+            sys.exit(status)
+        return True
+
     def sweep(self, arguments: list[str]) -> Any:
         note = output_root_note(self.config.hydra)
         if note:
@@ -555,6 +592,8 @@ class ValidatingSweeper(BasicSweeper):
             self._race_runner(race, sweep_dir).prepare(warn=False)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
+            if not under_driver() and self._detached_or_refused(sweep_dir):
+                return []
             with sweep_lock(sweep_dir):
                 if race is not None:
                     return self._race(race, sweep_dir)
