@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from grpo.run.files import RunFileError, atomic_write_text, parse_json, read_bytes
+from grpo.run.files import RunDirError, RunFileError, atomic_write_text, parse_json, read_bytes
 from grpo.run.lock import driver_lock
 from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
 
@@ -251,8 +251,8 @@ def spawn_local(command: Sequence[str], directory: Path, scope: str = "sweep",
                           socket.gethostname(), _now(), pid=proc.pid,
                           started=process_start(proc.pid), scope=scope, name=name)
     if record.started is None:  # it ended already: what it said is in the log
-        raise RuntimeError(f"the detached driver ended at once (exit status {proc.poll()}); "
-                           f"its log: {log}")
+        raise RunDirError(f"the detached driver ended at once (exit status {proc.poll()}); "
+                          f"its log: {log}")
     record.write(record_file)
     return record
 

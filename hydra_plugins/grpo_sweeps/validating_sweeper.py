@@ -13,6 +13,10 @@ and with pruning on the sweep replayed through its pruner), and a sweep that pla
 than `budget.gpu_hours` is refused before anything is submitted. The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the
 submission until the launcher has every job's result, so a second launch of the same sweep
 directory exits at once naming the first. A submission that sbatch still refuses ends in one line with sbatch's message.
+With `cluster.detach=true`, once every job is checked, the sweep's driver is started apart from
+the terminal (`grpo.run.driver`: a SLURM CPU job, or locally a process of its own session) and
+runs this same command attached, its sweep directory pinned; a launch while it is pending or
+running starts nothing.
 Jobs are composed by `grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names
 no loss `loss=grpo_clip`: the listing shows each job's loss, and the launched job lists are those
 composed ones (`get_job_batch`), so what is listed and validated is what runs.
