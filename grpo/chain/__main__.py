@@ -208,7 +208,7 @@ def detached_or_refused(chain: Chain, indices: list[int], stage_names: list[str]
     command = [sys.executable, "-m", "grpo.chain", "--chain", chain.name,
                *(["--stages", ",".join(stage_names)] if stage_names else []), *user.lines]
     if cfg.cluster.name == "slurm":
-        options = options_from(cfg, f"driver-chain-{chain.name}")
+        options = options_from(cfg, f"chain-{chain.name}-driver")
         start = partial(submit_slurm, command, root, options, "chain", chain.name)
     else:
         start = partial(spawn_local, command, root, "chain", chain.name)

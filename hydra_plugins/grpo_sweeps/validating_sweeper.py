@@ -28,7 +28,6 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
 from grpo.config.rules import CHECK_SEEDS, RULES, SEED_MAX
 from grpo.config.validation import check_config, check_installed
 from grpo.run.driver import (
+    DriverRecord,
     attached_refusal,
     detach,
     options_from,
@@ -497,14 +497,17 @@ class ValidatingSweeper(BasicSweeper):
                 print(f"error: {refusal}", file=sys.stderr)
                 sys.exit(1)
             return False
-        with sweep_lock(sweep_dir):  # an attached launch of it: refused, naming it
-            pass
         command = driver_sweep_command(sweep_dir)
-        if self.config.cluster.name == "slurm":
-            options = options_from(self.config, f"driver-{sweep_dir.name}")
-            start = partial(submit_slurm, command, sweep_dir, options)
-        else:
-            start = partial(spawn_local, command, sweep_dir)
+
+        def start() -> DriverRecord:
+            with sweep_lock(sweep_dir):  # an attached launch of it: refused, naming it
+                pass
+            if self.config.cluster.name != "slurm":
+                return spawn_local(command, sweep_dir)
+            name = OmegaConf.select(self.config, "hydra.launcher.name", default="launch")
+            return submit_slurm(command, sweep_dir,
+                                options_from(self.config, f"{name}-driver-{sweep_dir.name}"))
+
         status = detach(sweep_dir, command, start, watch)
         if status:
             sys.exit(status)
