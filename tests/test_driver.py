@@ -20,6 +20,7 @@ from grpo.run.driver import (
     FORMAT,
     DriverRecord,
     attached_refusal,
+    detach,
     driver_state,
     process_start,
     read_driver,
@@ -121,3 +122,26 @@ def test_a_gone_driver_shows_its_last_log_line_and_resume_where_work_is_left(tmp
     lines, _ = driver_lines(tmp_path, [done])
     assert lines[0].endswith("the driver of chain cs336: its process has ended)")
     assert lines[2].startswith("  resume: cd ")
+
+
+def test_a_detach_while_its_driver_runs_starts_none(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same command while the driver lives: said, exit 0; another command: refused, exit 1;
+    neither starts anything."""
+    record = local_record(tmp_path, os.getpid(), process_start(os.getpid()))  # alive: this process
+    started: list[str] = []
+
+    def start() -> DriverRecord:
+        started.append("driver")
+        return record
+
+    monkeypatch.chdir(tmp_path)
+    assert detach(tmp_path, [sys.executable, *record.command[1:]], start, "make watch") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("a driver of this sweep is already running (pid ") and "follow: make watch" in out
+    assert detach(tmp_path, [*record.command, "seed=2"], start, "make watch") == 1
+    assert "it runs another command" in capsys.readouterr().err
+    assert started == []
+    (tmp_path / DRIVER_FILE).unlink()
+    assert detach(tmp_path, list(record.command), start, "make watch") == 0 and started == ["driver"]
+    assert "Detached: the driver is pid " in capsys.readouterr().out
