@@ -35,7 +35,7 @@ from pathlib import Path
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from analysis.monitor import make_command
+from analysis.monitor import INTERRUPTED, make_command
 from analysis.progress import override_key
 from grpo.chain.plan import (
     StagePlan,
@@ -100,7 +100,12 @@ def launch(plan: StagePlan, user: UserOverrides, sweep: Path, dry_run: bool,
         if under_driver():  # `make watch` on the stage shows the chain's driver
             copy_record(sweep)
     env = {**os.environ, ESTIMATE_FILE_ENV: str(estimate_file)} if estimate_file else None
-    returncode = subprocess.run([sys.executable, str(LAUNCH), "-m", *overrides], env=env).returncode
+    with subprocess.Popen([sys.executable, str(LAUNCH), "-m", *overrides], env=env) as stage:
+        try:
+            returncode = stage.wait()
+        except KeyboardInterrupt:  # the stage had the Ctrl-C too: its runs stop and checkpoint
+            stage.wait()
+            raise
     if not dry_run and not (sweep / "multirun.yaml").exists():  # nothing ran: leave no trace
         (sweep / RECORD).unlink(missing_ok=True)
         if not any(sweep.iterdir()):
@@ -293,6 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, HydraException, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("chain interrupted (Ctrl-C): its stage's runs stopped after their step, with a "
+              "checkpoint; run the same command again to resume it", file=sys.stderr)
+        return INTERRUPTED
     except OSError as error:  # a stage directory that cannot be made or written
         print(f"error: cannot write {error.filename or 'a stage directory'} "
               f"({error.strerror or error}): give paths.output_root's directories back their "
