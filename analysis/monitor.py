@@ -4,7 +4,8 @@ While a sweep runs, the launchers (``hydra_plugins/grpo_sweeps``) show one row p
 refreshed in place: overrides, status, step/total, last train and validation reward, seconds
 per step and ETA; a race's runs (``analysis.race``) show their wave, under a line that says
 where the race stands. ``python -m analysis watch [SWEEP]`` (``make watch``) shows the same view
-of a running or finished sweep from any shell. When stdout is not a terminal (CI, a log file) a
+of a running or finished sweep from any shell, with the sweep's detached driver above the runs
+(:func:`driver_lines`: pending, running or gone). When stdout is not a terminal (CI, a log file) a
 plain line is printed per run whenever its status changes or it gets another tenth of the way. At the end, :meth:`SweepMonitor.summary` prints one line per job
 with its final status, the runs that resumed and from which step, the best config (the
 report's ranking) and where the report is.
@@ -35,7 +36,16 @@ from rich.table import Table
 from rich.text import Text
 
 from analysis.formatting import MISSING, fmt_duration, fmt_number
-from analysis.progress import SUMMARY_ORDER, RunProgress, SweepProgress, scheduler_states
+from analysis.progress import (
+    FINISHED_STATUSES,
+    SUMMARY_ORDER,
+    RunProgress,
+    SweepProgress,
+    scheduler_states,
+)
+from analysis.race_record import Race
+from grpo.run.driver import driver_state, last_log_line, read_driver
+from grpo.run.files import RunFileError
 from grpo.run.pruning import journal_problem
 
 STYLES = {"running": "cyan", "starting": "cyan", "preempted": "cyan", "pending": "dim",
@@ -190,6 +200,9 @@ class SweepMonitor:
         self._printed: dict[int, tuple[str, int]] = {}
         self._race_said: str | None = None
         self.output_lost = False
+        self.driver: list[str] = []
+        """The sweep's detached driver in lines (`driver_lines`), shown above the runs."""
+        self._driver_said: list[str] = []
 
     @contextmanager
     def _output(self) -> Iterator[None]:
@@ -240,11 +253,16 @@ class SweepMonitor:
         if self._live is not None:
             title = (f"{shown_path(self.progress.sweep_dir)}: {counts_text(rows)} | "
                      f"{fmt_duration(self.clock() - self.started)} elapsed")
-            view = Group(Text(title, style="italic"), *((Text(race),) if race else ()),
-                         table(rows, max(self.console.height - 7, 5)))
+            view = Group(Text(title, style="italic"), *(Text(line) for line in self.driver),
+                         *((Text(race),) if race else ()),
+                         table(rows, max(self.console.height - 7 - len(self.driver), 5)))
             with self._output():
                 self._live.update(view, refresh=True)
             return
+        if self.driver != self._driver_said:
+            self._driver_said = list(self.driver)
+            for line in self.driver:
+                self.say(line)
         if race is not None and race != self._race_said:
             self._race_said = race
             self.say(race)
@@ -326,6 +344,39 @@ def report_line(sweep_dir: Path) -> str:
             f"and {shown_path(sweep_dir / 'figures')}/")
 
 
+def work_left(rows: Sequence[RunProgress], race: Race | None) -> bool:
+    """Whether a sweep has work left for its driver: a run not finished as a result
+    (completed, collapsed, diverged, pruned), no run yet, or a race not ended."""
+    race_open = race is not None and (race.last_decision() is None or race.last_decision().end is None)
+    return not rows or race_open or any(r.status not in FINISHED_STATUSES for r in rows)
+
+
+def driver_lines(sweep_dir: Path, rows: Sequence[RunProgress],
+                 race: Race | None = None) -> tuple[list[str], bool]:
+    """The sweep's detached driver (``<sweep>/driver.json``, :mod:`grpo.run.driver`) in lines,
+    and whether it may still be pending or running: ``driver: running (SLURM job 12: RUNNING)``;
+    gone where work is left (:func:`work_left`; a chain's driver: unless SLURM says it
+    completed), with its last log line and the command that resumes it. No lines where the
+    sweep has no driver record; one line saying why where the record cannot be read."""
+    try:
+        record = read_driver(sweep_dir)
+    except RunFileError as error:
+        return [f"driver: unknown: {error}"], False
+    if record is None:
+        return [], False
+    state = driver_state(record)
+    lines = [f"driver: {state.state} ({record.describe()}: {state.detail})"]
+    if state.state != "gone":
+        return lines, state.live
+    if work_left(rows, race) or (record.scope == "chain" and state.detail != "COMPLETED"):
+        last = last_log_line(Path(record.log))
+        lines += [f"  its last log line: {last if last is not None else f'(none in {record.log})'}",
+                  f"  resume: {record.resume()}"]
+    else:
+        lines[0] += "; its work is done"
+    return lines, False
+
+
 def watch(sweep_dir: Path, once: bool = False, interval_s: float = 2.0,
           scheduler_every_s: float = 15.0, console: Console | None = None) -> list[RunProgress]:
     """Follow ``sweep_dir`` until no run is active (or once), then print the summary; a sweep
@@ -347,8 +398,11 @@ def _watch(monitor: SweepMonitor, sweep_dir: Path, once: bool, interval_s: float
     states = scheduler_states(sweep_dir)
     asked = time.monotonic()
     rows = monitor.progress.read(states)
-    if not any(r.active for r in rows):
+    monitor.driver, driving = driver_lines(sweep_dir, rows, monitor.progress.race)
+    if not any(r.active for r in rows) and not driving:
         monitor.say(f"Sweep directory: {shown_path(sweep_dir)}")
+        for line in monitor.driver:
+            monitor.say(line)
         monitor.summary(rows)
         return rows
     with monitor:
@@ -359,10 +413,13 @@ def _watch(monitor: SweepMonitor, sweep_dir: Path, once: bool, interval_s: float
             if once:
                 break
             time.sleep(interval_s)
-            if time.monotonic() - asked >= scheduler_every_s:
+            ask = time.monotonic() - asked >= scheduler_every_s
+            if ask:
                 states, asked = scheduler_states(sweep_dir), time.monotonic()
             rows = monitor.progress.read(states)
-            if not any(r.active for r in rows):
+            if ask:
+                monitor.driver, driving = driver_lines(sweep_dir, rows, monitor.progress.race)
+            if not any(r.active for r in rows) and not driving:
                 monitor.show(rows)
                 break
     monitor.summary(rows)

@@ -13,6 +13,10 @@ and with pruning on the sweep replayed through its pruner), and a sweep that pla
 than `budget.gpu_hours` is refused before anything is submitted. The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the
 submission until the launcher has every job's result, so a second launch of the same sweep
 directory exits at once naming the first. A submission that sbatch still refuses ends in one line with sbatch's message.
+With `cluster.detach=true`, once every job is checked, the sweep's driver is started apart from
+the terminal (`grpo.run.driver`: a SLURM CPU job, or locally a process of its own session) and
+runs this same command attached, its sweep directory pinned; a launch while it is pending or
+running starts nothing.
 Jobs are composed by `grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names
 no loss `loss=grpo_clip`: the listing shows each job's loss, and the launched job lists are those
 composed ones (`get_job_batch`), so what is listed and validated is what runs.
@@ -34,11 +38,22 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from analysis.config_names import is_promoted, job_labels
+from analysis.monitor import make_command
 from analysis.progress import override_key
 from analysis.race_record import check_relaunch, short_labels, without_seed
 from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
 from grpo.config.rules import CHECK_SEEDS, RULES, SEED_MAX
 from grpo.config.validation import check_config, check_installed
+from grpo.run.driver import (
+    DriverRecord,
+    attached_refusal,
+    detach,
+    options_from,
+    spawn_local,
+    submit_slurm,
+    under_driver,
+)
+from grpo.run.driver import sweep_command as driver_sweep_command
 from grpo.run.files import RunDirError
 from grpo.run.lock import sweep_lock
 from grpo.run.pruning import OFF
@@ -474,6 +489,35 @@ class ValidatingSweeper(BasicSweeper):
                             "(pruning=off, or race.max_seeds=null)")
         refuse(problems)
 
+    def _detached_or_refused(self, sweep_dir: Path) -> bool:
+        """Launched from a terminal (not a driver, `grpo.run.driver.under_driver`): with
+        `cluster.detach=true`, start the sweep's detached driver (`grpo.run.driver.detach`: a
+        SLURM job, or a process of its own session) unless an attached launch holds the sweep
+        (RunDirLocked) and say so (True: this process is done); without, exit 1 where the
+        sweep's detached driver is still pending or running."""
+        watch = make_command("watch", sweep_dir)
+        if not self.config.cluster.get("detach", False):
+            refusal = attached_refusal(sweep_dir, watch)
+            if refusal is not None:
+                print(f"error: {refusal}", file=sys.stderr)
+                sys.exit(1)
+            return False
+        command = driver_sweep_command(sweep_dir)
+
+        def start() -> DriverRecord:
+            with sweep_lock(sweep_dir):  # an attached launch of it: refused, naming it
+                pass
+            if self.config.cluster.name != "slurm":
+                return spawn_local(command, sweep_dir)
+            name = OmegaConf.select(self.config, "hydra.launcher.name", default="launch")
+            return submit_slurm(command, sweep_dir,
+                                options_from(self.config, f"{name}-driver-{sweep_dir.name}"))
+
+        status = detach(sweep_dir, command, start, watch)
+        if status:
+            sys.exit(status)
+        return True
+
     def sweep(self, arguments: list[str]) -> Any:
         note = output_root_note(self.config.hydra)
         if note:
@@ -564,6 +608,8 @@ class ValidatingSweeper(BasicSweeper):
             self._race_runner(race, sweep_dir).prepare(warn=False)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
+            if not under_driver() and self._detached_or_refused(sweep_dir):
+                return []
             with sweep_lock(sweep_dir):
                 if race is not None:
                     return self._race(race, sweep_dir)
