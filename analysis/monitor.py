@@ -4,18 +4,29 @@ While a sweep runs, the launchers (``hydra_plugins/grpo_sweeps``) show one row p
 refreshed in place: overrides, status, step/total, last train and validation reward, seconds
 per step and ETA; a race's runs (``analysis.race``) show their wave, under a line that says
 where the race stands. ``python -m analysis watch [SWEEP]`` (``make watch``) shows the same view
-of a running or finished sweep from any shell. When stdout is not a terminal (CI, a log file) a
+of a running or finished sweep from any shell, with the sweep's detached driver above the runs
+(:func:`driver_lines`: pending, running or gone). When stdout is not a terminal (CI, a log file) a
 plain line is printed per run whenever its status changes or it gets another tenth of the way. At the end, :meth:`SweepMonitor.summary` prints one line per job
 with its final status, the runs that resumed and from which step, the best config (the
 report's ranking) and where the report is.
+
+The monitor's output may vanish under it: the terminal closed (a write fails with EIO) or the
+reader of its pipe left (EPIPE). A launcher must still wait for its runs, so the monitor then goes
+quiet instead of raising (:attr:`SweepMonitor.output_lost`) and points the lost file descriptor
+(stderr too when it is the same file) at /dev/null, so that the process's other writes (logging,
+the interpreter's last flush) do not fail either; a watch ends there, quietly.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import shlex
+import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 
@@ -25,7 +36,16 @@ from rich.table import Table
 from rich.text import Text
 
 from analysis.formatting import MISSING, fmt_duration, fmt_number
-from analysis.progress import SUMMARY_ORDER, RunProgress, SweepProgress, scheduler_states
+from analysis.progress import (
+    FINISHED_STATUSES,
+    SUMMARY_ORDER,
+    RunProgress,
+    SweepProgress,
+    scheduler_states,
+)
+from analysis.race_record import Race
+from grpo.run.driver import driver_state, last_log_line, read_driver
+from grpo.run.files import RunFileError
 from grpo.run.pruning import journal_problem
 
 STYLES = {"running": "cyan", "starting": "cyan", "preempted": "cyan", "pending": "dim",
@@ -37,8 +57,18 @@ SHOW_FIRST = ("running", "starting", "preempted", "failed", "cancelled", "diverg
               "pruned")
 # a plain line per run each time it gets this fraction of its steps further
 PLAIN_STEP_FRACTION = 0.1
-INTERRUPTED = 130
-"""The exit status of a watch or a launcher stopped by Ctrl-C (128 + SIGINT, as a shell says)."""
+
+
+def stopped_by(sig: int) -> int:
+    """The exit status of a watch or a launcher stopped by signal `sig`: 128 + its number, as a
+    shell reports a process that the signal ended (130 for Ctrl-C's SIGINT, 129 for SIGHUP)."""
+    return 128 + sig
+
+
+INTERRUPTED = stopped_by(signal.SIGINT)
+"""The exit status of a watch or a launcher stopped by Ctrl-C."""
+OUTPUT_LOST = 1
+"""The exit status of a watch whose output is gone (see the module docstring)."""
 
 
 def shown_path(path: Path) -> str:
@@ -129,6 +159,26 @@ def table(rows: Sequence[RunProgress], max_rows: int | None = None) -> Table:
     return grid
 
 
+def silence(fd: int) -> None:
+    """Point file descriptor `fd`, and stderr where it writes to the same file, at /dev/null."""
+    sinks = [fd]
+    with suppress(OSError):  # stderr closed: nothing to point anywhere
+        if fd != 2 and os.path.samestat(os.fstat(fd), os.fstat(2)):
+            sinks.append(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for sink in sinks:
+        os.dup2(devnull, sink)
+    os.close(devnull)
+
+
+class MonitorConsole(Console):
+    """rich's console, but a broken pipe is raised to the monitor (rich's default exits)."""
+
+    def on_broken_pipe(self) -> None:
+        """Raise BrokenPipeError, for :meth:`SweepMonitor._output` to take."""
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 class SweepMonitor:
     """Shows a sweep's progress while it runs; see the module docstring.
 
@@ -139,7 +189,7 @@ class SweepMonitor:
     def __init__(self, progress: SweepProgress, console: Console | None = None,
                  refresh_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.progress = progress
-        self.console = console or Console()
+        self.console = console or MonitorConsole()
         self.live_view = self.console.is_terminal and not self.console.is_dumb_terminal
         self.refresh_s = refresh_s
         self.clock = clock
@@ -149,19 +199,39 @@ class SweepMonitor:
         self._live: Live | None = None
         self._printed: dict[int, tuple[str, int]] = {}
         self._race_said: str | None = None
+        self.output_lost = False
+        self.driver: list[str] = []
+        """The sweep's detached driver in lines (`driver_lines`), shown above the runs."""
+        self._driver_said: list[str] = []
+
+    @contextmanager
+    def _output(self) -> Iterator[None]:
+        """Around every write: one that fails silences the monitor (see the module docstring)."""
+        try:
+            yield
+        except OSError:
+            self.output_lost = True
+            self.console.quiet = True  # rich drops what it would write from now on
+            with suppress(OSError, ValueError):  # a file without a descriptor keeps none
+                silence(self.console.file.fileno())
+            if self._live is not None:
+                self._live.stop()  # writes nothing now; gives sys.stdout back
+                self._live = None
 
     def __enter__(self) -> SweepMonitor:
         self.say(f"Sweep directory: {shown_path(self.progress.sweep_dir)}")
-        if self.live_view:
-            self._live = Live(console=self.console, auto_refresh=False,
-                              vertical_overflow="visible")
-            self._live.start()
+        if self.live_view and not self.output_lost:
+            with self._output():
+                self._live = Live(console=self.console, auto_refresh=False,
+                                  vertical_overflow="visible")
+                self._live.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         if self._live is not None:
-            self._live.stop()
+            with self._output():
+                self._live.stop()
             self._live = None
 
     def update(self, scheduler: Mapping[int, str] | None = None,
@@ -183,10 +253,16 @@ class SweepMonitor:
         if self._live is not None:
             title = (f"{shown_path(self.progress.sweep_dir)}: {counts_text(rows)} | "
                      f"{fmt_duration(self.clock() - self.started)} elapsed")
-            view = Group(Text(title, style="italic"), *((Text(race),) if race else ()),
-                         table(rows, max(self.console.height - 7, 5)))
-            self._live.update(view, refresh=True)
+            view = Group(Text(title, style="italic"), *(Text(line) for line in self.driver),
+                         *((Text(race),) if race else ()),
+                         table(rows, max(self.console.height - 7 - len(self.driver), 5)))
+            with self._output():
+                self._live.update(view, refresh=True)
             return
+        if self.driver != self._driver_said:
+            self._driver_said = list(self.driver)
+            for line in self.driver:
+                self.say(line)
         if race is not None and race != self._race_said:
             self._race_said = race
             self.say(race)
@@ -223,8 +299,10 @@ class SweepMonitor:
         return lines
 
     def say(self, line: str) -> None:
-        """Print ``line`` as it is: never wrapped, highlighted or read as markup."""
-        self.console.print(line, soft_wrap=True, highlight=False, markup=False)
+        """Print ``line`` as it is: never wrapped, highlighted or read as markup (nothing once
+        the output is lost)."""
+        with self._output():
+            self.console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 def best_config(sweep_dir: Path) -> list[str]:
@@ -266,11 +344,45 @@ def report_line(sweep_dir: Path) -> str:
             f"and {shown_path(sweep_dir / 'figures')}/")
 
 
+def work_left(rows: Sequence[RunProgress], race: Race | None) -> bool:
+    """Whether a sweep has work left for its driver: a run not finished as a result
+    (completed, collapsed, diverged, pruned), no run yet, or a race not ended."""
+    race_open = race is not None and (race.last_decision() is None or race.last_decision().end is None)
+    return not rows or race_open or any(r.status not in FINISHED_STATUSES for r in rows)
+
+
+def driver_lines(sweep_dir: Path, rows: Sequence[RunProgress],
+                 race: Race | None = None) -> tuple[list[str], bool]:
+    """The sweep's detached driver (``<sweep>/driver.json``, :mod:`grpo.run.driver`) in lines,
+    and whether it may still be pending or running: ``driver: running (SLURM job 12: RUNNING)``;
+    gone where work is left (:func:`work_left`; a chain's driver: unless SLURM says it
+    completed), with its last log line and the command that resumes it. No lines where the
+    sweep has no driver record; one line saying why where the record cannot be read."""
+    try:
+        record = read_driver(sweep_dir)
+    except RunFileError as error:
+        return [f"driver: unknown: {error}"], False
+    if record is None:
+        return [], False
+    state = driver_state(record)
+    lines = [f"driver: {state.state} ({record.describe()}: {state.detail})"]
+    if state.state != "gone":
+        return lines, state.live
+    if work_left(rows, race) or (record.scope == "chain" and state.detail != "COMPLETED"):
+        last = last_log_line(Path(record.log))
+        lines += [f"  its last log line: {last if last is not None else f'(none in {record.log})'}",
+                  f"  resume: {record.resume()}"]
+    else:
+        lines[0] += "; its work is done"
+    return lines, False
+
+
 def watch(sweep_dir: Path, once: bool = False, interval_s: float = 2.0,
           scheduler_every_s: float = 15.0, console: Console | None = None) -> list[RunProgress]:
     """Follow ``sweep_dir`` until no run is active (or once), then print the summary; a sweep
     that is already over gets its summary alone. Ctrl-C stops the watching (the runs go on) with
-    one line and exit status `INTERRUPTED`."""
+    one line and exit status `INTERRUPTED`; closing the terminal (SIGHUP, its default action) ends
+    it quietly, and so does its output going away (exit status `OUTPUT_LOST`)."""
     monitor = SweepMonitor(SweepProgress(sweep_dir), console, refresh_s=0.0)
     try:
         return _watch(monitor, sweep_dir, once, interval_s, scheduler_every_s)
@@ -286,20 +398,28 @@ def _watch(monitor: SweepMonitor, sweep_dir: Path, once: bool, interval_s: float
     states = scheduler_states(sweep_dir)
     asked = time.monotonic()
     rows = monitor.progress.read(states)
-    if not any(r.active for r in rows):
+    monitor.driver, driving = driver_lines(sweep_dir, rows, monitor.progress.race)
+    if not any(r.active for r in rows) and not driving:
         monitor.say(f"Sweep directory: {shown_path(sweep_dir)}")
+        for line in monitor.driver:
+            monitor.say(line)
         monitor.summary(rows)
         return rows
     with monitor:
         while True:
             monitor.show(rows)
+            if monitor.output_lost:
+                raise SystemExit(OUTPUT_LOST)
             if once:
                 break
             time.sleep(interval_s)
-            if time.monotonic() - asked >= scheduler_every_s:
+            ask = time.monotonic() - asked >= scheduler_every_s
+            if ask:
                 states, asked = scheduler_states(sweep_dir), time.monotonic()
             rows = monitor.progress.read(states)
-            if not any(r.active for r in rows):
+            if ask:
+                monitor.driver, driving = driver_lines(sweep_dir, rows, monitor.progress.race)
+            if not any(r.active for r in rows) and not driving:
                 monitor.show(rows)
                 break
     monitor.summary(rows)

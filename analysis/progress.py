@@ -21,9 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import socket
-import subprocess
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,6 +42,7 @@ from analysis.run_rows import (
     read_status,
 )
 from grpo.run.files import STATUSES, RunFileError, atomic_write_text, read_yaml
+from grpo.run.slurm import SCHEDULER_ACTIVE, UNKNOWN_TO_SLURM, slurm_states
 from grpo.run.tracking import run_overrides
 from grpo.training.batch_plan import config_value
 
@@ -58,10 +57,7 @@ SUMMARY_ORDER = (*FINISHED_STATUSES, "cancelled", "failed")
 RATE_WINDOW = 20
 # states of a job that no scheduler will run: what happened to it
 GONE = {"LAUNCHER_GONE": "its launcher is gone",
-        "GONE": "SLURM no longer knows its job"}
-# SLURM states of a job that is waiting or running
-SCHEDULER_ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING",
-                    "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT")
+        UNKNOWN_TO_SLURM: "SLURM no longer knows its job"}
 
 
 @dataclass(frozen=True)
@@ -410,37 +406,6 @@ def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -
         return replace(run, job_ended=True, eta_s=None)
     reason = error or f"the job ended ({state}) without a final status"
     return replace(run, status="failed", reason=run.reason or reason, eta_s=None)
-
-
-def slurm_states(job_ids: Mapping[int, str]) -> dict[int, str]:
-    """The SLURM state of each job number's job id, or {} when SLURM cannot be asked.
-
-    ``sacct`` answers first; ``squeue -r -t all`` for the jobs it does not know (without
-    accounting, or array tasks still pending). A job neither knows is ``GONE``: a pending array
-    task that was cancelled leaves no trace (and submitit would wait for it for ever).
-    """
-    wanted = set(job_ids.values())
-    if not wanted or shutil.which("squeue") is None:
-        return {}
-    found = _ask(["sacct", "-j", ",".join(sorted(wanted)), "-o", "JobID,State", "--parsable2",
-                  "--noheader"]) or {}
-    arrays = sorted({job_id.split("_")[0] for job_id in wanted - set(found)})
-    if arrays:
-        queued = _ask(["squeue", "-r", "-h", "-t", "all", "-j", ",".join(arrays), "-o", "%i|%T"])
-        if queued is None:
-            return {num: found[i] for num, i in job_ids.items() if i in found}
-        found |= queued
-    return {num: found.get(job_id, "GONE") for num, job_id in job_ids.items()}
-
-
-def _ask(command: list[str]) -> dict[str, str] | None:
-    """``{job id: state}`` from a ``id|state`` listing, or None when the command failed."""
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=30,
-                             check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return dict(line.strip().split("|", 1) for line in out.splitlines() if line.count("|") == 1)
 
 
 def local_states(info: JobsFile) -> dict[int, str]:

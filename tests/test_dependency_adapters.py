@@ -123,6 +123,19 @@ def test_a_moved_defaults_list_names_hydra_and_its_version(monkeypatch: pytest.M
             hydra_compat.group_chooser(loader, "config", [], "loss")
 
 
+def test_a_moved_override_application_names_hydra_and_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        composer = hydra_compat.SweepComposer(GlobalHydra.instance().config_loader())
+        assert composer.compose("config", ["seed=3", "loss=no_baseline"]).seed == 3
+        monkeypatch.delattr(ConfigLoaderImpl, "_apply_overrides_to_config")
+        with pytest.raises(hydra_compat.HydraInternalsMoved,
+                           match=f"^{HYDRA}: ConfigLoaderImpl._apply_overrides_to_config"):
+            composer.compose("config", ["seed=4", "loss=no_baseline"])
+
+
 def test_a_local_submitit_job_gets_the_launcher_call_and_only_its_gpus(tmp_path: Path) -> None:
     submitit_compat.check_launcher_call()  # the upstream BaseSubmititLauncher.__call__ takes what we pass
 

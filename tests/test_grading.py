@@ -23,6 +23,7 @@ from grading_table import KNOWN_DISAGREEMENTS, TABLE
 from grpo import grade_answer, normalize_answer, r1_zero_reward_fn
 from grpo.grading import math_verify_process
 from grpo.grading.answers import MAX_ANSWER_CHARS
+from grpo.run.preemption import STOPS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -323,6 +324,8 @@ def test_every_reward_call_on_adversarial_megabyte_inputs_returns():
 
 
 def test_math_verify_helper_ignores_the_signals_meant_for_the_trainer():
+    # every signal the trainer stops at (SIGHUP too: a closing terminal's, to the whole group)
+    assert set(STOPS) <= {getattr(signal, name) for name in math_verify_process.IGNORED_SIGNALS}
     assert grade_answer("(x+1)^2", "x^2+2x+1")  # through math-verify: the helper is running
     helper = current_helper()
     for name in math_verify_process.IGNORED_SIGNALS:  # SLURM's time-limit warning is SIGUSR2

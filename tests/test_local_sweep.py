@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -200,10 +201,11 @@ def test_a_relaunch_that_would_change_a_trained_run_is_refused_before_any_record
 
 
 def interrupt_when(command: list[str], ready: Callable[[], bool], timeout: float,
-                   poll_s: float) -> tuple[int, str]:
-    """Run ``command`` as a terminal's job (its own process group), press Ctrl-C (SIGINT to the
-    group) once ``ready()`` holds, polled every ``poll_s`` seconds; its exit status and output
-    (stdout and stderr), within ``timeout`` seconds for each wait."""
+                   poll_s: float, sig: int = signal.SIGINT) -> tuple[int, str]:
+    """Run ``command`` as a terminal's job (its own process group), send the terminal's ``sig``
+    to the group (SIGINT: Ctrl-C; SIGHUP: the terminal closed, as the shell forwards it) once
+    ``ready()`` holds, polled every ``poll_s`` seconds; its exit status and output (stdout and
+    stderr), within ``timeout`` seconds for each wait."""
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     try:
@@ -211,7 +213,7 @@ def interrupt_when(command: list[str], ready: Callable[[], bool], timeout: float
         while not ready():
             assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
             time.sleep(poll_s)
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
         out, _ = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
@@ -219,14 +221,50 @@ def interrupt_when(command: list[str], ready: Callable[[], bool], timeout: float
     return proc.returncode, out
 
 
+def hang_up_when(command: list[str], ready: Callable[[], bool], output: str,
+                 timeout: float) -> int:
+    """Run ``command`` as a terminal's job whose terminal goes away once ``ready()`` holds: its
+    output (stdout and stderr) is a pipe (``output="pipe"``) or a pseudo-terminal
+    (``"terminal"``), read meanwhile and closed by the reader, then the group gets SIGHUP twice
+    (the shell's, then the kernel's). Its exit status, within ``timeout`` seconds for each wait."""
+    if output == "terminal":
+        reader, writer = os.openpty()
+    else:
+        reader, writer = os.pipe()
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=writer, stderr=writer,
+                            start_new_session=True)
+    os.close(writer)
+    os.set_blocking(reader, False)
+    try:
+        deadline = time.time() + timeout
+        while not ready():
+            assert proc.poll() is None and time.time() < deadline, "never ready"
+            with suppress(BlockingIOError):
+                os.read(reader, 1 << 16)  # the terminal shows it
+            time.sleep(0.05)
+        os.close(reader)
+        os.killpg(proc.pid, signal.SIGHUP)
+        time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGHUP)  # the kernel's, as the shell that forwarded it exits
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize(("sig", "cause"), [(signal.SIGINT, "SIGINT (Ctrl-C)"),
+                                            (signal.SIGHUP, "SIGHUP (the terminal closed)")],
+                         ids=["ctrl_c", "sighup"])
 def test_ctrl_c_stops_a_local_sweep_in_one_line_and_the_same_command_resumes_it(
-        tmp_path: Path, tiny_model_dir: Path) -> None:
+        tmp_path: Path, tiny_model_dir: Path, sig: signal.Signals, cause: str) -> None:
     """Ctrl-C at the terminal signals the launcher's whole process group (the launcher, each job's
     submitit controller, the job): no traceback from any of them; the running run finishes its
     step (seconds long here: it evaluates 600 x 8 responses) and checkpoints as `cancelled`
     (submitit's controller, interrupted, used to SIGKILL it a second later), the job not started
-    is `cancelled` too, exit status 130; the same command resumes the one and runs the other."""
+    is `cancelled` too, exit status 130; the same command resumes the one and runs the other.
+    A closing terminal (SIGHUP, which used to kill each process at once) does all the same, with
+    exit status 129 (128 + the signal, as a shell reports it)."""
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
                "rollout=hf", f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
@@ -234,13 +272,14 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_and_the_same_command_resumes_it(
                "eval.samples_per_problem=8", "eval.temperature=1.0", "learning_rate=3e-4,1e-4",
                "hydra.launcher.max_parallel_jobs=1", f"hydra.sweep.dir={sweep}"]
     # the evaluation before step 1, then step 1
-    returncode, out = interrupt_when(command, lambda: len(steps(sweep / "0")) >= 2, 600, 0.05)
-    assert returncode == 130, out[-3000:]
+    returncode, out = interrupt_when(command, lambda: len(steps(sweep / "0")) >= 2, 600, 0.05,
+                                     sig)
+    assert returncode == 128 + sig, out[-3000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
     status = json.loads((sweep / "0" / "status.json").read_text())
     last = status["last_step"]
     assert status["status"] == "cancelled", status
-    assert status["reason"].startswith(f"SIGINT (Ctrl-C) after step {last}; checkpointed")
+    assert status["reason"].startswith(f"{cause} after step {last}; checkpointed")
     assert (sweep / "0" / "checkpoints" / "latest").read_text().strip() == f"step_{last:06d}"
     assert not (sweep / "1").exists(), "no job starts after Ctrl-C"
     lines = out.splitlines()
@@ -270,3 +309,40 @@ def test_ctrl_c_as_a_job_starts_stops_it_too(tmp_path: Path, tiny_model_dir: Pat
     assert returncode == 130 and "Traceback" not in out, out[-3000:]
     assert f"Sweep {sweep}: 2 runs: 2 cancelled" in out.splitlines(), out[-3000:]
     assert len(steps(sweep / "0")) < 200 and not (sweep / "1").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("output", ["pipe", "terminal"])
+def test_a_sweep_whose_terminal_is_gone_stops_its_runs_and_loses_nothing(
+        tmp_path: Path, tiny_model_dir: Path, output: str) -> None:
+    """The terminal of a local sweep of two running jobs goes away: its output (a pipe, or a
+    pseudo-terminal showing the live table) is closed, so every write fails (EPIPE, EIO), then
+    SIGHUP reaches the process group. The launcher does not die at its first line: it waits for
+    both runs, each of which checkpoints after its step as `cancelled` (no traceback in the jobs'
+    logs), and exits 129; the same command completes both, every step logged once."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
+               "rollout=hf", f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
+               "n_grpo_steps=4", "eval.eval_every=1", "data.max_operand=30", "eval.n_examples=600",
+               "eval.samples_per_problem=8", "eval.temperature=1.0", "learning_rate=3e-4,1e-4",
+               "hydra.launcher.max_parallel_jobs=2", f"hydra.sweep.dir={sweep}"]
+    runs = [sweep / "0", sweep / "1"]
+    # each run past the evaluation before step 1, and step 1
+    returncode = hang_up_when(command, lambda: all(len(steps(r)) >= 2 for r in runs), output, 600)
+    assert returncode == 129
+    resumed = []
+    for run in runs:
+        status = json.loads((run / "status.json").read_text())
+        last = status["last_step"]
+        assert status["status"] == "cancelled" and last < 4, status
+        assert status["reason"].startswith(f"SIGHUP (the terminal closed) after step {last}; ")
+        assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{last:06d}"
+        assert steps(run) == list(range(last + 1))
+        resumed.append(f"#{run.name} from step {last + 1}")
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*.err"))
+    assert "Traceback" not in logs and "KeyboardInterrupt" not in logs, logs[-3000:]
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"Sweep {sweep}: 2 runs: 2 completed" in again.stdout
+    assert f"Resumed: {'; '.join(resumed)}" in again.stdout
+    assert steps(runs[0]) == list(range(5)) and steps(runs[1]) == list(range(5))

@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from analysis.__main__ import main
-from analysis.monitor import SweepMonitor, make_command, table
+from analysis.monitor import OUTPUT_LOST, MonitorConsole, SweepMonitor, make_command, table
 from analysis.progress import (
     Job,
     MetricsTail,
@@ -369,3 +369,78 @@ def test_ctrl_c_stops_watching_in_one_line(sweep: Path) -> None:
     assert proc.returncode == 130 and "Traceback" not in err and err == "", err
     assert out.splitlines()[-1] == (f"Stopped watching {sweep}: its runs are not affected; "
                                     f"`make watch SWEEP={sweep}` follows them again")
+
+
+# ------------------------------------------------------------------------------ output gone
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "plain"])
+def test_a_monitor_whose_terminal_closed_goes_quiet(sweep: Path, terminal: bool) -> None:
+    """A pseudo-terminal whose other side closed (a closed terminal window: writes fail with
+    EIO): the live view (or the plain lines) stop without an error; the monitor says it lost its
+    output and later lines are dropped, so a launcher can go on waiting for its runs."""
+    master, slave = os.openpty()
+    with os.fdopen(slave, "w") as tty:
+        con = MonitorConsole(file=tty, force_terminal=terminal, width=160, height=40)
+        monitor = SweepMonitor(SweepProgress(sweep), con)
+        with monitor:
+            monitor.update()
+            assert not monitor.output_lost
+            os.close(master)
+            with pytest.raises(OSError):  # what a write there does now
+                os.write(tty.fileno(), b"x")
+            monitor.update(force=True)  # the live view's write
+            monitor.say("a line nobody reads")
+            assert monitor.output_lost
+        assert len(monitor.summary()) > 3
+        os.write(tty.fileno(), b"written to /dev/null")  # its descriptor no longer fails
+
+
+def test_a_monitor_whose_reader_left_goes_quiet(sweep: Path) -> None:
+    """Output into a pipe whose reader closed it (`... | head`): rich would exit the process
+    (SystemExit 1) at the first line; the monitor goes quiet and the caller goes on."""
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as pipe:
+        monitor = SweepMonitor(SweepProgress(sweep), MonitorConsole(file=pipe))
+        with monitor:
+            monitor.update()
+        assert monitor.output_lost
+        assert len(monitor.summary()) > 3
+
+
+def test_sighup_ends_watching_quietly(sweep: Path) -> None:
+    """`make watch` whose terminal closes (SIGHUP to its process group): it ends at once, by the
+    signal, saying nothing more, no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "analysis", "watch", str(sweep), "--interval",
+                             "0.1"], cwd=Path(__file__).resolve().parents[1],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline() == f"Sweep directory: {sweep}\n"  # watching, not summing up
+        assert proc.stdout.readline().startswith("#0 learning_rate=1e-5 seed=0: running")
+        os.killpg(proc.pid, signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGHUP and err == "", err
+    assert "Stopped watching" not in out and "Traceback" not in out
+
+
+def test_watching_into_a_closed_pipe_ends_quietly(sweep: Path) -> None:
+    """`make watch | head -2`: once the reader left, the watch ends (exit status OUTPUT_LOST)
+    instead of following a sweep for nobody, with nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "analysis", "watch", str(sweep), "--interval",
+                             "0.1"], cwd=Path(__file__).resolve().parents[1],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == f"Sweep directory: {sweep}\n"
+        proc.stdout.close()
+        write_run(sweep / "0", {}, [metrics_row(s) for s in range(15)])  # a line to write
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == OUTPUT_LOST and err == "", err

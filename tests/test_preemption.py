@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from grpo.run.preemption import PreemptionWatcher
+from grpo.run.preemption import PreemptionWatcher, Verdict
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGCONT)
 
@@ -74,3 +79,50 @@ def test_a_sigterm_stop_is_handed_to_the_previous_handler(submitit_like: list[st
         os.kill(os.getpid(), signal.SIGTERM)
         watcher.hand_over()
     assert submitit_like == ["bypass SIGTERM"]
+
+
+@pytest.mark.parametrize(("sig", "cause"), [(signal.SIGINT, "SIGINT (Ctrl-C)"),
+                                            (signal.SIGHUP, "SIGHUP (the terminal closed)")],
+                         ids=["ctrl_c", "sighup"])
+def test_a_terminal_signal_cancels_the_run_once_said(capfd: pytest.CaptureFixture[str],
+                                                     sig: signal.Signals, cause: str) -> None:
+    """Ctrl-C and a closing terminal stop the run alike: `cancelled`, naming the signal, said once
+    on stderr however often it comes; the handlers from before are back after the watcher."""
+    before = signal.getsignal(sig)
+    with PreemptionWatcher() as watcher:
+        os.kill(os.getpid(), sig)
+        os.kill(os.getpid(), sig)  # the shell's SIGHUP, then the kernel's
+        assert watcher.received == [sig, sig]
+        assert watcher.verdict() == Verdict(
+            "cancelled", cause, "launch the same command again to resume from this checkpoint")
+        os.kill(os.getpid(), signal.SIGTERM)  # a stronger stop decides
+        assert watcher.verdict().cause.startswith("SIGTERM from scancel")
+    assert signal.getsignal(sig) is before
+    assert capfd.readouterr().err == (f"\n{cause}: the run stops after this GRPO step, with a "
+                                      "checkpoint, as 'cancelled'; launch the same command again "
+                                      "to resume it\n")
+
+
+HAND_OVER = """
+import os, signal, sys
+from grpo.run.preemption import PreemptionWatcher
+if sys.argv[2] == "ctrl-c":  # a local sweep's job takes SIGHUP as Ctrl-C: KeyboardInterrupt
+    signal.signal(signal.SIGHUP, signal.default_int_handler)
+with PreemptionWatcher() as watcher:
+    os.kill(os.getpid(), int(sys.argv[1]))
+    print(watcher.verdict().status, flush=True)
+    watcher.hand_over()
+print("not ended")
+"""
+
+
+@pytest.mark.parametrize(("sig", "before"), [(signal.SIGINT, "python"), (signal.SIGHUP, "default"),
+                                             (signal.SIGHUP, "ctrl-c")])
+def test_a_terminal_signal_ends_the_process_by_the_signal(sig: signal.Signals, before: str) -> None:
+    """After the checkpoint the terminal's signal ends the process by its default action, a shell
+    seeing 128 + the signal: not a KeyboardInterrupt traceback, also where SIGHUP raised it."""
+    out = subprocess.run([sys.executable, "-c", HAND_OVER, str(int(sig)), before], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == -sig, out.stderr
+    assert out.stdout == "cancelled\n" and "Traceback" not in out.stderr, out.stderr

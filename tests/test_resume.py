@@ -30,8 +30,9 @@ def test_sigkill_mid_run_then_restart(tiny_model_dir: Path, tmp_path: Path, refe
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "cause"), [(signal.SIGTERM, "SIGTERM from scancel"),
-                                            (signal.SIGINT, "SIGINT (Ctrl-C) after step")],
-                         ids=["sigterm", "ctrl_c"])
+                                            (signal.SIGINT, "SIGINT (Ctrl-C) after step"),
+                                            (signal.SIGHUP, "SIGHUP (the terminal closed) after")],
+                         ids=["sigterm", "ctrl_c", "sighup"])
 def test_sigterm_or_ctrl_c_checkpoints_then_restart(
         tiny_model_dir: Path, tmp_path: Path, reference: Path, sig: int, cause: str) -> None:
     proc = launch(tmp_path, tiny_model_dir)

@@ -269,11 +269,13 @@ def test_a_pruned_array_task_ends_pruned_and_is_not_requeued(tmp_path: Path, tin
     assert tracebacks(sweep) == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["ctrl_c", "sighup"])
 def test_ctrl_c_of_a_slurm_sweep_is_one_line_and_its_jobs_keep_running(
-        tmp_path: Path, tiny_model_dir: Path) -> None:
+        tmp_path: Path, tiny_model_dir: Path, sig: signal.Signals) -> None:
     """Ctrl-C at the launcher (SIGINT to its process group, as a terminal sends it) once the job
     array is submitted: one line saying the jobs keep running and how to follow them, exit status
-    130, no KeyboardInterrupt traceback; the jobs are still SLURM's."""
+    130, no KeyboardInterrupt traceback; the jobs are still SLURM's. Closing the terminal
+    (SIGHUP, which used to kill the launcher silently) does the same, exit status 129."""
     require_cluster()
     name = f"grpo-ctrl-c-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(
@@ -287,14 +289,14 @@ def test_ctrl_c_of_a_slurm_sweep_is_one_line_and_its_jobs_keep_running(
                 j.get("job_id") for j in json.loads(files[0].read_text())["jobs"]):
             assert proc.poll() is None and time.time() < deadline, "the array was never submitted"
             time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=120)
         alive = jobs_named(name)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         subprocess.run(["scancel", "-n", name], check=False)
-    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert proc.returncode == 128 + sig, out[-3000:] + err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     sweep = files[0].parent.relative_to(tmp_path)
     assert out.splitlines()[-1] == ("Interrupted: the SLURM jobs keep running; follow them with "

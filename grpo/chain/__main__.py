@@ -11,6 +11,10 @@ estimated cost, then the whole chain's estimate beside the budget of each study
 resumes at the first unfinished one: in its latest sweep directory when that sweep ran with the
 same overrides (``<sweep>/chain.json``), its finished runs kept, the others resumed from their
 checkpoints; else in a new sweep directory. The chain stops at a stage that does not finish.
+With ``cluster.detach=true`` the chain's driver is not the terminal (``grpo.run.driver``): a
+SLURM CPU job (``cluster=slurm``) or a process of its own session runs this same command
+attached, its record and log in ``<paths.output_root>/chains/<chain>/`` (``chain_root``) and a
+copy of the record in each stage's sweep directory, where ``make watch`` shows it.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import tempfile
 import time
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from hydra.errors import HydraException
+from omegaconf import DictConfig
 
-from analysis.monitor import make_command
+from analysis.monitor import INTERRUPTED, make_command
 from analysis.progress import override_key
 from grpo.chain.plan import (
     StagePlan,
@@ -41,9 +47,20 @@ from grpo.chain.plan import (
 )
 from grpo.chain.results import SweepState, latest_sweep, sweep_state
 from grpo.chain.stages import CONF_DIR, Chain, load_chain
-from grpo.run.files import atomic_write_text
+from grpo.run.driver import (
+    DRIVER_LOG,
+    attached_refusal,
+    copy_record,
+    detach,
+    options_from,
+    spawn_local,
+    submit_slurm,
+    under_driver,
+)
+from grpo.run.files import RunDirError, atomic_write_text
 from grpo.sweep.cost import ESTIMATE_FILE_ENV
 from grpo.sweep.overrides import check_overrides
+from grpo.sweep.slurm_resources import sbatch_refusal
 
 LAUNCH = CONF_DIR.parent / "launch.py"
 # keys the chain sets for each stage itself
@@ -80,8 +97,15 @@ def launch(plan: StagePlan, user: UserOverrides, sweep: Path, dry_run: bool,
     if not dry_run:
         sweep.mkdir(parents=True, exist_ok=True)
         atomic_write_text(sweep / RECORD, plan.record(user))
+        if under_driver():  # `make watch` on the stage shows the chain's driver
+            copy_record(sweep)
     env = {**os.environ, ESTIMATE_FILE_ENV: str(estimate_file)} if estimate_file else None
-    returncode = subprocess.run([sys.executable, str(LAUNCH), "-m", *overrides], env=env).returncode
+    with subprocess.Popen([sys.executable, str(LAUNCH), "-m", *overrides], env=env) as stage:
+        try:
+            returncode = stage.wait()
+        except KeyboardInterrupt:  # the stage had the Ctrl-C too: its runs stop and checkpoint
+            stage.wait()
+            raise
     if not dry_run and not (sweep / "multirun.yaml").exists():  # nothing ran: leave no trace
         (sweep / RECORD).unlink(missing_ok=True)
         if not any(sweep.iterdir()):
@@ -106,6 +130,10 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
         print("\n".join(f"error: {e}" for e in errors) + "\nnothing was run", file=sys.stderr)
         return 2
     dry_run = user.values.get("dry_run", "false").lower() == "true"
+    if not dry_run and not under_driver():
+        status = detached_or_refused(chain, indices, stage_names, user)
+        if status is not None:
+            return status
     if dry_run:
         print(f"chain {chain.name}, dry run: each stage's plan from the results on disk now; "
               "nothing is run")
@@ -162,6 +190,50 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
     else:
         print(f"chain {chain.name}: " + ", ".join(chain.names[i] for i in indices) + " finished")
     return 0
+
+
+def detached_or_refused(chain: Chain, indices: list[int], stage_names: list[str],
+                        user: UserOverrides) -> int | None:
+    """Run from a terminal (not a driver, `grpo.run.driver.under_driver`): with
+    `cluster.detach=true`, start the chain's detached driver (`grpo.run.driver.detach`), which
+    runs this command attached, and return its exit status; without, 1 where the chain's
+    detached driver is still pending or running; else None (run the chain here). The chain's
+    driver record and log live in `chain_root`; each stage's sweep gets a copy of the record
+    (`launch`)."""
+    cfg = compose_stage(chain.stages[indices[0]], user)
+    root = chain_root(cfg, chain.name)
+    watch = f"`tail -f {root / DRIVER_LOG}` (each stage's command and end), `make watch` (the latest sweep)"
+    if str(user.values.get("cluster.detach", "false")).lower() != "true":
+        refusal = attached_refusal(root, watch) if root.is_dir() else None
+        if refusal is not None:
+            print(f"error: {refusal}", file=sys.stderr)
+            return 1
+        return None
+    root.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "grpo.chain", "--chain", chain.name,
+               *(["--stages", ",".join(stage_names)] if stage_names else []), *user.lines]
+    if cfg.cluster.name == "slurm":
+        options = options_from(cfg, f"chain-{chain.name}-driver")
+        start = partial(submit_slurm, command, root, options, "chain", chain.name)
+    else:
+        start = partial(spawn_local, command, root, "chain", chain.name)
+    try:
+        return detach(root, command, start, watch)
+    except RunDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:
+        refusal = sbatch_refusal(err)
+        if refusal is None:
+            raise
+        print(f"error: sbatch refused the chain's driver job: {refusal} (its options come "
+              "from cluster.*)", file=sys.stderr)
+        return 2
+
+
+def chain_root(cfg: DictConfig, name: str) -> Path:
+    """``<paths.output_root>/chains/<name>``: the chain's driver record and log."""
+    return Path(str(cfg.paths.output_root)) / "chains" / name
 
 
 def read_estimate(path: Path) -> dict | None:
@@ -226,6 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, HydraException, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("chain interrupted (Ctrl-C): its stage's runs stopped after their step, with a "
+              "checkpoint; run the same command again to resume it", file=sys.stderr)
+        return INTERRUPTED
     except OSError as error:  # a stage directory that cannot be made or written
         print(f"error: cannot write {error.filename or 'a stage directory'} "
               f"({error.strerror or error}): give paths.output_root's directories back their "

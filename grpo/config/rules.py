@@ -115,6 +115,10 @@ TEXT_RULES = {
     "cluster.account": TextRule("the SLURM account", **NAME, nullable=True, note="null = none"),
     "cluster.qos": TextRule("the SLURM quality of service", **NAME, nullable=True,
                             note="null = the default"),
+    "cluster.mail_user": TextRule("the address SLURM mails at the detached driver's end",
+                                  pattern=r"[^\s@,]+@[^\s@,]+",
+                                  pattern_words="an e-mail address (name@host)", nullable=True,
+                                  note="null = no mail"),
     "logging.wandb_entity": TextRule("the wandb entity", max_chars=128, nullable=True,
                                      note="null = your default entity"),
 }
@@ -285,6 +289,8 @@ RULES: dict[str, Rule] = {
     "cluster.cpus_per_job": _int("the CPU cores per job", 1),
     "cluster.mem_gb": _int("the host memory per job in GB", 1),
     "cluster.time_limit_min": _int("the job time limit in minutes", 1),
+    "cluster.detach": _flag("cluster.detach"),
+    "cluster.driver_time_limit_min": _int("the detached driver's time limit in minutes", 1),
     # conf/rollout/
     "rollout.batch_size": _int("the sequences per generate call", 1),
     "rollout.stale_check_every": _int("the stale-weight check interval in GRPO steps", 0,

@@ -139,10 +139,11 @@ def _serve() -> None:
         out.flush()
 
 
-IGNORED_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
+IGNORED_SIGNALS = ("SIGINT", "SIGHUP", "SIGTERM", "SIGUSR1", "SIGUSR2")
 """Signals the helper ignores, from its first instruction on (it starts with them blocked): they are meant for its parent (SLURM's
 time-limit warning SIGUSR2 and a preemption's SIGTERM reach every process of a job, Ctrl-C's
-SIGINT the whole process group), which checkpoints or stops and then ends the helper by closing
+SIGINT and a closing terminal's SIGHUP the whole process group; every signal the trainer's
+`grpo.run.preemption.STOPS` stops at), which checkpoints or stops and then ends the helper by closing
 its stdin or killing it. Without this, a warning that arrives while the helper starts up kills
 it and with it the run."""
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from grpo.run.files import RunDirError, not_writable, planted_link
 
 LOCK_FILE = ".lock"
+DRIVER_LOCK_FILE = ".driver.lock"
 WAIT = "wait for it to end (make watch), or stop it first"
 MAX_HOLDER_BYTES = 4096
 """Most of a lock file that is read for the holder's description (a crafted one may be large)."""
@@ -54,10 +55,11 @@ def _holder(fd: int) -> str:
 
 
 @contextmanager
-def _directory_lock(directory: Path, busy: str) -> Iterator[None]:
-    """Hold `directory`'s exclusive lock for the block; RunDirLocked says `directory` is `busy`
-    (a phrase naming the other process's work), then why and what to do."""
-    path = directory / LOCK_FILE
+def _directory_lock(directory: Path, busy: str, name: str = LOCK_FILE) -> Iterator[None]:
+    """Hold `directory`'s exclusive lock (the file `name` in it) for the block; RunDirLocked
+    says `directory` is `busy` (a phrase naming the other process's work), then why and what
+    to do."""
+    path = directory / name
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as err:
@@ -133,3 +135,11 @@ def sweep_lock(sweep_dir: Path) -> AbstractContextManager[None]:
     """Hold `sweep_dir`'s lock while launching its jobs and waiting for them: a second launch of
     the same sweep would run every job twice."""
     return _directory_lock(sweep_dir, "being launched by another process")
+
+
+def driver_lock(directory: Path) -> AbstractContextManager[None]:
+    """Hold `directory`'s driver lock (`DRIVER_LOCK_FILE`, apart from the sweep's) while a
+    detach checks its driver record, starts the driver and records it: two detaches at once
+    would start two drivers. The driver itself takes the sweep's lock, not this one."""
+    return _directory_lock(directory, "getting a detached driver from another process",
+                           DRIVER_LOCK_FILE)

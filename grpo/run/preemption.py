@@ -5,9 +5,11 @@ SLURM signals every process of a job: SIGUSR2 `signal_delay_s` before the time l
 `scontrol requeue`) and at the hard time limit, then SIGKILL `KillWait` seconds later. The handler
 only records the signal; the trainer checkpoints at the end of the current GRPO step, asks
 `verdict()` what the stop is, writes that status and then hands the signal to whoever handled it
-before (submitit's SIGUSR2 handler requeues the job). SIGINT (Ctrl-C at a terminal) is such a stop
-too, the weakest: `cancelled`, like SIGTERM, and then the process ends by the signal's default
-action (no KeyboardInterrupt traceback, no run left `running` without a checkpoint).
+before (submitit's SIGUSR2 handler requeues the job). A terminal's signals are such stops too,
+the weakest (:data:`AT_TERMINAL`): SIGINT (Ctrl-C) and SIGHUP (the terminal closed: the shell
+hands it to its jobs) both stop the run as `cancelled`, like SIGTERM, and then the process ends
+by the signal's default action (no KeyboardInterrupt traceback, no run left `running` without a
+checkpoint). :data:`STOPS` is the one table of what each watched signal means.
 
 SLURM sends SIGCONT with every SIGTERM. submitit's handlers for both log a line; a handler runs
 between two bytecodes of the main thread, so one that logs while the main thread is inside a log
@@ -20,17 +22,14 @@ from __future__ import annotations
 
 import os
 import signal
+from contextlib import suppress
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from grpo.run.slurm import SchedulerUnavailable, scontrol_show
 
-WATCHED = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 QUIET = (signal.SIGCONT,)
-STOPPING_AT_CTRL_C = (b"\nCtrl-C: the run stops after this GRPO step, with a checkpoint, as "
-                      b"'cancelled'; launch the same command again to resume it\n")
-"""Said on stderr at the first SIGINT (written from the handler: os.write, no logging)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +39,32 @@ class Verdict:
     status: str
     cause: str
     resumes: str
+
+
+AT_TERMINAL = {signal.SIGINT: "Ctrl-C", signal.SIGHUP: "the terminal closed"}
+"""The signals a terminal sends its foreground job's processes, and what the user did. A run, a
+local sweep's launcher and its jobs take each as they take Ctrl-C."""
+RELAUNCH = "launch the same command again to resume from this checkpoint"
+STOPS = {
+    signal.SIGUSR2: Verdict("preempted", "SIGUSR2, sent before the SLURM time limit or at a "
+                            "preemption", "the job is requeued and resumes from this checkpoint"),
+    signal.SIGTERM: Verdict("cancelled", "SIGTERM from scancel, the hard time limit or a kill",
+                            "launch the same sweep again to resume from this checkpoint"),
+    **{sig: Verdict("cancelled", f"{sig.name} ({what})", RELAUNCH)
+       for sig, what in AT_TERMINAL.items()},
+}
+"""What each watched signal means when it decides the stop, the strongest first (a SIGTERM that
+came with a requeue is :data:`REQUEUED` instead)."""
+REQUEUED = Verdict("preempted", "SIGTERM as SLURM requeued the job, e.g. at a preemption",
+                   "the job runs again and resumes from this checkpoint")
+WATCHED = tuple(STOPS)
+
+
+def stopping_line(sig: signal.Signals) -> bytes:
+    """What a run says on stderr at the first terminal signal `sig` (from the handler: bytes for
+    os.write, no logging)."""
+    return (f"\n{STOPS[sig].cause}: the run stops after this GRPO step, with a checkpoint, as "
+            f"'cancelled'; launch the same command again to resume it\n").encode()
 
 
 def requeued_by_scheduler() -> bool | None:
@@ -61,7 +86,7 @@ def requeued_by_scheduler() -> bool | None:
 
 
 class PreemptionWatcher:
-    """Records SIGUSR2/SIGTERM while installed; see the module docstring."""
+    """Records the signals of :data:`STOPS` while installed; see the module docstring."""
 
     def __init__(self) -> None:
         self.received: list[int] = []
@@ -76,8 +101,9 @@ class PreemptionWatcher:
         return self
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGINT and signal.SIGINT not in self.received:
-            os.write(2, STOPPING_AT_CTRL_C)
+        if signum in AT_TERMINAL and signum not in self.received:
+            with suppress(OSError):  # the terminal may be gone (SIGHUP), or the pipe read no more
+                os.write(2, stopping_line(signal.Signals(signum)))
         self.received.append(signum)
 
     def __exit__(self, *exc: object) -> None:
@@ -87,30 +113,25 @@ class PreemptionWatcher:
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler)
 
-    def _deciding_signal(self) -> int:
-        """The strongest signal received: SIGUSR2 (requeue), then SIGTERM, then SIGINT."""
+    def _deciding_signal(self) -> signal.Signals:
+        """The strongest signal received, in :data:`STOPS`'s order."""
         return next(sig for sig in WATCHED if sig in self.received)
 
     def verdict(self) -> Verdict:
-        """What the received signals mean; asks SLURM whether a SIGTERM came with a requeue."""
-        if self._deciding_signal() == signal.SIGUSR2:
-            return Verdict("preempted", "SIGUSR2, sent before the SLURM time limit or at a preemption",
-                           "the job is requeued and resumes from this checkpoint")
-        if self._deciding_signal() == signal.SIGINT:
-            return Verdict("cancelled", "SIGINT (Ctrl-C)",
-                           "launch the same command again to resume from this checkpoint")
-        if requeued_by_scheduler():
-            return Verdict("preempted", "SIGTERM as SLURM requeued the job, e.g. at a preemption",
-                           "the job runs again and resumes from this checkpoint")
-        return Verdict("cancelled", "SIGTERM from scancel, the hard time limit or a kill",
-                       "launch the same sweep again to resume from this checkpoint")
+        """What the received signals mean (:data:`STOPS`); asks SLURM whether a deciding SIGTERM
+        came with a requeue."""
+        sig = self._deciding_signal()
+        if sig == signal.SIGTERM and requeued_by_scheduler():
+            return REQUEUED
+        return STOPS[sig]
 
     def hand_over(self) -> None:
         """Deliver the deciding signal to the handler from before (this process's default action
         where there was none), keeping the watcher's handlers for the signals that follow.
 
         submitit's SIGUSR2 handler requeues the job and exits; its SIGTERM handler only logs.
-        Python's SIGINT handler (it raises KeyboardInterrupt) counts as none.
+        Python's SIGINT handler (it raises KeyboardInterrupt; a local sweep's job takes SIGHUP
+        with it too) counts as none.
         """
         sig = self._deciding_signal()
         self._handed_over = True

@@ -20,9 +20,9 @@ loss's own yaml wrote into `loss`); and
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 from hydra.core.config_loader import ConfigLoader
@@ -31,7 +31,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo.sweep.hydra_compat import group_chooser, group_option, group_overrides, overrides_dirname
+from grpo.sweep.hydra_compat import (
+    SweepComposer,
+    group_chooser,
+    group_option,
+    group_overrides,
+    overrides_dirname,
+)
 from grpo.training.batch_plan import BatchPlan
 
 LOSS_GROUP = "loss"
@@ -55,20 +61,31 @@ class ComposedJob:
 
 
 def compose_job(
-    loader: ConfigLoader, config_name: str, overrides: Sequence[str], base: Sequence[str] = ()
+    loader: ConfigLoader, config_name: str, overrides: Sequence[str], base: Sequence[str] = (),
+    composer: SweepComposer | None = None,
 ) -> ComposedJob:
     """Compose `config_name` with `base` (e.g. a sweep's `hydra.*` overrides, not returned) and
     the job's `overrides`, adding `loss=OFF_POLICY_LOSS` when the module's rule applies (an
-    impossible batch plan adds nothing: validation reports it)."""
-    cfg = loader.load_configuration(config_name, [*base, *overrides], RunMode.RUN)
+    impossible batch plan adds nothing: validation reports it). `composer`: the sweep's
+    `SweepComposer` of `loader` (the same configs, composed once for the jobs that share their
+    config group choices); without it, Hydra composes the job."""
+
+    def load(job: Sequence[str]) -> DictConfig:
+        if composer is not None:
+            return composer.compose(config_name, [*base, *job])
+        return loader.load_configuration(config_name, [*base, *job], RunMode.RUN)
+
+    option = composer.group_option if composer is not None else partial(group_option, loader)
+
+    cfg = load(overrides)
     plan = BatchPlan.from_config(cfg)
     if plan.errors() or not plan.off_policy:
         return ComposedJob(tuple(overrides), cfg, False)
     if _loss_chooser(loader, config_name, group_overrides(loader, [*base, *overrides])) is not None:
         return ComposedJob(tuple(overrides), cfg, False)
     job = (*overrides, f"{LOSS_GROUP}={OFF_POLICY_LOSS}")
-    if not _swap_default_loss(loader, cfg, job):
-        cfg = loader.load_configuration(config_name, [*base, *job], RunMode.RUN)
+    if not _swap_default_loss(option, cfg, job):
+        cfg = load(job)
     return ComposedJob(job, cfg, True)
 
 
@@ -79,16 +96,18 @@ def _loss_chooser(loader: ConfigLoader, config_name: str, groups: tuple[str, ...
     return group_chooser(loader, config_name, list(groups), LOSS_GROUP)
 
 
-def _swap_default_loss(loader: ConfigLoader, cfg: DictConfig, job: Sequence[str]) -> bool:
+def _swap_default_loss(option: Callable[[str, str], DictConfig | None], cfg: DictConfig,
+                       job: Sequence[str]) -> bool:
     """Give `cfg` (composed with the root's default loss) `OFF_POLICY_LOSS` in place, as
     composing it with the job's overrides `job` (the choice last) would: its `loss` node and
     Hydra's record of the choice (`hydra.runtime.choices`), of the job's overrides
     (`hydra.overrides.task`) and of their directory name (`hydra.job.override_dirname`). False,
     leaving `cfg` as it was, where the `loss` node is not exactly the default option's yaml
-    (something else wrote into it)."""
+    (something else wrote into it). `option(group, name)`: `hydra_compat.group_option`'s
+    config of that option, read only."""
     default = cfg.hydra.runtime.choices.get(LOSS_GROUP)
-    was = group_option(loader, LOSS_GROUP, str(default))
-    new = group_option(loader, LOSS_GROUP, OFF_POLICY_LOSS)
+    was = option(LOSS_GROUP, str(default))
+    new = option(LOSS_GROUP, OFF_POLICY_LOSS)
     if was is None or new is None or cfg[LOSS_GROUP] != was:
         return False
     with open_dict(cfg):

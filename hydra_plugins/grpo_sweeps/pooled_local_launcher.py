@@ -12,13 +12,15 @@ finished, and follows (a slot each) those that a job of a killed earlier launche
 Ctrl-C at the terminal signals the launcher and every job's processes. submitit's controller of a
 job (the process that starts the job and waits for it) would end with a KeyboardInterrupt
 traceback on the terminal and SIGKILL its job a second later, before the run could finish its
-step and checkpoint. So each job is submitted with SIGINT blocked, a mask its controller and the
-job's process inherit: the controller never takes the Ctrl-C, and the job unblocks SIGINT first
-thing (:meth:`PooledLocalLauncher.__call__`), where a Ctrl-C that came while it started is
-delivered. A job whose process did not exist yet when the terminal sent the Ctrl-C (its
-controller was starting it) never had it: the launcher hands SIGINT to each job's process itself
-(`interrupt_job`, once a process) while it waits for them. The run then stops after its GRPO
-step with a checkpoint (`grpo.run.preemption`); the launcher says so and waits for it
+step and checkpoint. So each job is submitted with the terminal's signals blocked
+(:data:`grpo.run.preemption.AT_TERMINAL`: Ctrl-C's SIGINT, and the SIGHUP of a terminal that
+closes), a mask its controller and the job's process inherit: the controller never takes them,
+and the job unblocks them first thing (:meth:`PooledLocalLauncher.__call__`), where one that came
+while it started is delivered. A job whose process did not exist yet when the terminal sent its
+signal (its controller was starting it) never had it: the launcher hands the signal it took itself
+to each job's process (`interrupt_job`, once a process) while it waits for them: the same signal,
+so that the run's status names what the user did. The run then stops after its GRPO step with a
+checkpoint (`grpo.run.preemption`); the launcher says so and waits for it
 (`reporting.SweepFollower.interrupted`).
 """
 
@@ -37,6 +39,7 @@ from typing import Any
 from hydra.core.utils import JobReturn
 
 from analysis.monitor import INTERRUPTED
+from grpo.run.preemption import AT_TERMINAL
 from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, Relaunch
 from hydra_plugins.grpo_sweeps.reporting import SweepFollower
 from hydra_plugins.grpo_sweeps.submitit_compat import BaseSubmititLauncher, submit_sweep_job
@@ -70,14 +73,14 @@ def pool_size(gpus_per_job: int, cpus_per_job: int, max_parallel_jobs: int | Non
 
 
 @contextmanager
-def sigint_blocked() -> Iterator[None]:
-    """Block SIGINT in this thread (a Ctrl-C waits until the end of the block); a process
-    started here inherits the block."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+def terminal_signals_blocked() -> Iterator[None]:
+    """Block the terminal's signals (`AT_TERMINAL`) in this thread (a Ctrl-C or a closing
+    terminal waits until the end of the block); a process started here inherits the block."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, AT_TERMINAL)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, AT_TERMINAL)
 
 
 def job_processes(controller: int) -> list[int]:
@@ -90,14 +93,14 @@ def job_processes(controller: int) -> list[int]:
         return []
 
 
-def interrupt_job(job: Any, signalled: set[int]) -> None:
-    """Send SIGINT to the processes of local submitit job `job` not in `signalled` (those that
-    had it from here), adding them."""
+def interrupt_job(job: Any, sig: signal.Signals, signalled: set[int]) -> None:
+    """Send terminal signal `sig` to the processes of local submitit job `job` not in
+    `signalled` (those that had it from here), adding them."""
     for pid in job_processes(int(job.job_id)):
         if pid not in signalled:
             signalled.add(pid)
             with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGINT)
+                os.kill(pid, sig)
 
 
 class PooledLocalLauncher(BaseSubmititLauncher):
@@ -121,12 +124,13 @@ class PooledLocalLauncher(BaseSubmititLauncher):
         self.max_parallel_jobs = max_parallel_jobs
 
     def __call__(self, *args: Any) -> JobReturn:
-        """Run one job (in its own process; see `BaseSubmititLauncher.__call__`), with SIGINT
-        unblocked first: a Ctrl-C that came while the job started, or before its run took
-        SIGINT over (`grpo.run.preemption`), ends it with exit status `INTERRUPTED` (no run to
-        checkpoint yet)."""
+        """Run one job (in its own process; see `BaseSubmititLauncher.__call__`), with the
+        terminal's signals unblocked first, SIGHUP taken as Ctrl-C: one that came while the job
+        started, or before its run took them over (`grpo.run.preemption`), ends it with exit
+        status `INTERRUPTED` (no run to checkpoint yet)."""
         try:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            signal.signal(signal.SIGHUP, signal.default_int_handler)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, AT_TERMINAL)
             return super().__call__(*args)
         except KeyboardInterrupt:
             sys.exit(INTERRUPTED)
@@ -151,8 +155,8 @@ class PooledLocalLauncher(BaseSubmititLauncher):
         signalled: set[int] = set()
         follower = SweepFollower(
             sweep_dir, "local", numbered, earlier=earlier,
-            interrupt=lambda job: job.interrupt() if isinstance(job, EarlierJob)
-            else interrupt_job(job, signalled))
+            interrupt=lambda job, sig: job.interrupt(sig) if isinstance(job, EarlierJob)
+            else interrupt_job(job, sig, signalled))
         running: dict[int, tuple[Any, tuple[int, ...]]] = {}
         with follower:
             while pending or running:
@@ -161,9 +165,9 @@ class PooledLocalLauncher(BaseSubmititLauncher):
                     idx, overrides = pending.pop(0)
                     used = {g for _, held in running.values() for g in held}
                     gpus = next(s for s in gpu_sets if not used & set(s))
-                    # its controller never takes a Ctrl-C; one that comes meanwhile is
-                    # delivered once the job is recorded (and the follower waits for it)
-                    with sigint_blocked():
+                    # its controller never takes a Ctrl-C or SIGHUP; one that comes meanwhile
+                    # is delivered once the job is recorded (and the follower waits for it)
+                    with terminal_signals_blocked():
                         job = submit_sweep_job(
                             executor, self, overrides, idx, gpus,
                             self.params.get("timeout_min", 10080))

@@ -133,15 +133,16 @@ class EarlierJob:
         return [JobReturn(overrides=self.overrides, working_dir=str(self.run_dir),
                           status=JobStatus.COMPLETED, _return_value=read_run_status(self.run_dir))]
 
-    def interrupt(self) -> None:
-        """Hand the run the terminal's Ctrl-C once (a local run: SIGINT to its lock's holder on
-        this host, which checkpoints after its step); nothing for a finished or a SLURM job."""
+    def interrupt(self, sig: signal.Signals) -> None:
+        """Hand the run the terminal's signal `sig` (Ctrl-C's SIGINT, a closed terminal's SIGHUP)
+        once (a local run: to its lock's holder on this host, which checkpoints after its step);
+        nothing for a finished or a SLURM job."""
         found = holder(self.run_dir) if self._running is not None and not self._interrupted else None
         pid = found.local_pid if found is not None else None
         if pid is not None:
             self._interrupted = True
             with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGINT)
+                os.kill(pid, sig)
 
 
 class _SlurmView:

@@ -16,19 +16,26 @@ processes that were not there yet; their submitit controllers do not take it, se
 run stops after its current GRPO step with a checkpoint, as ``cancelled``; the launcher waits for
 them (a second Ctrl-C leaves at once), starts no other job and prints the summary, where a job
 that ended without writing a status (never started, or stopped while starting) is ``cancelled``.
+
+Closing the terminal (SIGHUP, :data:`grpo.run.preemption.AT_TERMINAL`) is taken as Ctrl-C is,
+with exit status 129 (128 + the signal, as a shell reports it) and the same signal handed to the
+jobs, so that their runs' status names it; a second SIGHUP (the shell's, then the kernel's) does
+not cut the wait short. The monitor's lines then go nowhere without stopping the launcher
+(:class:`analysis.monitor.SweepMonitor`).
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.core.utils import JobReturn
 
-from analysis.monitor import INTERRUPTED, SweepMonitor, counts_text, make_command
+from analysis.monitor import SweepMonitor, counts_text, make_command, stopped_by
 from analysis.progress import (
     FINISHED_STATUSES,
     GONE,
@@ -38,6 +45,7 @@ from analysis.progress import (
     slurm_states,
     write_jobs,
 )
+from grpo.run.preemption import STOPS
 
 # seconds between two looks at the jobs while waiting for them (the scheduler is asked)
 POLL_S = 2.0
@@ -50,11 +58,28 @@ class SweepIncomplete(SystemExit):
 
 
 class SweepInterrupted(SystemExit):
-    """Ends the sweep after Ctrl-C with exit status `INTERRUPTED`, once a line said what the
-    jobs do now (see the module docstring)."""
+    """Ends the sweep after Ctrl-C or SIGHUP (`sig`) with exit status 128 + `sig`
+    (:func:`analysis.monitor.stopped_by`), once a line said what the jobs do now (see the module
+    docstring)."""
 
-    def __init__(self) -> None:
-        super().__init__(INTERRUPTED)
+    def __init__(self, sig: int) -> None:
+        super().__init__(stopped_by(sig))
+
+
+class Hangup(KeyboardInterrupt):
+    """SIGHUP (the terminal closed), raised in the launcher where Ctrl-C raises KeyboardInterrupt."""
+
+
+def hang_up(signum: int, frame: object) -> NoReturn:
+    """The launcher's SIGHUP handler: ignore the SIGHUPs that follow (the shell's and the
+    kernel's come together), raise :class:`Hangup`."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    raise Hangup
+
+
+def terminal_signal(stop: KeyboardInterrupt) -> signal.Signals:
+    """The terminal signal that raised `stop`: SIGHUP for a :class:`Hangup`, else SIGINT."""
+    return signal.SIGHUP if isinstance(stop, Hangup) else signal.SIGINT
 
 
 def job_error(error: BaseException) -> str:
@@ -72,16 +97,16 @@ def job_error(error: BaseException) -> str:
 class SweepFollower:
     """Records, follows and reports the jobs of one launch; see the module docstring.
 
-    ``jobs`` maps job numbers to their overrides; ``interrupt`` hands a submitted job the Ctrl-C
-    (local jobs: see the module docstring); ``earlier``: the jobs of an earlier launch that this
-    one does not submit (finished, or followed until they end:
-    :class:`hydra_plugins.grpo_sweeps.relaunch.EarlierJob`), by number. Use as a context manager around the
-    submission loop: call :meth:`submitted` for each job, :meth:`update` while waiting (or
+    ``jobs`` maps job numbers to their overrides; ``interrupt(job, sig)`` hands a submitted job
+    the terminal's signal (local jobs: see the module docstring); ``earlier``: the jobs of an
+    earlier launch that this one does not submit (finished, or followed until they end:
+    :class:`hydra_plugins.grpo_sweeps.relaunch.EarlierJob`), by number. Use as a context manager
+    around the submission loop: call :meth:`submitted` for each job, :meth:`update` while waiting (or
     :meth:`wait`), then :meth:`finish` for Hydra's job returns.
     """
 
     def __init__(self, sweep_dir: Path, launcher: str, jobs: Mapping[int, Sequence[str]],
-                 interrupt: Callable[[Any], None] | None = None,
+                 interrupt: Callable[[Any, signal.Signals], None] | None = None,
                  earlier: Mapping[int, Any] | None = None) -> None:
         self.sweep_dir = Path(sweep_dir)
         self.launcher = launcher
@@ -96,29 +121,35 @@ class SweepFollower:
         self.monitor = SweepMonitor(self.progress)
 
     def __enter__(self) -> SweepFollower:
+        self._sighup = signal.signal(signal.SIGHUP, hang_up)
         self.monitor.__enter__()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        self.monitor.__exit__(kind, error, trace)
-        if kind is KeyboardInterrupt:
-            self.interrupted()
+        try:
+            self.monitor.__exit__(kind, error, trace)
+            if isinstance(error, KeyboardInterrupt):
+                self.interrupted(terminal_signal(error))
+        finally:
+            signal.signal(signal.SIGHUP, self._sighup)
 
-    def interrupted(self) -> None:
-        """After Ctrl-C: say what the jobs do now, for local jobs wait for them and print the
-        summary; raise :class:`SweepInterrupted` (see the module docstring)."""
+    def interrupted(self, sig: signal.Signals) -> None:
+        """After Ctrl-C or SIGHUP (`sig`): say what the jobs do now, for local jobs wait for them
+        and print the summary; raise :class:`SweepInterrupted` (see the module docstring)."""
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a terminal closing now ends no wait
         if self.launcher == "slurm":
             self.monitor.say("Interrupted: the SLURM jobs keep running; follow them with "
                              f"`{make_command('watch', self.sweep_dir)}`")
-            raise SweepInterrupted from None
-        self.monitor.say("Ctrl-C: each running run stops after its current GRPO step, with a "
-                         "checkpoint, as 'cancelled'; no other job starts. Waiting for them "
-                         "(Ctrl-C again to leave now)")
+            raise SweepInterrupted(sig) from None
+        again = " (Ctrl-C again to leave now)" if sig == signal.SIGINT else ""
+        self.monitor.say(f"{STOPS[sig].cause}: each running run stops after its current GRPO "
+                         f"step, with a checkpoint, as 'cancelled'; no other job starts. Waiting "
+                         f"for them{again}")
         try:
             while running := [job for job in self.jobs.values() if not job.done()]:
                 for job in running if self.interrupt is not None else ():
-                    self.interrupt(job)  # a job started after the terminal's Ctrl-C never had it
+                    self.interrupt(job, sig)  # a job started after the terminal's signal never had it
                 time.sleep(LOCAL_POLL_S)
             unstarted = {run.num for run in self.progress.read() if run.status == "pending"}
             self.monitor.summary(self.rows({**self.states(), **dict.fromkeys(unstarted, "CANCELLED")}))
@@ -127,7 +158,7 @@ class SweepFollower:
                              "step, with a checkpoint")
         self.monitor.say("Interrupted: launch the same command again to resume the sweep "
                          "(finished runs are kept, the others resume from their checkpoints)")
-        raise SweepInterrupted from None
+        raise SweepInterrupted(sig) from None
 
     def submitted(self, num: int, job: Any) -> None:
         """Record the scheduler id and log file of job ``num``."""
@@ -178,7 +209,7 @@ class SweepFollower:
         except KeyboardInterrupt:
             self.monitor.say(f"Interrupted: the summary was cut short; every job has ended; "
                              f"`{make_command('watch', self.sweep_dir)}` prints it")
-            raise SweepInterrupted from None
+            raise SweepInterrupted(signal.SIGINT) from None
         bad = [run for run in rows if run.status not in FINISHED_STATUSES]
         if bad:
             raise SweepIncomplete(

@@ -16,6 +16,10 @@ directory exits at once naming the first. A submission that sbatch still refuses
 A relaunch submits only what is unfinished: the plan of every job (finished, still queued or
 running, to submit: `hydra_plugins.grpo_sweeps.relaunch`) is made once when the sweep starts,
 its line printed by the dry run and the launch alike, and handed to the launcher.
+With `cluster.detach=true`, once every job is checked, the sweep's driver is started apart from
+the terminal (`grpo.run.driver`: a SLURM CPU job, or locally a process of its own session) and
+runs this same command attached, its sweep directory pinned; a launch while it is pending or
+running starts nothing.
 Jobs are composed by `grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names
 no loss `loss=grpo_clip`: the listing shows each job's loss, and the launched job lists are those
 composed ones (`get_job_batch`), so what is listed and validated is what runs.
@@ -37,11 +41,22 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from analysis.config_names import is_promoted, job_labels
+from analysis.monitor import make_command
 from analysis.progress import override_key
 from analysis.race_record import check_relaunch, short_labels, without_seed
 from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
 from grpo.config.rules import CHECK_SEEDS, RULES, SEED_MAX
 from grpo.config.validation import check_config, check_installed
+from grpo.run.driver import (
+    DriverRecord,
+    attached_refusal,
+    detach,
+    options_from,
+    spawn_local,
+    submit_slurm,
+    under_driver,
+)
+from grpo.run.driver import sweep_command as driver_sweep_command
 from grpo.run.files import RunDirError
 from grpo.run.finished import Launch
 from grpo.run.lock import sweep_lock
@@ -50,6 +65,7 @@ from grpo.run.run_config import resolved, resume_refusal
 from grpo.sweep.cost import ESTIMATE_FILE_ENV, SweepEstimate, estimate, write_estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
+    SweepComposer,
     get_job_batch,
     preset_overrides,
     split_into_jobs,
@@ -138,6 +154,8 @@ class ValidatingSweeper(BasicSweeper):
 
     composed: dict[tuple[str, ...], ComposedJob]
     """Each job's composition, by its overrides before `compose_job` (filled by `sweep()`)."""
+    composer: SweepComposer
+    """The sweep's jobs' configs, composed by Hydra once for each set of config group choices."""
     check_jobs: list[Sequence[str]] = []
     """The check seeds' jobs (`_check_jobs`), launched after the grid's."""
     _launches: dict[tuple[str, ...], Launch] | None = None
@@ -155,7 +173,8 @@ class ValidatingSweeper(BasicSweeper):
     def _compose(self, overrides: Sequence[str]) -> ComposedJob:
         """One job composed as the launcher will run it (`grpo.sweep.job_loss.compose_job`)."""
         job = compose_job(self.hydra_context.config_loader, self.config.hydra.job.config_name,
-                          list(overrides), base=raw_list(self.config.hydra.overrides.hydra))
+                          list(overrides), base=raw_list(self.config.hydra.overrides.hydra),
+                          composer=self.composer)
         self.composed[tuple(overrides)] = job
         return job
 
@@ -212,11 +231,12 @@ class ValidatingSweeper(BasicSweeper):
         except RuntimeError:
             return 1
 
-    def _resume_refusal(self, num: int, cfg: Any) -> str | None:
+    @staticmethod
+    def _resume_refusal(sweep_dir: Path, num: int, cfg: Any) -> str | None:
         """What the run of job `num` would refuse, resuming a trained run in its directory
-        (`<sweep>/<num>`, `JOB_SUBDIR`) with a changed config
+        (`<sweep_dir>/<num>`, `JOB_SUBDIR`) with a changed config
         (`grpo.run.run_config.resume_refusal`)."""
-        return resume_refusal(cfg, Path(self.config.hydra.sweep.dir) / str(num))
+        return resume_refusal(cfg, sweep_dir / str(num))
 
     def _launch_of(self, overrides: Sequence[str]) -> Launch:
         """The launch of the job of `overrides` (`grpo.run.finished.Launch`): a job of this sweep,
@@ -506,6 +526,35 @@ class ValidatingSweeper(BasicSweeper):
                             "(pruning=off, or race.max_seeds=null)")
         refuse(problems)
 
+    def _detached_or_refused(self, sweep_dir: Path) -> bool:
+        """Launched from a terminal (not a driver, `grpo.run.driver.under_driver`): with
+        `cluster.detach=true`, start the sweep's detached driver (`grpo.run.driver.detach`: a
+        SLURM job, or a process of its own session) unless an attached launch holds the sweep
+        (RunDirLocked) and say so (True: this process is done); without, exit 1 where the
+        sweep's detached driver is still pending or running."""
+        watch = make_command("watch", sweep_dir)
+        if not self.config.cluster.get("detach", False):
+            refusal = attached_refusal(sweep_dir, watch)
+            if refusal is not None:
+                print(f"error: {refusal}", file=sys.stderr)
+                sys.exit(1)
+            return False
+        command = driver_sweep_command(sweep_dir)
+
+        def start() -> DriverRecord:
+            with sweep_lock(sweep_dir):  # an attached launch of it: refused, naming it
+                pass
+            if self.config.cluster.name != "slurm":
+                return spawn_local(command, sweep_dir)
+            name = OmegaConf.select(self.config, "hydra.launcher.name", default="launch")
+            return submit_slurm(command, sweep_dir,
+                                options_from(self.config, f"{name}-driver-{sweep_dir.name}"))
+
+        status = detach(sweep_dir, command, start, watch)
+        if status:
+            sys.exit(status)
+        return True
+
     def sweep(self, arguments: list[str]) -> Any:
         note = output_root_note(self.config.hydra)
         if note:
@@ -534,11 +583,13 @@ class ValidatingSweeper(BasicSweeper):
         n_grid = len(jobs)
         jobs = [*jobs, *self.check_jobs]
         self.composed = {}
+        self.composer = SweepComposer(self.hydra_context.config_loader)
         lines: list[str] = []
         labels: dict[int, str] = {}
         warnings: dict[str, list[int]] = {}  # message -> the jobs it concerns, in order
         errors: dict[str, list[int]] = {}
         resources = ResourceCheck()
+        runs: Path | None = None  # the sweep directory, resolved once (where a job needs it)
         composed = [self._compose(overrides) for overrides in jobs]
         shown = [[o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept]
                  for overrides in jobs]
@@ -552,8 +603,10 @@ class ValidatingSweeper(BasicSweeper):
             report = check_config(cfg).include(check_installed(cfg))
             report.errors += resources.refusals(cfg)
             # a race checks its job directories against its own waves (check_relaunch)
-            if not report.errors and not racing and (refusal := self._resume_refusal(num, cfg)) is not None:
-                report.errors.append(refusal)
+            if not report.errors and not racing:
+                runs = runs or Path(self.config.hydra.sweep.dir)
+                if (refusal := self._resume_refusal(runs, num, cfg)) is not None:
+                    report.errors.append(refusal)
             for message in report.warnings:
                 warnings.setdefault(message, []).append(num)
             for message in report.errors:
@@ -593,6 +646,8 @@ class ValidatingSweeper(BasicSweeper):
             self._race_runner(race, sweep_dir).prepare(warn=False)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
+            if not under_driver() and self._detached_or_refused(sweep_dir):
+                return []
             with sweep_lock(sweep_dir):
                 self.launcher.relaunch = Relaunch(self._relaunch_plan(race, sweep_dir), self._launch_of)
                 if race is not None:

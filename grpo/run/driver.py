@@ -1,0 +1,448 @@
+"""The driver of a sweep or a chain run apart from the terminal (`cluster.detach=true`).
+
+A sweep's driver is the process that submits its jobs and waits for them (a race's next wave,
+a chain's next stage). Detached, it is not the terminal's: on SLURM it is a small CPU job
+(`submit_slurm`: `DRIVER_CPUS` CPU, `DRIVER_MEM_GB` GB, `cluster.driver_time_limit_min`,
+requeued at its time limit and on preemption by submitit, `DetachedDriver`), locally a process
+in a session of its own with stdin from /dev/null (`spawn_local`): closing the terminal ends
+nothing. Either runs the same command as the user's, attached: `DRIVER_ENV` in its environment
+(the path of its record) says "this process is the driver, run attached"; an environment
+variable rather than an override, so that nothing of it enters a run's recorded overrides. Its
+output goes to `driver.log` beside its record.
+
+Its record, `driver.json` (`DriverRecord`, written atomically), says what it is (a SLURM job id,
+or a pid with its host and process start time, against a reused pid), the command that
+resumes it and its log; `driver_state` asks whether it is pending, running or gone. A sweep
+directory's record is read by `make watch` (`analysis.monitor`) and by a launch of the same
+sweep, which submits no second driver while one is pending or running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from grpo.run.files import RunDirError, RunFileError, atomic_write_text, parse_json, read_bytes
+from grpo.run.lock import driver_lock
+from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
+
+DRIVER_FILE = "driver.json"
+DRIVER_LOG = "driver.log"
+SLURM_FOLDER = "driver-slurm"
+"""Where submitit keeps the SLURM driver's pickles and its own logs, beside its record."""
+DRIVER_ENV = "GRPO_DRIVER"
+"""Set (to the driver's record) in a detached driver's environment and so in every process it
+starts: a sweep or a chain launched with it runs attached, whatever `cluster.detach` says."""
+FORMAT = "grpo-driver/1"
+MAX_RECORD_BYTES = 1 << 16
+"""Largest driver.json read (it is about 1 kB)."""
+DRIVER_CPUS = 1
+DRIVER_MEM_GB = 2
+"""The SLURM driver's allocation: it composes and checks jobs, submits them and reads their
+run directories (no model, no GPU)."""
+DRIVER_SIGNAL_DELAY_S = 60
+"""Seconds before its time limit at which SLURM signals the driver to requeue itself."""
+STOP_WAIT_S = 20.0
+"""Seconds the requeued driver gives its command to end after SIGTERM, before SIGKILL."""
+KINDS = ("slurm", "local")
+SCOPES = ("sweep", "chain")
+PENDING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING")
+LOG_TAIL_BYTES = 8192
+
+
+def under_driver() -> bool:
+    """Whether this process runs inside a detached driver (`DRIVER_ENV`): it runs attached."""
+    return bool(os.environ.get(DRIVER_ENV))
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of process `pid` in clock ticks since boot (/proc/<pid>/stat, field 22),
+    None where there is no such process or it is a zombie (it has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # after the command name, which may hold spaces
+    try:
+        return None if fields[0] == "Z" else int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class DriverRecord:
+    """`driver.json`: a detached driver. `command` is its argv, run in `cwd`; `log` its
+    output; `job_id` (kind slurm) or `pid` and `started` (kind local: `process_start`) say
+    which process it is, `host` where it was started; `scope` whether it drives one sweep or a
+    chain (`name`: the chain's)."""
+
+    kind: str
+    command: tuple[str, ...]
+    cwd: str
+    log: str
+    host: str
+    submitted: str
+    job_id: str | None = None
+    pid: int | None = None
+    started: int | None = None
+    scope: str = "sweep"
+    name: str = ""
+    format: str = field(default=FORMAT)
+
+    def write(self, path: Path) -> None:
+        """Write the record to `path`, atomically."""
+        atomic_write_text(path, json.dumps({**asdict(self), "command": list(self.command)},
+                                           indent=1) + "\n")
+
+    @staticmethod
+    def read(path: Path) -> DriverRecord | None:
+        """The record at `path`; None where there is none; RunFileError (one line, saying what
+        to do) where it is not one (torn, crafted)."""
+        if not path.exists():
+            return None
+        data = parse_json(read_bytes(path, MAX_RECORD_BYTES), path.name)
+        try:
+            record = DriverRecord._from(data)
+        except (KeyError, TypeError, ValueError) as err:
+            raise RunFileError(f"{path} is not a driver record ({err}); if no driver of it runs "
+                               f"(squeue, ps), remove it") from None
+        return record
+
+    @staticmethod
+    def _from(data: Any) -> DriverRecord:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"no format {FORMAT!r}")
+        command = data["command"]
+        if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+            raise ValueError("command is not a list of strings")
+        text = {k: data[k] for k in ("kind", "cwd", "log", "host", "submitted")}
+        if not all(isinstance(v, str) for v in text.values()):
+            raise ValueError("kind, cwd, log, host and submitted must be strings")
+        if text["kind"] not in KINDS or data.get("scope", "sweep") not in SCOPES:
+            raise ValueError(f"kind {text['kind']!r} is not one of {', '.join(KINDS)}")
+        job_id, pid, started = data.get("job_id"), data.get("pid"), data.get("started")
+        if text["kind"] == "slurm" and not (isinstance(job_id, str) and job_id.replace("_", "").isdigit()):
+            raise ValueError(f"job_id {job_id!r} is not a SLURM job id")
+        if text["kind"] == "local" and not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                               for v in (pid, started)):
+            raise ValueError("pid and started must be positive integers")
+        return DriverRecord(**text, command=tuple(command), job_id=job_id, pid=pid,
+                            started=started, scope=str(data.get("scope", "sweep")),
+                            name=str(data.get("name", "")))
+
+    def describe(self) -> str:
+        """`SLURM job 123` or `pid 456 on host h`, with the chain it drives."""
+        what = f"SLURM job {self.job_id}" if self.kind == "slurm" else f"pid {self.pid} on {self.host}"
+        return what + (f", the driver of chain {self.name}" if self.scope == "chain" else "")
+
+    def resume(self) -> str:
+        """The shell command that runs the driver again: `cd <cwd> && <command>`."""
+        return f"cd {shlex.quote(self.cwd)} && {shlex.join(self.command)}"
+
+    def stop(self) -> str:
+        """The shell command that stops it (SLURM: scancel; locally: Ctrl-C to its process
+        group, which stops its runs after their step, with a checkpoint)."""
+        return f"scancel {self.job_id}" if self.kind == "slurm" else f"kill -INT -- -{self.pid}"
+
+
+@dataclass(frozen=True)
+class DriverState:
+    """Where a driver stands: `running`, `pending`, `gone`, or `unknown` (it cannot be asked
+    from here); `detail` in words (the SLURM state, or why it is unknown)."""
+
+    state: str
+    detail: str
+
+    @property
+    def live(self) -> bool:
+        """Pending or running: a second driver must not be started."""
+        return self.state in ("running", "pending")
+
+
+def driver_state(record: DriverRecord) -> DriverState:
+    """Ask SLURM (`slurm_states`) or this host's /proc where `record`'s driver stands."""
+    if record.kind == "slurm":
+        state = slurm_states({0: str(record.job_id)}).get(0)
+        if state is None:
+            return DriverState("unknown", "SLURM cannot be asked from here")
+        word = state.split(" ")[0].upper()
+        if word in SCHEDULER_ACTIVE:
+            return DriverState("pending" if word in PENDING_STATES else "running", word)
+        return DriverState("gone", word)
+    if record.host != socket.gethostname():
+        return DriverState("unknown", f"it runs on {record.host}; ask there")
+    if process_start(int(record.pid or 0)) == record.started:
+        return DriverState("running", "its process is alive")
+    return DriverState("gone", "its process has ended")
+
+
+def last_log_line(path: Path) -> str | None:
+    """The last non-empty line of the log at `path` (its tail read), None where there is none."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), None)
+
+
+def record_path(directory: Path) -> Path:
+    """The driver record of a sweep directory (or a chain's)."""
+    return directory / DRIVER_FILE
+
+
+def read_driver(directory: Path) -> DriverRecord | None:
+    """`directory`'s driver record (`DriverRecord.read`)."""
+    return DriverRecord.read(record_path(directory))
+
+
+def live_driver(directory: Path) -> tuple[DriverRecord, DriverState] | None:
+    """`directory`'s driver where it may be pending or running (state live or unknown)."""
+    record = read_driver(directory)
+    if record is None:
+        return None
+    state = driver_state(record)
+    return (record, state) if state.state != "gone" else None
+
+
+def sweep_command(sweep_dir: Path) -> list[str]:
+    """This process's command (`python launch.py -m ...`) with the sweep directory pinned:
+    `hydra.sweep.dir=<absolute sweep_dir>` in place of any the user gave (conf/config.yaml's
+    holds a timestamp)."""
+    args = [a for a in sys.argv[1:] if not a.lstrip("+").startswith("hydra.sweep.dir=")]
+    return [sys.executable, os.path.abspath(sys.argv[0]), *args,
+            f"hydra.sweep.dir={sweep_dir.resolve()}"]
+
+
+def driver_env(record: Path) -> dict[str, str]:
+    """The detached driver's environment: this one, with `DRIVER_ENV` and unbuffered output."""
+    return {**os.environ, DRIVER_ENV: str(record), "PYTHONUNBUFFERED": "1"}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def spawn_local(command: Sequence[str], directory: Path, scope: str = "sweep",
+                name: str = "") -> DriverRecord:
+    """Start `command` in the working directory, detached from the terminal (its own session,
+    stdin /dev/null, output appended to `<directory>/driver.log`), and record it in
+    `<directory>/driver.json`."""
+    record_file, log = record_path(directory), directory / DRIVER_LOG
+    with log.open("a") as out:
+        out.write(f"--- detached driver started {_now()} on {socket.gethostname()}: "
+                  f"{shlex.join(command)}\n")
+        out.flush()
+        proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env=driver_env(record_file))
+    record = DriverRecord("local", tuple(command), os.getcwd(), str(log.resolve()),
+                          socket.gethostname(), _now(), pid=proc.pid,
+                          started=process_start(proc.pid), scope=scope, name=name)
+    if record.started is None:  # it ended already: what it said is in the log
+        raise RunDirError(f"the detached driver ended at once (exit status {proc.poll()}); "
+                          f"its log: {log}")
+    record.write(record_file)
+    return record
+
+
+def _ignore_usr2() -> None:
+    """In the driver's command (before exec): SLURM signals every process of the job with
+    SIGUSR2 before its time limit; the requeue is `DetachedDriver.checkpoint`'s, which ends the
+    command itself."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+class DetachedDriver:
+    """The SLURM driver job's callable (submitit): runs `command` in `cwd`, attached
+    (`DRIVER_ENV`), its output appended to `log`; at its time limit or preemption
+    (`checkpoint`, called by submitit's SIGUSR2 handler) it ends the command and is requeued,
+    then runs it again: a relaunch, which adopts what its last run submitted."""
+
+    def __init__(self, command: Sequence[str], cwd: str, log: str, record: str) -> None:
+        self.command, self.cwd, self.log, self.record = list(command), cwd, log, record
+        self._proc: subprocess.Popen | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_proc"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _proc=None)
+
+    def __call__(self) -> int:
+        with open(self.log, "a") as out:
+            out.write(f"--- driver started {_now()} on {socket.gethostname()} (SLURM job "
+                      f"{os.environ.get('SLURM_JOB_ID')}, restart "
+                      f"{os.environ.get('SLURM_RESTART_COUNT', '0')})\n")
+            out.flush()
+            self._proc = subprocess.Popen(self.command, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                          stdout=out, stderr=subprocess.STDOUT,
+                                          start_new_session=True, preexec_fn=_ignore_usr2,
+                                          env=driver_env(Path(self.record)))
+            code = self._proc.wait()
+        if code:
+            raise RuntimeError(f"the driver's command ended with exit status {code}; its log: "
+                               f"{self.log}")
+        return code
+
+    def checkpoint(self) -> Any:
+        """End the running command (SIGTERM to its process group, SIGKILL after `STOP_WAIT_S`)
+        and hand submitit this driver again, to requeue it."""
+        import submitit
+
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        with open(self.log, "a") as out:
+            out.write(f"--- driver requeued {_now()} (time limit or preemption)\n")
+        return submitit.helpers.DelayedSubmission(DetachedDriver(self.command, self.cwd,
+                                                                 self.log, self.record))
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What the SLURM driver job asks for (`options_from`: the config's `cluster.*`)."""
+
+    time_limit_min: int
+    max_requeues: int
+    job_name: str
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    mail_user: str | None = None
+
+
+def options_from(cfg: Any, job_name: str) -> SlurmOptions:
+    """The driver's SLURM options from a composed config: `cluster.driver_time_limit_min`,
+    `cluster.partition`, `cluster.account`, `cluster.qos`, `cluster.mail_user`, and the runs'
+    requeue count (`hydra.launcher.max_num_timeout`, as a run is requeued)."""
+    from omegaconf import OmegaConf
+
+    def get(key: str, default: Any = None) -> Any:
+        return OmegaConf.select(cfg, key, default=default)
+
+    return SlurmOptions(int(get("cluster.driver_time_limit_min")),
+                        int(get("hydra.launcher.max_num_timeout", 20)), job_name,
+                        get("cluster.partition"), get("cluster.account"), get("cluster.qos"),
+                        get("cluster.mail_user"))
+
+
+def submit_slurm(command: Sequence[str], directory: Path, options: SlurmOptions,
+                 scope: str = "sweep", name: str = "") -> DriverRecord:
+    """Submit the driver job (`DetachedDriver`) running `command` in the working directory and
+    record it in `<directory>/driver.json`."""
+    import submitit
+
+    record_file, log = record_path(directory), (directory / DRIVER_LOG).resolve()
+    executor = submitit.AutoExecutor(folder=directory / SLURM_FOLDER, cluster="slurm",
+                                     slurm_max_num_timeout=options.max_requeues)
+    extra: dict[str, Any] = {"requeue": True}
+    if options.mail_user:
+        extra |= {"mail-type": "END,FAIL", "mail-user": options.mail_user}
+    given = {f"slurm_{k}": v for k, v in (("partition", options.partition),
+                                          ("account", options.account), ("qos", options.qos))
+             if v is not None}
+    executor.update_parameters(name=options.job_name, timeout_min=options.time_limit_min,
+                               cpus_per_task=DRIVER_CPUS, mem_gb=DRIVER_MEM_GB, nodes=1,
+                               tasks_per_node=1, slurm_signal_delay_s=DRIVER_SIGNAL_DELAY_S,
+                               slurm_additional_parameters=extra, **given)
+    job = executor.submit(DetachedDriver(command, os.getcwd(), str(log), str(record_file.resolve())))
+    record = DriverRecord("slurm", tuple(command), os.getcwd(), str(log), socket.gethostname(),
+                          _now(), job_id=str(job.job_id), scope=scope, name=name)
+    record.write(record_file)
+    return record
+
+
+def detached_lines(record: DriverRecord, directory: Path, watch: str) -> list[str]:
+    """What a detach prints: the driver, its sweep's (or chain's) `directory`, how to follow
+    (`watch`: the `make watch` command), stop and resume it."""
+    if record.kind == "slurm":
+        stop = (f"scancel {record.job_id} (the runs it submitted go on; scancel them too to "
+                "stop everything; all stays resumable)")
+    else:
+        stop = (f"{record.stop()} (as Ctrl-C: each run stops after its GRPO step, with a "
+                "checkpoint; all stays resumable)")
+    return [f"Detached: the driver is {record.describe()}; its log: {record.log}",
+            f"  {record.scope} directory: {directory}", f"  follow: {watch}", f"  stop:   {stop}",
+            f"  resume: the same command: {record.resume()}"]
+
+
+def running_lines(record: DriverRecord, state: DriverState, watch: str) -> list[str]:
+    """What a launch says when `record`'s driver is still pending or running (`state`)."""
+    return [f"a driver of this {record.scope} is already {state.state} ({record.describe()}, "
+            f"{state.detail}); nothing was submitted", f"  follow: {watch}",
+            f"  stop:   {record.stop()}", f"  its log: {record.log}"]
+
+
+def detach(directory: Path, command: Sequence[str], start: Callable[[], DriverRecord],
+           watch: str) -> int:
+    """Start the detached driver of `directory` (a sweep's, or a chain's) with `start`, which
+    runs `command` and records it, and print how to follow (`watch`), stop and resume it;
+    the exit status. Under `directory`'s driver lock: where its driver is still pending or
+    running nothing is started: the same command says so (0), another is refused (1); an
+    unreadable record is refused (1). RunDirLocked where another detach holds the lock."""
+    with driver_lock(directory):
+        try:
+            found = live_driver(directory)
+        except RunFileError as err:
+            print(f"error: {err}; nothing was submitted", file=sys.stderr)
+            return 1
+        if found is not None:
+            record, state = found
+            lines = running_lines(record, state, watch)
+            if record.command[1:] == tuple(command[1:]) and record.cwd == os.getcwd():
+                print("\n".join(lines))
+                return 0
+            print(f"error: {lines[0]}; it runs another command: {record.resume()}; stop it "
+                  f"first ({record.stop()}), or follow it ({watch})", file=sys.stderr)
+            return 1
+        record = start()
+    print("\n".join(detached_lines(record, directory, watch)), flush=True)
+    return 0
+
+
+def attached_refusal(directory: Path, watch: str) -> str | None:
+    """For a launch that is not detached and not a driver's: why it cannot run where
+    `directory`'s detached driver is still pending or running (or its record is unreadable);
+    None otherwise, a gone driver's record removed (this launch is the driver now)."""
+    try:
+        found = live_driver(directory)
+    except RunFileError as err:
+        return str(err)
+    if found is None:
+        record_path(directory).unlink(missing_ok=True)
+        return None
+    record, state = found
+    return (f"{running_lines(record, state, watch)[0]}: follow it ({watch}), or stop it "
+            f"({record.stop()}) before launching it attached")
+
+
+def copy_record(directory: Path) -> None:
+    """Inside a driver (`DRIVER_ENV`), give `directory` (a chain stage's sweep) a copy of the
+    driver's record, so that `make watch` there shows the chain's driver; nothing where the
+    record is `directory`'s own or cannot be read."""
+    source = Path(os.environ.get(DRIVER_ENV, ""))
+    target = record_path(directory)
+    if not source.name or source.resolve() == target.resolve():
+        return
+    try:
+        record = DriverRecord.read(source)
+    except RunFileError:
+        return
+    if record is not None:
+        record.write(target)

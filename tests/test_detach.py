@@ -1,0 +1,188 @@
+"""`cluster.detach=true`: the sweep's driver apart from the terminal (grpo.run.driver), on the
+real local SLURM cluster (a CPU job, requeued at its time limit) and locally (a process of its
+own session), followed from another shell by `python -m analysis watch`."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from test_slurm_cluster import require_cluster
+from test_slurm_sweep import restarts, run_dirs, set_time_limit, sweep_command
+
+from grpo.run.driver import DriverRecord, driver_state, read_driver
+from grpo.run.files import read_status
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT = ("n_grpo_steps=3", "eval.eval_every=3", "eval.n_examples=16")
+RETURNS_WITHIN_S = 60.0
+"""A detach composes and checks the jobs and submits one job: seconds (3 s idle); generous for
+a loaded CI host."""
+
+
+def detach(tmp_path: Path, command: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """Run the detaching command to its end; it and its time."""
+    start = time.monotonic()
+    out = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return out, time.monotonic() - start
+
+
+def the_sweep(tmp_path: Path) -> Path:
+    (record,) = tmp_path.rglob("driver.json")
+    return record.parent
+
+
+def wait_gone(sweep: Path, timeout_s: float = 600) -> DriverRecord:
+    """Poll the sweep's driver until it is gone; its record."""
+    record = read_driver(sweep)
+    assert record is not None
+    deadline = time.time() + timeout_s
+    while driver_state(record).state != "gone":
+        assert time.time() < deadline, f"the driver never ended; its log:\n{Path(record.log).read_text()[-3000:]}"
+        time.sleep(1)
+    return record
+
+
+def watch_once(sweep: Path) -> str:
+    return subprocess.run([sys.executable, "-m", "analysis", "watch", str(sweep), "--once"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+
+
+def processes_naming(path: Path) -> list[str]:
+    """The command lines of this host's processes that name `path`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in text:
+            found.append(text)
+    return found
+
+
+def statuses(tmp_path: Path) -> list[str]:
+    return [(read_status(run) or {}).get("status") for run in run_dirs(tmp_path)]
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_detached_slurm_sweep_returns_at_once_is_stopped_resumed_and_completes(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Detached: the command returns within seconds; the same command again submits no second
+    driver; `watch` shows it; scancelled (with its runs) it is gone, with the command that
+    resumes it; resumed, both runs complete and no process of the sweep is left."""
+    require_cluster()
+    name = f"grpo-detach-{uuid.uuid4().hex[:8]}"
+    command = sweep_command(tmp_path, tiny_model_dir, "seed=0,1", *SHORT,
+                            f"hydra.launcher.name={name}", "cluster.detach=true")
+    sweep = None
+    try:
+        out, took = detach(tmp_path, command)
+        assert out.returncode == 0, out.stderr[-3000:]
+        print(f"\ndetach returned in {took:.1f} s")
+        assert took < RETURNS_WITHIN_S
+        sweep = the_sweep(tmp_path)
+        record = read_driver(sweep)
+        assert record is not None and record.kind == "slurm"
+        assert f"Detached: the driver is SLURM job {record.job_id}; its log: {sweep}/driver.log" in out.stdout
+        assert f"stop:   scancel {record.job_id}" in out.stdout
+        assert f"hydra.sweep.dir={sweep}" in record.command[-1]
+        # the resume command again, while the driver is pending or running: no second driver
+        again = subprocess.run(record.resume(), shell=True, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert "a driver of this sweep is already" in again.stdout and "nothing was submitted" in again.stdout
+        assert read_driver(sweep) == record
+        shown = watch_once(sweep)
+        assert re.search(rf"^driver: (pending|running) \(SLURM job {record.job_id}: ", shown, re.M), shown
+        # stopped with work left: gone, its last log line and the resume command
+        subprocess.run(["scancel", str(record.job_id)], check=True)
+        subprocess.run(["scancel", "-n", name], check=True)
+        wait_gone(sweep, 120)
+        shown = watch_once(sweep)
+        assert f"driver: gone (SLURM job {record.job_id}: CANCELLED" in shown, shown
+        assert "  its last log line: " in shown and f"  resume: {record.resume()}" in shown
+        # resumed: a new driver that finishes the sweep
+        out, _ = detach(tmp_path, list(record.command))
+        assert out.returncode == 0, out.stderr[-3000:]
+        resumed = wait_gone(sweep)
+        assert resumed.job_id != record.job_id
+        assert driver_state(resumed).detail == "COMPLETED", Path(resumed.log).read_text()[-3000:]
+        assert statuses(tmp_path) == ["completed", "completed"]
+        assert processes_naming(sweep) == []
+        assert "its work is done" in watch_once(sweep)
+    finally:
+        subprocess.run(["scancel", "-n", name], check=False)
+        if sweep is not None:
+            subprocess.run(["scancel", "-n", f"{name}-driver-{sweep.name}"], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_detached_driver_at_its_time_limit_is_requeued_and_finishes(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The driver job's limit is cut to 1 minute once its command runs (as
+    test_time_limit_signal_checkpoint_requeue_resume does for a run: a signal before submitit's
+    handler is installed would kill it); SLURM signals it, it ends its command and is requeued,
+    then runs the same command again, which follows the run to its end."""
+    require_cluster()
+    name = f"grpo-drvlimit-{uuid.uuid4().hex[:8]}"
+    command = sweep_command(tmp_path, tiny_model_dir, "n_grpo_steps=300", "eval.eval_every=100",
+                            "eval.n_examples=16", f"hydra.launcher.name={name}",
+                            "cluster.detach=true", "cluster.driver_time_limit_min=30")
+    driver = None
+    try:
+        out, _ = detach(tmp_path, command)
+        assert out.returncode == 0, out.stderr[-3000:]
+        sweep = the_sweep(tmp_path)
+        record = read_driver(sweep)
+        driver = f"{name}-driver-{sweep.name}"
+        log = Path(record.log)
+        deadline = time.time() + 300
+        while "SLURM sweep of 1 jobs" not in (log.read_text() if log.exists() else ""):
+            assert time.time() < deadline, "the driver never launched its sweep"
+            time.sleep(0.5)
+        set_time_limit(driver, minutes=1)
+        while not restarts(str(record.job_id)):
+            assert time.time() < deadline, "the driver was never requeued at its limit"
+            time.sleep(0.5)
+        set_time_limit(driver, minutes=30)
+        wait_gone(sweep)
+        text = log.read_text()
+        assert driver_state(record).detail == "COMPLETED", text[-3000:]
+        assert text.count("--- driver started") >= 2 and "--- driver requeued" in text
+        assert statuses(tmp_path) == ["completed"]
+    finally:
+        subprocess.run(["scancel", "-n", name], check=False)
+        if driver:
+            subprocess.run(["scancel", "-n", driver], check=False)
+
+
+@pytest.mark.slow
+def test_a_local_detached_sweep_completes_after_its_terminal_is_gone(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """cluster=local: the driver runs in a session of its own; the detaching process has
+    exited, a second detach starts none, and the runs complete."""
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
+               "rollout=hf", f"model.path={tiny_model_dir}", f"paths.output_root={tmp_path}",
+               "seed=0,1", *SHORT, "cluster.detach=true"]
+    out, took = detach(tmp_path, command)
+    assert out.returncode == 0 and took < RETURNS_WITHIN_S, out.stderr[-3000:]
+    sweep = the_sweep(tmp_path)
+    record = read_driver(sweep)
+    assert record is not None and record.kind == "local"
+    assert os.getsid(int(record.pid)) == record.pid  # a session of its own: no terminal's SIGHUP
+    again = subprocess.run(list(record.command), cwd=record.cwd, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0 and "a driver of this sweep is already running" in again.stdout
+    assert read_driver(sweep) == record
+    wait_gone(sweep, 300)
+    assert statuses(tmp_path) == ["completed", "completed"], Path(record.log).read_text()[-3000:]
+    assert processes_naming(sweep) == []

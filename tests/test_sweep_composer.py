@@ -1,0 +1,131 @@
+"""The sweep's composition (grpo.sweep.hydra_compat.SweepComposer): each job of a sweep, composed
+once for the jobs that share their config group choices and given its values on a copy, is the
+config Hydra composes for that job alone, leaf for leaf (Hydra's record of the choices and the
+overrides included), and changing one job's config changes no other's."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+from grpo.sweep import hydra_compat
+from grpo.sweep.job_loss import ComposedJob, compose_job
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+BASE = ["hydra.sweep.dir=/tmp/grpo-composer-test", "hydra.job.config.override_dirname.kv_sep=@"]
+"""A sweep's `hydra.*` overrides, as the sweeper passes them (`hydra.overrides.hydra`)."""
+SWEEPS = {
+    # a preset of the experiment group (demo names its loss, toy does not: its off-policy jobs
+    # get the default loss, swapped in), the prompt group, the off-policy section, plain keys
+    "presets": (["+experiment=toy,demo", "prompt=toy,question_only", "off_policy.epochs=1,2",
+                 "learning_rate=1e-4,3e-4", "seed=0,1"], 4, {True, False}),
+    # two groups, a value added to the loss's node (+loss.note: an off-policy job is composed
+    # again with the default loss, not swapped), a key deleted and a list value
+    "groups": (["model=tiny", "data=toy", "rollout=hf", "normalization=mean,token", "std_norm=on,off",
+                "off_policy.epochs=1,2", "+loss.note=1,2", "~eval.n_saved_samples",
+                "optimizer.betas=[0.9,0.99]"], 4 + 4, {True, False}),
+    # the loss group swept: every job names its loss
+    "losses": (["model=tiny", "data=toy", "rollout=hf", "loss=grpo_clip,no_baseline",
+                "off_policy.epochs=1,2", "sampling.temperature=0.7,1.0"], 2, {False}),
+}
+"""Each sweep's overrides, how many times Hydra composes for its jobs (once for each set of config
+group choices) and whether its jobs get the off-policy default loss."""
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """The jobs of the sweep `overrides`, as the validating sweeper lists them."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [list(job) for job in hydra_compat.split_into_jobs(parsed)]
+
+
+def record(job: ComposedJob) -> dict[str, Any]:
+    """Everything a composed job is: its overrides, its loss rule, every leaf of its config
+    (unresolved, Hydra's node included) and the flags Hydra sets."""
+    cfg = job.cfg
+    return {"overrides": job.overrides, "defaulted": job.loss_defaulted,
+            "config": OmegaConf.to_container(cfg, resolve=False),
+            "struct": OmegaConf.is_struct(cfg), "hydra_readonly": OmegaConf.is_readonly(cfg.hydra),
+            "hydra_type": OmegaConf.get_type(cfg.hydra)}
+
+
+def spoil(job: ComposedJob) -> None:
+    """Change a job's config everywhere a shared node would show it in another job."""
+    cfg = job.cfg
+    cfg.learning_rate = 123.0
+    cfg.loss.name = "spoiled"
+    cfg.model.max_seq_len = 1
+    cfg.hydra.runtime.choices.loss = "spoiled"
+    cfg.hydra.overrides.task.append("spoiled=1")
+    cfg.hydra.job.override_dirname = "spoiled"
+    cfg.optimizer.betas[0] = 0.0
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_every_job_is_the_config_hydra_composes_for_it_alone(sweep: str) -> None:
+    overrides, compositions, defaulted = SWEEPS[sweep]
+    jobs = sweep_jobs(overrides)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        composer = hydra_compat.SweepComposer(loader)
+        cached = []
+        for job in jobs:  # as the sweeper does: every job, in order, through one composer
+            composed = compose_job(loader, "config", job, base=BASE, composer=composer)
+            cached.append(record(composed))
+            spoil(composed)  # the next jobs must not see it
+        again = compose_job(loader, "config", jobs[0], base=BASE, composer=composer)
+        # the sample: the first and the last job of each set of config group choices (its first
+        # composition and a copy made after every job between them was spoiled)
+        shapes: dict[tuple, list[int]] = {}
+        for i, job in enumerate(cached):
+            shapes.setdefault(tuple(sorted(job["config"]["hydra"]["runtime"]["choices"].items())), []).append(i)
+        sample = sorted({i for same in shapes.values() for i in (same[0], same[-1])})
+        fresh = {i: record(compose_job(loader, "config", jobs[i], base=BASE)) for i in sample}
+    assert composer.compositions == compositions < len(jobs)
+    assert record(again) == fresh[0]
+    for i in sample:
+        assert cached[i] == fresh[i], f"job {jobs[i]}"
+    # the sample covers what the sweep is about: defaulted and named losses, each composition
+    assert {cached[i]["defaulted"] for i in sample} == defaulted
+    assert len(shapes) >= compositions and all(len(same) > 1 for same in shapes.values())
+    assert all("hydra.sweep.dir=/tmp/grpo-composer-test" in cached[i]["config"]["hydra"]["overrides"]["hydra"]
+               for i in sample)
+
+
+def test_a_value_hydra_cannot_set_fails_as_hydra_fails() -> None:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        composer = hydra_compat.SweepComposer(loader)
+        composer.compose("config", ["seed=1"])
+        errors = []
+        for compose in (lambda o: composer.compose("config", o),
+                        lambda o: loader.load_configuration("config", o, RunMode.RUN)):
+            with pytest.raises(Exception) as caught:
+                compose(["seed=2", "no_such_key=1"])
+            errors.append((type(caught.value), str(caught.value)))
+    assert errors[0] == errors[1]
+    assert "Could not override 'no_such_key'" in errors[0][1]
+
+
+def test_a_new_sweep_reads_the_files_again(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        first = hydra_compat.SweepComposer(loader)
+        assert first.compose("config", ["seed=1"]).n_grpo_steps == 200
+        root = conf / "config.yaml"
+        root.write_text(root.read_text().replace("n_grpo_steps: 200", "n_grpo_steps: 7"))
+        # one composer is one sweep: its files were read when it composed its first job
+        assert first.compose("config", ["seed=2"]).n_grpo_steps == 200
+        assert hydra_compat.SweepComposer(loader).compose("config", ["seed=2"]).n_grpo_steps == 7
