@@ -43,6 +43,7 @@ ACCEPTED: dict[tuple[str, str], str] = {
     ("cluster.partition", "null"): "the cluster's default partition",
     ("cluster.account", "null"): "no SLURM account",
     ("cluster.qos", "null"): "the default quality of service",
+    ("cluster.mail_user", "null"): "no mail at the detached driver's end",
     ("analysis.seed_variance_from", "null"): "no seed variance borrowed (the default)",
     ("analysis.assumed_seed_sd", "null"): "no power in the dry run, which says how to get it (the default)",
     ("prompt.stop", "empty"): "no stop sequence: responses end at EOS or max_new_tokens",
