@@ -4,6 +4,7 @@ own session), followed from another shell by `python -m analysis watch`."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -13,9 +14,23 @@ import uuid
 from pathlib import Path
 
 import pytest
+from test_chain import CPU as CHAIN_CPU
+from test_chain import chain
 from test_slurm_cluster import require_cluster
-from test_slurm_sweep import restarts, run_dirs, set_time_limit, sweep_command
+from test_slurm_sweep import (
+    jobs_named,
+    logged_steps,
+    restarts,
+    run_dirs,
+    set_time_limit,
+    sweep_command,
+    tracebacks,
+)
 
+from analysis.aggregate import rank
+from analysis.collect import collect
+from analysis.progress import read_jobs
+from analysis.race_record import read_race
 from grpo.run.driver import DriverRecord, driver_state, read_driver
 from grpo.run.files import read_status
 
@@ -186,3 +201,125 @@ def test_a_local_detached_sweep_completes_after_its_terminal_is_gone(
     wait_gone(sweep, 300)
     assert statuses(tmp_path) == ["completed", "completed"], Path(record.log).read_text()[-3000:]
     assert processes_naming(sweep) == []
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_detached_race_whose_driver_is_scancelled_mid_race_and_relaunched_trains_each_run_once(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A race of 2 configs up to 2 seeds (waves [0, 1] and [2, 3]), detached; its driver job is
+    scancelled while wave 1's jobs run; the same command again starts a new driver, which
+    follows wave 1's jobs (no second job for them) and runs wave 2. Each run is trained once:
+    its own logs say it (every step logged once, no restart, one start in launch.log), and SLURM
+    ran one job per run across both drivers."""
+    require_cluster()
+    name = f"grpo-racekill-{uuid.uuid4().hex[:8]}"
+    sweep = tmp_path / "race"
+    command = sweep_command(tmp_path, tiny_model_dir, "learning_rate=3e-4,1", "race.max_seeds=2",
+                            *SHORT, f"hydra.launcher.name={name}", f"hydra.sweep.dir={sweep}",
+                            "cluster.detach=true")
+    start = time.monotonic()
+    try:
+        out, _ = detach(tmp_path, command)
+        assert out.returncode == 0, out.stderr[-3000:]
+        first = read_driver(sweep)
+        deadline = time.time() + 600
+        while not (jobs := recorded_jobs(sweep)) or len(jobs) < 2 or not any(
+                (sweep / str(num) / "metrics.jsonl").exists() for num in jobs):
+            assert time.time() < deadline, f"wave 1 never ran; driver log:\n{driver_log(first)}"
+            time.sleep(0.5)
+        subprocess.run(["scancel", str(first.job_id)], check=True)
+        wait_gone(sweep, 120)
+        killed_at = dict(jobs)
+        again, _ = detach(tmp_path, command)
+        assert again.returncode == 0, again.stderr[-3000:]
+        second = wait_gone(sweep)
+        assert second.job_id != first.job_id
+        log = driver_log(second)
+        print(f"\nrace relaunched after scancel: {time.monotonic() - start:.0f} s; killed with "
+              f"{killed_at}\n{log}")
+        assert driver_state(second).detail == "COMPLETED", log[-3000:]
+        relaunched = log.split(f"(SLURM job {second.job_id}, restart 0)")[1]
+        plan = re.search(r"^relaunch: 0 to submit, (\d+) still queued or running \(followed\), "
+                         r"(\d+) finished \(not submitted\)$", relaunched, re.M)
+        assert plan is not None, relaunched[-3000:]
+        assert sum(map(int, plan.groups())) == 2, "the new driver took wave 1 over"
+        race = read_race(sweep)
+        assert [sorted(w.jobs) for w in race.waves] == [[0, 1], [2, 3]]
+        runs = [sweep / str(num) for num in range(4)]
+        for run in runs:
+            status = read_status(run)
+            assert (status["status"], status["restarts"], status["resumed_from"]) == (
+                "completed", 0, []), (run, status)
+            assert logged_steps(run) == list(range(4)), run
+            assert (run / "launch.log").read_text().count("CPU numerics: ") == 1, (
+                "one training start in the run's log")
+        ids = recorded_jobs(sweep)
+        assert {num: ids[num] for num in killed_at} == killed_at, "wave 1's jobs were followed"
+        assert sorted(jobs_named(name)) == sorted(ids.values()) and len(set(ids.values())) == 4, (
+            "one job per run")
+        assert tracebacks(sweep) == []
+        assert processes_naming(sweep) == []
+    finally:
+        subprocess.run(["scancel", "-n", name], check=False)
+        subprocess.run(["scancel", "-n", f"{name}-driver-{sweep.name}"], check=False)
+
+
+def recorded_jobs(sweep: Path) -> dict[int, str]:
+    """The SLURM job ids `jobs.json` records for the sweep's submitted jobs, by job number."""
+    recorded = read_jobs(sweep)
+    return {num: job.job_id for num, job in (recorded.jobs if recorded else {}).items() if job.job_id}
+
+
+def driver_log(record: DriverRecord) -> str:
+    log = Path(record.log)
+    return log.read_text() if log.exists() else ""
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_detached_two_stage_chain_completes_after_its_submitting_process_exited(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """`python -m grpo.chain --stages baselines,length_norm cluster=slurm_cpu
+    cluster.detach=true` returns within seconds, its process gone; the chain's driver (a SLURM
+    job) runs both stages, two runs each, to their end, and stage 2's runs train stage 1's
+    winner (its best loss, as `rank` reads stage 1's runs)."""
+    require_cluster()
+    name = f"grpo-chain-{uuid.uuid4().hex[:8]}"
+    out_root = tmp_path / "out"
+    root = out_root / "chains" / "cs336"
+    record = None
+    try:
+        start = time.monotonic()
+        out = chain("--stages", "baselines,length_norm", *CHAIN_CPU, f"model.path={tiny_model_dir}",
+                    *SHORT, f"paths.output_root={out_root}", f"hydra.launcher.name={name}",
+                    "cluster=slurm_cpu", "cluster.detach=true", cwd=tmp_path)
+        took = time.monotonic() - start
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert took < RETURNS_WITHIN_S
+        record = read_driver(root)
+        assert record is not None and (record.kind, record.scope) == ("slurm", "chain")
+        assert f"Detached: the driver is {record.describe()}; its log: {record.log}" in out.stdout
+        record = wait_gone(root)
+        log = driver_log(record)
+        print(f"\ndetached chain: returned in {took:.1f} s, finished in "
+              f"{time.monotonic() - start:.0f} s\n{log}")
+        assert driver_state(record).detail == "COMPLETED", log[-3000:]
+        assert "chain cs336: baselines, length_norm finished" in log.splitlines()
+        (first,) = (out_root / "baselines").iterdir()
+        (second,) = (out_root / "length_norm").iterdir()
+        assert statuses(out_root) == ["completed"] * 4
+        best = rank(collect([first])).best
+        (carried,) = json.loads((second / "chain.json").read_text())["carried"]
+        assert carried == {"key": "loss", "value": carried["value"], "stage": "baselines",
+                           "sweep": str(first)}
+        assert best == f"loss={carried['value']}"
+        for run in ("0", "1"):
+            overrides = (second / run / ".hydra" / "overrides.yaml").read_text()
+            assert f"- loss={carried['value']}\n" in overrides, overrides
+        assert read_driver(second) == record, "make watch on a stage shows the chain's driver"
+        assert processes_naming(out_root) == []
+    finally:
+        subprocess.run(["scancel", "-n", name], check=False)
+        if record is not None:
+            subprocess.run(["scancel", str(record.job_id)], check=False)
