@@ -65,6 +65,7 @@ from grpo.sweep.hydra_compat import (
     BasicSweeper,
     SweepComposer,
     get_job_batch,
+    interpolations_parsed_once,
     preset_overrides,
     split_into_jobs,
 )
@@ -569,7 +570,7 @@ class ValidatingSweeper(BasicSweeper):
         errors: dict[str, list[int]] = {}
         resources = ResourceCheck()
         runs: Path | None = None  # the sweep directory, resolved once (where a job needs it)
-        with kept_out_of_collection() as settle:
+        with kept_out_of_collection() as settle, interpolations_parsed_once():
             composed = []
             for overrides in jobs:
                 composed.append(self._compose(overrides))
