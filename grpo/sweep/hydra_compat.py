@@ -12,8 +12,10 @@ through the loader's config repository (`ConfigLoaderImpl.repository`, internal)
 (`hydra._internal.config_loader_impl.get_overrides_dirname`). `SweepComposer` composes the jobs of
 one sweep with Hydra once for each set of overrides that shape the defaults list, and applies each
 job's value overrides to a copy as Hydra's config loader applies them
-(`ConfigLoaderImpl._apply_overrides_to_config`, internal). Any of them missing or changed raises
-`HydraInternalsMoved`, naming hydra-core's version; tests/test_dependency_adapters.py exercises
+(`ConfigLoaderImpl._apply_overrides_to_config`, internal); `interpolations_parsed_once()` has
+OmegaConf parse each interpolation's text once while a sweep's jobs are checked
+(`omegaconf.base.parse`, internal). Any of them missing or changed raises
+`HydraInternalsMoved`, naming hydra-core's (or omegaconf's) version; tests/test_dependency_adapters.py exercises
 each one.
 
 `BasicSweeper` is looked up on each access, not bound at import: Hydra's plugin scan
