@@ -1,4 +1,4 @@
-"""The adapters around dependency internals (grpo/sweep/hydra_compat.py,
+"""The adapters around dependency internals (grpo/sweep/hydra_compat.py, OmegaConf's parser included,
 hydra_plugins/grpo_sweeps/submitit_compat.py, grpo/run/pruning.py's _reattach) against the
 installed releases: each internal is exercised for real, and a moved one fails naming the
 package and its version."""
@@ -26,6 +26,7 @@ from hydra_plugins.grpo_sweeps import submitit_compat
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 HYDRA = f"hydra-core {importlib.metadata.version('hydra-core')}"
+OMEGACONF = f"omegaconf {importlib.metadata.version('omegaconf')}"
 SUBMITIT = f"submitit {importlib.metadata.version('submitit')}"
 LAUNCHER = f"hydra-submitit-launcher {importlib.metadata.version('hydra-submitit-launcher')}"
 
@@ -134,6 +135,35 @@ def test_a_moved_override_application_names_hydra_and_its_version(monkeypatch: p
         with pytest.raises(hydra_compat.HydraInternalsMoved,
                            match=f"^{HYDRA}: ConfigLoaderImpl._apply_overrides_to_config"):
             composer.compose("config", ["seed=4", "loss=no_baseline"])
+
+
+def test_interpolations_are_parsed_once_and_resolved_against_each_config() -> None:
+    import omegaconf.base
+    from omegaconf import OmegaConf
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar_parser import parse
+
+    text = "${paths.cache_dir}/tiny-seed${seed}"
+    configs = [OmegaConf.create({"paths": {"cache_dir": root}, "seed": seed, "path": text})
+               for root, seed in ((".cache", 0), ("/scratch", 7), (".cache", 0))]
+    with hydra_compat.interpolations_parsed_once():
+        assert [c.path for c in configs] == [".cache/tiny-seed0", "/scratch/tiny-seed7", ".cache/tiny-seed0"]
+        assert OmegaConf.to_container(configs[1], resolve=True)["path"] == "/scratch/tiny-seed7"
+        info = omegaconf.base.parse.cache_info()
+        assert (info.misses, info.hits) == (1, 3)  # one text: parsed once, read four times
+        for _ in range(2):  # a text that does not parse raises each time
+            with pytest.raises(GrammarParseError):
+                omegaconf.base.parse("${oops")
+    assert omegaconf.base.parse is parse
+
+
+def test_a_moved_interpolation_parser_names_omegaconf_and_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    import omegaconf.base
+
+    monkeypatch.delattr(omegaconf.base, "parse")
+    with pytest.raises(hydra_compat.HydraInternalsMoved, match=f"^{OMEGACONF}: omegaconf.base.parse"):
+        with hydra_compat.interpolations_parsed_once():
+            pass
 
 
 def test_a_local_submitit_job_gets_the_launcher_call_and_only_its_gpus(tmp_path: Path) -> None:

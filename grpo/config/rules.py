@@ -369,6 +369,35 @@ def leaf_keys(node: dict, prefix: str = "") -> Iterator[str]:
             yield key
 
 
+_NAMES = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+"""Dotted keys that `OmegaConf.select` reads name by name (no index, no odd name)."""
+_NOT_PLAIN = object()
+
+
+def _plain_value(tree: dict, key: str) -> Any:
+    """The value at dotted `key` of the unresolved config `tree` where it is the value
+    `OmegaConf.select` reads there (a list: resolved to a list); else `_NOT_PLAIN`: a key not
+    read name by name, a path through anything but sections, or a value holding what OmegaConf
+    resolves (an interpolation, escaped ones included: "${"), refuses to read ("???", missing)
+    or keeps as a section."""
+
+    def plain(value: Any) -> bool:
+        if isinstance(value, str):
+            return "${" not in value and value != "???"
+        if isinstance(value, list):
+            return all(map(plain, value))
+        return not isinstance(value, dict)
+
+    if not _NAMES.fullmatch(key):
+        return _NOT_PLAIN
+    node: Any = tree
+    for name in key.split("."):
+        if not isinstance(node, dict) or name not in node:
+            return _NOT_PLAIN
+        node = node[name]
+    return node if plain(node) else _NOT_PLAIN
+
+
 def _replaced_sections(tree: dict) -> list[str]:
     """One line per section of keys (`eval`, `model.cost`) that holds null or a value instead."""
     replaced: dict[str, tuple[Any, str]] = {}
@@ -388,10 +417,28 @@ def _replaced_sections(tree: dict) -> list[str]:
 def value_errors(cfg: DictConfig) -> list[str]:
     """One line per key of `cfg` whose value breaks its rule (see the module docstring), or per
     section of keys replaced by null or a value (then nothing else is checked)."""
-    tree = OmegaConf.to_container(cfg, resolve=False)
+    # the unresolved config without Hydra's section (which has no rules), as one to_container
+    # of the whole config gives it, in a fifth less time
+    tree = {key: OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig | ListConfig)
+            else node for key, node in cfg.items_ex(resolve=False) if key != "hydra"}
     errors = _replaced_sections(tree)
     if errors:
         return errors
+
+    def read(key: str, rule: Rule | TextRule) -> Any:
+        """The value of `key` as OmegaConf reads it, taken from `tree` where it is plain (most
+        are: resolving each through OmegaConf was most of the check's time); `_NOT_PLAIN` with
+        the line saying why it cannot be read appended to `errors`."""
+        value = _plain_value(tree, key)
+        if value is not _NOT_PLAIN:
+            return value
+        try:
+            return OmegaConf.select(cfg, key, throw_on_missing=True)
+        except OmegaConfBaseException as err:
+            errors.append(f"{key} cannot be read ({type(err).__name__}: {str(err).splitlines()[0]}); "
+                          f"set {key} to {rule.describe()}")
+            return _NOT_PLAIN
+
     keys = list(leaf_keys(tree))
     for key in keys:
         if key in TEXT_RULES:
@@ -399,11 +446,8 @@ def value_errors(cfg: DictConfig) -> list[str]:
         rule = rule_for(key)
         if rule is None:
             continue
-        try:
-            value = OmegaConf.select(cfg, key, throw_on_missing=True)
-        except OmegaConfBaseException as err:
-            errors.append(f"{key} cannot be read ({type(err).__name__}: {str(err).splitlines()[0]}); "
-                          f"set {key} to {rule.describe()}")
+        value = read(key, rule)
+        if value is _NOT_PLAIN:
             continue
         if isinstance(value, ListConfig):
             value = OmegaConf.to_container(value, resolve=True)
@@ -413,11 +457,8 @@ def value_errors(cfg: DictConfig) -> list[str]:
     for key, text_rule in TEXT_RULES.items():
         if key not in keys:
             continue  # another group option's key
-        try:
-            value = OmegaConf.select(cfg, key, throw_on_missing=True)
-        except OmegaConfBaseException as err:
-            errors.append(f"{key} cannot be read ({type(err).__name__}: {str(err).splitlines()[0]}); "
-                          f"set {key} to {text_rule.describe()}")
+        value = read(key, text_rule)
+        if value is _NOT_PLAIN:
             continue
         if isinstance(value, ListConfig | DictConfig):
             value = OmegaConf.to_container(value, resolve=True)

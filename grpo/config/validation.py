@@ -64,6 +64,14 @@ def _read_splits(data_json: str, stamps: tuple) -> dict[str, list[Example]]:
     return {split: load_examples(data_cfg, split) for split in SPLITS}
 
 
+def _data_key(cfg: DictConfig) -> tuple[str, tuple]:
+    """What the run's data is read from: its data config (JSON) and its files' stamps, the key of
+    `_read_splits` and of what is derived from the data alone (`_unencodable`, `_long_prompts`)."""
+    data_cfg = run_data_config(OmegaConf.to_container(cfg.data, resolve=True), cfg.eval.n_examples)
+    stamps = tuple(_file_stamp(data_cfg.get(f"{split}_path")) for split in SPLITS)
+    return json.dumps(data_cfg, sort_keys=True), stamps
+
+
 def load_splits(cfg: DictConfig) -> dict[str, list[Example]]:
     """Both splits of the run's data as the trainer reads them (`grpo.data.datasets.load_examples`),
     cached while the files are unchanged (the jobs of a sweep share their data).
@@ -71,9 +79,7 @@ def load_splits(cfg: DictConfig) -> dict[str, list[Example]]:
     Raises:
         OSError, ValueError: unreadable or malformed data; the message names file and line.
     """
-    data_cfg = run_data_config(OmegaConf.to_container(cfg.data, resolve=True), cfg.eval.n_examples)
-    stamps = tuple(_file_stamp(data_cfg.get(f"{split}_path")) for split in SPLITS)
-    return _read_splits(json.dumps(data_cfg, sort_keys=True), stamps)
+    return _read_splits(*_data_key(cfg))
 
 
 LOCAL_CONFIG = "conf/local/default.yaml"
@@ -201,19 +207,26 @@ def _check_tiny_tokenizer(cfg: DictConfig, plan: BatchPlan, report: ConfigReport
             f"character tokenizer knows only {CHARACTERS!r}; use prompt=toy"
         )
     try:
-        examples = [e for split in load_splits(cfg).values() for e in split]
+        question = _unencodable(*_data_key(cfg))
     except (OSError, ValueError):
         return  # unreadable data is _check_data's report
+    if question is not None:
+        unknown = sorted(set(question) - set(CHARACTERS))
+        report.errors.append(
+            f"model=tiny cannot encode {''.join(unknown)!r} in the questions of "
+            f"data={cfg.data.name} (e.g. {question[:60]!r}): its character tokenizer "
+            f"knows only {CHARACTERS!r}; use data that fits it (data=toy) or a real model"
+        )
+
+
+@lru_cache(maxsize=4)
+def _unencodable(data_json: str, stamps: tuple) -> str | None:
+    """The first question of the data (`_read_splits(data_json, stamps)`, train then validation)
+    with a character outside `CHARACTERS`, or None; once for the jobs of a sweep that share
+    their data."""
     known = set(CHARACTERS)
-    for example in examples:
-        if not known.issuperset(example.question):  # a sweep checks every question of every job
-            unknown = sorted(set(example.question) - known)
-            report.errors.append(
-                f"model=tiny cannot encode {''.join(unknown)!r} in the questions of "
-                f"data={cfg.data.name} (e.g. {example.question[:60]!r}): its character tokenizer "
-                f"knows only {CHARACTERS!r}; use data that fits it (data=toy) or a real model"
-            )
-            return
+    return next((example.question for split in _read_splits(data_json, stamps).values()
+                 for example in split if not known.issuperset(example.question)), None)
 
 
 def _tokenizer_files(path: Path) -> tuple[tuple[str, int], ...]:
@@ -234,6 +247,19 @@ def _tokenizer(model_build: str | None, path: str, files: tuple) -> PreTrainedTo
 
 
 @lru_cache(maxsize=4)
+def _long_prompts(tokenizer: PreTrainedTokenizerBase, prompt: str, data_json: str, stamps: tuple,
+                  room: int) -> tuple[tuple[int, bool, Example], ...]:
+    """The prompts (`prompt`'s template applied to each distinct question of the data,
+    `_read_splits(data_json, stamps)`) of more than `room` tokens: their `_prompt_lengths` count,
+    whether it is exact, and their example; once for the jobs of a sweep that share these (the
+    packaged template is read once then)."""
+    examples = [e for split in _read_splits(data_json, stamps).values() for e in split]
+    unique = list({e.question: e for e in examples}.values())
+    lengths = _prompt_lengths(tokenizer, load_prompt_template(prompt),
+                              tuple(e.question for e in unique), room)
+    return tuple((n, exact, e) for (n, exact), e in zip(lengths, unique, strict=True) if n > room)
+
+
 def _prompt_lengths(tokenizer: PreTrainedTokenizerBase, template: str,
                     questions: tuple[str, ...], room: int) -> tuple[tuple[int, bool], ...]:
     """Tokens of each formatted prompt, special tokens included, as the rollout engines count,
@@ -265,16 +291,13 @@ def _check_prompt_lengths(cfg: DictConfig, plan: BatchPlan, report: ConfigReport
             )
             return
     try:
-        tokenizer = _tokenizer(model.build, str(model.path), files)
-        examples = [e for split in load_splits(cfg).values() for e in split]
-        unique = list({e.question: e for e in examples}.values())
-        lengths = _prompt_lengths(tokenizer, load_prompt_template(cfg.prompt.name),
-                                  tuple(e.question for e in unique), room)
+        # a built model's tokenizer is made in memory: its path is not read (nor resolved)
+        tokenizer = _tokenizer(model.build, "" if model.build in BUILDERS else str(model.path), files)
+        too_long = _long_prompts(tokenizer, cfg.prompt.name, *_data_key(cfg), room)
     except (OSError, ValueError) as err:
         report.errors.append(f"model.path={model.path}: its tokenizer cannot be loaded or cannot "
                              f"encode the prompts ({err}); restore the model's tokenizer files")
         return
-    too_long = [(n, exact, e) for (n, exact), e in zip(lengths, unique, strict=True) if n > room]
     if too_long:
         n, exact, example = too_long[0]
         where = example.source or f"data={cfg.data.name} question {example.question[:80]!r}"

@@ -12,8 +12,10 @@ through the loader's config repository (`ConfigLoaderImpl.repository`, internal)
 (`hydra._internal.config_loader_impl.get_overrides_dirname`). `SweepComposer` composes the jobs of
 one sweep with Hydra once for each set of overrides that shape the defaults list, and applies each
 job's value overrides to a copy as Hydra's config loader applies them
-(`ConfigLoaderImpl._apply_overrides_to_config`, internal). Any of them missing or changed raises
-`HydraInternalsMoved`, naming hydra-core's version; tests/test_dependency_adapters.py exercises
+(`ConfigLoaderImpl._apply_overrides_to_config`, internal); `interpolations_parsed_once()` has
+OmegaConf parse each interpolation's text once while a sweep's jobs are checked
+(`omegaconf.base.parse`, internal). Any of them missing or changed raises
+`HydraInternalsMoved`, naming hydra-core's (or omegaconf's) version; tests/test_dependency_adapters.py exercises
 each one.
 
 `BasicSweeper` is looked up on each access, not bound at import: Hydra's plugin scan
@@ -30,7 +32,8 @@ import importlib
 import importlib.metadata
 import pickle
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -46,14 +49,19 @@ if TYPE_CHECKING:
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper"
 
 
-class HydraInternalsMoved(RuntimeError):
-    """A Hydra internal this module adapts is gone or changed."""
+WRITTEN_FOR = {"hydra-core": "1.3", "omegaconf": "2.3"}
+"""The releases whose internals this module adapts."""
 
-    def __init__(self, what: str, error: Exception) -> None:
+
+class HydraInternalsMoved(RuntimeError):
+    """A Hydra internal this module adapts (or one of OmegaConf, Hydra's config library) is gone
+    or changed."""
+
+    def __init__(self, what: str, error: Exception, package: str = "hydra-core") -> None:
         super().__init__(
-            f"hydra-core {importlib.metadata.version('hydra-core')}: {what} moved or changed "
+            f"{package} {importlib.metadata.version(package)}: {what} moved or changed "
             f"({type(error).__name__}: {error}); grpo/sweep/hydra_compat.py is "
-            "written for hydra-core 1.3 and needs updating"
+            f"written for {package} {WRITTEN_FOR[package]} and needs updating"
         )
 
 
@@ -75,7 +83,7 @@ def __getattr__(name: str) -> Any:
 _basic_sweeper()  # at import: a moved BasicSweeper is named here, not at the first sweep
 
 __all__ = ["BasicSweeper", "HydraInternalsMoved", "SweepComposer", "get_job_batch",
-           "group_chooser", "preset_overrides", "split_into_jobs"]
+           "group_chooser", "interpolations_parsed_once", "preset_overrides", "split_into_jobs"]
 
 COMMAND_LINE = "the command line"
 """What `group_chooser` answers for an option chosen by an override (or a sweep's job list)."""
@@ -261,6 +269,29 @@ class SweepComposer:
         cfg.hydra.overrides.task = [*task, *(o.input_line for o in parsed if not o.is_hydra_override())]
         cfg.hydra.job.override_dirname = overrides_dirname(cfg, overrides)
         return cfg
+
+
+@contextmanager
+def interpolations_parsed_once(maxsize: int = 1024) -> Iterator[None]:
+    """While the block runs, OmegaConf parses each interpolation's text once: the parse tree of
+    its grammar (`omegaconf.grammar_parser.parse`, a function of the text alone, which resolving
+    only reads) is kept for the next node that holds the same text (up to `maxsize` texts).
+    Resolving is untouched: each node is resolved anew against its own config. The jobs of a
+    sweep hold the same few interpolations (`${paths.cache_dir}/tiny-qwen2-seed${model.build_seed}`)
+    and the validator resolves each of every job; ANTLR's parse was most of that. A text that
+    does not parse raises each time, as it does outside the block."""
+    try:
+        import omegaconf.base as base
+
+        parse = base.parse
+    except (ImportError, AttributeError) as err:
+        raise HydraInternalsMoved("omegaconf.base.parse (the interpolation grammar's parser)", err,
+                                  package="omegaconf") from err
+    base.parse = lru_cache(maxsize)(parse)
+    try:
+        yield
+    finally:
+        base.parse = parse
 
 
 def args_parser(script: str) -> argparse.ArgumentParser:
