@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_slurm_cluster import require_cluster
 from test_slurm_sweep import restarts, run_dirs, set_time_limit, sweep_command
 
-from grpo.run.driver import DriverRecord, driver_state, read_driver
+from grpo.chain.__main__ import chain_root, detached_or_refused
+from grpo.chain.plan import UserOverrides, compose_stage
+from grpo.chain.stages import load_chain
+from grpo.run.driver import DriverRecord, driver_state, process_start, read_driver, record_path
 from grpo.run.files import read_status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,3 +191,43 @@ def test_a_local_detached_sweep_completes_after_its_terminal_is_gone(
     wait_gone(sweep, 300)
     assert statuses(tmp_path) == ["completed", "completed"], Path(record.log).read_text()[-3000:]
     assert processes_naming(sweep) == []
+
+
+@pytest.fixture
+def local_config_detaching(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A user's local config (`GRPO_LOCAL_CONFIG` names it) that sets `cluster.detach: true`,
+    as a user who always detaches on their cluster writes it beside `cluster.account`."""
+    name = f"test-detach-{uuid.uuid4().hex[:8]}"
+    path = ROOT / "conf" / "local" / f"{name}.yaml"
+    path.write_text("# @package _global_\ncluster:\n  detach: true\n")
+    monkeypatch.setenv("GRPO_LOCAL_CONFIG", name)
+    try:
+        yield
+    finally:
+        path.unlink()
+
+
+def test_a_chain_detaches_where_its_composed_config_says_so(
+        tmp_path: Path, local_config_detaching: None, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """The chain reads `cluster.detach` from its composed config, as a plain sweep does (the
+    sweeper's), not from the command line's text: with a local config saying true, the chain
+    goes to its detached driver; its driver of the same command being alive (this process),
+    it says so and starts nothing (exit 0). It once ran attached: refused here for the live
+    driver, and with none each stage's sweep detached itself and the chain stopped at its
+    first stage. `cluster.detach=false` on the command line still wins."""
+    monkeypatch.chdir(tmp_path)
+    chain = load_chain("cs336")
+    user = UserOverrides.parse([f"paths.output_root={tmp_path}", "model=tiny", "data=toy",
+                                "rollout=hf"])
+    root = chain_root(compose_stage(chain.stages[0], user), chain.name)
+    root.mkdir(parents=True)
+    command = [sys.executable, "-m", "grpo.chain", "--chain", chain.name, *user.lines]
+    DriverRecord("local", tuple(command), str(tmp_path), str(root / "driver.log"),
+                 socket.gethostname(), "now", pid=os.getpid(), started=process_start(os.getpid()),
+                 scope="chain", name=chain.name).write(record_path(root))
+    assert detached_or_refused(chain, [0], [], user) == 0
+    assert capsys.readouterr().out.startswith("a driver of this chain is already running")
+    attached = UserOverrides.parse([*user.lines, "cluster.detach=false"])
+    assert detached_or_refused(chain, [0], [], attached) == 1
+    assert "before launching it attached" in capsys.readouterr().err

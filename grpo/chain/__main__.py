@@ -195,7 +195,8 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
 def detached_or_refused(chain: Chain, indices: list[int], stage_names: list[str],
                         user: UserOverrides) -> int | None:
     """Run from a terminal (not a driver, `grpo.run.driver.under_driver`): with
-    `cluster.detach=true`, start the chain's detached driver (`grpo.run.driver.detach`), which
+    `cluster.detach=true` (the first stage's composed config: the command line, a preset or the
+    local config), start the chain's detached driver (`grpo.run.driver.detach`), which
     runs this command attached, and return its exit status; without, 1 where the chain's
     detached driver is still pending or running; else None (run the chain here). The chain's
     driver record and log live in `chain_root`; each stage's sweep gets a copy of the record
@@ -203,7 +204,8 @@ def detached_or_refused(chain: Chain, indices: list[int], stage_names: list[str]
     cfg = compose_stage(chain.stages[indices[0]], user)
     root = chain_root(cfg, chain.name)
     watch = f"`tail -f {root / DRIVER_LOG}` (each stage's command and end), `make watch` (the latest sweep)"
-    if str(user.values.get("cluster.detach", "false")).lower() != "true":
+    # the composed value, as the sweeper reads it: a local config or a preset may set it
+    if cfg.cluster.get("detach") is not True:
         refusal = attached_refusal(root, watch) if root.is_dir() else None
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)
