@@ -19,6 +19,7 @@ from test_slurm_cluster import require_cluster
 from test_slurm_sweep import restarts, run_dirs, set_time_limit, sweep_command
 
 from grpo.chain.__main__ import chain_root, detached_or_refused
+from grpo.chain.__main__ import main as chain_main
 from grpo.chain.plan import UserOverrides, compose_stage
 from grpo.chain.stages import load_chain
 from grpo.run.driver import DriverRecord, driver_state, process_start, read_driver, record_path
@@ -231,3 +232,23 @@ def test_a_chain_detaches_where_its_composed_config_says_so(
     attached = UserOverrides.parse([*user.lines, "cluster.detach=false"])
     assert detached_or_refused(chain, [0], [], attached) == 1
     assert "before launching it attached" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("override", "error"), [
+    ("cluster.driver_time_limit_min=abc", "error: cluster.driver_time_limit_min='abc' is not a number"),
+    ("cluster.driver_time_limit_min=nan", "error: cluster.driver_time_limit_min=nan is not an integer"),
+    ("cluster.driver_time_limit_min=0", "error: cluster.driver_time_limit_min=0 is out of range"),
+    ("cluster.mail_user='a b@c'", "error: cluster.mail_user='a b@c': the address SLURM mails"),
+])
+def test_a_chain_s_bad_driver_option_is_refused_before_its_driver_is_submitted(
+        tmp_path: Path, capsys: pytest.CaptureFixture, override: str, error: str) -> None:
+    """A detached chain's driver job takes its options from the first stage's `cluster.*`: a
+    value that breaks its rule is one line naming the key and what to set, exit 2, and no
+    driver record (nothing submitted). It once raised int()'s own words (`invalid literal for
+    int() with base 10: 'abc'`), and 0 (SLURM: no time limit) went to sbatch."""
+    code = chain_main(["model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}",
+                       "cluster=slurm_cpu", "cluster.detach=true", override])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(error) and f"set {override.split('=')[0]} to " in err, err
+    assert err.endswith("nothing was submitted\n")
+    assert list(tmp_path.rglob("driver.json")) == []
