@@ -11,12 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from training_runs import steps
 
 from grpo.run.checkpoint_names import FINAL_MODEL
 from grpo.run.finished import Launch, over_why, run_over
 from grpo.run.lock import run_lock
 from grpo.run.manifest import write_manifest
+from grpo.run.run_config import RUN_CONFIG, ConfigChanged, resume_refusal, run_config_text
+from grpo.training.trainer import train
 from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, RelaunchPlan, plan_relaunch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,3 +165,32 @@ def test_a_finished_local_sweep_relaunched_starts_no_job_and_a_larger_n_grpo_ste
     for run in ("0", "1"):
         assert json.loads((sweep / run / "status.json").read_text())["resumed_from"] == [3]
         assert steps(sweep / run) == [0, 1, 2, 3]
+
+
+def test_a_finished_run_launched_with_a_changed_config_is_refused_as_its_dry_run_says(
+        tmp_path: Path) -> None:
+    """A completed run launched alone (a sweep's jobs are refused by the sweeper first) with a
+    key that changes the trained curve: `train` refuses it (ConfigChanged, the words of the dry
+    run's `resume_refusal`), nothing written. It once said the run was over ("nothing to
+    train") and returned the old run's status as the new config's, exit 0, while the dry run of
+    the same command refused it. The same config: over, its status returned, nothing written."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["model=tiny", "data=toy", "rollout=hf",
+                                            f"n_grpo_steps={STEPS}",
+                                            "checkpoint.save_final_model=false"])
+    run_dir = tmp_path / "run"
+    write_run(run_dir, "completed")
+    checkpoint = run_dir / "checkpoints" / f"step_{STEPS:06d}"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / RUN_CONFIG).write_text(run_config_text(cfg, run_dir))
+    before = snapshot(run_dir)
+    changed = cfg.copy()
+    changed.learning_rate = 10 * cfg.learning_rate
+    refusal = resume_refusal(changed, run_dir)
+    assert refusal is not None and "learning_rate" in refusal
+    with pytest.raises(ConfigChanged) as caught:
+        train(changed, run_dir)
+    assert str(caught.value) == refusal
+    assert train(cfg, run_dir) == status("completed")
+    assert snapshot(run_dir) == before
