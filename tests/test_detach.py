@@ -252,3 +252,19 @@ def test_a_chain_s_bad_driver_option_is_refused_before_its_driver_is_submitted(
     assert code == 2 and err.startswith(error) and f"set {override.split('=')[0]} to " in err, err
     assert err.endswith("nothing was submitted\n")
     assert list(tmp_path.rglob("driver.json")) == []
+
+
+def test_a_single_run_with_cluster_detach_is_refused(tmp_path: Path) -> None:
+    """`cluster.detach=true` detaches a sweep's (or a chain's) driver; a single run has none (its
+    process is the run): refused in one line saying how to detach it (a sweep of one job), its
+    dry run as its launch, nothing written. It was once accepted and ran in the terminal."""
+    for extra in ("dry_run=true", "dry_run=false"):
+        out = subprocess.run([sys.executable, str(ROOT / "launch.py"), "model=tiny", "data=toy",
+                              "rollout=hf", "cluster.detach=true", f"paths.output_root={tmp_path}",
+                              extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 2, (extra, out.stdout[-2000:], out.stderr[-2000:])
+        assert ("  - cluster.detach=true: a single run has no driver to detach (its process is "
+                "the run); launch it as a sweep of one job (python launch.py -m ... "
+                "cluster.detach=true), or set cluster.detach=false to run it here") in out.stderr.splitlines(), out.stderr
+        assert "Traceback" not in out.stderr
+    assert not list(tmp_path.rglob("*"))
