@@ -15,13 +15,15 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from training_runs import steps
 
+from analysis.progress import Job, write_jobs
 from grpo.run.checkpoint_names import FINAL_MODEL
+from grpo.run.files import RunDirError
 from grpo.run.finished import Launch, over_why, run_over
 from grpo.run.lock import run_lock
 from grpo.run.manifest import write_manifest
 from grpo.run.run_config import RUN_CONFIG, ConfigChanged, resume_refusal, run_config_text
 from grpo.training.trainer import train
-from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, RelaunchPlan, plan_relaunch
+from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, RelaunchPlan, earlier_jobs, plan_relaunch
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
@@ -119,6 +121,27 @@ def test_the_plan_sorts_each_job_and_its_line_says_so(tmp_path: Path) -> None:
     assert not plan_relaunch(tmp_path / "new", launches, "local").earlier
     (result,) = EarlierJob(tmp_path / "0", ["seed=0"], None).results()
     assert result.return_value == status("completed") and result.working_dir == str(tmp_path / "0")
+
+
+def test_on_slurm_a_run_whose_lock_is_held_is_followed_and_an_unanswering_slurm_submits_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SLURM relaunch follows a run another process trains (its lock held) though jobs.json
+    records no job of it (a local job, an array whose ids were never recorded), by its lock; and
+    where SLURM cannot be asked about the jobs jobs.json records, it submits nothing (a job now
+    could be a second one for a queued run) and says so."""
+    write_run(tmp_path / "0", "running", 1)
+    write_run(tmp_path / "1", "failed", 1)
+    launches = dict.fromkeys(range(2), PLAIN)
+    with run_lock(tmp_path / "0"):
+        plan = plan_relaunch(tmp_path, launches, "slurm")
+        assert plan.submit == (1,) and list(plan.follow) == [0]
+        (followed,) = earlier_jobs(tmp_path, plan, {0: ["seed=0"], 1: ["seed=1"]}, "slurm").values()
+        assert not followed.done()
+    assert followed.done()  # its lock is free: the run's job has ended
+    write_jobs(tmp_path, "slurm", [Job(0, ("seed=0",), "4242_0"), Job(1, ("seed=1",), "4242_1")])
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    with pytest.raises(RunDirError, match=r"SLURM cannot be asked .* 4242_0, 4242_1 .* nothing was submitted"):
+        plan_relaunch(tmp_path, launches, "slurm")
 
 
 def snapshot(sweep: Path) -> dict[Path, bytes]:
