@@ -65,18 +65,38 @@ def vllm_installed() -> None:
         pytest.skip(message)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """xdist groups (`--dist loadgroup`): one per module, one for all SLURM tests. On xdist
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """xdist groups (`--dist loadgroup`): one per module, one for all SLURM tests (the cluster's
+    2 CPUs run one test's jobs at a time: a detached driver holds one of them). On xdist
     workers the longest groups go first, so that none starts last on an otherwise idle worker:
     the SLURM group, then modules with slow tests (a stable sort: the order within a module
-    stays); a run in one process keeps pytest's order."""
+    stays); a run in one process keeps pytest's order.
+
+    The group is written into each node id here (`<id>@<group>`, what LoadGroupScheduling splits
+    on; `grouped_node_id`): pytest-xdist 3.8's worker does it by setting `item._nodeid`, which
+    pytest 9 no longer reads, so every test was scheduled alone and the SLURM tests ran on both
+    workers at once."""
     groups = {item: "slurm" if item.get_closest_marker("slurm") else item.module.__name__
               for item in items}
     slow = {groups[item] for item in items if item.get_closest_marker("slow")}
     for item in items:
         item.add_marker(pytest.mark.xdist_group(groups[item]))
+        if config.getoption("loadgroup", default=False) and not item.nodeid.endswith(f"@{groups[item]}"):
+            grouped_node_id(item, groups[item])
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=lambda item: (groups[item] != "slurm", groups[item] not in slow))
+
+
+def grouped_node_id(item: pytest.Item, group: str) -> None:
+    """Give `item` the node id `<id>@<group>`, as pytest-xdist's worker does for `xdist_group`
+    under pytest 8 (`_nodeid`); pytest 9 keeps the id in `_id`, a parsed NodeId."""
+    suffixed = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(suffixed)
+    else:
+        item._nodeid = suffixed
 
 
 def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:

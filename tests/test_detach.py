@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,11 @@ from analysis.aggregate import rank
 from analysis.collect import collect
 from analysis.progress import read_jobs
 from analysis.race_record import read_race
-from grpo.run.driver import DriverRecord, driver_state, read_driver
+from grpo.chain.__main__ import chain_root, detached_or_refused
+from grpo.chain.__main__ import main as chain_main
+from grpo.chain.plan import UserOverrides, compose_stage
+from grpo.chain.stages import load_chain
+from grpo.run.driver import DriverRecord, driver_state, process_start, read_driver, record_path
 from grpo.run.files import read_status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -323,3 +329,77 @@ def test_a_detached_two_stage_chain_completes_after_its_submitting_process_exite
         subprocess.run(["scancel", "-n", name], check=False)
         if record is not None:
             subprocess.run(["scancel", str(record.job_id)], check=False)
+@pytest.fixture
+def local_config_detaching(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A user's local config (`GRPO_LOCAL_CONFIG` names it) that sets `cluster.detach: true`,
+    as a user who always detaches on their cluster writes it beside `cluster.account`."""
+    name = f"test-detach-{uuid.uuid4().hex[:8]}"
+    path = ROOT / "conf" / "local" / f"{name}.yaml"
+    path.write_text("# @package _global_\ncluster:\n  detach: true\n")
+    monkeypatch.setenv("GRPO_LOCAL_CONFIG", name)
+    try:
+        yield
+    finally:
+        path.unlink()
+
+
+def test_a_chain_detaches_where_its_composed_config_says_so(
+        tmp_path: Path, local_config_detaching: None, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """The chain reads `cluster.detach` from its composed config, as a plain sweep does (the
+    sweeper's), not from the command line's text: with a local config saying true, the chain
+    goes to its detached driver; its driver of the same command being alive (this process),
+    it says so and starts nothing (exit 0). It once ran attached: refused here for the live
+    driver, and with none each stage's sweep detached itself and the chain stopped at its
+    first stage. `cluster.detach=false` on the command line still wins."""
+    monkeypatch.chdir(tmp_path)
+    chain = load_chain("cs336")
+    user = UserOverrides.parse([f"paths.output_root={tmp_path}", "model=tiny", "data=toy",
+                                "rollout=hf"])
+    root = chain_root(compose_stage(chain.stages[0], user), chain.name)
+    root.mkdir(parents=True)
+    command = [sys.executable, "-m", "grpo.chain", "--chain", chain.name, *user.lines]
+    DriverRecord("local", tuple(command), str(tmp_path), str(root / "driver.log"),
+                 socket.gethostname(), "now", pid=os.getpid(), started=process_start(os.getpid()),
+                 scope="chain", name=chain.name).write(record_path(root))
+    assert detached_or_refused(chain, [0], [], user) == 0
+    assert capsys.readouterr().out.startswith("a driver of this chain is already running")
+    attached = UserOverrides.parse([*user.lines, "cluster.detach=false"])
+    assert detached_or_refused(chain, [0], [], attached) == 1
+    assert "before launching it attached" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("override", "error"), [
+    ("cluster.driver_time_limit_min=abc", "error: cluster.driver_time_limit_min='abc' is not a number"),
+    ("cluster.driver_time_limit_min=nan", "error: cluster.driver_time_limit_min=nan is not an integer"),
+    ("cluster.driver_time_limit_min=0", "error: cluster.driver_time_limit_min=0 is out of range"),
+    ("cluster.mail_user='a b@c'", "error: cluster.mail_user='a b@c': the address SLURM mails"),
+])
+def test_a_chain_s_bad_driver_option_is_refused_before_its_driver_is_submitted(
+        tmp_path: Path, capsys: pytest.CaptureFixture, override: str, error: str) -> None:
+    """A detached chain's driver job takes its options from the first stage's `cluster.*`: a
+    value that breaks its rule is one line naming the key and what to set, exit 2, and no
+    driver record (nothing submitted). It once raised int()'s own words (`invalid literal for
+    int() with base 10: 'abc'`), and 0 (SLURM: no time limit) went to sbatch."""
+    code = chain_main(["model=tiny", "data=toy", "rollout=hf", f"paths.output_root={tmp_path}",
+                       "cluster=slurm_cpu", "cluster.detach=true", override])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(error) and f"set {override.split('=')[0]} to " in err, err
+    assert err.endswith("nothing was submitted\n")
+    assert list(tmp_path.rglob("driver.json")) == []
+
+
+def test_a_single_run_with_cluster_detach_is_refused(tmp_path: Path) -> None:
+    """`cluster.detach=true` detaches a sweep's (or a chain's) driver; a single run has none (its
+    process is the run): refused in one line saying how to detach it (a sweep of one job), its
+    dry run as its launch, nothing written. It was once accepted and ran in the terminal."""
+    for extra in ("dry_run=true", "dry_run=false"):
+        out = subprocess.run([sys.executable, str(ROOT / "launch.py"), "model=tiny", "data=toy",
+                              "rollout=hf", "cluster.detach=true", f"paths.output_root={tmp_path}",
+                              extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 2, (extra, out.stdout[-2000:], out.stderr[-2000:])
+        assert ("  - cluster.detach=true: a single run has no driver to detach (its process is "
+                "the run); launch it as a sweep of one job (python launch.py -m ... "
+                "cluster.detach=true), or set cluster.detach=false to run it here") in out.stderr.splitlines(), out.stderr
+        assert "Traceback" not in out.stderr
+    assert not list(tmp_path.rglob("*"))

@@ -145,3 +145,21 @@ def test_a_detach_while_its_driver_runs_starts_none(tmp_path: Path, capsys: pyte
     (tmp_path / DRIVER_FILE).unlink()
     assert detach(tmp_path, list(record.command), start, "make watch") == 0 and started == ["driver"]
     assert "Detached: the driver is pid " in capsys.readouterr().out
+
+
+def test_a_driver_of_unknown_state_is_said_so_and_its_stop_names_its_host(tmp_path: Path) -> None:
+    """A local driver recorded on another host cannot be asked from here: a launch is refused
+    saying it may still be running (not "is already unknown"), and its stop command names the
+    host it must be run on (a bare `kill -INT -- -<pid>` here would signal this host's
+    process group of that number)."""
+    record = DriverRecord("local", (sys.executable, "launch.py", "-m"), str(tmp_path),
+                          str(tmp_path / "driver.log"), "another-host", "now", pid=4242, started=7)
+    record.write(tmp_path / DRIVER_FILE)
+    refusal = attached_refusal(tmp_path, "make watch")
+    assert refusal is not None and refusal.startswith(
+        "a driver of this sweep may still be running (its state is unknown: pid 4242 on "
+        "another-host, it runs on another-host; ask there); nothing was submitted")
+    assert record.stop() == "kill -INT -- -4242 (on another-host)"
+    assert "stop it (kill -INT -- -4242 (on another-host))" in refusal
+    here = DriverRecord(**{**record.__dict__, "host": socket.gethostname()})
+    assert here.stop() == "kill -INT -- -4242"

@@ -11,13 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from training_runs import steps
 
+from analysis.progress import Job, write_jobs
 from grpo.run.checkpoint_names import FINAL_MODEL
+from grpo.run.files import RunDirError
 from grpo.run.finished import Launch, over_why, run_over
 from grpo.run.lock import run_lock
 from grpo.run.manifest import write_manifest
-from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, RelaunchPlan, plan_relaunch
+from grpo.run.run_config import RUN_CONFIG, ConfigChanged, resume_refusal, run_config_text
+from grpo.training.trainer import train
+from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, RelaunchPlan, earlier_jobs, plan_relaunch
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
@@ -117,6 +123,27 @@ def test_the_plan_sorts_each_job_and_its_line_says_so(tmp_path: Path) -> None:
     assert result.return_value == status("completed") and result.working_dir == str(tmp_path / "0")
 
 
+def test_on_slurm_a_run_whose_lock_is_held_is_followed_and_an_unanswering_slurm_submits_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SLURM relaunch follows a run another process trains (its lock held) though jobs.json
+    records no job of it (a local job, an array whose ids were never recorded), by its lock; and
+    where SLURM cannot be asked about the jobs jobs.json records, it submits nothing (a job now
+    could be a second one for a queued run) and says so."""
+    write_run(tmp_path / "0", "running", 1)
+    write_run(tmp_path / "1", "failed", 1)
+    launches = dict.fromkeys(range(2), PLAIN)
+    with run_lock(tmp_path / "0"):
+        plan = plan_relaunch(tmp_path, launches, "slurm")
+        assert plan.submit == (1,) and list(plan.follow) == [0]
+        (followed,) = earlier_jobs(tmp_path, plan, {0: ["seed=0"], 1: ["seed=1"]}, "slurm").values()
+        assert not followed.done()
+    assert followed.done()  # its lock is free: the run's job has ended
+    write_jobs(tmp_path, "slurm", [Job(0, ("seed=0",), "4242_0"), Job(1, ("seed=1",), "4242_1")])
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    with pytest.raises(RunDirError, match=r"SLURM cannot be asked .* 4242_0, 4242_1 .* nothing was submitted"):
+        plan_relaunch(tmp_path, launches, "slurm")
+
+
 def snapshot(sweep: Path) -> dict[Path, bytes]:
     """Every file of a sweep directory but the lock, multirun.yaml and jobs.json (which a launch
     rewrites), by path."""
@@ -161,3 +188,32 @@ def test_a_finished_local_sweep_relaunched_starts_no_job_and_a_larger_n_grpo_ste
     for run in ("0", "1"):
         assert json.loads((sweep / run / "status.json").read_text())["resumed_from"] == [3]
         assert steps(sweep / run) == [0, 1, 2, 3]
+
+
+def test_a_finished_run_launched_with_a_changed_config_is_refused_as_its_dry_run_says(
+        tmp_path: Path) -> None:
+    """A completed run launched alone (a sweep's jobs are refused by the sweeper first) with a
+    key that changes the trained curve: `train` refuses it (ConfigChanged, the words of the dry
+    run's `resume_refusal`), nothing written. It once said the run was over ("nothing to
+    train") and returned the old run's status as the new config's, exit 0, while the dry run of
+    the same command refused it. The same config: over, its status returned, nothing written."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["model=tiny", "data=toy", "rollout=hf",
+                                            f"n_grpo_steps={STEPS}",
+                                            "checkpoint.save_final_model=false"])
+    run_dir = tmp_path / "run"
+    write_run(run_dir, "completed")
+    checkpoint = run_dir / "checkpoints" / f"step_{STEPS:06d}"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / RUN_CONFIG).write_text(run_config_text(cfg, run_dir))
+    before = snapshot(run_dir)
+    changed = cfg.copy()
+    changed.learning_rate = 10 * cfg.learning_rate
+    refusal = resume_refusal(changed, run_dir)
+    assert refusal is not None and "learning_rate" in refusal
+    with pytest.raises(ConfigChanged) as caught:
+        train(changed, run_dir)
+    assert str(caught.value) == refusal
+    assert train(cfg, run_dir) == status("completed")
+    assert snapshot(run_dir) == before

@@ -47,6 +47,7 @@ from grpo.chain.plan import (
 )
 from grpo.chain.results import SweepState, latest_sweep, sweep_state
 from grpo.chain.stages import CONF_DIR, Chain, load_chain
+from grpo.config.rules import value_errors
 from grpo.run.driver import (
     DRIVER_LOG,
     attached_refusal,
@@ -195,20 +196,29 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
 def detached_or_refused(chain: Chain, indices: list[int], stage_names: list[str],
                         user: UserOverrides) -> int | None:
     """Run from a terminal (not a driver, `grpo.run.driver.under_driver`): with
-    `cluster.detach=true`, start the chain's detached driver (`grpo.run.driver.detach`), which
+    `cluster.detach=true` (the first stage's composed config: the command line, a preset or the
+    local config), start the chain's detached driver (`grpo.run.driver.detach`), which
     runs this command attached, and return its exit status; without, 1 where the chain's
-    detached driver is still pending or running; else None (run the chain here). The chain's
+    detached driver is still pending or running; else None (run the chain here). A value of
+    that config that breaks its rule (`grpo.config.rules.value_errors`: the driver's
+    `cluster.driver_time_limit_min`, `cluster.mail_user`, ...) is refused (2) before the driver
+    is started, as a sweep's jobs are checked before its driver is. The chain's
     driver record and log live in `chain_root`; each stage's sweep gets a copy of the record
     (`launch`)."""
     cfg = compose_stage(chain.stages[indices[0]], user)
     root = chain_root(cfg, chain.name)
     watch = f"`tail -f {root / DRIVER_LOG}` (each stage's command and end), `make watch` (the latest sweep)"
-    if str(user.values.get("cluster.detach", "false")).lower() != "true":
+    # the composed value, as the sweeper reads it: a local config or a preset may set it
+    if cfg.cluster.get("detach") is not True:
         refusal = attached_refusal(root, watch) if root.is_dir() else None
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)
             return 1
         return None
+    errors = value_errors(cfg)  # the driver's options among them: refused before it is submitted
+    if errors:
+        print("\n".join(f"error: {e}" for e in errors) + "\nnothing was submitted", file=sys.stderr)
+        return 2
     root.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "grpo.chain", "--chain", chain.name,
                *(["--stages", ",".join(stage_names)] if stage_names else []), *user.lines]

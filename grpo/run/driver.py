@@ -151,8 +151,12 @@ class DriverRecord:
 
     def stop(self) -> str:
         """The shell command that stops it (SLURM: scancel; locally: Ctrl-C to its process
-        group, which stops its runs after their step, with a checkpoint)."""
-        return f"scancel {self.job_id}" if self.kind == "slurm" else f"kill -INT -- -{self.pid}"
+        group, which stops its runs after their step, with a checkpoint; `(on <host>)` where it
+        is another host's)."""
+        if self.kind == "slurm":
+            return f"scancel {self.job_id}"
+        elsewhere = f" (on {self.host})" if self.host != socket.gethostname() else ""
+        return f"kill -INT -- -{self.pid}{elsewhere}"
 
 
 @dataclass(frozen=True)
@@ -384,8 +388,10 @@ def detached_lines(record: DriverRecord, directory: Path, watch: str) -> list[st
 
 def running_lines(record: DriverRecord, state: DriverState, watch: str) -> list[str]:
     """What a launch says when `record`'s driver is still pending or running (`state`)."""
-    return [f"a driver of this {record.scope} is already {state.state} ({record.describe()}, "
-            f"{state.detail}); nothing was submitted", f"  follow: {watch}",
+    where = (f"may still be running (its state is unknown: {record.describe()}, {state.detail})"
+             if state.state == "unknown" else
+             f"is already {state.state} ({record.describe()}, {state.detail})")
+    return [f"a driver of this {record.scope} {where}; nothing was submitted", f"  follow: {watch}",
             f"  stop:   {record.stop()}", f"  its log: {record.log}"]
 
 

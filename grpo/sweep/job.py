@@ -183,6 +183,11 @@ def run_job(cfg: DictConfig) -> dict[str, Any] | None:
             "study in the sweep directory); a single run has no runs to be compared with and "
             "would share a study with whatever ran beside it. Launch the runs as a sweep (-m), "
             "or set pruning=off")
+    if single and cfg.cluster.get("detach") is True:
+        report.errors.append(
+            "cluster.detach=true: a single run has no driver to detach (its process is the run); "
+            "launch it as a sweep of one job (python launch.py -m ... cluster.detach=true), or "
+            "set cluster.detach=false to run it here")
     if single and cfg.race.get("max_seeds") is not None:
         report.errors.append(
             f"race.max_seeds={cfg.race.max_seeds}: a race runs waves of a sweep's configs across "

@@ -96,7 +96,13 @@ from grpo.run.outcomes import is_evaluation_step, write_outcomes
 from grpo.run.preemption import PreemptionWatcher
 from grpo.run.pruning import PruningSettings, RunTrial
 from grpo.run.reproducibility import make_reproducible
-from grpo.run.run_config import ConfigChanged, check_resume, run_config_text, write_record
+from grpo.run.run_config import (
+    ConfigChanged,
+    check_resume,
+    resume_refusal,
+    run_config_text,
+    write_record,
+)
 from grpo.run.tracking import Tracker
 from grpo.training.batch_plan import BatchPlan, MicroBatching
 from grpo.training.behaviour import (
@@ -816,9 +822,10 @@ def train(cfg: DictConfig, run_dir: str | os.PathLike[str],
     """Run (or resume) one GRPO run in `run_dir`; returns its final status.json content.
 
     The run directory's lock (`grpo.run.lock`) is held throughout: a second process training the
-    same directory raises `RunDirLocked` before writing anything. A run that is over for `cfg`
-    (`grpo.run.finished.run_over`) returns its status at once, nothing loaded or written. A resume with a config that
-    changes the trained curve raises `ConfigChanged` (grpo.run.run_config), changing nothing.
+    same directory raises `RunDirLocked` before writing anything. A resume with a config that
+    changes the trained curve raises `ConfigChanged` (grpo.run.run_config), changing nothing,
+    whether or not the run is over; a run that is over for `cfg` (`grpo.run.finished.run_over`)
+    returns its status at once, nothing loaded or written.
     `record` (`.hydra/` file name -> text, grpo.sweep.job.config_record) is written as the run's
     record once the resume is accepted (None: the record is left as it is).
     Any other exception marks the run `failed` with the error as reason, then propagates.
@@ -826,6 +833,10 @@ def train(cfg: DictConfig, run_dir: str | os.PathLike[str],
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(run_dir):
+        # a changed config is refused before a run is called over: what its dry run says
+        refusal = resume_refusal(cfg, run_dir)
+        if refusal is not None:
+            raise ConfigChanged(refusal)
         over = run_over(run_dir, Launch.of(cfg))
         if over is not None:  # over for this config (grpo.run.finished): its files stay as they are
             log.warning(f"{run_dir} is {over.why}; nothing to train")

@@ -9,9 +9,10 @@ unfinished. Before submitting, each job's run directory (`<sweep>/<job num>`) is
   submitted, in the summary as it is;
 - a job of an earlier launch that is still pending or running is **followed**, not submitted
   again: on SLURM the job id `<sweep>/jobs.json` records for it, while the scheduler
-  (`analysis.progress.slurm_states`) says it is queued or running; locally a run whose lock
-  (`grpo.run.lock.holder`) another process holds (a job of a launcher that was killed; the lock,
-  not a recorded pid, says the run is being trained);
+  (`analysis.progress.slurm_states`) says it is queued or running; on either launcher a run whose
+  lock (`grpo.run.lock.holder`) another process holds (a job of a launcher that was killed; the
+  lock, not a recorded pid, says the run is being trained). Where SLURM cannot be asked about the
+  recorded jobs, nothing is submitted (`RunDirError`: one would be a second job for a queued run);
 - every other job is **submitted**.
 
 One :class:`RelaunchPlan`, made by the validating sweeper when the sweep starts, gives the dry
@@ -38,6 +39,7 @@ from types import SimpleNamespace
 from hydra.core.utils import JobReturn, JobStatus
 
 from analysis.progress import SCHEDULER_ACTIVE, Job, read_jobs, slurm_states
+from grpo.run.files import RunDirError
 from grpo.run.finished import Launch, read_run_status, run_over
 from grpo.run.lock import holder
 
@@ -89,11 +91,18 @@ def plan_relaunch(sweep_dir: Path, launches: Mapping[int, Launch], launcher: str
                if recorded is not None and recorded.launcher == SLURM
                and (job := recorded.jobs.get(num)) is not None and job.job_id}
         states = slurm_states(ids) if ids else {}
+        if ids and not states:
+            raise RunDirError(
+                f"SLURM cannot be asked (sacct, squeue) about the jobs {', '.join(sorted(ids.values()))} "
+                f"that an earlier launch of {sweep_dir} submitted: a job submitted now could be a "
+                "second one for a run still queued; nothing was submitted; launch again once "
+                "squeue answers")
         follow = {num: ids[num] for num, state in states.items()
                   if state.split(" ")[0].upper() in SCHEDULER_ACTIVE}
-    else:
-        follow = {num: found.text for num in open_jobs
-                  if (found := holder(sweep_dir / str(num))) is not None}
+    # a run whose lock another process holds is being trained (a job of another launch, SLURM's
+    # or this machine's, whatever jobs.json recorded)
+    follow |= {num: found.text for num in open_jobs
+               if num not in follow and (found := holder(sweep_dir / str(num))) is not None}
     earlier = recorded is not None or any((sweep_dir / str(num)).exists() for num in launches)
     return RelaunchPlan(tuple(num for num in open_jobs if num not in follow), follow, finished,
                         earlier)
@@ -170,12 +179,15 @@ def earlier_jobs(sweep_dir: Path, plan: RelaunchPlan, overrides: Mapping[int, Se
     recorded = read_jobs(sweep_dir)
     known = recorded.jobs if recorded is not None else {}
     follow = {num: job_id for num, job_id in plan.follow.items() if num in overrides}
-    view = _SlurmView(follow) if launcher == SLURM else None
+    # followed by SLURM's word: a job id jobs.json records; the others by their run's lock
+    by_id = {num: job_id for num, job_id in follow.items() if launcher == SLURM
+             and (job := known.get(num)) is not None and job.job_id == job_id}
+    view = _SlurmView(by_id)
     jobs = {num: EarlierJob(sweep_dir / str(num), overrides[num], known.get(num))
             for num in plan.finished if num in overrides}
     for num in follow:
         run_dir = sweep_dir / str(num)
-        running = ((lambda n=num: view.running(n)) if view is not None
+        running = ((lambda n=num: view.running(n)) if num in by_id
                    else (lambda d=run_dir: holder(d) is not None))
         jobs[num] = EarlierJob(run_dir, overrides[num], known.get(num), running)
     return dict(sorted(jobs.items()))

@@ -274,8 +274,12 @@ class ValidatingSweeper(BasicSweeper):
             state = self._race_runner(race, sweep_dir).prepare(warn=False)
             numbered = {num: [*state.configs[i], f"seed={wave.seed}"]
                         for wave in state.waves for num, i in wave.jobs.items()}
-        plan = plan_relaunch(sweep_dir, {num: self._launch_of(o) for num, o in numbered.items()},
-                             launcher_kind(self.launcher))
+        try:
+            plan = plan_relaunch(sweep_dir, {num: self._launch_of(o) for num, o in numbered.items()},
+                                 launcher_kind(self.launcher))
+        except RunDirError as err:  # SLURM cannot say whether an earlier job still runs
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
         if plan.earlier:
             print(plan.line(), flush=True)
         return plan
