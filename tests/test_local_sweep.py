@@ -200,6 +200,18 @@ def test_a_relaunch_that_would_change_a_trained_run_is_refused_before_any_record
     assert after == before, sorted(p for p in after.keys() | before.keys() if after.get(p) != before.get(p))
 
 
+def slow_step_sweep(sweep: Path, tiny_model_dir: Path, n_grpo_steps: int, parallel: int) -> list[str]:
+    """`launch.py -m` of two local runs (learning_rate=3e-4,1e-4) into `sweep`, `parallel` at a
+    time, whose every step ends with an evaluation of 600 x 8 responses: seconds a step, so that
+    a signal finds a run in the middle of one."""
+    return [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy", "rollout=hf",
+            f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
+            f"n_grpo_steps={n_grpo_steps}", "eval.eval_every=1", "data.max_operand=30",
+            "eval.n_examples=600", "eval.samples_per_problem=8", "eval.temperature=1.0",
+            "learning_rate=3e-4,1e-4", f"hydra.launcher.max_parallel_jobs={parallel}",
+            f"hydra.sweep.dir={sweep}"]
+
+
 def interrupt_when(command: list[str], ready: Callable[[], bool], timeout: float,
                    poll_s: float, sig: int = signal.SIGINT) -> tuple[int, str]:
     """Run ``command`` as a terminal's job (its own process group), send the terminal's ``sig``
@@ -266,11 +278,7 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_and_the_same_command_resumes_it(
     A closing terminal (SIGHUP, which used to kill each process at once) does all the same, with
     exit status 129 (128 + the signal, as a shell reports it)."""
     sweep = tmp_path / "sweep"
-    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
-               "rollout=hf", f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
-               "n_grpo_steps=3", "eval.eval_every=1", "data.max_operand=30", "eval.n_examples=600",
-               "eval.samples_per_problem=8", "eval.temperature=1.0", "learning_rate=3e-4,1e-4",
-               "hydra.launcher.max_parallel_jobs=1", f"hydra.sweep.dir={sweep}"]
+    command = slow_step_sweep(sweep, tiny_model_dir, n_grpo_steps=3, parallel=1)
     # the evaluation before step 1, then step 1
     returncode, out = interrupt_when(command, lambda: len(steps(sweep / "0")) >= 2, 600, 0.05,
                                      sig)
@@ -321,11 +329,7 @@ def test_a_sweep_whose_terminal_is_gone_stops_its_runs_and_loses_nothing(
     both runs, each of which checkpoints after its step as `cancelled` (no traceback in the jobs'
     logs), and exits 129; the same command completes both, every step logged once."""
     sweep = tmp_path / "sweep"
-    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
-               "rollout=hf", f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
-               "n_grpo_steps=4", "eval.eval_every=1", "data.max_operand=30", "eval.n_examples=600",
-               "eval.samples_per_problem=8", "eval.temperature=1.0", "learning_rate=3e-4,1e-4",
-               "hydra.launcher.max_parallel_jobs=2", f"hydra.sweep.dir={sweep}"]
+    command = slow_step_sweep(sweep, tiny_model_dir, n_grpo_steps=4, parallel=2)
     runs = [sweep / "0", sweep / "1"]
     # each run past the evaluation before step 1, and step 1
     returncode = hang_up_when(command, lambda: all(len(steps(r)) >= 2 for r in runs), output, 600)

@@ -351,9 +351,11 @@ def test_a_sweep_path_with_spaces_is_one_path_in_the_hints_and_in_make(tmp_path:
     assert out.returncode == 0 and (sweep / "report.md").is_file(), out.stderr[-2000:]
 
 
-def test_ctrl_c_stops_watching_in_one_line(sweep: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["ctrl_c", "sighup"])
+def test_ctrl_c_stops_watching_in_one_line_and_sighup_quietly(sweep: Path, sig: signal.Signals) -> None:
     """`make watch` of a running sweep, stopped by Ctrl-C (SIGINT to its process group): one line
-    naming how to follow the runs again, exit status 130, no KeyboardInterrupt traceback."""
+    naming how to follow the runs again, exit status 130, no KeyboardInterrupt traceback; whose
+    terminal closes (SIGHUP): it ends at once, by the signal, saying nothing more."""
     proc = subprocess.Popen([sys.executable, "-m", "analysis", "watch", str(sweep), "--interval",
                              "0.1"], cwd=Path(__file__).resolve().parents[1],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -361,14 +363,18 @@ def test_ctrl_c_stops_watching_in_one_line(sweep: Path) -> None:
     try:
         assert proc.stdout.readline() == f"Sweep directory: {sweep}\n"  # watching, not summing up
         assert proc.stdout.readline().startswith("#0 learning_rate=1e-5 seed=0: running")
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130 and "Traceback" not in err and err == "", err
-    assert out.splitlines()[-1] == (f"Stopped watching {sweep}: its runs are not affected; "
-                                    f"`make watch SWEEP={sweep}` follows them again")
+    assert err == "" and "Traceback" not in out, err
+    if sig == signal.SIGHUP:
+        assert proc.returncode == -signal.SIGHUP and "Stopped watching" not in out
+    else:
+        assert proc.returncode == 130
+        assert out.splitlines()[-1] == (f"Stopped watching {sweep}: its runs are not affected; "
+                                        f"`make watch SWEEP={sweep}` follows them again")
 
 
 # ------------------------------------------------------------------------------ output gone
@@ -409,23 +415,6 @@ def test_a_monitor_whose_reader_left_goes_quiet(sweep: Path) -> None:
         assert len(monitor.summary()) > 3
 
 
-def test_sighup_ends_watching_quietly(sweep: Path) -> None:
-    """`make watch` whose terminal closes (SIGHUP to its process group): it ends at once, by the
-    signal, saying nothing more, no traceback."""
-    proc = subprocess.Popen([sys.executable, "-m", "analysis", "watch", str(sweep), "--interval",
-                             "0.1"], cwd=Path(__file__).resolve().parents[1],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        assert proc.stdout.readline() == f"Sweep directory: {sweep}\n"  # watching, not summing up
-        assert proc.stdout.readline().startswith("#0 learning_rate=1e-5 seed=0: running")
-        os.killpg(proc.pid, signal.SIGHUP)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGHUP and err == "", err
-    assert "Stopped watching" not in out and "Traceback" not in out
 
 
 def test_watching_into_a_closed_pipe_ends_quietly(sweep: Path) -> None:
