@@ -214,8 +214,9 @@ def test_a_local_detached_sweep_completes_after_its_terminal_is_gone(
 def test_a_detached_race_whose_driver_is_scancelled_mid_race_and_relaunched_trains_each_run_once(
         tmp_path: Path, tiny_model_dir: Path) -> None:
     """A race of 2 configs up to 2 seeds (waves [0, 1] and [2, 3]), detached; its driver job is
-    scancelled while wave 1's jobs run; the same command again starts a new driver, which
-    follows wave 1's jobs (no second job for them) and runs wave 2. Each run is trained once:
+    scancelled once wave 1's jobs run; the same command again starts a new driver, which
+    follows wave 1's jobs or finds them finished (no second job for them: on a loaded machine
+    wave 1 may end, and wave 2 be planned, before the scancel lands) and runs wave 2. Each run is trained once:
     its own logs say it (every step logged once, no restart, one start in launch.log), and SLURM
     ran one job per run across both drivers."""
     require_cluster()
@@ -246,10 +247,13 @@ def test_a_detached_race_whose_driver_is_scancelled_mid_race_and_relaunched_trai
               f"{killed_at}\n{log}")
         assert driver_state(second).detail == "COMPLETED", log[-3000:]
         relaunched = log.split(f"(SLURM job {second.job_id}, restart 0)")[1]
-        plan = re.search(r"^relaunch: 0 to submit, (\d+) still queued or running \(followed\), "
-                         r"(\d+) finished \(not submitted\)$", relaunched, re.M)
+        plan = re.search(r"^relaunch: (\d+) to submit, (\d+) still queued or running "
+                         r"\(followed\), (\d+) finished \(not submitted\)$", relaunched, re.M)
         assert plan is not None, relaunched[-3000:]
-        assert sum(map(int, plan.groups())) == 2, "the new driver took wave 1 over"
+        submit, followed, finished = map(int, plan.groups())
+        # wave 1 is taken over (followed, or finished where it ended before the scancel); wave 2's
+        # jobs, where the first driver had planned it, are submitted once
+        assert followed + finished >= 2 and submit <= 2, relaunched[-3000:]
         race = read_race(sweep)
         assert [sorted(w.jobs) for w in race.waves] == [[0, 1], [2, 3]]
         runs = [sweep / str(num) for num in range(4)]
