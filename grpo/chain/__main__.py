@@ -29,7 +29,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 
 from hydra.errors import HydraException
@@ -53,9 +52,7 @@ from grpo.run.driver import (
     attached_refusal,
     copy_record,
     detach,
-    options_from,
-    spawn_local,
-    submit_slurm,
+    driver_starter,
     under_driver,
 )
 from grpo.run.files import RunDirError, atomic_write_text
@@ -222,11 +219,7 @@ def detached_or_refused(chain: Chain, indices: list[int], stage_names: list[str]
     root.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "grpo.chain", "--chain", chain.name,
                *(["--stages", ",".join(stage_names)] if stage_names else []), *user.lines]
-    if cfg.cluster.name == "slurm":
-        options = options_from(cfg, f"chain-{chain.name}-driver")
-        start = partial(submit_slurm, command, root, options, "chain", chain.name)
-    else:
-        start = partial(spawn_local, command, root, "chain", chain.name)
+    start = driver_starter(cfg, command, root, f"chain-{chain.name}-driver", "chain", chain.name)
     try:
         return detach(root, command, start, watch)
     except RunDirError as err:

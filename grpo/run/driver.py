@@ -29,6 +29,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -370,6 +371,16 @@ def submit_slurm(command: Sequence[str], directory: Path, options: SlurmOptions,
                           _now(), job_id=str(job.job_id), scope=scope, name=name)
     record.write(record_file)
     return record
+
+
+def driver_starter(cfg: Any, command: Sequence[str], directory: Path, job_name: str,
+                   scope: str = "sweep", name: str = "") -> Callable[[], DriverRecord]:
+    """How the driver of `directory` (a sweep's or a chain's) is started for composed config
+    `cfg`: a SLURM job named `job_name` where its cluster is SLURM's (`cluster.name` slurm:
+    `submit_slurm` with `options_from`), else a process of its own session here (`spawn_local`)."""
+    if cfg.cluster.name == "slurm":
+        return partial(submit_slurm, command, directory, options_from(cfg, job_name), scope, name)
+    return partial(spawn_local, command, directory, scope, name)
 
 
 def detached_lines(record: DriverRecord, directory: Path, watch: str) -> list[str]:

@@ -53,9 +53,7 @@ from grpo.run.driver import (
     DriverRecord,
     attached_refusal,
     detach,
-    options_from,
-    spawn_local,
-    submit_slurm,
+    driver_starter,
     under_driver,
 )
 from grpo.run.driver import sweep_command as driver_sweep_command
@@ -247,13 +245,6 @@ class ValidatingSweeper(BasicSweeper):
                              launcher.max_parallel_jobs)
         except RuntimeError:
             return 1
-
-    @staticmethod
-    def _resume_refusal(sweep_dir: Path, num: int, cfg: Any) -> str | None:
-        """What the run of job `num` would refuse, resuming a trained run in its directory
-        (`<sweep_dir>/<num>`, `JOB_SUBDIR`) with a changed config
-        (`grpo.run.run_config.resume_refusal`)."""
-        return resume_refusal(cfg, sweep_dir / str(num))
 
     def _launch_of(self, overrides: Sequence[str]) -> Launch:
         """The launch of the job of `overrides` (`grpo.run.finished.Launch`): a job of this sweep,
@@ -561,15 +552,14 @@ class ValidatingSweeper(BasicSweeper):
                 sys.exit(1)
             return False
         command = driver_sweep_command(sweep_dir)
+        name = OmegaConf.select(self.config, "hydra.launcher.name", default="launch")
+        start_driver = driver_starter(self.config, command, sweep_dir,
+                                      f"{name}-driver-{sweep_dir.name}")
 
         def start() -> DriverRecord:
             with sweep_lock(sweep_dir):  # an attached launch of it: refused, naming it
                 pass
-            if self.config.cluster.name != "slurm":
-                return spawn_local(command, sweep_dir)
-            name = OmegaConf.select(self.config, "hydra.launcher.name", default="launch")
-            return submit_slurm(command, sweep_dir,
-                                options_from(self.config, f"{name}-driver-{sweep_dir.name}"))
+            return start_driver()
 
         status = detach(sweep_dir, command, start, watch)
         if status:
@@ -610,7 +600,7 @@ class ValidatingSweeper(BasicSweeper):
         warnings: dict[str, list[int]] = {}  # message -> the jobs it concerns, in order
         errors: dict[str, list[int]] = {}
         resources = ResourceCheck()
-        runs: Path | None = None  # the sweep directory, resolved once (where a job needs it)
+        sweep_dir = Path(self.config.hydra.sweep.dir)  # resolved once, not once a job
         with kept_out_of_collection() as settle, interpolations_parsed_once():
             composed = []
             for overrides in jobs:
@@ -628,10 +618,9 @@ class ValidatingSweeper(BasicSweeper):
                 report = check_config(cfg).include(check_installed(cfg))
                 report.errors += resources.refusals(cfg)
                 # a race checks its job directories against its own waves (check_relaunch)
-                if not report.errors and not racing:
-                    runs = runs or Path(self.config.hydra.sweep.dir)
-                    if (refusal := self._resume_refusal(runs, num, cfg)) is not None:
-                        report.errors.append(refusal)
+                if not report.errors and not racing and (
+                        refusal := resume_refusal(cfg, sweep_dir / str(num))) is not None:
+                    report.errors.append(refusal)
                 for message in report.warnings:
                     warnings.setdefault(message, []).append(num)
                 for message in report.errors:
@@ -658,7 +647,6 @@ class ValidatingSweeper(BasicSweeper):
         cost = self._price(cfgs, lines, race)
         if race is not None:
             self._price_race(race, cfgs, cost)
-        sweep_dir = Path(self.config.hydra.sweep.dir)
         if self.config.dry_run:
             if cost is not None:
                 print("\n".join(self._power_lines(cfgs[0], cost)))
