@@ -92,7 +92,7 @@ sweep: $(STAMP) ## run a sweep: make sweep ARGS="off_policy.epochs=1,2 model=tin
 	$(PY) launch.py -m $(ARGS)
 
 chain: $(STAMP) ## run the assignment's studies as a chain, winners carried forward: make chain ARGS="cluster=slurm"
-	$(PY) -m grpo.chain $(ARGS)
+	$(PY) -m chain $(ARGS)
 
 # SWEEP reaches python as one argument (the recipe reads it from the environment, where make puts
 # a command-line variable): a path with spaces is not split; plots splits it as a shell would

@@ -27,8 +27,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.aggregate import BEST_CRITERION, BORROW_KEY, CRITERIA, rank
-from analysis.collect import (
+from analysis.decisions.ranking import BEST_CRITERION, BORROW_KEY, CRITERIA, rank
+from analysis.outputs.report import ACCURACY_BAR, write_report
+from analysis.readers.collect import (
     LABEL,
     Collection,
     collect,
@@ -36,9 +37,8 @@ from analysis.collect import (
     save_steps,
     sweep_dir_problem,
 )
-from analysis.external import GRPO_STEPS
-from analysis.report import ACCURACY_BAR, write_report
-from analysis.run_rows import job_dirs
+from analysis.readers.external import GRPO_STEPS
+from analysis.readers.run_rows import job_dirs
 from grpo.run.files import RunDirError, subdir
 
 DEFAULT_OUTPUTS = os.environ.get("GRPO_OUTPUT_ROOT", "outputs")
@@ -103,8 +103,8 @@ def cmd_collect(args: argparse.Namespace) -> None:
 
 def cmd_plots(args: argparse.Namespace) -> None:
     """Write the figures, the collected frame and (unless ``--no-report``) the report."""
-    from analysis.external import read_external
-    from analysis.plots import plot_all
+    from analysis.outputs.plots import plot_all
+    from analysis.readers.external import read_external
 
     if not 0 < args.bar <= 1:
         raise ValueError(f"--bar is {args.bar}; give a validation accuracy in (0, 1], e.g. 0.25")
@@ -145,7 +145,7 @@ def _per_file(values: list[str], paths: list[Path], option: str,
 
 def cmd_promote(args: argparse.Namespace) -> None:
     """Write the promoted experiment preset and its option files."""
-    from analysis.promote import check_arguments, promote
+    from analysis.outputs.promote import check_arguments, promote
 
     check_arguments(args.name, args.top_k, args.steps)  # before the sweep is read
     collection = _collect(args)
@@ -163,7 +163,7 @@ def cmd_promote(args: argparse.Namespace) -> None:
 
 def cmd_watch(args: argparse.Namespace) -> None:
     """Follow a sweep until no run is active (or once), then print its summary."""
-    from analysis.monitor import watch
+    from analysis.outputs.monitor import watch
 
     sweep = args.sweep_dir or latest_sweep(args.outputs)
     if (problem := sweep_dir_problem(sweep)) is not None:
@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--external", action="append", type=Path, default=[],
                      help="a run made outside the sweep (e.g. expert iteration) to overlay: "
                           ".csv or .jsonl with step, the metric and optionally label "
-                          "(repeatable; format: analysis/external.py)")
+                          "(repeatable; format: analysis/readers/external.py)")
     sub.add_argument("--external-metric", default="train/entropy",
                      help="metric of the --external files, named as in metrics.jsonl or by its "
                           "short name in the file (default: train/entropy)")

@@ -8,7 +8,7 @@ correlation a blocked analysis needs before its intervals are narrower than the 
 race uses, and what a common-correlation model costs a pair whose seeds correlate less.
 
 Three analyses of a look at ``n`` seeds with ``a`` configs still in, each Hsu's one-sided
-comparisons with the best at the race's calibrated level (``analysis.stats.race.boundary``, 9
+comparisons with the best at the race's calibrated level (``analysis.decisions.race.boundary.boundary``, 9
 configs, 5 seeds, alpha 0.05), equal seed counts:
 - unpaired (the race's rule): the pooled variance on a (n - 1) df;
 - paired, pair by pair: each pair's within-seed differences, on n - 1 df (valid whatever each
@@ -41,8 +41,8 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from analysis.decisions.race.boundary import EQUAL_SEEDS, boundary  # noqa: E402
 from analysis.stats.critical import mcb_critical  # noqa: E402
-from analysis.stats.race import EQUAL_SEEDS, boundary  # noqa: E402
 
 
 def critical(alive: int, df: float, level: float) -> float:

@@ -61,9 +61,9 @@ def command(sweep: Path) -> tuple[float, float]:
 
 def phases(sweep: Path) -> dict[str, float]:
     """Wall-clock seconds of collect, figures, collected frame and report in this process."""
-    from analysis.collect import collect, save_steps
-    from analysis.plots import plot_all
-    from analysis.report import write_report
+    from analysis.outputs.plots import plot_all
+    from analysis.outputs.report import write_report
+    from analysis.readers.collect import collect, save_steps
 
     timings: dict[str, float] = {}
     collection = timed(timings, "collect", lambda: collect([sweep]))
@@ -76,7 +76,7 @@ def phases(sweep: Path) -> dict[str, float]:
 
 def main() -> None:
     """Write the sweep, time the command and its phases, print the figures."""
-    from analysis.synthetic import write_grid_sweep
+    from analysis.readers.synthetic import write_grid_sweep
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -3,13 +3,13 @@ the rank of the config it keeps, over several seeds of the synthetic data.
 
 Usage: ``python bench/pruning_replay.py [--seeds 5] [--parallel 16]``.
 
-For each data seed, ``analysis.synthetic.write_grid_sweep`` writes the ``large`` sweep of
+For each data seed, ``analysis.readers.synthetic.write_grid_sweep`` writes the ``large`` sweep of
 ``bench/plots_time.py`` (80 configs x 6 seeds, 200 GRPO steps, evaluation every 10, a few
 collapsed or diverged configs) with curves that cross (each config learns at its own pace). Its
 runs are replayed through the pruner exactly as a sweep would run them (``grpo.run.pruning.replay``:
 launch order, ``--parallel`` at a time as a SLURM array, each evaluation reported when its
 wall-clock time comes). The pruned sweep is then ranked by the report's ranking
-(``analysis.aggregate.rank``: configs with a pruned run left out) and its pick is placed in the
+(``analysis.decisions.ranking.rank``: configs with a pruned run left out) and its pick is placed in the
 full sweep's ranking. Prints, per pruner and seed, the fraction of the full sweep's compute spent,
 that rank, and how far the kept config's mean best validation reward is below the best one's
 (configs' rewards are 0.008 apart, and the noise of a mean over 6 seeds is of that order).
@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 from plots_time import SWEEPS  # noqa: E402
 
-from analysis.aggregate import rank  # noqa: E402
-from analysis.collect import Collection, collect  # noqa: E402
-from analysis.run_rows import ELAPSED, EVAL_REWARD  # noqa: E402
-from analysis.synthetic import write_grid_sweep  # noqa: E402
+from analysis.decisions.ranking import rank  # noqa: E402
+from analysis.readers.collect import Collection, collect  # noqa: E402
+from analysis.readers.run_rows import ELAPSED, EVAL_REWARD  # noqa: E402
+from analysis.readers.synthetic import write_grid_sweep  # noqa: E402
 from grpo.run.pruning import PruningSettings, ReplayJob, ReplayOutcome, replay  # noqa: E402
 
 N_STEPS = 200

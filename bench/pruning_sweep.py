@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.aggregate import rank, spend  # noqa: E402
-from analysis.collect import LABEL, collect  # noqa: E402
+from analysis.decisions.ranking import rank, spend  # noqa: E402
+from analysis.readers.collect import LABEL, collect  # noqa: E402
 
 GRID = ("off_policy.epochs=1,2,4", "train_batch_size=64,128,256")
 BASE = ("model=tiny", "data=toy", "rollout=hf", "rollout_batch_size=256", "loss=grpo_clip",

@@ -1,6 +1,6 @@
 """Calibration of racing across seeds: simulated races with a known truth, through the real
-sweeper's race (analysis.race.RaceRunner: its waves, record and looks) and
-the real readers (analysis.collect.collect, analysis.aggregate.rank, analysis.race.decide).
+sweeper's race (analysis.decisions.race.looks.RaceRunner: its waves, record and looks) and
+the real readers (analysis.readers.collect.collect, analysis.decisions.ranking.rank, analysis.decisions.race.looks.decide).
 
 The simulated world is bench/selection_calibration.py's: problem i has a difficulty q_i ~ U(0.1,
 0.9) shared by every config; run (config c, seed s) answers it right with probability q_i +
@@ -15,7 +15,7 @@ runner-up); and, beyond the issue's three, ``spread`` (the 9 configs 2 points ap
 as a learning-rate sweep spans a good region and clearly bad ones) and ``learning rate`` (0, -1,
 -2 / -5, -7.5, -10 / three at -40 points, the three near the floor at 0.3x the seed sd: a
 learning-rate sweep's unequal variances). Each look compares at the race's calibrated level
-(analysis.stats.race). Figures, each with its Monte Carlo standard error: the share of truly
+(analysis.decisions.race.boundary). Figures, each with its Monte Carlo standard error: the share of truly
 best configs that left the race at some look (each config of ``equal``; goal <= 5%); the share of
 races whose pick (the best of the configs left) is a truly best config; with ``equal``, the
 false-winner rate (the race ends with one config, calling it better than every other: goal <= 5%);
@@ -50,12 +50,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from monte_carlo import rate  # noqa: E402
 from selection_calibration import BASE, DIGEST, EVAL_EVERY, N_EVALS, N_PROBLEMS  # noqa: E402
 
-from analysis.aggregate import LATE_EVALS, rank  # noqa: E402
-from analysis.collect import collect  # noqa: E402
-from analysis.race import RaceRunner  # noqa: E402
-from analysis.run_rows import EVAL_REWARD  # noqa: E402
-from analysis.stats.race import ONE_LEFT, boundary  # noqa: E402
-from analysis.synthetic import config_with, write_multirun, write_run  # noqa: E402
+from analysis.decisions.race.boundary import ONE_LEFT, boundary  # noqa: E402
+from analysis.decisions.race.looks import RaceRunner  # noqa: E402
+from analysis.decisions.ranking import LATE_EVALS, rank  # noqa: E402
+from analysis.readers.collect import collect  # noqa: E402
+from analysis.readers.run_rows import EVAL_REWARD  # noqa: E402
+from analysis.readers.synthetic import config_with, write_multirun, write_run  # noqa: E402
 from grpo.config.race import CALIBRATION_FILE, CalibratedCase, Calibration, RaceSettings  # noqa: E402
 from grpo.run.outcomes import EvalOutcomes, write_outcomes  # noqa: E402
 

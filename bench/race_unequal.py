@@ -1,10 +1,10 @@
 """A race's calibrated level where tied best configs differ in seed sd (issue 52, item 14),
-through the race's own simulated look (``analysis.stats.race.look``: the pooled variance of the
+through the race's own simulated look (``analysis.decisions.race.boundary.look``: the pooled variance of the
 configs still in, or a pair's own where at least as large on its Welch-Satterthwaite df, Hsu's
 critical value on its df; the rule
-``analysis.race.decide`` applies, checked against ``compare_sweep`` in tests/test_race_boundary.py).
+``analysis.decisions.race.looks.decide`` applies, checked against ``compare_sweep`` in tests/test_race_boundary.py).
 
-The race's level (``analysis.stats.race.boundary``) is calibrated where every config has one seed
+The race's level (``analysis.decisions.race.boundary.boundary``) is calibrated where every config has one seed
 sd. Here two configs tie for the best with seed sd 1 and 1/ratio; the others (where there are
 more) are 100 sd behind, so they leave at the first look that can tell and the tied pair races
 on alone. For each design: the share of the two truly best configs that leave at some look at
@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.stats.race import boundary, elimination_rate  # noqa: E402
+from analysis.decisions.race.boundary import boundary, elimination_rate  # noqa: E402
 
 ALPHA = 0.05
 DESIGNS = [  # (configs, max_seeds, a seed variance at wave 1, sd ratio of the tied pair)

@@ -1,6 +1,6 @@
 """Seed noise of real runs (issue 45, item 6): what one config's validation reward does from seed
 to seed, on real CPU runs of the tiny model on the toy task, read through the analysis the sweeps
-use (analysis.collect.collect, analysis.aggregate.run_values_at: each run's late_eval_reward, the
+use (analysis.readers.collect.collect, analysis.decisions.ranking.run_values_at: each run's late_eval_reward, the
 mean of its last evaluations).
 
 It launches (or, with --sweep, reads) a sweep of learning rates that span learning, no learning
@@ -32,8 +32,8 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.aggregate import run_values_at  # noqa: E402
-from analysis.collect import LABEL, collect  # noqa: E402
+from analysis.decisions.ranking import run_values_at  # noqa: E402
+from analysis.readers.collect import LABEL, collect  # noqa: E402
 
 
 def launch(sweep: Path, lrs: str, seeds: int, steps: int) -> float:

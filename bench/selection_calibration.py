@@ -13,8 +13,8 @@ evaluation got its own seed: the late evaluations of a converged policy repeat o
 selection and pruning sweeps draw every run's outcomes independently.
 
 **Verdicts** (the issue's designs; each sweep is written to disk as run directories -- metrics.jsonl,
-eval_outcomes/, .hydra/, multirun.yaml -- and read back by analysis.collect.collect and
-analysis.aggregate.rank, the code `make plots`, the summary, promote and the chain use):
+eval_outcomes/, .hydra/, multirun.yaml -- and read back by analysis.readers.collect.collect and
+analysis.decisions.ranking.rank, the code `make plots`, the summary, promote and the chain use):
 
 * ``1-D, 1 seed``: 9 values of one key, one seed each;
 * ``3x3, 1 seed``: two keys, one seed a cell (with ``interaction``: a true interaction of 3
@@ -28,7 +28,7 @@ than the others better (each other config called worse than it, when it is the p
 grids the power of the ANOVA to find a 3-point main effect of the first key (p < 0.05).
 Every figure carries its Monte Carlo error (the standard error over the simulated sweeps).
 
-**Selection** (in memory, analysis.aggregate.run_values_at): how often each criterion (the late
+**Selection** (in memory, analysis.decisions.ranking.run_values_at): how often each criterion (the late
 mean, the final evaluation, the maximum) picks a config 3 points better, and the winner's curse.
 **Pruning**: one-seed sweeps replayed through the sweep's successive-halving pruner
 (grpo.run.pruning.replay, Optuna), judged at a rung by the evaluation there or by the mean of the
@@ -57,12 +57,12 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.aggregate import LATE_EVALS, rank, run_values_at  # noqa: E402
-from analysis.collect import LABEL, collect  # noqa: E402
-from analysis.run_rows import EVAL_REWARD  # noqa: E402
+from analysis.decisions.ranking import LATE_EVALS, rank, run_values_at  # noqa: E402
+from analysis.readers.collect import LABEL, collect  # noqa: E402
+from analysis.readers.run_rows import EVAL_REWARD  # noqa: E402
+from analysis.readers.synthetic import write_multirun, write_run  # noqa: E402
 from analysis.stats.comparisons import pair_test  # noqa: E402
 from analysis.stats.variance import ConfigData  # noqa: E402
-from analysis.synthetic import write_multirun, write_run  # noqa: E402
 from grpo.run.outcomes import EvalOutcomes, late_mean, write_outcomes  # noqa: E402
 from grpo.run.pruning import PruningSettings, ReplayJob, replay  # noqa: E402
 
@@ -211,7 +211,7 @@ def rate(hits: Sequence[bool]) -> str:
 def verdicts(designs: Sequence[str], n_sweeps: int, sds: Sequence[float], workers: int,
              seed: int) -> None:
     print(f"\nverdicts: {n_sweeps} simulated sweeps per cell, read from run directories on disk "
-          "by analysis.collect and analysis.aggregate.rank; ± the Monte Carlo standard error")
+          "by analysis.readers.collect and analysis.decisions.ranking.rank; ± the Monte Carlo standard error")
     print(f"{'design':<34}{'seed sd':>8}  {'evaluations':<10} {'variance source':<19}"
           f"{'false verdicts':>16}{'pair coverage':>16}{'5-pt cell':>16}{'3-pt main':>16}")
     jobs = []

@@ -1,6 +1,6 @@
 """The site's reference pages, generated at build time (mkdocs-gen-files) from the code that owns
 each fact, never copied: the config keys and groups (`grpo.config.keys`: the yaml comments and
-`grpo.config.rules`), the metrics (`grpo.run.metric_keys`, `analysis.metric_names`), the command
+`grpo.config.rules`), the metrics (`grpo.run.metric_keys`, `analysis.names.metric_names`), the command
 lines (their argument parsers) and the registries (losses, normalizations, engines, ...). A key
 without a comment or a rule stops the build, naming it.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the project, as mkdocs runs from any directory
 
-from analysis.metric_names import METRIC_NAMES  # noqa: E402
+from analysis.names.metric_names import METRIC_NAMES  # noqa: E402
 from grpo.config.keys import config_keys, group_defaults, group_options, undocumented  # noqa: E402
 from grpo.run.metric_keys import METRIC_KEYS  # noqa: E402
 
@@ -126,14 +126,14 @@ def metrics_page() -> str:
     plotted = [(f"`{key}`", name.name, name.unit,
                 "" if name.bounds is None else f"{name.bounds[0]:g} to {name.bounds[1]:g}")
                for key, name in METRIC_NAMES.items()]
-    return (GENERATED.format(owner="grpo/run/metric_keys.py and analysis/metric_names.py")
+    return (GENERATED.format(owner="grpo/run/metric_keys.py and analysis/names/metric_names.py")
             + "# Metrics\n\n"
             "`metrics.jsonl` in each run directory has one line per GRPO step, after a line for the "
             "evaluation of the initial policy (step 0); wandb (offline by default) gets the same "
             "keys. `status.json` and the other files of a run: [Run and sweep directories]"
             "(outputs.md).\n\n" + _table(("key", "meaning"), rows)
             + "\n## In figures\n\nThe name, unit and axis range `make plots` gives a metric "
-            "(`analysis/metric_names.py`):\n\n" + _table(("key", "name", "unit", "range"), plotted))
+            "(`analysis/names/metric_names.py`):\n\n" + _table(("key", "name", "unit", "range"), plotted))
 
 
 def _help(parser: argparse.ArgumentParser) -> str:
@@ -150,7 +150,7 @@ def cli_page() -> str:
     """The command lines, from their argument parsers."""
     import launch
     from analysis.__main__ import build_parser as analysis_parser
-    from grpo.chain.__main__ import build_parser as chain_parser
+    from chain.__main__ import build_parser as chain_parser
     from grpo.sweep.hydra_compat import args_parser
 
     hydra = args_parser("launch.py")
@@ -163,7 +163,7 @@ def cli_page() -> str:
             + _help(hydra)
             + "\n## `python -m analysis`\n\n`make plots`, `make watch` and `make collect` call it.\n\n"
             + _help(analysis_parser())
-            + "\n## `python -m grpo.chain`\n\n`make chain` calls it.\n\n" + _help(chain_parser()))
+            + "\n## `python -m chain`\n\n`make chain` calls it.\n\n" + _help(chain_parser()))
 
 
 def _first_line(obj: object) -> str:

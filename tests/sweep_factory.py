@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.synthetic import BASE_CONFIG, write_multirun, write_run
+from analysis.readers.synthetic import BASE_CONFIG, write_multirun, write_run
 from grpo.run.outcomes import EvalOutcomes, write_outcomes
 
 N_STEPS = 9

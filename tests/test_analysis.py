@@ -23,8 +23,11 @@ from sweep_factory import (
 )
 
 from analysis.__main__ import main
-from analysis.aggregate import BAND_TEXT, rank
-from analysis.collect import (
+from analysis.decisions.ranking import BAND_TEXT, rank
+from analysis.names.formatting import format_value
+from analysis.outputs.plots import plot_all, plot_heatmaps
+from analysis.outputs.report import ACCURACY_BAR, build_report, missing_jobs
+from analysis.readers.collect import (
     LABEL,
     Collection,
     collect,
@@ -33,12 +36,9 @@ from analysis.collect import (
     read_swept,
     save_steps,
 )
-from analysis.external import GRPO_STEPS, External, read_external
-from analysis.formatting import format_value
-from analysis.plots import plot_all, plot_heatmaps
-from analysis.progress import Job, write_jobs
-from analysis.report import ACCURACY_BAR, build_report, missing_jobs
-from analysis.synthetic import write_multirun, write_run
+from analysis.readers.external import GRPO_STEPS, External, read_external
+from analysis.readers.jobs import Job, write_jobs
+from analysis.readers.synthetic import write_multirun, write_run
 
 ON_POLICY = "off_policy.epochs=1, train_batch_size=128"
 OFF_128 = "off_policy.epochs=2, train_batch_size=128"

@@ -1,4 +1,4 @@
-"""``analysis.promote`` end to end: a real Hydra multirun of a tiny app over a small config tree
+"""``analysis.outputs.promote`` end to end: a real Hydra multirun of a tiny app over a small config tree
 is the source sweep; the generated preset must compose, and sweep, the intended configs."""
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from rich.console import Console
 from sweep_factory import write_scenario, write_simple_sweep
 
 from analysis.__main__ import main
-from analysis.collect import collect
-from analysis.monitor import SweepMonitor
-from analysis.progress import Job, SweepProgress, write_jobs
-from analysis.promote import promote
+from analysis.outputs.monitor import SweepMonitor
+from analysis.outputs.progress import SweepProgress
+from analysis.outputs.promote import promote
+from analysis.readers.collect import collect
+from analysis.readers.jobs import Job, write_jobs
 from grpo.config.keys import yours
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,9 +173,9 @@ def test_promoted_preset_reproduces_source_configs(tmp_path: Path, conf: Path) -
 
 def test_the_watch_and_the_summary_name_promoted_configs_as_the_report_does(
         tmp_path: Path, conf: Path) -> None:
-    """The per-job lines of `make watch` and of the sweep's summary (analysis.progress) name each
+    """The per-job lines of `make watch` and of the sweep's summary (analysis.outputs.progress) name each
     promoted config by the values its option sets, as the report's config labels do
-    (analysis.config_names), not `+promoted/focused=top1`; a job whose run has not written its
+    (analysis.names.config_names), not `+promoted/focused=top1`; a job whose run has not written its
     config yet keeps its override."""
     evals = {"grpo_clip,1,64": [0.1, 0.2], "grpo_clip,1,128": [0.1, 0.3],
              "grpo_clip,2,64": [0.1, 0.6], "grpo_clip,2,128": [0.1, 0.5]}
@@ -200,7 +201,7 @@ def test_the_watch_and_the_summary_name_promoted_configs_as_the_report_does(
 
 def test_the_dry_run_names_promoted_configs_as_the_report_does(tmp_path: Path) -> None:
     """`launch.py -m +experiment=promoted/<NAME> dry_run=true` lists each job by the values its
-    promoted option sets (analysis.config_names over the composed configs), not by
+    promoted option sets (analysis.names.config_names over the composed configs), not by
     `+promoted/<NAME>=top1`: a preset `promote` wrote into a copy of the project's config tree."""
     project = tmp_path / "conf"
     shutil.copytree(ROOT / "conf", project, ignore=lambda folder, names: [

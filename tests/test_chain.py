@@ -1,4 +1,4 @@
-"""The study chain (``python -m grpo.chain``): the stages in the assignment's order, winners read
+"""The study chain (``python -m chain``): the stages in the assignment's order, winners read
 from the latest sweep of each earlier stage (best validation reward, collapsed and diverged runs
 left out, ties reported), overrides winning, the default where nothing has results, resuming at
 the first unfinished stage. Crafted sweep directories (files as the trainer and Hydra write
@@ -22,13 +22,13 @@ from omegaconf import OmegaConf
 from scipy import stats
 from sweep_factory import BASE, write_matching_outcomes
 
-from analysis.aggregate import BEST_CRITERION, launch_variance, planned_design, rank
-from analysis.collect import collect
-from analysis.promote import promote
-from analysis.synthetic import write_multirun, write_run
-from grpo.chain.__main__ import budget_lines
-from grpo.chain.plan import StagePlan, UserOverrides, compose_stage, plan_stage, winner_lookup
-from grpo.chain.stages import load_chain
+from analysis.decisions.ranking import BEST_CRITERION, launch_variance, planned_design, rank
+from analysis.outputs.promote import promote
+from analysis.readers.collect import collect
+from analysis.readers.synthetic import write_multirun, write_run
+from chain.__main__ import budget_lines
+from chain.plan import StagePlan, UserOverrides, compose_stage, plan_stage, winner_lookup
+from chain.stages import load_chain
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ("model=tiny", "data=toy", "rollout=hf")
@@ -40,8 +40,8 @@ CRAFTED = {**BASE, "rollout_batch_size": 64, "train_batch_size": 64}
 
 
 def chain(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """``python -m grpo.chain *args`` (stdout and stderr kept apart)."""
-    return subprocess.run([sys.executable, "-m", "grpo.chain", *args], cwd=cwd,
+    """``python -m chain *args`` (stdout and stderr kept apart)."""
+    return subprocess.run([sys.executable, "-m", "chain", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -569,7 +569,7 @@ def test_a_chain_names_a_budget_for_every_study(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_readme_chain_dry_run_prints_every_stage_and_the_budget(tmp_path: Path) -> None:
-    """README's `python -m grpo.chain model=tiny data=toy rollout=hf dry_run=true`: it once stopped
+    """README's `python -m chain model=tiny data=toy rollout=hf dry_run=true`: it once stopped
     at stage 5 (the off-policy presets took the toy recipe's rollout batch of 64, below their
     train batches); every stage is planned and priced, a stage whose own dry run refuses it is
     said at the end (prompt_ablation's r1_zero prompt on the tiny model's alphabet), and the

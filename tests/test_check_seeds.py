@@ -10,8 +10,8 @@ import pytest
 import yaml
 from launching import launch
 
-from analysis.aggregate import rank
-from analysis.collect import LABEL, collect
+from analysis.decisions.ranking import rank
+from analysis.readers.collect import LABEL, collect
 
 TOY = ("model=tiny", "data=toy", "rollout=hf")
 STAGE = ("-m", *TOY, "loss=no_baseline,reinforce_with_baseline,grpo_clip")
@@ -93,7 +93,7 @@ def test_the_dry_run_borrows_only_where_the_report_will(tmp_path: Path, tiny_mod
                                                         extra: tuple[str, ...],
                                                         refused: str | None) -> None:
     """Issue 52, item 8: the dry run's power borrows through the report's own check
-    (analysis.aggregate.borrow_variance on the jobs' planned design): another task, another
+    (analysis.decisions.ranking.borrow_variance on the jobs' planned design): another task, another
     compared step or other validation problems are refused there as the report refuses them,
     and no check seed is offered for a variance that will not be borrowed."""
     out = launch("-m", *TOY, f"model.path={tiny_model_dir}", "n_grpo_steps=20", "eval.eval_every=5",

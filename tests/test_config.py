@@ -349,7 +349,7 @@ def test_unknown_override_is_refused_with_the_nearest_key(tmp_path: Path) -> Non
       "e.g. model.cost.eval_s=...", "set its keys instead of deleting it"]),
     (["sampling={temperature: 0.5}", "learning_rate=null"], []),  # a merged section; a value's rule: the validator's
     # conf/chain/ holds chains of studies, not options of a job
-    (["+chain=cs336", "model=tiny"], ["run by `python -m grpo.chain --chain NAME` (`make chain`), "
+    (["+chain=cs336", "model=tiny"], ["run by `python -m chain --chain NAME` (`make chain`), "
                                       "not a launch.py option"]),
 ])
 def test_check_overrides(overrides: list[str], errors: list[str]) -> None:

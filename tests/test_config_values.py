@@ -357,7 +357,7 @@ def numeric_keys(with_null: bool = False) -> set[str]:
     for path in (ROOT / "conf").rglob("*.yaml"):
         group = path.parent.relative_to(ROOT / "conf").as_posix()
         if group.startswith("hydra") or group == "chain":  # a chain is no launch.py config:
-            continue  # grpo.chain.stages.load_chain checks its values (budgets > 0)
+            continue  # chain.stages.load_chain checks its values (budgets > 0)
         if yours(path, ROOT / "conf"):  # your local config, promote's presets: not the checkout's
             continue
         text = path.read_text()

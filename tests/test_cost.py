@@ -14,7 +14,7 @@ from conftest import stand_in_real_paths
 from launching import launch
 from omegaconf import OmegaConf
 
-from analysis.synthetic import write_run
+from analysis.readers.synthetic import write_run
 from grpo.run.pruning import PruningSettings
 from grpo.sweep.cost import JobCost, Rates, job_cost, measured_rates, replayed
 
@@ -233,12 +233,12 @@ def test_the_dry_run_says_what_the_sweep_can_find_with_an_assumed_seed_sd(tmp_pa
     comparisons find at 80% power (detectable_difference: noncentral t on the pair's own df)
     with this sweep's seeds and with 2 and 3, each priced at the sweep's cost a run; without it,
     how to get one; a value out of range is refused naming the key."""
+    from analysis.decisions.race.boundary import boundary
     from analysis.stats.power import (
         detectable_difference,
         detectable_main_effect,
         power_against_best,
     )
-    from analysis.stats.race import boundary
 
     sweep = ("-m", "model=tiny", "data=toy", "rollout=hf", "learning_rate=1e-5,3e-4,3e-3",
              "dry_run=true", f"paths.output_root={tmp_path}")
@@ -283,16 +283,16 @@ def test_the_dry_run_reads_what_a_named_sweep_lends(tmp_path: Path) -> None:
     sweep's pooled seed variance (inflated to its upper 95% bound where this sweep runs settings
     it did not), and a one-seed sweep's comparisons on its df; a sweep with one seed a config
     lends nothing, and a sweep of another design (a Qwen/MATH sweep) is refused with the report's
-    reason (analysis.aggregate.borrow_variance on the planned design); the dry run says why."""
+    reason (analysis.decisions.ranking.borrow_variance on the planned design); the dry run says why."""
     import math
 
     from hydra import compose, initialize_config_dir
 
-    from analysis.aggregate import planned_design, rank
-    from analysis.collect import collect
+    from analysis.decisions.ranking import planned_design, rank
+    from analysis.readers.collect import collect
+    from analysis.readers.synthetic import write_grid_sweep
     from analysis.stats.power import detectable_difference
     from analysis.stats.variance import upper_bound_factor
-    from analysis.synthetic import write_grid_sweep
     from grpo.data.datasets import load_examples, run_data_config
 
     toy = ("model=tiny", "data=toy", "rollout=hf")

@@ -29,14 +29,14 @@ from test_slurm_sweep import (
     tracebacks,
 )
 
-from analysis.aggregate import rank
-from analysis.collect import collect
-from analysis.progress import read_jobs
-from analysis.race_record import read_race
-from grpo.chain.__main__ import chain_root, detached_or_refused
-from grpo.chain.__main__ import main as chain_main
-from grpo.chain.plan import UserOverrides, compose_stage
-from grpo.chain.stages import load_chain
+from analysis.decisions.race.record import read_race
+from analysis.decisions.ranking import rank
+from analysis.readers.collect import collect
+from analysis.readers.jobs import read_jobs
+from chain.__main__ import chain_root, detached_or_refused
+from chain.__main__ import main as chain_main
+from chain.plan import UserOverrides, compose_stage
+from chain.stages import load_chain
 from grpo.run.driver import DriverRecord, driver_state, process_start, read_driver, record_path
 from grpo.run.files import read_status
 
@@ -290,7 +290,7 @@ def driver_log(record: DriverRecord) -> str:
 @pytest.mark.slurm
 def test_a_detached_two_stage_chain_completes_after_its_submitting_process_exited(
         tmp_path: Path, tiny_model_dir: Path) -> None:
-    """`python -m grpo.chain --stages baselines,length_norm cluster=slurm_cpu
+    """`python -m chain --stages baselines,length_norm cluster=slurm_cpu
     cluster.detach=true` returns within seconds, its process gone; the chain's driver (a SLURM
     job) runs both stages, two runs each, to their end, and stage 2's runs train stage 1's
     winner (its best loss, as `rank` reads stage 1's runs)."""
@@ -362,7 +362,7 @@ def test_a_chain_detaches_where_its_composed_config_says_so(
                                 "rollout=hf"])
     root = chain_root(compose_stage(chain.stages[0], user), chain.name)
     root.mkdir(parents=True)
-    command = [sys.executable, "-m", "grpo.chain", "--chain", chain.name, *user.lines]
+    command = [sys.executable, "-m", "chain", "--chain", chain.name, *user.lines]
     DriverRecord("local", tuple(command), str(tmp_path), str(root / "driver.log"),
                  socket.gethostname(), "now", pid=os.getpid(), started=process_start(os.getpid()),
                  scope="chain", name=chain.name).write(record_path(root))

@@ -209,7 +209,7 @@ def test_the_reference_pages_are_made_from_their_owners() -> None:
     assert "`train/clip_fraction`" in metrics and "| `eval/reward` | Validation reward | 0-1 | 0 to 1 |" in metrics
     cli = gen.cli_page()
     assert "usage: python launch.py" in cli and "--multirun" in cli and "python -m analysis plots" in cli
-    assert "--seed-variance-from" in cli and "usage: python -m grpo.chain" in cli
+    assert "--seed-variance-from" in cli and "usage: python -m chain" in cli
     registries = gen.registries_page()
     for name in ("grpo_clip_higher", "hf_process", "bf16-mixed", "successive_halving", "r1_zero_reward_fn"):
         assert f"`{name}`" in registries
@@ -253,9 +253,9 @@ def test_the_figures_page_names_the_wall_clock_axis_the_figures_print() -> None:
 
     import pandas as pd
 
-    from analysis.metric_names import metric_name
-    from analysis.plots import wall_clock_unit
-    from analysis.run_rows import TRAIN_CLOCK
+    from analysis.names.metric_names import metric_name
+    from analysis.outputs.plots import wall_clock_unit
+    from analysis.readers.run_rows import TRAIN_CLOCK
 
     page = (ROOT / "docs" / "how-to" / "plots-and-report.md").read_text()
     short, long = (wall_clock_unit(SimpleNamespace(runs=pd.DataFrame({"wall_clock_s": [s]})))[0]

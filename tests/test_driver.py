@@ -1,5 +1,5 @@
 """The detached driver's record (grpo.run.driver) and `make watch`'s driver line
-(analysis.monitor.driver_lines), on real files and real processes; the SLURM driver's tests
+(analysis.outputs.monitor.driver_lines), on real files and real processes; the SLURM driver's tests
 are in tests/test_detach.py."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.monitor import driver_lines
-from analysis.progress import RunProgress
+from analysis.outputs.monitor import driver_lines
+from analysis.outputs.progress import RunProgress
 from grpo.run.driver import (
     DRIVER_FILE,
     FORMAT,

@@ -14,8 +14,8 @@ import pytest
 import torch
 from test_checkpoint import RUN_CONFIG_TEXT, trainer_state
 
-from analysis.progress import SweepProgress
-from analysis.synthetic import write_grid_sweep
+from analysis.outputs.progress import SweepProgress
+from analysis.readers.synthetic import write_grid_sweep
 from grpo.models.build import read_build_info
 from grpo.run.checkpoint import CheckpointManager, write_final_model
 from grpo.run.files import MetricsLog, RunDirError, read_status, subdir, write_status

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from training_runs import steps
 
-from analysis.progress import read_jobs
+from analysis.readers.jobs import read_jobs
 from grpo.sweep.job import assign_job_ports
 from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
 

@@ -16,19 +16,10 @@ import pytest
 from rich.console import Console
 
 from analysis.__main__ import main
-from analysis.monitor import OUTPUT_LOST, MonitorConsole, SweepMonitor, make_command, table
-from analysis.progress import (
-    Job,
-    MetricsTail,
-    RunProgress,
-    SweepProgress,
-    local_states,
-    outcome,
-    read_jobs,
-    varying_keys,
-    write_jobs,
-)
-from analysis.synthetic import write_multirun, write_run
+from analysis.outputs.monitor import OUTPUT_LOST, MonitorConsole, SweepMonitor, make_command, table
+from analysis.outputs.progress import MetricsTail, RunProgress, SweepProgress, outcome
+from analysis.readers.jobs import Job, local_states, read_jobs, varying_keys, write_jobs
+from analysis.readers.synthetic import write_multirun, write_run
 from grpo.run.files import write_status
 from hydra_plugins.grpo_sweeps.reporting import job_error
 

@@ -12,10 +12,8 @@ import pytest
 from matplotlib.colors import to_hex
 
 from analysis.__main__ import main
-from analysis.aggregate import BAND_TEXT, config_summary, rank
-from analysis.collect import LABEL, collect
-from analysis.external import GRPO_STEPS, ExternalFormatError, read_external
-from analysis.plots import (
+from analysis.decisions.ranking import BAND_TEXT, config_summary, rank
+from analysis.outputs.plots import (
     SMALL_SWEEP,
     STOPPED,
     TOP_K,
@@ -23,7 +21,9 @@ from analysis.plots import (
     plot_all,
     smooth,
 )
-from analysis.synthetic import (
+from analysis.readers.collect import LABEL, collect
+from analysis.readers.external import GRPO_STEPS, ExternalFormatError, read_external
+from analysis.readers.synthetic import (
     BASE_CONFIG,
     synthetic_rows,
     write_grid_sweep,

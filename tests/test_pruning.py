@@ -16,8 +16,8 @@ import optuna
 import pytest
 from rich.console import Console
 
-from analysis.monitor import SweepMonitor
-from analysis.progress import SweepProgress
+from analysis.outputs.monitor import SweepMonitor
+from analysis.outputs.progress import SweepProgress
 from grpo.run.pruning import (
     JOURNAL,
     STOP_ATTR,

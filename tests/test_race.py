@@ -1,4 +1,4 @@
-"""Racing configs across seeds (analysis.race, the sweeper's hydra_plugins.grpo_sweeps.racing):
+"""Racing configs across seeds (analysis.decisions.race.looks, the sweeper's hydra_plugins.grpo_sweeps.racing):
 the look after each wave on run directories written to disk at the race's calibrated level, the
 record a relaunched sweeper continues from, and the budget."""
 
@@ -17,22 +17,29 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from sweep_factory import write_matching_outcomes
 
-from analysis.collect import collect
-from analysis.monitor import plain_line, table, watch
-from analysis.progress import SweepProgress
-from analysis.promote import promote
-from analysis.race import RaceRunner, chunks, decide, first_look, race_boundary
-from analysis.race_record import (
+from analysis.decisions.race.boundary import (
+    MAX_SEEDS,
+    NONE_LEFT,
+    ONE_LEFT,
+    OVER_BUDGET,
+    Decision,
+    boundary,
+)
+from analysis.decisions.race.looks import RaceRunner, chunks, decide, first_look, race_boundary
+from analysis.decisions.race.record import (
     RACE_FILE,
     Race,
     Wave,
     read_race,
     without_seed,
 )
-from analysis.report import build_report
-from analysis.stats.race import MAX_SEEDS, NONE_LEFT, ONE_LEFT, OVER_BUDGET, Decision, boundary
-from analysis.synthetic import config_with, write_multirun, write_run
-from grpo.chain.results import find_winner
+from analysis.outputs.monitor import plain_line, table, watch
+from analysis.outputs.progress import SweepProgress
+from analysis.outputs.promote import promote
+from analysis.outputs.report import build_report
+from analysis.readers.collect import collect
+from analysis.readers.synthetic import config_with, write_multirun, write_run
+from chain.results import find_winner
 from grpo.config.race import Calibration, RaceSettings
 from grpo.run.files import RunFileError
 
@@ -228,7 +235,7 @@ def test_a_killed_race_continues_from_its_record_and_trains_no_run_twice(tmp_pat
 
 
 def test_the_monitor_shows_each_run_s_wave_and_where_the_race_stands(tmp_path: Path) -> None:
-    """`make watch` (analysis.monitor over analysis.progress) reads the race record: each run's
+    """`make watch` (analysis.outputs.monitor over analysis.outputs.progress) reads the race record: each run's
     wave, and a line with the wave, the configs still in and the spend; a torn record is shown
     without waves, not a crash."""
     sweep = tmp_path / "sweep"

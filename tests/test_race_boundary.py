@@ -1,5 +1,5 @@
-"""The race's calibrated boundary (analysis.stats.race): its simulated look is the project's
-rule (analysis.stats.comparisons.compare_sweep, which a race's look calls through analysis.race.decide),
+"""The race's calibrated boundary (analysis.decisions.race.boundary): its simulated look is the project's
+rule (analysis.stats.comparisons.compare_sweep, which a race's look calls through analysis.decisions.race.looks.decide),
 and its level spends the race's alpha where Bonferroni's split left much of it unspent."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.stats.comparisons import compare_sweep
-from analysis.stats.race import (
+from analysis.decisions.race.boundary import (
     MAX_SEEDS,
     NONE_LEFT,
     NOT_REACHED,
@@ -23,6 +22,7 @@ from analysis.stats.race import (
     elimination_rate,
     look,
 )
+from analysis.stats.comparisons import compare_sweep
 from analysis.stats.variance import ConfigData, SeedVariance
 
 
@@ -136,7 +136,7 @@ def test_tied_best_configs_of_unequal_seed_sd_are_the_stated_limit() -> None:
     # the control: equal seed sds at the same level spend about alpha
     equal = rng.standard_normal((races, 5, 2))
     assert elimination_rate(level, equal, False, best=(0, 1)) == pytest.approx(0.05, abs=0.015)
-    for path in ("analysis/race.py", "analysis/stats/race.py", "docs/how-to/racing.md"):
+    for path in ("analysis/decisions/race/looks.py", "analysis/decisions/race/boundary.py", "docs/how-to/racing.md"):
         text = " ".join((root / path).read_text().split())
         assert "simultaneous Tukey-Kramer comparisons" not in text, path
         assert "slack under equal variances is not spent" not in text, path

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from training_runs import steps
 
-from analysis.progress import Job, write_jobs
+from analysis.readers.jobs import Job, write_jobs
 from grpo.run.checkpoint_names import FINAL_MODEL
 from grpo.run.files import RunDirError
 from grpo.run.finished import Launch, over_why, run_over

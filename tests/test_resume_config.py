@@ -16,7 +16,7 @@ import pytest
 import yaml
 from training_runs import N_STEPS, finish, launch, status, steps
 
-from analysis.collect import collect
+from analysis.readers.collect import collect
 from grpo.run.lock import run_lock
 from grpo.run.run_config import compare
 

@@ -20,14 +20,14 @@ from scipy import stats
 from sweep_factory import write_matching_outcomes
 
 from analysis.__main__ import main
-from analysis.aggregate import BORROW_KEY, rank
-from analysis.collect import collect
-from analysis.formatting import difference_interval, fmt_difference_interval
-from analysis.plots import choose_layout, plot_interaction
-from analysis.progress import Job, write_jobs
-from analysis.report import build_report, write_report
+from analysis.decisions.ranking import BORROW_KEY, rank
+from analysis.names.formatting import difference_interval, fmt_difference_interval
+from analysis.outputs.plots import choose_layout, plot_interaction
+from analysis.outputs.report import build_report, write_report
+from analysis.readers.collect import collect
+from analysis.readers.jobs import Job, write_jobs
+from analysis.readers.synthetic import write_multirun, write_run
 from analysis.stats.variance import upper_bound_factor
-from analysis.synthetic import write_multirun, write_run
 from grpo.run.outcomes import outcomes_path
 
 EVAL_STEPS = (0, 10, 20, 30, 40, 50)
@@ -68,7 +68,7 @@ def write_sweep(sweep: Path, grid: Mapping[str, Sequence[Any]], seeds: Sequence[
 
 
 def _merged(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    from analysis.synthetic import BASE_CONFIG, config_with
+    from analysis.readers.synthetic import BASE_CONFIG, config_with
 
     return config_with({**_dotted(base), **extra}, BASE_CONFIG)
 
@@ -344,7 +344,7 @@ def test_an_interval_wider_than_rewards_can_differ_is_clipped_and_said_everywher
     """Rewards lie in [0, 1], so a difference of two lies in [-1, 1]: 3 configs x 2 seeds of seed
     sd 0.3 give simultaneous intervals of half-width well past 1 ("Δ -0.030 [-1.765, +1.705]"),
     which the report, the summary (the near-ties' text) and comparisons.csv print clipped to
-    [-1, 1] and say "no information" (one formatter, analysis.formatting)."""
+    [-1, 1] and say "no information" (one formatter, analysis.names.formatting)."""
     sweep = write_sweep(tmp_path / "wide", {"learning_rate": (1e-4, 3e-4, 1e-3)}, seeds=(0, 1),
                         noise=0.3, rng=5)
     ranking = rank(collect([sweep]))

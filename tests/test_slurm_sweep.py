@@ -21,7 +21,7 @@ import pytest
 from test_slurm_cluster import require_cluster
 from wandb_offline import history_steps, offline_runs, run_id
 
-from analysis.progress import slurm_states
+from grpo.run.slurm import slurm_states
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -1,4 +1,4 @@
-"""The other metrics' trends (analysis.trends): tested between seeds (or against a one-seed grid's
+"""The other metrics' trends (analysis.decisions.trends): tested between seeds (or against a one-seed grid's
 seed variance), never between the autocorrelated steps of one run; numbers worked out by hand."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.collect import collect
-from analysis.formatting import LABEL
+from analysis.decisions.trends import trends
+from analysis.names.formatting import LABEL
+from analysis.readers.collect import collect
+from analysis.readers.synthetic import write_multirun, write_run
 from analysis.stats.effects import VALUE
 from analysis.stats.trends import NOT_FINITE, holm, metric_trends, windows
-from analysis.synthetic import write_multirun, write_run
-from analysis.trends import trends
 
 LABELS = ["learning_rate=0.001", "learning_rate=0.0001", "learning_rate=0.0002"]
 

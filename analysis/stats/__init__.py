@@ -1,6 +1,6 @@
 """The statistics of a sweep, as pure functions on in-memory values and frames (numpy, pandas,
 scipy, statsmodels; no run directory is read and no file written: an import-linter contract
-checks it). The readers (:mod:`analysis.collect`, :mod:`analysis.aggregate`), the report, the
+checks it). The readers (:mod:`analysis.readers.collect`, :mod:`analysis.decisions.ranking`), the report, the
 race, the chain and the dry run call them; `tests/test_uncertainty.py` and its neighbours drive
 them with values worked out by hand or by scipy and statsmodels directly.
 
@@ -15,5 +15,5 @@ them with values worked out by hand or by scipy and statsmodels directly.
 * :mod:`~analysis.stats.power`: what a design can detect, and what would decide.
 * :mod:`~analysis.stats.effects`: the ANOVA of the swept keys and a one-seed grid's residual.
 * :mod:`~analysis.stats.trends`: the other metrics' late values against the best config's.
-* :mod:`~analysis.stats.race`: a race's calibrated boundary and the decision of each look.
+* :mod:`~analysis.decisions.race.boundary`: a race's calibrated boundary and the decision of each look.
 """

@@ -42,7 +42,7 @@ from typing import Literal
 import numpy as np
 from scipy import special
 
-from analysis.formatting import DIFFERENCE_SPAN, fmt_difference_interval
+from analysis.names.formatting import DIFFERENCE_SPAN, fmt_difference_interval
 from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p
 from analysis.stats.levels import ALPHA, level_text, p_text
 from analysis.stats.power import Resolution, resolve
@@ -198,7 +198,7 @@ class BestBound:
         minus the largest of the others' is in [-0.250, 0]; a's is above it (Hsu's comparisons
         with the best, simultaneous 95%, one-sided critical value 2.21)``; without a
         lower bound, or one below -1 (more than two rewards can differ:
-        :data:`~analysis.formatting.DIFFERENCE_SPAN`), ``below the best: its mean is below the
+        :data:`~analysis.names.formatting.DIFFERENCE_SPAN`), ``below the best: its mean is below the
         largest of the others'; ...``."""
         where = (f"its mean minus the largest of the others' is in [{self.lower:+.3f}, 0]"
                  if self.lower >= -DIFFERENCE_SPAN else "its mean is below the largest of the others'")

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from analysis.formatting import format_value, sort_key
+from analysis.names.formatting import format_value, sort_key
 from analysis.stats.critical import t_quantile
 from analysis.stats.levels import ALPHA
 from analysis.stats.variance import ConfigData, SeedVariance, df_text

@@ -155,7 +155,7 @@ def seed_variance(configs: Sequence[ConfigData], frame: pd.DataFrame, keys: Sequ
 def lent(seeds: SeedVariance, text: str, outside: Sequence[str]) -> SeedVariance:
     """``seeds`` (a source sweep's pooled variance) as a borrowed variance, ``text`` where from:
     as it is, or inflated to its upper 95% bound where the borrowing sweep runs settings
-    ``outside`` those its source ran (``analysis.aggregate.SEED_VARIANCE_KEYS``)."""
+    ``outside`` those its source ran (``analysis.decisions.ranking.SEED_VARIANCE_KEYS``)."""
     if not outside:
         return SeedVariance(seeds.variance, seeds.df, "borrowed", text)
     factor = upper_bound_factor(seeds.df)

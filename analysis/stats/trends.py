@@ -1,6 +1,6 @@
 """Tests of the other metrics' late values (entropy, response length, gradient norm, clip
 fraction) between configs: a config's late value against the best config's, beyond the
-seed-to-seed noise, on frames of one row a run (:mod:`analysis.trends` reads them from a sweep).
+seed-to-seed noise, on frames of one row a run (:mod:`analysis.decisions.trends` reads them from a sweep).
 
 Early is the mean over the first ``WINDOW`` of the GRPO steps 1..``at_step`` (the compared step of
 the ranking), late over the last ``WINDOW`` of them (at least ``MIN_WINDOW`` steps each); a run's
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.formatting import LABEL
+from analysis.names.formatting import LABEL
 from analysis.stats.comparisons import pair_test
 from analysis.stats.effects import VALUE
 from analysis.stats.levels import ALPHA

@@ -2,7 +2,7 @@
 from, and when another sweep's may stand in for it.
 
 Each run contributes its criterion value (the mean validation reward of its last evaluations, see
-``analysis.aggregate.LATE_EVALS``) and, where its ``eval_outcomes/`` files are readable, the same
+``analysis.decisions.ranking.LATE_EVALS``) and, where its ``eval_outcomes/`` files are readable, the same
 mean problem by problem: a vector over the N validation problems (``ConfigData.problems``, one row
 per seed). Two sources of noise: which validation problems were drawn (their difficulty), and how
 the run went (the seed: data order, sampling, initialisation, and the sampled evaluation
@@ -178,7 +178,7 @@ def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike,
     cache), between the smaller config's n - 1 and n_a + n_b - 2; elementwise over arrays (a
     0-d array for scalars). The one rule for a pair's own df: the pair rule
     (``analysis.stats.comparisons.pair_variance``), the race's simulated look
-    (``analysis.stats.race.look``) and the power stated before launch read it."""
+    (``analysis.decisions.race.boundary.look``) and the power stated before launch read it."""
     a = np.asarray(variance_a, dtype=float) / n_a
     b = np.asarray(variance_b, dtype=float) / n_b
     df = (a + b) ** 2 / (a ** 2 / (np.asarray(n_a) - 1) + b ** 2 / (np.asarray(n_b) - 1))

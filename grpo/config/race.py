@@ -1,4 +1,4 @@
-"""A race's settings (`race.*`; `analysis.race` says what a race is), read by the sweeper, its
+"""A race's settings (`race.*`; `analysis.decisions.race.looks` says what a race is), read by the sweeper, its
 dry run and the analysis without either's imports; and the calibration of what a race spends
 (`CALIBRATION_FILE`), which the dry run prints as the race's expected case."""
 
@@ -22,7 +22,7 @@ case's share of the fixed grid's GPU-hours the race spent (the dry run's expecte
 class RaceSettings:
     """`race.*` of a sweep: `max_seeds` the most seeds a config gets (and the most looks),
     `alpha` the family-wise error rate of all the race's eliminations together (each look's
-    level: `analysis.stats.race`),
+    level: `analysis.decisions.race.boundary`),
     `budget_gpu_hours` what the race may spend (None: no budget), `first_seed` wave 1's seed
     (wave w runs seed `first_seed + w - 1`)."""
 

@@ -13,7 +13,7 @@ output goes to `driver.log` beside its record.
 Its record, `driver.json` (`DriverRecord`, written atomically), says what it is (a SLURM job id,
 or a pid with its host and process start time, against a reused pid), the command that
 resumes it and its log; `driver_state` asks whether it is pending, running or gone. A sweep
-directory's record is read by `make watch` (`analysis.monitor`) and by a launch of the same
+directory's record is read by `make watch` (`analysis.outputs.monitor`) and by a launch of the same
 sweep, which submits no second driver while one is pending or running.
 """
 

@@ -15,7 +15,7 @@ config would not take it further:
 Every status that is not a result (`running`, `failed`, `cancelled`, `preempted`, none yet) trains
 on. The sweeper does not submit a run that is over (it is in the sweep's summary as it is), the
 trainer trains nothing for one (`grpo.training.trainer.train`: its files are left as they are),
-a race's wave launches only the runs that are not (`analysis.race.todo`), and a chain's stage is
+a race's wave launches only the runs that are not (`analysis.decisions.race.looks.todo`), and a chain's stage is
 finished when each of its runs ended as a result. The status names every reader shares live here.
 """
 

@@ -4,7 +4,7 @@ generated from (``docs/gen_pages.py``) and a trainer test checks every logged ke
 
 A row names one key or a family of keys: ``{a,b}`` stands for each of a and b, ``{phase}`` for
 any phase name (``rollout``, ``train``, ...). Figures name their metrics in
-:mod:`analysis.metric_names`.
+:mod:`analysis.names.metric_names`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from grpo.run.files import RunFileError, atomic_write_text, read_json, subdir
 
 LATE_EVALS = 5
 """Evaluations after step 0 that a run's late value averages (the last ones, fewer when it has
-fewer): the ranking's criterion (analysis.aggregate) and what a run reports to the sweep's pruner
+fewer): the ranking's criterion (analysis.decisions.ranking) and what a run reports to the sweep's pruner
 (grpo.run.pruning). bench/selection_calibration.py measures why not one evaluation or the maximum."""
 
 

@@ -5,5 +5,5 @@
 `cost` (the dry run's GPU-hour estimate and the budget) and `hydra_compat` (the Hydra internals the sweeper builds on). The Hydra plugins themselves live
 in `hydra_plugins/grpo_sweeps`.
 
-Imports: `grpo.config`, `grpo.training` and below; not `analysis` or `grpo.chain`.
+Imports: `grpo.config`, `grpo.training` and below; not `analysis` or `chain`.
 """

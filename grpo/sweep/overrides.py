@@ -31,7 +31,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 ADDED = " (Hydra would add it and nothing would read it)"
 # config groups of conf/ that are no part of a job's config, and what reads them
-NOT_JOB_GROUPS = {"chain": "a chain of studies, run by `python -m grpo.chain --chain NAME` "
+NOT_JOB_GROUPS = {"chain": "a chain of studies, run by `python -m chain --chain NAME` "
                            "(`make chain`), not a launch.py option"}
 PREFIX = {OverrideType.ADD: "+", OverrideType.FORCE_ADD: "++", OverrideType.DEL: "~",
           OverrideType.CHANGE: ""}

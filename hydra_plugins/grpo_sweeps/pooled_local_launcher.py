@@ -38,7 +38,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn
 
-from analysis.monitor import INTERRUPTED
+from analysis.outputs.monitor import INTERRUPTED
 from grpo.run.preemption import AT_TERMINAL
 from hydra_plugins.grpo_sweeps.relaunch import EarlierJob, Relaunch
 from hydra_plugins.grpo_sweeps.reporting import SweepFollower

@@ -9,7 +9,7 @@ unfinished. Before submitting, each job's run directory (`<sweep>/<job num>`) is
   submitted, in the summary as it is;
 - a job of an earlier launch that is still pending or running is **followed**, not submitted
   again: on SLURM the job id `<sweep>/jobs.json` records for it, while the scheduler
-  (`analysis.progress.slurm_states`) says it is queued or running; on either launcher a run whose
+  (`grpo.run.slurm.slurm_states`) says it is queued or running; on either launcher a run whose
   lock (`grpo.run.lock.holder`) another process holds (a job of a launcher that was killed; the
   lock, not a recorded pid, says the run is being trained). Where SLURM cannot be asked about the
   recorded jobs, nothing is submitted (`RunDirError`: one would be a second job for a queued run);
@@ -38,10 +38,11 @@ from types import SimpleNamespace
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from analysis.progress import SCHEDULER_ACTIVE, Job, read_jobs, slurm_states
+from analysis.readers.jobs import Job, read_jobs
 from grpo.run.files import RunDirError
 from grpo.run.finished import Launch, read_run_status, run_over
 from grpo.run.lock import holder
+from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
 
 SLURM = "slurm"
 """The launcher kind whose jobs are SLURM's (`SweepFollower`'s `launcher`); any other is local."""
@@ -134,7 +135,7 @@ class EarlierJob:
         return "FINISHED" if self.done() else "RUNNING"
 
     def exception(self) -> None:
-        """None: how the run ended is its status's to say (`analysis.progress.outcome`)."""
+        """None: how the run ended is its status's to say (`analysis.outputs.progress.outcome`)."""
         return None
 
     def results(self) -> list[JobReturn]:

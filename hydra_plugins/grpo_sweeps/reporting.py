@@ -1,7 +1,7 @@
 """What both launchers do around their submitit jobs: record, follow and report them.
 
 :class:`SweepFollower` writes ``<sweep>/jobs.json`` (every job's overrides, then its scheduler id
-and log once submitted), shows the live monitor (:mod:`analysis.monitor`) while the jobs run,
+and log once submitted), shows the live monitor (:mod:`analysis.outputs.monitor`) while the jobs run,
 and at the end prints the summary: one line per job with its final status, folding in what
 submitit knows (a job cancelled by the scheduler is ``cancelled``, a failed job's error is its
 reason) instead of raising submitit's exceptions. A sweep with a cancelled or failed job ends
@@ -21,7 +21,7 @@ Closing the terminal (SIGHUP, :data:`grpo.run.preemption.AT_TERMINAL`) is taken 
 with exit status 129 (128 + the signal, as a shell reports it) and the same signal handed to the
 jobs, so that their runs' status names it; a second SIGHUP (the shell's, then the kernel's) does
 not cut the wait short. The monitor's lines then go nowhere without stopping the launcher
-(:class:`analysis.monitor.SweepMonitor`).
+(:class:`analysis.outputs.monitor.SweepMonitor`).
 """
 
 from __future__ import annotations
@@ -35,17 +35,11 @@ from typing import Any, NoReturn
 
 from hydra.core.utils import JobReturn
 
-from analysis.monitor import SweepMonitor, counts_text, make_command, stopped_by
-from analysis.progress import (
-    FINISHED_STATUSES,
-    GONE,
-    Job,
-    RunProgress,
-    SweepProgress,
-    slurm_states,
-    write_jobs,
-)
+from analysis.outputs.monitor import SweepMonitor, counts_text, make_command, stopped_by
+from analysis.outputs.progress import FINISHED_STATUSES, GONE, RunProgress, SweepProgress
+from analysis.readers.jobs import Job, write_jobs
 from grpo.run.preemption import STOPS
+from grpo.run.slurm import slurm_states
 
 # seconds between two looks at the jobs while waiting for them (the scheduler is asked)
 POLL_S = 2.0
@@ -59,7 +53,7 @@ class SweepIncomplete(SystemExit):
 
 class SweepInterrupted(SystemExit):
     """Ends the sweep after Ctrl-C or SIGHUP (`sig`) with exit status 128 + `sig`
-    (:func:`analysis.monitor.stopped_by`), once a line said what the jobs do now (see the module
+    (:func:`analysis.outputs.monitor.stopped_by`), once a line said what the jobs do now (see the module
     docstring)."""
 
     def __init__(self, sig: int) -> None:
@@ -167,7 +161,7 @@ class SweepFollower:
                    [Job(num, self.overrides[num], str(job.job_id), str(job.paths.stderr))])
 
     def states(self) -> dict[int, str]:
-        """Each submitted job's state: SLURM's (:func:`analysis.progress.slurm_states`, which
+        """Each submitted job's state: SLURM's (:func:`grpo.run.slurm.slurm_states`, which
         also knows jobs submitit would wait for for ever) or submitit's local one."""
         if self.launcher == "slurm":
             return slurm_states({num: str(job.job_id) for num, job in self.jobs.items()
@@ -194,7 +188,7 @@ class SweepFollower:
 
     def rows(self, states: Mapping[int, str]) -> list[RunProgress]:
         """This launch's runs as the summary shows them, with each job's scheduler state
-        (``states``) and, for a finished job, its error folded in (:func:`analysis.progress.outcome`)."""
+        (``states``) and, for a finished job, its error folded in (:func:`analysis.outputs.progress.outcome`)."""
         gone = {num for num in self.jobs if states.get(num) in GONE}
         errors = {num: job_error(error) for num, job in self.jobs.items()
                   if num not in gone and (error := job.exception()) is not None}

@@ -42,10 +42,10 @@ from hydra.core.utils import filter_overrides
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from analysis.config_names import is_promoted, job_labels
-from analysis.monitor import make_command
-from analysis.progress import override_key
-from analysis.race_record import check_relaunch, short_labels, without_seed
+from analysis.decisions.race.record import check_relaunch, short_labels, without_seed
+from analysis.names.config_names import is_promoted, job_labels
+from analysis.outputs.monitor import make_command
+from analysis.readers.jobs import override_key
 from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
 from grpo.config.rules import CHECK_SEEDS, RULES, SEED_MAX
 from grpo.config.validation import check_config, check_installed
@@ -93,7 +93,7 @@ never swept."""
 def _choices_and_config(cfg: Any) -> tuple[dict[str, str], dict[str, Any]]:
     """A composed job's config group choices and its config as plain data (Hydra's node left
     out), as a run's `.hydra/` record holds them: what names a promoted config
-    (`analysis.config_names.job_labels`)."""
+    (`analysis.names.config_names.job_labels`)."""
     config = OmegaConf.to_container(cfg, resolve=False)
     config.pop("hydra", None)
     choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
@@ -276,11 +276,11 @@ class ValidatingSweeper(BasicSweeper):
         return plan
 
     def _race_runner(self, settings: RaceSettings, sweep_dir: Path) -> Any:
-        """The race of this sweep's jobs in `sweep_dir` (`analysis.race.RaceRunner`), each wave
+        """The race of this sweep's jobs in `sweep_dir` (`analysis.decisions.race.looks.RaceRunner`), each wave
         priced by the cost model and launched by the sweep's launcher."""
         # imported here: the race reads the sweep back with the analysis (pandas), which the
         # sweeper's other work and every dry run do without
-        from analysis.race import RaceRunner
+        from analysis.decisions.race.looks import RaceRunner
 
         jobs = list(self.composed.values())
         parallel = self._parallel(len(jobs))
@@ -309,6 +309,7 @@ class ValidatingSweeper(BasicSweeper):
                     "analysis.seed_variance_from (a finished sweep with two or more seeds a "
                     "config) to see the smallest difference from the best this sweep can find"]
         # imported here: scipy is only needed where the power is asked for
+        from analysis.decisions.race.boundary import boundary
         from analysis.stats.levels import POWER
         from analysis.stats.power import (
             detectable_difference,
@@ -316,7 +317,6 @@ class ValidatingSweeper(BasicSweeper):
             error_df,
             own_df,
         )
-        from analysis.stats.race import boundary
 
         # imported here: the decision reads analysis.stats (scipy), only where power is asked for
         from analysis.stats.sources import decide
@@ -333,7 +333,7 @@ class ValidatingSweeper(BasicSweeper):
         seeds_of = None  # the borrowed variance, or why it is refused (the report's decision)
         if source is not None:
             # imported here: reading a sweep takes the analysis (pandas), only where one is named
-            from analysis.aggregate import launch_variance
+            from analysis.decisions.ranking import launch_variance
 
             seeds_of = launch_variance(Path(str(source)),
                                        [job.cfg for job in self.composed.values()])
@@ -451,7 +451,7 @@ class ValidatingSweeper(BasicSweeper):
         budget = settings.budget_gpu_hours
         if self.config.dry_run:
             # imported here: scipy is only needed where a race is planned
-            from analysis.stats.race import boundary
+            from analysis.decisions.race.boundary import boundary
 
             with_first, without = (boundary(len(cfgs), settings.max_seeds, settings.alpha, first)
                                    for first in (True, False))
@@ -483,7 +483,7 @@ class ValidatingSweeper(BasicSweeper):
             sys.exit(2)
 
     def _race(self, settings: RaceSettings, sweep_dir: Path) -> list[Any]:
-        """Run the race (`analysis.race.RaceRunner`) and print where it ended."""
+        """Run the race (`analysis.decisions.race.looks.RaceRunner`) and print where it ended."""
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         race = self._race_runner(settings, sweep_dir).run()
         last = race.last_decision()

@@ -20,7 +20,7 @@ evaluation cadence, health guards, cluster, logging, seed, race; the presets
 :data:`grpo.config.keys.PRESET_GROUPS`): the focused sweep's own settings rule there, so that a
 broad pass's pruner or 50-step evaluation cadence never reaches it. The focused sweep's reports
 name each promoted config by the values its option sets, as do its watch, its summary and its
-dry run (:mod:`analysis.config_names`).
+dry run (:mod:`analysis.names.config_names`).
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from analysis.aggregate import Criterion, on_policy_baseline, rank
-from analysis.collect import LABEL, Collection
-from analysis.formatting import format_value
-from analysis.race import still_in
+from analysis.decisions.ranking import Criterion, on_policy_baseline, rank
+from analysis.readers.collect import LABEL, Collection
+from analysis.names.formatting import format_value
+from analysis.decisions.race.looks import still_in
 from grpo.config.keys import PRESET_GROUPS, PROMOTED_GROUP
 from grpo.config.rules import rule_for
 from grpo.run.files import atomic_write_text
@@ -56,7 +56,7 @@ MAX_NAME = 100
 class Promotion:
     """The written preset, its option files, what each option is (``"label"``), the configs
     that could still be the best besides the first (label -> the comparison) and how sure the
-    pick is (``verdicts``), as :func:`analysis.aggregate.rank` reports."""
+    pick is (``verdicts``), as :func:`analysis.decisions.ranking.rank` reports."""
 
     preset: Path
     options: list[Path]
@@ -203,8 +203,8 @@ def promote(collection: Collection, top_k: int, criterion: Criterion, name: str,
             steps: int = 200, conf_dir: Path = Path("conf"), borrow: Path | bool = True,
             overwrite: bool = False) -> Promotion:
     """Write the preset and option files for the top ``top_k`` configs by ``criterion`` (the
-    ranking of :func:`analysis.aggregate.rank`, which the study chain picks its winners by: of a
-    race, among the configs still in at its last look as its runs say, :func:`analysis.race.still_in`;
+    ranking of :func:`analysis.decisions.ranking.rank`, which the study chain picks its winners by: of a
+    race, among the configs still in at its last look as its runs say, :func:`analysis.decisions.race.looks.still_in`;
     ``borrow``: where a one-seed sweep's seed variance comes from, as ``rank`` takes it);
     ``overwrite``: replace a promotion of the same ``name``, else it is refused."""
     check_arguments(name, top_k, steps)

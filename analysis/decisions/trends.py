@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from analysis.collect import LABEL, Collection
+from analysis.readers.collect import LABEL, Collection
 from analysis.stats.effects import VALUE
 from analysis.stats.trends import Trend, metric_trends, windows
 
@@ -21,7 +21,7 @@ def trends(collection: Collection, labels: Sequence[str], best: str, at_step: in
     """Every metric of ``TREND_METRICS`` that was logged, for each of ``labels`` (best first);
     ``borrowed``: the sweep the ranking borrowed its seed variance from, collected; ``outside``:
     the training settings this sweep ran and that one did not (its variance is then taken at
-    its upper 95% bound, as the ranking's: :func:`analysis.aggregate.borrow_variance`)."""
+    its upper 95% bound, as the ranking's: :func:`analysis.decisions.ranking.borrow_variance`)."""
     early_steps, late_steps = windows(at_step)
     out: list[Trend] = []
     for metric in TREND_METRICS:

@@ -1,14 +1,13 @@
-"""Progress of a sweep's runs, read from their directories while they run.
+"""Progress of a sweep's runs, read from their directories while they run: what the live view shows.
 
-The live monitor (:mod:`analysis.monitor`) and the launchers' end-of-sweep report read the same
+The live monitor (:mod:`analysis.outputs.monitor`) and the launchers' end-of-sweep report read the same
 :class:`RunProgress` rows. Per run directory ``<sweep>/<job>/`` only ``status.json``,
 ``metrics.jsonl`` (read incrementally: each poll parses the lines appended since the last one)
 and ``.hydra/overrides.yaml`` are read (and, for a promoted preset's jobs, ``.hydra/config.yaml`` and
 ``hydra.yaml`` once written: a promoted config is named by what its option sets,
-:mod:`analysis.config_names`); any of them may be missing, torn or garbage. The
-launcher also writes ``<sweep>/jobs.json`` (:func:`write_jobs`): every job's overrides and
-scheduler job id, so that jobs that never started (queued, cancelled before they wrote a status)
-are listed too, and ``python -m analysis watch`` can ask the scheduler about them from any shell.
+:mod:`analysis.names.config_names`); any of them may be missing, torn or garbage. The jobs the
+launcher recorded (:mod:`analysis.readers.jobs`) are listed too, those that never started among
+them; a race's runs show their wave, re-derived from the runs (:mod:`analysis.decisions.race`).
 
 A run's status is its ``status.json`` status (``grpo.run.files.STATUSES``), else ``pending``;
 :func:`outcome` folds in what the scheduler says (a running job without a status is
@@ -18,21 +17,19 @@ status still says ``running`` is ``failed``).
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import socket
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from analysis.config_names import is_promoted, job_labels
-from analysis.race_record import RACE_FILE, Race
-from analysis.run_rows import (
+from analysis.decisions.race.record import RACE_FILE, Race
+from analysis.names.config_names import is_promoted, job_labels
+from analysis.readers.jobs import Job, override_key, read_jobs, str_or_none, varying_keys
+from analysis.readers.run_rows import (
     ELAPSED,
     EVAL_REWARD,
     FINISHED_STATUSES,
@@ -41,12 +38,11 @@ from analysis.run_rows import (
     parse_line,
     read_status,
 )
-from grpo.run.files import STATUSES, RunFileError, atomic_write_text, read_yaml
-from grpo.run.slurm import SCHEDULER_ACTIVE, UNKNOWN_TO_SLURM, slurm_states
+from grpo.run.files import STATUSES, RunFileError, read_yaml
+from grpo.run.slurm import SCHEDULER_ACTIVE, UNKNOWN_TO_SLURM
 from grpo.run.tracking import run_overrides
 from grpo.training.batch_plan import config_value
 
-JOBS_FILE = "jobs.json"
 TRAIN_REWARD = "train/reward_mean"
 # statuses of a run that is still expected to write: `pending` (not started), `starting` (its
 # job runs but has not written a status yet), and `preempted` runs, which are requeued
@@ -58,82 +54,6 @@ RATE_WINDOW = 20
 # states of a job that no scheduler will run: what happened to it
 GONE = {"LAUNCHER_GONE": "its launcher is gone",
         UNKNOWN_TO_SLURM: "SLURM no longer knows its job"}
-
-
-@dataclass(frozen=True)
-class Job:
-    """One job of a sweep as the launcher submitted it.
-
-    ``job_id`` is the scheduler's id (SLURM ``<array>_<task>``, a local job's process id);
-    ``log`` the job's stderr file, where a traceback of a failed job ends up.
-    """
-
-    num: int
-    overrides: tuple[str, ...]
-    job_id: str | None = None
-    log: str | None = None
-
-
-@dataclass(frozen=True)
-class JobsFile:
-    """``<sweep>/jobs.json``: the launcher kind, where it runs, and its jobs by number."""
-
-    launcher: str
-    host: str
-    pid: int
-    jobs: dict[int, Job] = field(default_factory=dict)
-
-
-def write_jobs(sweep_dir: Path, launcher: str, jobs: Iterable[Job]) -> None:
-    """Record ``jobs`` in ``<sweep>/jobs.json`` (merged by job number with what is there)."""
-    known = read_jobs(sweep_dir)
-    merged = dict(known.jobs) if known is not None else {}
-    merged.update({job.num: job for job in jobs})
-    payload = {
-        "launcher": launcher, "host": socket.gethostname(), "pid": os.getpid(),
-        "jobs": [{"num": j.num, "overrides": list(j.overrides), "job_id": j.job_id, "log": j.log}
-                 for j in sorted(merged.values(), key=lambda j: j.num)],
-    }
-    atomic_write_text(sweep_dir / JOBS_FILE, json.dumps(payload, indent=1) + "\n")
-
-
-def read_jobs(sweep_dir: Path) -> JobsFile | None:
-    """``<sweep>/jobs.json``, or None when it is missing or unreadable; bad entries are skipped."""
-    try:
-        payload = json.loads((sweep_dir / JOBS_FILE).read_text())
-        entries = payload["jobs"]
-        info = JobsFile(str(payload["launcher"]), str(payload["host"]), int(payload["pid"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    for entry in entries if isinstance(entries, list) else []:
-        try:
-            job = Job(int(entry["num"]), tuple(str(o) for o in entry["overrides"]),
-                      _str_or_none(entry.get("job_id")), _str_or_none(entry.get("log")))
-        except (KeyError, TypeError, ValueError):
-            continue
-        info.jobs[job.num] = job
-    return info
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def override_key(override: str) -> str:
-    """``learning_rate`` of ``learning_rate=3e-4``, ``+experiment=demo`` or ``~x``."""
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def varying_keys(overrides: Sequence[Sequence[str]]) -> list[str]:
-    """Keys whose value differs between the jobs (every key when there is one job)."""
-    values: dict[str, set[str]] = {}
-    for job in overrides:
-        for override in job:
-            values.setdefault(override_key(override), set()).add(override)
-    if len(overrides) == 1:
-        return [k for k in values if not k.startswith("hydra")]
-    return [k for k, seen in values.items()
-            if len(seen) > 1 or sum(k in map(override_key, job) for job in overrides) < len(overrides)]
 
 
 class MetricsTail:
@@ -236,7 +156,7 @@ class RunProgress:
 
 class SweepProgress:
     """Reads the progress of every job of a sweep; call :meth:`read` as often as you like.
-    ``race``: the sweep's race as its runs said at the last read (``analysis.race.replay``:
+    ``race``: the sweep's race as its runs said at the last read (``analysis.decisions.race.looks.replay``:
     the looks re-derived from the runs each time a run finishes or the record changes; None: not
     a race, or a record that cannot be read); ``race_note``: where the record (``race.json``)
     disagrees with the runs, or why it cannot be read, in one line (None: nothing to say)."""
@@ -289,7 +209,7 @@ class SweepProgress:
         key = (stat.st_mtime_ns, stat.st_size, tuple((run.num, run.status) for run in rows))
         if key == self._race_key:
             return
-        from analysis.race import replay  # the analysis: read only where a race is
+        from analysis.decisions.race.looks import replay  # the analysis: read only where a race is
 
         self._race_key = key
         try:
@@ -315,7 +235,7 @@ class SweepProgress:
 
     def _job_config(self, job: Job) -> tuple[dict[str, str], dict[str, Any]] | None:
         """The config group choices and config of job ``job``'s run, as its ``.hydra/`` record
-        says, to name a promoted config by (:func:`analysis.config_names.job_labels`); None until
+        says, to name a promoted config by (:func:`analysis.names.config_names.job_labels`); None until
         the run wrote them (read once they are there) or where they cannot be read."""
         if job.num not in self._configs:
             hydra_dir = self.sweep_dir / str(job.num) / ".hydra"
@@ -345,7 +265,7 @@ class SweepProgress:
         return RunProgress(
             num=job.num, label=label, run_dir=run_dir, status=name,
             reason=(f"metrics unusable: {tail.unusable}" if tail.unusable
-                    else _str_or_none(status.get("reason"))),
+                    else str_or_none(status.get("reason"))),
             steps_done=steps_done, n_steps=n_steps,
             train_reward=_float_or_none(tail.last.get(TRAIN_REWARD)) if usable else None,
             eval_reward=tail.last_eval[1] if usable and tail.last_eval else None,
@@ -406,38 +326,3 @@ def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -
         return replace(run, job_ended=True, eta_s=None)
     reason = error or f"the job ended ({state}) without a final status"
     return replace(run, status="failed", reason=run.reason or reason, eta_s=None)
-
-
-def local_states(info: JobsFile) -> dict[int, str]:
-    """For local jobs when on their host: RUNNING or FINISHED for a started job (its process),
-    LAUNCHER_GONE for one that was never started and never will be; else {}."""
-    if info.host != socket.gethostname():
-        return {}
-    launcher_alive = _alive(str(info.pid))
-    states = {}
-    for num, job in info.jobs.items():
-        if job.job_id and job.job_id.isdigit():
-            states[num] = "RUNNING" if _alive(job.job_id) else "FINISHED"
-        elif not launcher_alive:
-            states[num] = "LAUNCHER_GONE"
-    return states
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def scheduler_states(sweep_dir: Path) -> dict[int, str]:
-    """What the scheduler says about the jobs recorded in ``<sweep>/jobs.json`` (see above)."""
-    info = read_jobs(sweep_dir)
-    if info is None:
-        return {}
-    if info.launcher == "slurm":
-        return slurm_states({n: j.job_id for n, j in info.jobs.items() if j.job_id})
-    return local_states(info)

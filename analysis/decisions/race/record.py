@@ -1,5 +1,5 @@
 """A race's record (`RACE_FILE` in the sweep directory): its configs, settings and waves, each
-wave's jobs, seed, price, measured spend and the look after it (`analysis.race` runs races and
+wave's jobs, seed, price, measured spend and the look after it (`analysis.decisions.race.looks` runs races and
 says what they are). Read by the race itself when it is relaunched, the report's "Race" section,
 the chain, promote and the live monitor (`make watch`).
 
@@ -9,7 +9,7 @@ seed against the wave that claims it (`grpo.run.run_config.curve_differences`: t
 change a curve, not the spelling of a command line). `check_relaunch` is the check a relaunch
 (and its dry run) makes before anything is written. A relaunched race and every reader of one
 (the report, the chain, promote, `make watch`) replay its looks from the runs
-(`analysis.race.replay_looks`): the record says which configs raced, in which order, and what the
+(`analysis.decisions.race.looks.replay_looks`): the record says which configs raced, in which order, and what the
 sweeper priced; where it says otherwise than the runs, the runs win and the difference is said."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.run_rows import FINISHED_STATUSES, job_dirs
-from analysis.stats.race import Decision
+from analysis.decisions.race.boundary import Decision
+from analysis.readers.run_rows import FINISHED_STATUSES, job_dirs
 from grpo.config.race import RaceSettings
 from grpo.run.files import RunFileError, atomic_write_text, read_json, read_status
 from grpo.run.run_config import RACE_SEED, curve_differences, describe_differences, trained_config

@@ -37,7 +37,7 @@ would tax every race.
 
 Wave 1 has one seed a config: its look can leave a config out only with a seed variance from
 elsewhere (a borrowed one, or a grid's additive residual). `first_look` says whether it has one;
-a race decides that at its first look and keeps the level (`analysis.race`). The first look's
+a race decides that at its first look and keeps the level (`analysis.decisions.race.looks`). The first look's
 variance is taken as known (infinite df): with 9 configs and 5 seeds a first look on 4, 10 and
 infinite df gives 0.0184, 0.0178 and 0.0179 (a simulation with the first look's variance drawn on
 its df), so the known variance gives the smaller, safer level within the simulation's error. How well the level holds in races through
@@ -138,7 +138,7 @@ def _deciding_critical(n_alive: np.ndarray, df: np.ndarray, level: float,
 
 
 def look(values: np.ndarray, alive: np.ndarray, level: float, first_look: bool) -> np.ndarray:
-    """Which configs leave at one look of each simulated race, as `analysis.race.decide` decides
+    """Which configs leave at one look of each simulated race, as `analysis.decisions.race.looks.decide` decides
     on equal seed counts: `values` the seed values so far, (sims, seeds, n_configs); `alive` the
     configs still in, (sims, n_configs) bool; returns (sims, n_configs) bool. With one seed the
     variance is the first look's, taken as known and 1 (none where not `first_look`)."""

@@ -1,6 +1,6 @@
 """How a config is named by every output that lists configs or jobs: the report and the ranking
-(:mod:`analysis.collect`'s config labels), the per-job lines of ``make watch`` and of the sweep's
-summary (:mod:`analysis.progress`) and the dry run's job list
+(:mod:`analysis.readers.collect`'s config labels), the per-job lines of ``make watch`` and of the sweep's
+summary (:mod:`analysis.outputs.progress`) and the dry run's job list
 (:mod:`hydra_plugins.grpo_sweeps.validating_sweeper`), without pandas.
 
 A config is named by its swept keys' values. A promoted preset (``python -m analysis promote``)
@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.formatting import format_value
+from analysis.names.formatting import format_value
 from grpo.config.keys import PRESET_GROUPS, PROMOTED_GROUP
 from grpo.config.rules import leaf_keys
 from grpo.run.run_config import defines_config

@@ -5,7 +5,7 @@ For every key an earlier stage decides, in chain order, the stage:
 * leaves it alone when it decides or sweeps the key itself;
 * takes the command-line value when the user overrides the key (an override wins, and the plan
   says which carried value it replaces);
-* else carries the value of the best config (:func:`grpo.chain.results.find_winner`) of the
+* else carries the value of the best config (:func:`chain.results.find_winner`) of the
   latest earlier stage that decides the key and has results, naming that stage's sweep
   directory, its near-ties and the configs left out for a run stopped early (collapsed, diverged, pruned);
 * else keeps its default (preset, recipe or config default), saying which stages have no
@@ -32,10 +32,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from analysis.aggregate import BORROW_KEY, launch_variance
-from analysis.progress import override_key
-from grpo.chain.results import Winner, find_winner, latest_sweep
-from grpo.chain.stages import CONF_DIR, Chain, Stage
+from analysis.decisions.ranking import BORROW_KEY, launch_variance
+from analysis.readers.jobs import override_key
+from chain.results import Winner, find_winner, latest_sweep
+from chain.stages import CONF_DIR, Chain, Stage
 from grpo.config.rules import CHECK_SEEDS as CHECK_KEY
 
 PLAIN_VALUE = re.compile(r"[\w.+\-/]+")
@@ -240,7 +240,7 @@ def _check_seeds(plan: StagePlan, swept: set[str], user: UserOverrides) -> list[
 def _borrow_seed_variance(plan: StagePlan, earlier: Sequence[Stage], user: UserOverrides,
                           lookup: WinnerLookup, cfg: DictConfig) -> list[str]:
     """Carry the sweep of the first earlier stage with two or more seeds a config whose seed
-    variance the stage's report will borrow (``analysis.aggregate.launch_variance`` on the
+    variance the stage's report will borrow (``analysis.decisions.ranking.launch_variance`` on the
     stage's composed ``cfg``: the report's own check of model, data, validation problems,
     evaluation steps and compared step) as ``analysis.seed_variance_from``; a stage refused is
     said with why; its plan's lines."""

@@ -1,5 +1,5 @@
 """What a run directory's metrics and status files say, read without pandas: the live monitor
-and the sweep's progress read them while the jobs run (`analysis.collect` builds its frames on
+and the sweep's progress read them while the jobs run (`analysis.readers.collect` builds its frames on
 them). The names of the metrics every reader shares live here too; the statuses'
 (`FINISHED_STATUSES`, `STOPPED_STATUSES`, `UNSTABLE_STATUSES`) are `grpo.run.finished`'s, read here."""
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.metric_names import METRIC_NAMES, REWARD
+from analysis.names.metric_names import METRIC_NAMES, REWARD
 from grpo.run.files import (
     MAX_STATUS_BYTES,
     RunFileError,

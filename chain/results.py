@@ -1,15 +1,15 @@
 """What a stage of the chain has done: the state of its latest sweep and its best config.
 
 A stage's sweeps live in ``<paths.output_root>/<experiment_name>/<timestamp>/``; the latest is
-the one whose ``multirun.yaml`` was written last (:func:`analysis.collect.find_latest_sweep`).
+the one whose ``multirun.yaml`` was written last (:func:`analysis.readers.collect.find_latest_sweep`).
 A sweep is **finished** when every one of its jobs (``jobs.json``, else its run directories)
 ended as a result: ``completed``, ``collapsed``, ``diverged`` or ``pruned``
-(:data:`analysis.progress.FINISHED_STATUSES`, with what the scheduler says folded in); it is
+(:data:`analysis.outputs.progress.FINISHED_STATUSES`, with what the scheduler says folded in); it is
 **active** while a job may still write (pending, running, preempted and requeued). A stage's
-**winner** is the best config of its latest sweep by :func:`analysis.aggregate.rank`, the
+**winner** is the best config of its latest sweep by :func:`analysis.decisions.ranking.rank`, the
 ranking ``promote`` and the reports use: configs with a run stopped early (pruned, collapsed,
 diverged) left out, the others compared at the largest step every one of them reached; of a
-race, among the configs still in at its last look as its runs say (:func:`analysis.race.still_in`,
+race, among the configs still in at its last look as its runs say (:func:`analysis.decisions.race.looks.still_in`,
 which names where the race's record says otherwise: ``Winner.race_notes``).
 """
 
@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.aggregate import Ranking, rank
-from analysis.collect import LABEL, collect, find_latest_sweep, run_values
-from analysis.monitor import counts_text
-from analysis.progress import FINISHED_STATUSES, RunProgress, SweepProgress, scheduler_states
-from analysis.race import still_in
+from analysis.decisions.race.looks import still_in
+from analysis.decisions.ranking import Ranking, rank
+from analysis.outputs.monitor import counts_text
+from analysis.outputs.progress import FINISHED_STATUSES, RunProgress, SweepProgress
+from analysis.readers.collect import LABEL, collect, find_latest_sweep, run_values
+from analysis.readers.jobs import scheduler_states
 from grpo.run.files import RunFileError
 
 
@@ -73,7 +74,7 @@ class Winner:
     values: dict[str, Any]
     ranking: Ranking
     race_notes: tuple[str, ...] = ()
-    """Where the sweep's race record disagrees with its runs (`analysis.race.still_in`)."""
+    """Where the sweep's race record disagrees with its runs (`analysis.decisions.race.looks.still_in`)."""
 
     def describe(self) -> str:
         """``learning_rate=0.0003 (late_eval_reward 0.2500 [0.2210, 0.2790] at step 200, 1 of 2

@@ -1,5 +1,5 @@
 """The study chain: the assignment's sweeps run one after another, each starting from the winners
-of the ones before it (``python -m grpo.chain``; the chains live in ``conf/chain/``).
+of the ones before it (``python -m chain``; the chains live in ``conf/chain/``).
 
 Imports: `analysis` (the ranking that picks winners), `grpo.sweep` and below; the top layer.
 """

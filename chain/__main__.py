@@ -1,6 +1,6 @@
 """Run a chain of studies, stage after stage:
 
-    python -m grpo.chain [--chain cs336] [--stages lr_sweep,baselines] [overrides ...]
+    python -m chain [--chain cs336] [--stages lr_sweep,baselines] [overrides ...]
 
 Each stage is ``python launch.py -m +experiment=<stage> <carried values> <overrides>``, through
 the launcher the overrides choose (``cluster=slurm`` runs each stage as a SLURM job array); the
@@ -34,9 +34,9 @@ from pathlib import Path
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from analysis.monitor import INTERRUPTED, make_command
-from analysis.progress import override_key
-from grpo.chain.plan import (
+from analysis.outputs.monitor import INTERRUPTED, make_command
+from analysis.readers.jobs import override_key
+from chain.plan import (
     StagePlan,
     UserOverrides,
     compose_stage,
@@ -44,8 +44,8 @@ from grpo.chain.plan import (
     stage_root,
     winner_lookup,
 )
-from grpo.chain.results import SweepState, latest_sweep, sweep_state
-from grpo.chain.stages import CONF_DIR, Chain, load_chain
+from chain.results import SweepState, latest_sweep, sweep_state
+from chain.stages import CONF_DIR, Chain, load_chain
 from grpo.config.rules import value_errors
 from grpo.run.driver import (
     DRIVER_LOG,
@@ -217,7 +217,7 @@ def detached_or_refused(chain: Chain, indices: list[int], stage_names: list[str]
         print("\n".join(f"error: {e}" for e in errors) + "\nnothing was submitted", file=sys.stderr)
         return 2
     root.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "grpo.chain", "--chain", chain.name,
+    command = [sys.executable, "-m", "chain", "--chain", chain.name,
                *(["--stages", ",".join(stage_names)] if stage_names else []), *user.lines]
     start = driver_starter(cfg, command, root, f"chain-{chain.name}-driver", "chain", chain.name)
     try:
@@ -280,8 +280,8 @@ def budget_lines(chain: Chain, estimates: dict[int, dict | None]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m grpo.chain``."""
-    parser = argparse.ArgumentParser(prog="python -m grpo.chain", description=__doc__,
+    """The argument parser of ``python -m chain``."""
+    parser = argparse.ArgumentParser(prog="python -m chain", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chain", default="cs336",
                         help="a chain of conf/chain/ (default: cs336)")

@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from analysis.collect import LABEL, Collection, collect, gpu_hours
-from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
+from analysis.readers.collect import LABEL, Collection, collect, gpu_hours
+from analysis.readers.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.stats.comparisons import SweepComparisons, compare_sweep, problem_error
 from analysis.stats.effects import VALUE, MainEffects, main_effects
 from analysis.stats.levels import ALPHA
@@ -754,7 +754,7 @@ def compare_with(curves: SweepCurves, label: str, baseline: str) -> dict[str, fl
 def first_reaching(collection: Collection, bar: float) -> pd.DataFrame:
     """Each run's first evaluation with ``eval/reward`` at or above ``bar``: one row per run
     that reaches it (``run_id``, config label, ``seed``, ``step``, ``eval/reward``,
-    ``time/elapsed_s`` and ``gpu_hours`` at that step, as :func:`analysis.collect.gpu_hours`
+    ``time/elapsed_s`` and ``gpu_hours`` at that step, as :func:`analysis.readers.collect.gpu_hours`
     counts them), the earliest in GPU-hours (then steps) first."""
     columns = ["run_id", LABEL, "seed", "step", EVAL_REWARD, ELAPSED, "cluster.gpus_per_job"]
     steps = collection.steps

@@ -61,7 +61,7 @@ without any run directory is an error. Runs that differ only in
 ``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``; the
 configs of a promoted preset (``+promoted/<NAME>=top1,...``, ``python -m analysis promote``) are
 labelled so too, by the values their options set that differ between the runs
-(:mod:`analysis.config_names`, which the watch, the summary and the dry run read too).
+(:mod:`analysis.names.config_names`, which the watch, the summary and the dry run read too).
 
 A run is one run however it is reached: runs are identified by what they are, never by the path
 given. A sweep directory named twice (a link to it, a relative and an absolute path, the same
@@ -91,9 +91,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from analysis.config_names import config_label, naming_keys, value_of
-from analysis.formatting import LABEL, sort_key
-from analysis.run_rows import (
+from analysis.names.config_names import config_label, naming_keys, value_of
+from analysis.names.formatting import LABEL, sort_key
+from analysis.readers.run_rows import (
     ELAPSED,
     EVAL_REWARD,
     TRAIN_CLOCK,

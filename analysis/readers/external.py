@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.run_rows import parse_line
+from analysis.readers.run_rows import parse_line
 
 # what --external-x says when the file's steps are GRPO steps: drawn on the sweep's own x axis
 GRPO_STEPS = "grpo"
@@ -122,7 +122,7 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
     """``(line number, row)`` of each non-blank line, read as ``metrics.jsonl`` is
-    (:func:`analysis.collect.parse_line`), but a damaged line is an error, not skipped."""
+    (:func:`analysis.readers.collect.parse_line`), but a damaged line is an error, not skipped."""
     with path.open(errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():

@@ -15,7 +15,7 @@ Every plotting function returns the data it drew (:class:`CurveFigure` or
   the second, with the 95% interval of each cell's mean on the sweep's seed variance (none without
   one): parallel lines are additive effects, crossing ones an interaction.
 
-Titles and axes name the metric and its unit (:mod:`analysis.metric_names`); each figure
+Titles and axes name the metric and its unit (:mod:`analysis.names.metric_names`); each figure
 names the sweep(s) and their date. Runs sharing a config label are drawn as their mean with a
 band: for the validation reward the 95% interval of the mean (t over seeds; one seed: the exact
 binomial interval over the evaluation's responses), for training metrics the min-max over seeds,
@@ -24,7 +24,7 @@ own line style and marker, so equal curves stay apart and no line is told by col
 measured; a diverged or collapsed run gets an X at its last measured point, a run stopped by the
 sweep's pruner a bar at its last evaluation.
 
-External curves (:mod:`analysis.external`: an expert-iteration run's entropy, say) are drawn
+External curves (:mod:`analysis.readers.external`: an expert-iteration run's entropy, say) are drawn
 on the panel of their metric against the step, thick, grey and dashed, named in the legend
 with what their x axis counts: on the GRPO-step axis when their steps are GRPO steps, else on
 a top x axis of their own (one per kind of step), scaled to their own steps.
@@ -55,7 +55,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from analysis.aggregate import (
+from analysis.decisions.ranking import (
     BAND_TEXT,
     BEST_CRITERION,
     LATE_EVALS,
@@ -66,11 +66,11 @@ from analysis.aggregate import (
     label_curves,
     rank,
 )
-from analysis.collect import LABEL, Collection
-from analysis.external import External
-from analysis.formatting import format_value, sort_key
-from analysis.metric_names import metric_name
-from analysis.run_rows import EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
+from analysis.readers.collect import LABEL, Collection
+from analysis.readers.external import External
+from analysis.names.formatting import format_value, sort_key
+from analysis.names.metric_names import metric_name
+from analysis.readers.run_rows import EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.stats.critical import t_quantile
 from analysis.stats.effects import varying_keys
 from grpo.run.files import atomic_write, subdir

@@ -1,4 +1,4 @@
-"""Write sweep directories that follow the data contract of :mod:`analysis.collect`.
+"""Write sweep directories that follow the data contract of :mod:`analysis.readers.collect`.
 
 Used by the tests (hand-built runs with known metrics) and by ``bench/plots_time.py``
 (:func:`write_grid_sweep`, a cartesian sweep of plausible GRPO curves, seeds and unstable

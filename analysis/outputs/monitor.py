@@ -2,7 +2,7 @@
 
 While a sweep runs, the launchers (``hydra_plugins/grpo_sweeps``) show one row per job,
 refreshed in place: overrides, status, step/total, last train and validation reward, seconds
-per step and ETA; a race's runs (``analysis.race``) show their wave, under a line that says
+per step and ETA; a race's runs (``analysis.decisions.race.looks``) show their wave, under a line that says
 where the race stands. ``python -m analysis watch [SWEEP]`` (``make watch``) shows the same view
 of a running or finished sweep from any shell, with the sweep's detached driver above the runs
 (:func:`driver_lines`: pending, running or gone). When stdout is not a terminal (CI, a log file) a
@@ -35,15 +35,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from analysis.formatting import MISSING, fmt_duration, fmt_number
-from analysis.progress import (
-    FINISHED_STATUSES,
-    SUMMARY_ORDER,
-    RunProgress,
-    SweepProgress,
-    scheduler_states,
-)
-from analysis.race_record import Race
+from analysis.names.formatting import MISSING, fmt_duration, fmt_number
+from analysis.outputs.progress import FINISHED_STATUSES, SUMMARY_ORDER, RunProgress, SweepProgress
+from analysis.readers.jobs import scheduler_states
+from analysis.decisions.race.record import Race
 from grpo.run.driver import driver_state, last_log_line, read_driver
 from grpo.run.files import RunFileError
 from grpo.run.pruning import journal_problem
@@ -308,13 +303,13 @@ class SweepMonitor:
 def best_config(sweep_dir: Path) -> list[str]:
     """The best config by the report's ranking (mean late validation reward over seeds, at the
     largest step every ranked config reached; of a race, among the configs still in at its last
-    look as its runs say, ``analysis.race.still_in``) with its interval, every comparison (each config
+    look as its runs say, ``analysis.decisions.race.looks.still_in``) with its interval, every comparison (each config
     against the best one and its on-policy baseline) and how sure the pick is; what the runs
     stopped early (pruned, collapsed, diverged) spent against the full grid. First what the
     collection read once or set aside (``Collection.notes``: a run directory reached twice)."""
-    from analysis.aggregate import rank, spend
-    from analysis.collect import collect
-    from analysis.race import still_in
+    from analysis.decisions.ranking import rank, spend
+    from analysis.readers.collect import collect
+    from analysis.decisions.race.looks import still_in
 
     try:
         collection = collect([sweep_dir])

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.aggregate import (
+from analysis.decisions.ranking import (
     BEST_CRITERION,
     CRITERION_TEXT,
     Criterion,
@@ -31,8 +31,8 @@ from analysis.aggregate import (
     rank,
     spend,
 )
-from analysis.collect import LABEL, Collection
-from analysis.formatting import (
+from analysis.readers.collect import LABEL, Collection
+from analysis.names.formatting import (
     MISSING,
     difference_interval,
     fmt_difference_interval,
@@ -40,13 +40,13 @@ from analysis.formatting import (
     fmt_number,
     is_missing,
 )
-from analysis.metric_names import metric_name
-from analysis.progress import read_jobs
-from analysis.race import race_boundary, replay
-from analysis.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
+from analysis.names.metric_names import metric_name
+from analysis.readers.jobs import read_jobs
+from analysis.decisions.race.looks import race_boundary, replay
+from analysis.readers.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.stats.comparisons import FAMILY_TEXT, Comparison, Estimate
 from analysis.stats.trends import WINDOW, Trend, windows
-from analysis.trends import trends
+from analysis.decisions.trends import trends
 from grpo.config.race import BUDGET_UNIT
 from grpo.run.files import RunFileError, atomic_write, atomic_write_text
 
@@ -113,8 +113,8 @@ def _stopped(collection: Collection) -> list[str]:
 
 
 def _race(collection: Collection) -> list[str]:
-    """Each raced sweep's waves as its runs say (`analysis.race.replay`; the record,
-    `analysis.race_record.RACE_FILE`, where it disagrees, in one line): the runs of each, the
+    """Each raced sweep's waves as its runs say (`analysis.decisions.race.looks.replay`; the record,
+    `analysis.decisions.race.record.RACE_FILE`, where it disagrees, in one line): the runs of each, the
     configs that left and why, and the GPU-hours spent against the budget and the fixed grid;
     nothing for a sweep that was not a race."""
     lines: list[str] = []

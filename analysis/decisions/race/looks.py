@@ -2,7 +2,7 @@
 best get another seed (Maron and Moore's Hoeffding races, 1994; Birattari's F-Race).
 
 Wave 1 runs every config of the grid with the race's first seed; after each wave the sweep is
-read as `make plots` reads it (`analysis.collect.collect`, `analysis.aggregate.rank`) and the
+read as `make plots` reads it (`analysis.readers.collect.collect`, `analysis.decisions.ranking.rank`) and the
 configs that could still be the best -- those Hsu's constrained comparisons with the best
 (`analysis.stats.comparisons.best_bounds`, each pair on the larger of the sweep's seed variance and
 the pair's own) do not show worse than the best one -- go on to the next wave with the next seed. A config with a run stopped early (collapsed, diverged,
@@ -12,7 +12,7 @@ config is shown worse, so wave 2 gives every config its second seed, which measu
 Repeated looks: the race looks after each wave, at most `max_seeds` times, and an elimination
 at any look is a verdict. Every look compares at one level, calibrated by simulation so that a
 truly best config leaves at some look with probability `alpha` where the configs' seed variances
-are equal (`analysis.stats.race`, whose simulated look is this one, the pair rule included;
+are equal (`analysis.decisions.race.boundary`, whose simulated look is this one, the pair rule included;
 1.8 to 2.8 times Bonferroni's `alpha / max_seeds`, which spent 1.9-2.9% of an alpha of 5% with 9
 configs and 5 seeds; where tied best configs differ in seed sd the rate is higher, a limit that
 module measures). The level depends on
@@ -22,7 +22,7 @@ first look says, and the race keeps its answer. A config that leaves because a r
 
 The race ends when one config remains, when a config has had `max_seeds` seeds, or when the
 next wave would take the sweep past its budget (the sweeper prices each wave before launching
-it). `race.json` in the sweep directory (`analysis.race_record`) records each wave's jobs, seed
+it). `race.json` in the sweep directory (`analysis.decisions.race.record`) records each wave's jobs, seed
 and decision. The record summarizes, never decides: a relaunched sweeper (`RaceRunner.prepare`)
 and every reader (the report's "Race" section, the chain, promote and `make watch`: `replay`,
 `still_in`) replay the race from the runs themselves (`replay_looks`: each wave planned and
@@ -51,9 +51,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from analysis.aggregate import rank
-from analysis.collect import LABEL, Collection, collect
-from analysis.race_record import (
+from analysis.decisions.race.boundary import (
+    NONE_LEFT,
+    OVER_BUDGET,
+    Boundary,
+    Decision,
+    boundary,
+    decision,
+)
+from analysis.decisions.race.record import (
     RACE_FILE,
     Race,
     Wave,
@@ -63,7 +69,8 @@ from analysis.race_record import (
     read_race,
     short_labels,
 )
-from analysis.stats.race import NONE_LEFT, OVER_BUDGET, Boundary, Decision, boundary, decision
+from analysis.decisions.ranking import rank
+from analysis.readers.collect import LABEL, Collection, collect
 from grpo.config.race import RaceSettings
 from grpo.run.files import RunFileError
 from grpo.run.finished import Launch, run_over
@@ -73,7 +80,7 @@ def decide(collection: Collection, alive: Sequence[str], settings: RaceSettings,
            level: float) -> Decision:
     """The look after wave `wave` (1-based) at the configs `alive` (labels of `collection`),
     ranked as `make plots` ranks them at `level`, the race's calibrated level (`race_boundary`):
-    `analysis.stats.race.decision`."""
+    `analysis.decisions.race.boundary.decision`."""
     ranking = rank(collection, labels=alive, alpha=level)
     return decision(wave, list(ranking.table.index), ranking.uncertainty, ranking.excluded,
                     ranking.not_compared, settings.max_seeds, level)
