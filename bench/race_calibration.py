@@ -23,7 +23,7 @@ the runs (GPU-hours) as a share of the fixed grid of max_seeds seeds a config (g
 at seed sd 1.5; learning rate <= 55% at 1.5, <= 65% at 3); and how often the fixed grid, read by
 the same analysis at the plain 5% level, ends with one config.
 
-With ``--record`` each case's share is written to grpo/config/race_calibration.json, which the
+With ``--record`` each case's share is written to analysis/decisions/race/calibration.json, which the
 dry run of a race prints as its expected case.
 
 Usage: python bench/race_calibration.py [--races 200] [--max-seeds 5] [--workers 2] [--record]
@@ -52,11 +52,16 @@ from selection_calibration import BASE, DIGEST, EVAL_EVERY, N_EVALS, N_PROBLEMS 
 
 from analysis.decisions.race.boundary import ONE_LEFT, boundary  # noqa: E402
 from analysis.decisions.race.looks import RaceRunner  # noqa: E402
+from analysis.decisions.race.settings import (
+    CALIBRATION_FILE,
+    CalibratedCase,
+    Calibration,
+    RaceSettings,
+)
 from analysis.decisions.ranking import LATE_EVALS, rank  # noqa: E402
 from analysis.readers.collect import collect  # noqa: E402
 from analysis.readers.run_rows import EVAL_REWARD  # noqa: E402
 from analysis.readers.synthetic import config_with, write_multirun, write_run  # noqa: E402
-from grpo.config.race import CALIBRATION_FILE, CalibratedCase, Calibration, RaceSettings  # noqa: E402
 from grpo.run.outcomes import EvalOutcomes, write_outcomes  # noqa: E402
 
 GRID = [(a, b) for a in range(3) for b in range(3)]

@@ -33,6 +33,7 @@ from analysis.decisions.race.record import (
     read_race,
     without_seed,
 )
+from analysis.decisions.race.settings import Calibration, RaceSettings
 from analysis.outputs.monitor import plain_line, table, watch
 from analysis.outputs.progress import SweepProgress
 from analysis.outputs.promote import promote
@@ -40,7 +41,6 @@ from analysis.outputs.report import build_report
 from analysis.readers.collect import collect
 from analysis.readers.synthetic import config_with, write_multirun, write_run
 from chain.results import find_winner
-from grpo.config.race import Calibration, RaceSettings
 from grpo.run.files import RunFileError
 
 ROOT = Path(__file__).resolve().parents[1]

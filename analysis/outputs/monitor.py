@@ -35,10 +35,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from analysis.decisions.race.record import Race
 from analysis.names.formatting import MISSING, fmt_duration, fmt_number
 from analysis.outputs.progress import FINISHED_STATUSES, SUMMARY_ORDER, RunProgress, SweepProgress
 from analysis.readers.jobs import scheduler_states
-from analysis.decisions.race.record import Race
 from grpo.run.driver import driver_state, last_log_line, read_driver
 from grpo.run.files import RunFileError
 from grpo.run.pruning import journal_problem
@@ -307,9 +307,9 @@ def best_config(sweep_dir: Path) -> list[str]:
     against the best one and its on-policy baseline) and how sure the pick is; what the runs
     stopped early (pruned, collapsed, diverged) spent against the full grid. First what the
     collection read once or set aside (``Collection.notes``: a run directory reached twice)."""
+    from analysis.decisions.race.looks import still_in
     from analysis.decisions.ranking import rank, spend
     from analysis.readers.collect import collect
-    from analysis.decisions.race.looks import still_in
 
     try:
         collection = collect([sweep_dir])

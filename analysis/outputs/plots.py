@@ -66,10 +66,10 @@ from analysis.decisions.ranking import (
     label_curves,
     rank,
 )
-from analysis.readers.collect import LABEL, Collection
-from analysis.readers.external import External
 from analysis.names.formatting import format_value, sort_key
 from analysis.names.metric_names import metric_name
+from analysis.readers.collect import LABEL, Collection
+from analysis.readers.external import External
 from analysis.readers.run_rows import EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.stats.critical import t_quantile
 from analysis.stats.effects import varying_keys

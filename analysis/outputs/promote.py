@@ -35,10 +35,10 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from analysis.decisions.ranking import Criterion, on_policy_baseline, rank
-from analysis.readers.collect import LABEL, Collection
-from analysis.names.formatting import format_value
 from analysis.decisions.race.looks import still_in
+from analysis.decisions.ranking import Criterion, on_policy_baseline, rank
+from analysis.names.formatting import format_value
+from analysis.readers.collect import LABEL, Collection
 from grpo.config.keys import PRESET_GROUPS, PROMOTED_GROUP
 from grpo.config.rules import rule_for
 from grpo.run.files import atomic_write_text

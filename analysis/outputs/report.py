@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.decisions.race.looks import race_boundary, replay
 from analysis.decisions.ranking import (
     BEST_CRITERION,
     CRITERION_TEXT,
@@ -31,7 +32,7 @@ from analysis.decisions.ranking import (
     rank,
     spend,
 )
-from analysis.readers.collect import LABEL, Collection
+from analysis.decisions.trends import trends
 from analysis.names.formatting import (
     MISSING,
     difference_interval,
@@ -41,13 +42,12 @@ from analysis.names.formatting import (
     is_missing,
 )
 from analysis.names.metric_names import metric_name
+from analysis.readers.collect import LABEL, Collection
 from analysis.readers.jobs import read_jobs
-from analysis.decisions.race.looks import race_boundary, replay
 from analysis.readers.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.stats.comparisons import FAMILY_TEXT, Comparison, Estimate
 from analysis.stats.trends import WINDOW, Trend, windows
-from analysis.decisions.trends import trends
-from grpo.config.race import BUDGET_UNIT
+from grpo.config.rules import BUDGET_UNIT
 from grpo.run.files import RunFileError, atomic_write, atomic_write_text
 
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%

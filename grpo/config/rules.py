@@ -30,6 +30,9 @@ from grpo.run.pruning import RESOURCES
 from grpo.training.batch_plan import MAX_INT
 
 SEED_MAX = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
+BUDGET_UNIT = "GPU-hours, or CPU-hours for jobs without a GPU (cluster.gpus_per_job=0)"
+"""What `budget.gpu_hours` and `race.budget_gpu_hours` count (the cost model's unit of the jobs,
+`grpo.sweep.cost`), and what a race's spend is measured in."""
 CHECK_SEEDS = "analysis.check_seeds"
 """The key that gives a one-seed sweep's first configs a second seed, as jobs of the sweep (the
 validating sweeper's check seeds): a sweep's, never swept, never a single run's."""

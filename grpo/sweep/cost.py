@@ -52,7 +52,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig
 
-from grpo.config.race import BUDGET_UNIT
+from grpo.config.rules import BUDGET_UNIT
 from grpo.config.rules import COST_RATES as RATES
 from grpo.config.validation import load_splits
 from grpo.core.specs import CORRECTION_WEIGHS, LOSS_SPECS

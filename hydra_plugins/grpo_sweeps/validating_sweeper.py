@@ -43,11 +43,11 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from analysis.decisions.race.record import check_relaunch, short_labels, without_seed
+from analysis.decisions.race.settings import Calibration, RaceSettings
 from analysis.names.config_names import is_promoted, job_labels
 from analysis.outputs.monitor import make_command
 from analysis.readers.jobs import override_key
-from grpo.config.race import BUDGET_UNIT, Calibration, RaceSettings
-from grpo.config.rules import CHECK_SEEDS, RULES, SEED_MAX
+from grpo.config.rules import BUDGET_UNIT, CHECK_SEEDS, RULES, SEED_MAX
 from grpo.config.validation import check_config, check_installed
 from grpo.run.driver import (
     DriverRecord,

@@ -69,9 +69,9 @@ from analysis.decisions.race.record import (
     read_race,
     short_labels,
 )
+from analysis.decisions.race.settings import RaceSettings
 from analysis.decisions.ranking import rank
 from analysis.readers.collect import LABEL, Collection, collect
-from grpo.config.race import RaceSettings
 from grpo.run.files import RunFileError
 from grpo.run.finished import Launch, run_over
 

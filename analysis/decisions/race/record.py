@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.decisions.race.boundary import Decision
+from analysis.decisions.race.settings import RaceSettings
 from analysis.readers.run_rows import FINISHED_STATUSES, job_dirs
-from grpo.config.race import RaceSettings
 from grpo.run.files import RunFileError, atomic_write_text, read_json, read_status
 from grpo.run.run_config import RACE_SEED, curve_differences, describe_differences, trained_config
 

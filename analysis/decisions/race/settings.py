@@ -1,5 +1,5 @@
-"""A race's settings (`race.*`; `analysis.decisions.race.looks` says what a race is), read by the sweeper, its
-dry run and the analysis without either's imports; and the calibration of what a race spends
+"""A race's settings (`race.*`; :mod:`analysis.decisions.race.looks` says what a race is), read by
+the sweeper, its dry run and the race without pandas; and the calibration of what a race spends
 (`CALIBRATION_FILE`), which the dry run prints as the race's expected case."""
 
 from __future__ import annotations
@@ -10,10 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BUDGET_UNIT = "GPU-hours, or CPU-hours for jobs without a GPU (cluster.gpus_per_job=0)"
-"""What `budget.gpu_hours` and `race.budget_gpu_hours` count (the cost model's unit of the jobs,
-`grpo.sweep.cost`), and what a race's spend is measured in."""
-CALIBRATION_FILE = Path(__file__).with_name("race_calibration.json")
+CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 """What `bench/race_calibration.py --record` measured: simulated races with a known truth, each
 case's share of the fixed grid's GPU-hours the race spent (the dry run's expected case)."""
 
