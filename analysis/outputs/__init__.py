@@ -1,0 +1,2 @@
+"""What the analysis shows and writes: figures (`plots`), `report.md` (`report`), promoted configs
+(`promote`), and the live view of a running sweep (`progress`, `monitor`)."""
