@@ -16,6 +16,7 @@ from scipy import integrate, stats
 from analysis.stats.comparisons import (
     best_bounds,
     compare_sweep,
+    equal_variance_test,
     estimate,
     pair_test,
     pair_variance,
@@ -40,7 +41,6 @@ from analysis.stats.variance import (
     agreement_power,
     check,
     combine,
-    equal_variance_test,
     upper_bound_factor,
 )
 

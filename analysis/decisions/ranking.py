@@ -599,7 +599,7 @@ DATA_KEYS = ("data.name", "data.train_path")
 PROBLEM_SET_KEYS = ("data.name", "data.validation_path", "eval.n_examples")
 """The config keys that say which validation problems a run evaluated where its outcome files do
 not (a config without one digest over its runs): such configs that differ in one are not
-compared (analysis.stats.variance.problems_apart)."""
+compared (analysis.stats.comparisons.problems_apart)."""
 OUTCOMES_TOLERANCE = 1e-5
 """How far an outcomes file's mean may be from the logged ``eval/reward`` of its step (the file's
 rewards are rounded to 6 decimals)."""
