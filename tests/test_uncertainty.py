@@ -34,13 +34,14 @@ from analysis.stats.power import (
     power_main_effect,
     resolve,
 )
-from analysis.stats.sources import decide, lent, seed_variance
+from analysis.stats.sources import decide, seed_variance
 from analysis.stats.variance import (
     ConfigData,
     SeedVariance,
     agreement_power,
     check,
     combine,
+    lent,
     upper_bound_factor,
 )
 

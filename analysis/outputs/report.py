@@ -22,15 +22,13 @@ from analysis.decisions.ranking import (
     CRITERION_TEXT,
     Criterion,
     Ranking,
-    SweepCurves,
-    compare_with,
     config_summary,
-    first_reaching,
     on_policy_baseline,
     on_policy_labels,
     rank,
     spend,
 )
+from analysis.outputs.curves import SweepCurves, compare_with, first_reaching
 from analysis.readers.collect import LABEL, Collection
 from analysis.names.formatting import (
     MISSING,

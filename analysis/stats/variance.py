@@ -89,7 +89,7 @@ class SeedVariance:
     notes: tuple[str, ...] = ()
     inflation: float = 1.0
     """What the measured variance was multiplied by (a borrowed one inflated to its upper bound,
-    :func:`analysis.stats.sources.lent`); 1 where ``variance`` is as measured."""
+    :func:`lent`); 1 where ``variance`` is as measured."""
 
     @property
     def measured(self) -> float:
@@ -152,6 +152,20 @@ def upper_bound_factor(df: float, alpha: float = ALPHA) -> float:
     return float(df / special.chdtri(df, 1 - alpha))
 
 
+def lent(seeds: SeedVariance, text: str, outside: Sequence[str]) -> SeedVariance:
+    """``seeds`` (a source sweep's pooled variance) as a borrowed variance, ``text`` where from:
+    as it is, or inflated to its upper 95% bound where the borrowing sweep runs settings
+    ``outside`` those its source ran (``analysis.decisions.ranking.SEED_VARIANCE_KEYS``)."""
+    if not outside:
+        return SeedVariance(seeds.variance, seeds.df, "borrowed", text)
+    factor = upper_bound_factor(seeds.df)
+    shown = "; ".join(outside[:3]) + (f"; and {len(outside) - 3} more" if len(outside) > 3 else "")
+    return SeedVariance(seeds.variance * factor, seeds.df, "borrowed", (
+        f"{text}, inflated x{factor:.2f} to its upper 95% confidence bound ({seeds.variance:.3g} "
+        f"measured): this sweep runs settings that change the seed variance and that sweep did "
+        f"not ({shown})"), inflation=factor)
+
+
 AGREEMENT_RATIO = 2.0
 """The ratio of two seed variances the F test before pooling must be able to see (:func:`combine`)."""
 
@@ -183,9 +197,9 @@ def combine(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
     below = float(special.fdtr(additive.df, borrowed.df, ratio))
     p = 2 * min(below, 1 - below)
     test = f"F = {ratio:.2f} on ({df_text(additive.df)}, {df_text(borrowed.df)}) df, p {p_text(p)}"
-    lent = f", {borrowed.variance:.3g} as lent" if borrowed.inflation != 1 else ""
+    as_lent = f", {borrowed.variance:.3g} as lent" if borrowed.inflation != 1 else ""
     both = (f"the grid's additive residual ({additive.variance:.3g}) and the borrowed variance "
-            f"({borrowed.measured:.3g} as measured{lent})")
+            f"({borrowed.measured:.3g} as measured{as_lent})")
     if p < ALPHA:
         larger = additive if additive.variance > borrowed.measured else borrowed
         return larger.with_notes(
