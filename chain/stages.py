@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from grpo.training.batch_plan import CONFIG_KEYS
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 STAGE_KEYS = ("experiment", "decides", "off_policy_only", "study", "race_max_seeds")
 
 
