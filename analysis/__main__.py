@@ -27,7 +27,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.decisions.ranking import BEST_CRITERION, BORROW_KEY, CRITERIA, rank
+from analysis.decisions.ranking import BEST_CRITERION, CRITERIA, rank
+from analysis.names.config_names import BORROW_KEY
 from analysis.outputs.report import ACCURACY_BAR, write_report
 from analysis.readers.collect import (
     LABEL,

@@ -50,8 +50,8 @@ from monte_carlo import rate  # noqa: E402
 from analysis.stats.comparisons import compare_pair  # noqa: E402
 from analysis.stats.effects import VALUE, additive_variance  # noqa: E402
 from analysis.stats.levels import ALPHA  # noqa: E402
-from analysis.stats.sources import lent, seed_variance  # noqa: E402
-from analysis.stats.variance import ConfigData, SeedVariance, upper_bound_factor  # noqa: E402
+from analysis.stats.sources import seed_variance  # noqa: E402
+from analysis.stats.variance import ConfigData, SeedVariance, lent, upper_bound_factor  # noqa: E402
 
 GRID_KEYS = ("k0", "k1")
 GRID_STEP = 3.0

@@ -32,7 +32,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from analysis.decisions.ranking import BORROW_KEY, launch_variance
+from analysis.decisions.ranking import launch_variance
+from analysis.names.config_names import BORROW_KEY
 from analysis.readers.jobs import override_key
 from chain.results import Winner, find_winner, latest_sweep
 from chain.stages import CONF_DIR, Chain, Stage

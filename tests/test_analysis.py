@@ -23,8 +23,9 @@ from sweep_factory import (
 )
 
 from analysis.__main__ import main
-from analysis.decisions.ranking import BAND_TEXT, rank
+from analysis.decisions.ranking import rank
 from analysis.names.formatting import format_value
+from analysis.outputs.curves import BAND_TEXT
 from analysis.outputs.plots import plot_all, plot_heatmaps
 from analysis.outputs.report import ACCURACY_BAR, build_report, missing_jobs
 from analysis.readers.collect import (

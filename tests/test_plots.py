@@ -12,7 +12,8 @@ import pytest
 from matplotlib.colors import to_hex
 
 from analysis.__main__ import main
-from analysis.decisions.ranking import BAND_TEXT, config_summary, rank
+from analysis.decisions.ranking import config_summary, rank
+from analysis.outputs.curves import BAND_TEXT
 from analysis.outputs.plots import (
     SMALL_SWEEP,
     STOPPED,

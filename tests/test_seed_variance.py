@@ -20,7 +20,8 @@ from scipy import stats
 from sweep_factory import write_matching_outcomes
 
 from analysis.__main__ import main
-from analysis.decisions.ranking import BORROW_KEY, rank
+from analysis.decisions.ranking import rank
+from analysis.names.config_names import BORROW_KEY
 from analysis.names.formatting import difference_interval, fmt_difference_interval
 from analysis.outputs.plots import choose_layout, plot_interaction
 from analysis.outputs.report import build_report, write_report

@@ -16,6 +16,7 @@ from scipy import integrate, stats
 from analysis.stats.comparisons import (
     best_bounds,
     compare_sweep,
+    equal_variance_test,
     estimate,
     pair_test,
     pair_variance,
@@ -33,14 +34,14 @@ from analysis.stats.power import (
     power_main_effect,
     resolve,
 )
-from analysis.stats.sources import decide, lent, seed_variance
+from analysis.stats.sources import decide, seed_variance
 from analysis.stats.variance import (
     ConfigData,
     SeedVariance,
     agreement_power,
     check,
     combine,
-    equal_variance_test,
+    lent,
     upper_bound_factor,
 )
 

@@ -1,9 +1,5 @@
-"""Seed aggregation: per-config curves and summaries, ranking, on-policy baselines.
-
-Runs sharing a ``config label`` (they differ only in seed) are reduced to one curve: at each
-step the mean, min and max of the metric over the seeds that logged it, against the step or
-against the mean training wall-clock (evaluation excluded, ``TRAIN_CLOCK``) of those seeds at
-that step.
+"""The ranking of a sweep's configs: per-config summaries, the ranking, what a sweep spent and its
+on-policy baselines (the per-config curves: :mod:`analysis.outputs.curves`).
 
 Ranking (:func:`rank`, what the report, the sweep summary, ``promote`` and the study chain pick
 by): configs with a run stopped early (collapsed, diverged, pruned: ``STOPPED_STATUSES``) are left
@@ -24,7 +20,10 @@ config's 95% interval and the comparisons with the best config and the on-policy
 (:mod:`analysis.stats.comparisons`) on the seed variance of the best source the sweep has
 (:func:`seed_variance`: its seeds, the additive model of a one-seed grid, a sweep it borrows from),
 the ANOVA of the swept keys (:mod:`analysis.stats.effects`), and the runs' per-problem outcomes
-(``eval_outcomes/``) checked against their logged rewards.
+(``eval_outcomes/``) checked against their logged rewards. Everything is read before anything is
+decided: the sweep and the one it borrows from by :func:`analysis.readers.collect.collect`, the
+outcome files by :func:`analysis.readers.outcomes.late_outcomes`; the seed variance is decided
+once (:func:`analysis.stats.sources.seed_variance`) and handed to the ANOVA and the comparisons.
 """
 
 from __future__ import annotations
@@ -37,23 +36,17 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from scipy import special
 
-from analysis.readers.collect import LABEL, Collection, collect, gpu_hours
-from analysis.readers.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
+from analysis.names.config_names import BORROW_KEY
+from analysis.readers.collect import LABEL, Borrowed, Collection, read_borrowed
+from analysis.readers.outcomes import LateOutcomes, late_outcomes
+from analysis.readers.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES
 from analysis.stats.comparisons import SweepComparisons, compare_sweep, problem_error
 from analysis.stats.effects import VALUE, MainEffects, main_effects
 from analysis.stats.levels import ALPHA
-from analysis.stats.sources import lent, seed_variance
-from analysis.stats.variance import PROBLEM_SET_SEPARATOR, ConfigData, SeedVariance
-from grpo.run.outcomes import (
-    LATE_EVALS,
-    OUTCOMES_DIR,
-    late_steps,
-    outcomes_path,
-    problems_digest,
-    read_many,
-)
+from analysis.stats.sources import seed_variance
+from analysis.stats.variance import PROBLEM_SET_SEPARATOR, ConfigData, SeedVariance, lent
+from grpo.run.outcomes import LATE_EVALS, late_steps, problems_digest
 
 Criterion = Literal["late_eval_reward", "best_eval_reward", "final_eval_reward"]
 CRITERIA: tuple[Criterion, ...] = ("late_eval_reward", "best_eval_reward", "final_eval_reward")
@@ -66,97 +59,6 @@ CRITERION_TEXT = {
     "best_eval_reward": "best eval reward of each run after step 0",
     "final_eval_reward": "final eval reward of each run",
 }
-
-
-Band = Literal["range", "ci95"]
-BAND_TEXT = {"range": "band: min-max over seeds",
-             "ci95": "band: 95% interval of the mean (t over seeds, their variance pooled over "
-                     "configs; one seed: exact binomial over the evaluated responses)"}
-
-
-@dataclass(frozen=True)
-class Curve:
-    """One config's curve: mean ``y`` over ``n_runs`` seeds with its band ``lo``-``hi``
-    (:data:`BAND_TEXT`)."""
-
-    x: np.ndarray
-    y: np.ndarray
-    lo: np.ndarray
-    hi: np.ndarray
-    n_runs: int
-
-
-EMPTY = Curve(np.empty(0), np.empty(0), np.empty(0), np.empty(0), 0)
-
-
-def label_curves(steps: pd.DataFrame, metric: str, x: str = "step",
-                 band: Band = "range") -> dict[str, Curve]:
-    """The seed-aggregated curve of ``metric`` for every label, against ``step`` or ``TRAIN_CLOCK``
-    (the mean wall-clock of the seeds at each step), in one pass over the frame; ``band``
-    ``range`` is the min-max over seeds, ``ci95`` the 95% interval of the mean of a 0-1 reward:
-    Student's t with the seed variance at that step pooled over the configs (where some config
-    has two or more seeds there: the comparisons' assumption of one seed variance), else the
-    exact (Clopper-Pearson) binomial interval over the step's ``eval/n_responses`` (or
-    ``eval/n_examples``) responses with 0/1 rewards (no band where neither is known)."""
-    if metric not in steps or x not in steps:
-        return {}
-    sizes = [c for c in ("eval/n_responses", "eval/n_examples") if c in steps]
-    rows = steps.loc[steps[metric].notna(),
-                     list(dict.fromkeys([LABEL, "step", "run_id", metric, x, *sizes]))]
-    stats = rows.groupby([LABEL, "step"], sort=True)[metric].agg(["mean", "min", "max"])
-    if band == "ci95":
-        responses = (rows[sizes].bfill(axis=1).iloc[:, 0] if sizes
-                     else pd.Series(np.nan, index=rows.index))
-        grouped = rows.assign(responses=responses).groupby([LABEL, "step"], sort=True)
-        count = grouped[metric].count()
-        # the seed variance at a step, pooled over the configs there (as the comparisons pool it)
-        squares = ((count - 1) * grouped[metric].var().fillna(0.0)).groupby(level=1).sum()
-        df = (count - 1).groupby(level=1).sum()
-        at = stats.index.get_level_values(1)
-        stats["min"], stats["max"] = _interval_of_mean(
-            stats["mean"].to_numpy(float), (squares / df).reindex(at).to_numpy(float),
-            df.reindex(at).to_numpy(float), count.to_numpy(float),
-            grouped["responses"].first().to_numpy(float))
-    if x != "step":
-        stats["x"] = rows.groupby([LABEL, "step"], sort=True)[x].mean()
-    n_runs = rows.groupby(LABEL)["run_id"].nunique()
-    curves = {}
-    for label, part in stats.groupby(level=0, sort=False):
-        steps_of = part.index.get_level_values(1).to_numpy(float)
-        curves[label] = Curve(
-            x=steps_of if x == "step" else part["x"].to_numpy(float),
-            y=part["mean"].to_numpy(float), lo=part["min"].to_numpy(float),
-            hi=part["max"].to_numpy(float), n_runs=int(n_runs[label]),
-        )
-    return curves
-
-
-def _interval_of_mean(mean: np.ndarray, variance: np.ndarray, df: np.ndarray, n: np.ndarray,
-                      responses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """95% bounds of each point, the mean of ``n`` seeds (see :func:`label_curves`): t on ``df``
-    degrees of freedom with the pooled seed ``variance`` where ``df`` > 0, else the exact
-    binomial over ``responses`` for one seed; clipped to 0-1; the mean itself where there is
-    neither."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        half = special.stdtrit(np.maximum(df, 1), 1 - ALPHA / 2) * np.sqrt(variance / n)
-        k = np.round(mean * responses)  # Clopper-Pearson: quantiles of Beta(k, n-k+1), Beta(k+1, n-k)
-        lo_binomial = np.where(k > 0, special.betaincinv(k, responses - k + 1, ALPHA / 2), 0.0)
-        hi_binomial = np.where(k < responses, special.betaincinv(k + 1, responses - k, 1 - ALPHA / 2), 1.0)
-    seeds = df > 0
-    single = ~seeds & np.isfinite(responses) & (responses > 0)
-    lo = np.where(seeds, mean - half, np.where(single, lo_binomial, mean))
-    hi = np.where(seeds, mean + half, np.where(single, hi_binomial, mean))
-    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
-
-
-def value_at(curve: Curve, x: float) -> float:
-    """The curve's ``y`` at its last point (in step order) at or before ``x``, else NaN.
-
-    Mean wall-clock need not grow with the step when seeds stop at different steps, so the
-    points are not assumed sorted by ``x``.
-    """
-    before = np.flatnonzero(curve.x <= x)
-    return float(curve.y[before[-1]]) if len(before) else math.nan
 
 
 def config_summary(collection: Collection) -> pd.DataFrame:
@@ -288,17 +190,17 @@ def launch_variance(sweep: Path, cfgs: Sequence[Any]) -> SeedVariance:
     run and the chain refuse where the report will (another model, data, validation problems,
     responses per problem, evaluation steps or compared step), and inflate where it will."""
     design, at_step = planned_design(cfgs)
-    return borrow_variance(sweep, BORROW_KEY, BEST_CRITERION, at_step, design)[0]
+    return borrow_variance(read_borrowed(sweep, BORROW_KEY), BEST_CRITERION, at_step, design)[0]
 
 
-def _seeded_source(sweep: Path, head: str,
+def _seeded_source(source: Borrowed, head: str,
                    criterion: Criterion) -> tuple[Ranking, Collection] | SeedVariance:
-    """``sweep`` ranked by ``criterion`` without borrowing, and its collection, where a config of
-    it has two or more seeds; else a variance of source ``none`` saying why, after ``head``."""
-    try:
-        collection = collect([sweep])
-    except (OSError, ValueError) as error:
-        return SeedVariance.missing(f"{head}: {error}")
+    """The sweep ``source`` read, ranked by ``criterion`` without borrowing, and its collection,
+    where a config of it has two or more seeds; else a variance of source ``none`` saying why
+    (unreadable, or no seeds), after ``head``."""
+    collection = source.collection
+    if collection is None:
+        return SeedVariance.missing(f"{head}: {source.error}")
     theirs = rank(collection, criterion, borrow=False)
     if theirs.uncertainty is None or theirs.uncertainty.seeds.source != "seeds":
         return SeedVariance.missing(f"{head}: it has no config with two or more seeds")
@@ -384,10 +286,6 @@ class Ranking:
         return lines
 
 
-BORROW_KEY = "analysis.seed_variance_from"
-"""The config key naming the sweep whose seed variance a one-seed sweep borrows."""
-
-
 def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
          labels: Iterable[str] | None = None, borrow: Path | bool = True,
          alpha: float = ALPHA) -> Ranking:
@@ -427,23 +325,23 @@ def rank(collection: Collection, criterion: Criterion = BEST_CRITERION,
     if ranked.empty:
         return Ranking(criterion, ranked, excluded, {}, None, not_compared=not_compared,
                        unreached=unreached)
-    data, problems, design = config_data(collection, values, list(ranked.index), criterion)
-    source_sweep, borrowed_from = _borrowed_sweep(collection, borrow)
-    borrowed = (borrow_variance(source_sweep, borrowed_from, criterion, at_step, design,
-                                collection.runs["run_dir"])
-                if source_sweep is not None else None)
+    outcomes = late_outcomes(collection, values["late_steps"]) if criterion == "late_eval_reward" else {}
+    data, problems, design = config_data(collection, values, list(ranked.index), criterion, outcomes)
     frame = _run_frame(collection, values, criterion)
+    baselines = {label: base for label in ranked.index
+                 if (base := on_policy_baseline(collection, label, list(ranked.index))) is not None}
+    source = _borrowed_sweep(collection, borrow)
+    borrowed = (borrow_variance(source, criterion, at_step, design, collection.runs["run_dir"])
+                if source is not None else None)
     seeds = seed_variance(data, frame, collection.label_keys,
                           borrowed[0] if borrowed is not None else None,
                           f"nothing borrowed ({BORROW_KEY} is not set)")
-    baselines = {label: base for label in ranked.index
-                 if (base := on_policy_baseline(collection, label, list(ranked.index))) is not None}
-    uncertainty = compare_sweep(data, str(ranked.index[0]), baselines, at_step, seeds,
-                                problem_error(data), alpha)
     # a grid's residual (its check seeds' df included) holds the interaction: not tested apart
     effects = main_effects(frame, collection.label_keys, seeds,
                            replicated=bool((ranked["n_used"] > 1).any())
                            and seeds.source not in ("additive", "additive+borrowed"))
+    uncertainty = compare_sweep(data, str(ranked.index[0]), baselines, at_step, seeds,
+                                problem_error(data), alpha)
     near = {c.config: c.describe() for c in uncertainty.against_best()
             if c.config in uncertainty.could_be_best}
     return Ranking(criterion, ranked, excluded, near, at_step, uncertainty, not_compared,
@@ -464,33 +362,34 @@ def _run_frame(collection: Collection, values: pd.DataFrame, criterion: Criterio
     return keys.assign(**{VALUE: values[criterion]}).reset_index(drop=True)
 
 
-def _borrowed_sweep(collection: Collection, borrow: Path | bool) -> tuple[Path | None, str]:
-    """The sweep to borrow a seed variance from, and who named it."""
+def _borrowed_sweep(collection: Collection, borrow: Path | bool) -> Borrowed | None:
+    """The sweep to borrow a seed variance from, read: none (``borrow`` False), the one
+    ``borrow`` names (the command line), or the one the runs name, read with them
+    (:attr:`analysis.readers.collect.Collection.borrowed`)."""
     if borrow is False:
-        return None, ""
+        return None
     if borrow is not True:
-        return Path(borrow), "the command line"
-    named = {str(v) for v in collection.runs.get(BORROW_KEY, pd.Series(dtype=object)).dropna()}
-    if len(named) > 1:
-        return Path(sorted(named)[0]), f"{BORROW_KEY} (the runs name {len(named)} sweeps; the first)"
-    return (Path(named.pop()), BORROW_KEY) if named else (None, "")
+        return read_borrowed(Path(borrow), "the command line")
+    return collection.borrowed
 
 
-def borrow_variance(sweep: Path, named_by: str, criterion: Criterion, at_step: int,
+def borrow_variance(source: Borrowed, criterion: Criterion, at_step: int,
                     design: Design, own_runs: Iterable[str] = ()
                     ) -> tuple[SeedVariance, Collection | None, tuple[str, ...]]:
-    """The pooled seed variance of ``sweep`` at ``at_step`` (source ``borrowed``), where its
+    """The pooled seed variance of the sweep ``source`` read (:class:`Borrowed`) at ``at_step``
+    (source ``borrowed``), where its
     runs have two or more seeds a config, none of them is one of the borrowing sweep's
     (``own_runs``: their run directories; a shared run would count its seeds twice) and its
     :class:`Design` matches ``design``, inflated to its upper 95% bound where ``design`` ran
     training settings it did not (returned third); else a variance of source ``none`` saying
     why it was not borrowed (:func:`analysis.stats.sources.seed_variance` says it beside
     whatever the sweep rests on)."""
+    sweep, named_by = source.sweep, source.named_by
     head = f"cannot borrow from {sweep} (named by {named_by})"
-    source = _seeded_source(sweep, head, criterion)
-    if isinstance(source, SeedVariance):
-        return source, None, ()
-    theirs, other = source
+    seeded = _seeded_source(source, head, criterion)
+    if isinstance(seeded, SeedVariance):
+        return seeded, None, ()
+    theirs, other = seeded
     shared = {_resolved(d) for d in other.runs["run_dir"]} & {_resolved(d) for d in own_runs}
     if shared:
         return SeedVariance.missing(
@@ -548,22 +447,21 @@ def _price(collection: Collection, extra_runs: dict[str, int]) -> str:
 
 
 def config_data(collection: Collection, values: pd.DataFrame, labels: Sequence[str],
-                criterion: Criterion) -> tuple[list[ConfigData], list[str], Design]:
+                criterion: Criterion, outcomes: Mapping[str, LateOutcomes | str | None]
+                ) -> tuple[list[ConfigData], list[str], Design]:
     """Each of ``labels``' :class:`analysis.stats.variance.ConfigData` (its runs' ``criterion``
-    values, ``values``: :func:`run_values_at`, and for the late criterion their per-problem
-    outcomes averaged over the same evaluations, from ``eval_outcomes/``: None for a config
-    where a run lacks usable ones); the outcome files that could not be used, one line per run;
-    and the sweep's :class:`Design`."""
+    values, ``values``: :func:`run_values_at`, and their per-problem outcomes averaged over the
+    same evaluations, ``outcomes``: :func:`analysis.readers.outcomes.late_outcomes` by run, read
+    for the late criterion only: None for a config where a run lacks usable ones); the outcome
+    files that could not be used, one line per run; and the sweep's :class:`Design`."""
     runs = collection.runs.set_index("run_id")
-    logged = _logged_rewards(collection, values.index)
     by_label = dict(tuple(values.groupby(LABEL, sort=False)))
     configs, problems, digests, samples = [], [], set(), set()
     for label in labels:
         own = by_label[label]
         late = []
-        for run_id, steps in own["late_steps"].items():
-            found = (_late_outcomes(Path(runs.loc[run_id, "run_dir"]), steps, logged.get(run_id, {}))
-                     if criterion == "late_eval_reward" else None)
+        for run_id in own.index:
+            found = outcomes.get(run_id)
             if isinstance(found, str):
                 problems.append(f"`{run_id}`: {found}")
                 found = None
@@ -599,50 +497,7 @@ DATA_KEYS = ("data.name", "data.train_path")
 PROBLEM_SET_KEYS = ("data.name", "data.validation_path", "eval.n_examples")
 """The config keys that say which validation problems a run evaluated where its outcome files do
 not (a config without one digest over its runs): such configs that differ in one are not
-compared (analysis.stats.variance.problems_apart)."""
-OUTCOMES_TOLERANCE = 1e-5
-"""How far an outcomes file's mean may be from the logged ``eval/reward`` of its step (the file's
-rewards are rounded to 6 decimals)."""
-
-
-def _logged_rewards(collection: Collection, run_ids: Iterable[str]) -> dict[str, dict[int, float]]:
-    """Each run's logged ``eval/reward`` by step."""
-    steps = collection.steps
-    if EVAL_REWARD not in steps:
-        return {}
-    rows = steps.loc[steps["run_id"].isin(set(run_ids)) & steps[EVAL_REWARD].notna(),
-                     ["run_id", "step", EVAL_REWARD]]
-    return {run_id: dict(zip(part["step"].astype(int), part[EVAL_REWARD].astype(float), strict=True))
-            for run_id, part in rows.groupby("run_id", sort=False)}
-
-
-def _late_outcomes(run_dir: Path, steps: object, logged: dict[int, float]
-                   ) -> tuple[np.ndarray, str, int, int] | str | None:
-    """A run's per-problem rewards averaged over its evaluations at ``steps`` (N,), their
-    problems' digest, the fewest responses per problem and how many evaluations; or what is
-    wrong with its outcome files, in words (missing, unreadable, of other problems, or a mean
-    that is not the ``logged`` eval/reward of the step: then none is used)."""
-    if not isinstance(steps, tuple) or not steps:
-        return None
-    if not (run_dir / OUTCOMES_DIR).is_dir():
-        return f"no {OUTCOMES_DIR}/: its per-problem outcomes are unknown"
-    found = read_many(run_dir, steps)
-    names = {step: outcomes_path(run_dir, step).relative_to(run_dir).as_posix() for step in steps}
-    for step in steps:
-        if step not in found:
-            missing = not outcomes_path(run_dir, step).exists()
-            return f"{names[step]} is {'missing' if missing else 'unreadable or malformed'}"
-        mean = float(np.mean(found[step].reward))
-        if step in logged and abs(mean - logged[step]) > OUTCOMES_TOLERANCE:
-            return (f"{names[step]}'s mean reward {mean:.4f} is not the logged eval/reward "
-                    f"{logged[step]:.4f} of step {step}: its outcomes are not used")
-    if len({(o.digest, len(o.reward)) for o in found.values()}) != 1:
-        return f"{OUTCOMES_DIR}/ holds evaluations of different problems at steps {list(steps)}"
-    first = found[steps[0]]
-    return (np.mean([o.reward for o in found.values()], axis=0), first.digest,
-            min(o.samples_per_problem for o in found.values()), len(found))
-
-
+compared (analysis.stats.comparisons.problems_apart)."""
 @dataclass(frozen=True)
 class Spend:
     """What a sweep's runs spent (``spent``) against what its full grid would have
@@ -710,60 +565,3 @@ def on_policy_baseline(collection: Collection, label: str,
 
     candidates = [c for c in on_policy_labels(collection) if among is None or c in among]
     return max(candidates, key=shared, default=None)
-
-
-class SweepCurves:
-    """:func:`label_curves` of one steps frame, each (metric, x) computed once when first asked."""
-
-    def __init__(self, steps: pd.DataFrame) -> None:
-        self.steps = steps
-        self._cache: dict[tuple[str, str], dict[str, Curve]] = {}
-
-    def curve(self, label: str, metric: str, x: str = "step") -> Curve:
-        """The curve of ``label`` (empty when it has none)."""
-        if (metric, x) not in self._cache:
-            self._cache[metric, x] = label_curves(self.steps, metric, x)
-        return self._cache[metric, x].get(label, EMPTY)
-
-
-def label_end(curves: SweepCurves, label: str) -> dict[str, float]:
-    """Where ``label`` stopped: ``{"step": last step, TRAIN_CLOCK: mean wall-clock at it}``."""
-    curve = curves.curve(label, TRAIN_CLOCK, "step")
-    if not len(curve.x):
-        return {"step": math.nan, TRAIN_CLOCK: math.nan}
-    return {"step": float(curve.x[-1]), TRAIN_CLOCK: float(curve.y[-1])}
-
-
-def compare_with(curves: SweepCurves, label: str, baseline: str) -> dict[str, float]:
-    """Mean eval reward of ``label`` and ``baseline`` at equal steps and at equal wall-clock.
-
-    For each axis (``"step"``, ``TRAIN_CLOCK``) the compared point is where the first of the two
-    stopped (:func:`label_end`), and each side's reward is its last evaluation at or before
-    it: keys ``axis``, ``"config@" + axis`` and ``"baseline@" + axis``.
-    """
-    ends = [label_end(curves, label), label_end(curves, baseline)]
-    out: dict[str, float] = {}
-    for axis in ("step", TRAIN_CLOCK):
-        point = math.nan if any(math.isnan(e[axis]) for e in ends) else min(e[axis] for e in ends)
-        out[axis] = point
-        for side, name in (("config", label), ("baseline", baseline)):
-            out[f"{side}@{axis}"] = value_at(curves.curve(name, EVAL_REWARD, axis), point)
-    return out
-
-
-def first_reaching(collection: Collection, bar: float) -> pd.DataFrame:
-    """Each run's first evaluation with ``eval/reward`` at or above ``bar``: one row per run
-    that reaches it (``run_id``, config label, ``seed``, ``step``, ``eval/reward``,
-    ``time/elapsed_s`` and ``gpu_hours`` at that step, as :func:`analysis.readers.collect.gpu_hours`
-    counts them), the earliest in GPU-hours (then steps) first."""
-    columns = ["run_id", LABEL, "seed", "step", EVAL_REWARD, ELAPSED, "cluster.gpus_per_job"]
-    steps = collection.steps
-    if EVAL_REWARD not in steps:
-        return pd.DataFrame(columns=[*columns[:-1], "gpu_hours"])
-    rows = steps.loc[steps[EVAL_REWARD] >= bar, [c for c in columns if c in steps]]
-    first = rows.sort_values(["run_id", "step"], kind="stable").groupby("run_id").head(1)
-    first = first.reindex(columns=columns)
-    first["gpu_hours"] = [gpu_hours(elapsed, gpus) for elapsed, gpus in
-                          zip(first[ELAPSED], first["cluster.gpus_per_job"], strict=True)]
-    return (first.drop(columns="cluster.gpus_per_job")
-            .sort_values(["gpu_hours", "step"], kind="stable").reset_index(drop=True))

@@ -96,3 +96,7 @@ def job_labels(overrides: Sequence[Sequence[str]],
                          config_label({name: value_of(*run, name) for name in names}))
         labels.append(" ".join(words))
     return labels
+
+
+BORROW_KEY = "analysis.seed_variance_from"
+"""The config key naming the sweep whose seed variance a one-seed sweep borrows."""

@@ -56,18 +56,16 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from analysis.decisions.ranking import (
-    BAND_TEXT,
     BEST_CRITERION,
     LATE_EVALS,
     VALUE,
-    Curve,
     Ranking,
     config_summary,
-    label_curves,
     rank,
 )
 from analysis.names.formatting import format_value, sort_key
 from analysis.names.metric_names import metric_name
+from analysis.outputs.curves import BAND_TEXT, Curve, label_curves
 from analysis.readers.collect import LABEL, Collection
 from analysis.readers.external import External
 from analysis.readers.run_rows import EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK

@@ -23,10 +23,7 @@ from analysis.decisions.ranking import (
     CRITERION_TEXT,
     Criterion,
     Ranking,
-    SweepCurves,
-    compare_with,
     config_summary,
-    first_reaching,
     on_policy_baseline,
     on_policy_labels,
     rank,
@@ -42,6 +39,7 @@ from analysis.names.formatting import (
     is_missing,
 )
 from analysis.names.metric_names import metric_name
+from analysis.outputs.curves import SweepCurves, compare_with, first_reaching
 from analysis.readers.collect import LABEL, Collection
 from analysis.readers.jobs import read_jobs
 from analysis.readers.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK

@@ -91,7 +91,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from analysis.names.config_names import config_label, naming_keys, value_of
+from analysis.names.config_names import BORROW_KEY, config_label, naming_keys, value_of
 from analysis.names.formatting import LABEL, sort_key
 from analysis.readers.run_rows import (
     ELAPSED,
@@ -176,6 +176,9 @@ class Collection:
     set_aside: frozenset[str] = frozenset()
     """The run directories (as reached) left out as another path to a run read, or a second run
     of a config and seed: accounted for in ``notes``, not runs that are missing."""
+    borrowed: Borrowed | None = None
+    """The sweep the runs name to borrow a seed variance from (:data:`BORROW_KEY`), read with
+    them (:func:`read_borrowed`); None where they name none."""
 
     @property
     def labels(self) -> list[str]:
@@ -468,10 +471,44 @@ def sweep_dir_problem(path: Path) -> str | None:
             else f"sweep directory {path} does not exist")
 
 
-def collect(sweep_dirs: Sequence[Path]) -> Collection:
+@dataclass(frozen=True)
+class Borrowed:
+    """The sweep (``sweep``, named by ``named_by``: the config key or the command line) a seed
+    variance is borrowed from, read: its ``collection`` (without a borrowed sweep of its own), or
+    None and why it could not be read (``error``)."""
+
+    sweep: Path
+    named_by: str
+    collection: Collection | None
+    error: str = ""
+
+
+def read_borrowed(sweep: Path, named_by: str) -> Borrowed:
+    """``sweep`` read as the sweep a seed variance is borrowed from (:class:`Borrowed`): an
+    unreadable one (missing, no run, malformed files) gives its error in words, not an
+    exception."""
+    try:
+        return Borrowed(sweep, named_by, collect([sweep], borrowed=False))
+    except (OSError, ValueError) as error:
+        return Borrowed(sweep, named_by, None, str(error))
+
+
+def _named_borrowed(runs: pd.DataFrame) -> Borrowed | None:
+    """The sweep ``runs`` (a run frame) name under :data:`BORROW_KEY`, read; where they name
+    several, the first in sorted order (said in ``named_by``); None where they name none."""
+    named = sorted({str(v) for v in runs.get(BORROW_KEY, pd.Series(dtype=object)).dropna()})
+    if not named:
+        return None
+    by = BORROW_KEY if len(named) == 1 else (
+        f"{BORROW_KEY} (the runs name {len(named)} sweeps; the first)")
+    return read_borrowed(Path(named[0]), by)
+
+
+def collect(sweep_dirs: Sequence[Path], borrowed: bool = True) -> Collection:
     """Read every run of ``sweep_dirs`` into a :class:`Collection` (see the module docstring):
     each sweep directory and each run directory once however it is named, one run of a config
-    label and seed."""
+    label and seed; with ``borrowed``, the sweep the runs name to borrow a seed variance from
+    (:data:`BORROW_KEY`) too, read before anything is decided (:attr:`Collection.borrowed`)."""
     sweeps: list[SweepInfo] = []
     runs: list[_Run] = []
     notes: list[str] = []
@@ -534,7 +571,7 @@ def collect(sweep_dirs: Sequence[Path]) -> Collection:
     if ELAPSED in steps:  # runs logged before the eval-free clock existed: their total clock
         steps[TRAIN_CLOCK] = steps.get(TRAIN_CLOCK, steps[ELAPSED]).fillna(steps[ELAPSED])
     return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps, tuple(notes),
-                      frozenset(aside))
+                      frozenset(aside), _named_borrowed(run_frame) if borrowed else None)
 
 
 def _one_per_seed(runs: Sequence[_Run], summaries: Sequence[dict[str, Any]],

@@ -6,12 +6,13 @@ them with values worked out by hand or by scipy and statsmodels directly.
 
 * :mod:`~analysis.stats.levels`: the level (95%) and power (80%) every procedure works at.
 * :mod:`~analysis.stats.critical`: Student's t, Tukey's studentized range, Hsu's one-sided
-  Dunnett value (multivariate t).
-* :mod:`~analysis.stats.variance`: the seed variance, its bounds, its test of equal variances
-  and the F test before pooling two of them.
+  Dunnett value (multivariate t), Welch's df of a pair.
+* :mod:`~analysis.stats.variance`: a config's data and the seed variance, its bounds and the
+  F test before pooling two of them.
 * :mod:`~analysis.stats.sources`: which seed variance a sweep's comparisons rest on.
-* :mod:`~analysis.stats.comparisons`: a config's interval, Tukey-Kramer verdicts, Hsu's set of
-  configs that could be the best.
+* :mod:`~analysis.stats.comparisons`: which configs can be compared, the test of equal seed
+  variances, a config's interval, Tukey-Kramer verdicts, Hsu's set of configs that could be the
+  best.
 * :mod:`~analysis.stats.power`: what a design can detect, and what would decide.
 * :mod:`~analysis.stats.effects`: the ANOVA of the swept keys and a one-seed grid's residual.
 * :mod:`~analysis.stats.trends`: the other metrics' late values against the best config's.

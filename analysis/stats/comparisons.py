@@ -43,23 +43,50 @@ import numpy as np
 from scipy import special
 
 from analysis.names.formatting import DIFFERENCE_SPAN, fmt_difference_interval
-from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p
+from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p, welch_df
 from analysis.stats.levels import ALPHA, level_text, p_text
 from analysis.stats.power import Resolution, resolve
 from analysis.stats.variance import (
+    IDENTICAL,
+    PROBLEM_SET_SEPARATOR,
     ConfigData,
     SeedVariance,
     Source,
-    comparable,
-    equal_variance_test,
-    problems_apart,
-    welch_df,
 )
 
 Verdict = Literal["better", "worse", "not distinguishable", "undecided", "no interval"]
 FAMILY_TEXT = ("Tukey-Kramer simultaneous 95% intervals over every pair of ranked configs, each "
                "pair on the larger of the pooled seed variance and the two configs' own (on its "
                "own df): at most 5% of sweeps call a difference that is not there")
+
+
+def comparable(a: ConfigData, b: ConfigData) -> bool:
+    """Whether ``a`` and ``b`` were evaluated on the same problems (:func:`problems_apart`)."""
+    return problems_apart(a, b) is None
+
+OTHER_PROBLEMS = "evaluated on other validation problems"
+"""How a comparison refused for other problems begins (:func:`problems_apart` says why)."""
+
+
+def problems_apart(a: ConfigData, b: ConfigData) -> str | None:
+    """Why ``a`` and ``b`` were not evaluated on the same problems, in words, or None where they
+    were. Their outcome files decide where both configs have them (``digest``: a fingerprint of
+    the questions and answers evaluated), whatever their configs say: two configs whose
+    ``eval.n_examples`` both exceed a dataset's size, or that name one file by two paths,
+    evaluated the same problems. Only where a config has no such digest do its config keys
+    (``problem_set``) decide."""
+    if a.digest is not None and b.digest is not None:
+        return None if a.digest == b.digest else (
+            f"{OTHER_PROBLEMS}: their outcome files' problem digests differ "
+            f"({a.digest[:12]}... against {b.digest[:12]}...)")
+    if a.problem_set == b.problem_set:
+        return None
+    mine, theirs = (c.problem_set.split(PROBLEM_SET_SEPARATOR) for c in (a, b))
+    differ = [(x, y) for x, y in zip(mine, theirs, strict=False) if x != y] or [(a.problem_set,
+                                                                                 b.problem_set)]
+    return (f"{OTHER_PROBLEMS}: their configs name other problems "
+            f"({'; '.join(f'{x} against {y}' for x, y in differ)}) and no outcome files of both "
+            "say which they evaluated")
 
 
 @dataclass(frozen=True)
@@ -142,7 +169,7 @@ def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[fl
     difference's standard error is sqrt(variance x (1 / n_a + 1 / n_b)). The sweep's ``seeds``
     (usable), or the two configs' own where that is at least as large: Welch's, the variance of
     the difference s_a^2 / n_a + s_b^2 / n_b over (1 / n_a + 1 / n_b), on the
-    Welch-Satterthwaite df (:func:`~analysis.stats.variance.welch_df`: Games-Howell's, rounded
+    Welch-Satterthwaite df (:func:`~analysis.stats.critical.welch_df`: Games-Howell's, rounded
     down to a tenth), between the smaller config's n - 1 and n_a + n_b - 2. Seed variances differ across a learning-rate sweep
     (configs at a floor vary little); the sweep's pool then understates the learning configs'
     and calls differences between them that are not there (9% of all-equal sweeps of 6 learning
@@ -377,3 +404,44 @@ def compare_pair(a: ConfigData, b: ConfigData, role: str, step: int | None, seed
     verdict = ("not distinguishable" if abs(diff) <= half else "better" if diff > 0 else "worse")
     return Comparison(**{**common, "df": test.df}, diff=diff, lo=diff - half, hi=diff + half,
                       se=test.se, p_value=test.p_value, verdict=verdict)
+
+
+def equal_variance_test(configs: Sequence[ConfigData]) -> str:
+    """Brown-Forsythe's test that the configs with two or more seeds share one seed variance
+    (``scipy.stats.levene``, median-centred), in words; why there is none where fewer than two
+    configs have seeds, none of them vary, or the test cannot be made: W divides the spread of
+    the seeds' distances from their config's median between configs by their spread within a
+    config, which is 0 (up to rounding: a variance at most :data:`IDENTICAL`) where in every
+    config each seed lies as far from its median as the others: always with 2 seeds a config,
+    and where a config's seeds gave one value (W would be a division by 0, p meaningless)."""
+    from scipy import stats
+
+    seeded = [c for c in configs if c.n_seeds > 1]
+    if len(seeded) < 2 or all(np.ptp(c.seed_values) == 0 for c in seeded):
+        return "no test of equal seed variances (fewer than two configs whose seeds vary)"
+    distances = [np.abs(c.seed_values - np.median(c.seed_values)) for c in seeded]
+    within = sum(float(np.sum((d - d.mean()) ** 2)) for d in distances)
+    if within / (sum(map(len, distances)) - len(distances)) <= IDENTICAL:
+        return ("no test of equal seed variances: Brown-Forsythe cannot be made here: in each "
+                f"of the {len(seeded)} configs with 2 or more seeds every seed lies as far from "
+                f"the config's median as the others ({_why_equidistant(seeded)}), so the test has "
+                "no spread within a config to measure against (its W would divide by 0)")
+    result = stats.levene(*(c.seed_values for c in seeded), center="median")
+    verdict = ("the configs' seed variances differ: the pooled variance is their average, too "
+               "wide for some comparisons and too narrow for others" if result.pvalue < ALPHA
+               else "no sign that they differ (a test of little power with few seeds)")
+    return (f"equal seed variances, Brown-Forsythe over the {len(seeded)} configs with 2 or more "
+            f"seeds: W = {result.statistic:.2f}, p {p_text(float(result.pvalue))}: {verdict}")
+
+
+def _why_equidistant(seeded: Sequence[ConfigData]) -> str:
+    """Why each config's seeds lie equally far from its median, in words: two seeds (always),
+    one value (a floor or ceiling), or values in two equal halves."""
+    two = sum(c.n_seeds == 2 for c in seeded)
+    same = [c.label for c in seeded if c.n_seeds > 2 and np.ptp(c.seed_values) <= math.sqrt(IDENTICAL)]
+    halves = len(seeded) - two - len(same)
+    parts = [*([f"{two} config{'s' if two != 1 else ''} of 2 seeds: two seeds always are; 3 or "
+                "more seeds in a config make the test possible"] if two else []),
+             *([f"{len(same)} whose seeds all gave one value ({'; '.join(same)})"] if same else []),
+             *([f"{halves} whose seeds split into two equal halves at two values"] if halves else [])]
+    return "; ".join(parts)

@@ -1,6 +1,7 @@
 """Critical values and quantiles of the distributions the comparisons use: Student's t, Tukey's
 studentized range, and the one-sided Dunnett (multivariate t) value of Hsu's comparisons with the
-best, by quadrature."""
+best, by quadrature; and Welch's degrees of freedom of a pair of configs (:func:`welch_df`), which
+the comparisons, the power stated before launch and the race's simulated look read alike."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import functools
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
 from analysis.stats.levels import ALPHA
@@ -96,3 +98,18 @@ def mcb_critical(lambdas: tuple[float, ...], df: float, alpha: float = ALPHA) ->
         while excess(high) < 0:
             high *= 2
         return float(optimize.brentq(excess, 0.0, high, xtol=1e-7))
+
+
+def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike,
+             n_b: ArrayLike) -> np.ndarray:
+    """The Welch-Satterthwaite df of a difference of two configs' means, seed variances
+    ``variance_a`` and ``variance_b`` over ``n_a`` and ``n_b`` (>= 2) seeds: (v_a / n_a + v_b /
+    n_b)^2 / sum_i (v_i / n_i)^2 / (n_i - 1), rounded down to a tenth (so that critical values
+    cache), between the smaller config's n - 1 and n_a + n_b - 2; elementwise over arrays (a
+    0-d array for scalars). The one rule for a pair's own df: the pair rule
+    (``analysis.stats.comparisons.pair_variance``), the race's simulated look
+    (``analysis.decisions.race.boundary.look``) and the power stated before launch read it."""
+    a = np.asarray(variance_a, dtype=float) / n_a
+    b = np.asarray(variance_b, dtype=float) / n_b
+    df = (a + b) ** 2 / (a ** 2 / (np.asarray(n_a) - 1) + b ** 2 / (np.asarray(n_b) - 1))
+    return np.floor(np.round(10 * df, 6)) / 10

@@ -168,10 +168,10 @@ def additive_or_why(frame: pd.DataFrame, keys: Sequence[str]) -> SeedVariance | 
         return (f"{cells} that leaves the additive model no residual df (its "
                 f"{fit.model.exog.shape[1]} parameters fit the {len(frame)} runs exactly: a cell "
                 "missing, or too few levels)")
-    variance = SeedVariance(float(fit.scale), float(fit.df_resid), "additive",
-                            f"the residual of the additive model of the {shape} one-seed grid "
-                            f"({' + '.join(keys)}; it holds any interaction too)")
-    return variance.with_notes(_tukey_note(coded, fit, len(keys)))
+    return SeedVariance(float(fit.scale), float(fit.df_resid), "additive",
+                        f"the residual of the additive model of the {shape} one-seed grid "
+                        f"({' + '.join(keys)}; it holds any interaction too)",
+                        (_tukey_note(coded, fit, len(keys)),))
 
 
 def _tukey_note(coded: pd.DataFrame, fit, n_keys: int) -> str:  # noqa: ANN001

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from analysis.stats.critical import mcb_critical
+from analysis.stats.critical import mcb_critical, welch_df
 from analysis.stats.levels import ALPHA, POWER
-from analysis.stats.variance import welch_df
 
 MANY_SEEDS = 10
 """Seeds per config beyond which `resolve` says the difference is too small to be worth it."""
@@ -49,7 +48,7 @@ OWN_DF_NODES = 512
 def own_df(seeds: int) -> float:
     """The df a pair of configs of ``seeds`` seeds each rests on of its own
     (:func:`analysis.stats.comparisons.pair_variance`): Welch's df
-    (:func:`analysis.stats.variance.welch_df`, the pair rule's) averaged over the ratio of the two
+    (:func:`analysis.stats.critical.welch_df`, the pair rule's) averaged over the ratio of the two
     sample variances where the true ones are equal (F on (n - 1, n - 1) df, ``OWN_DF_NODES``
     quantiles), floored to a tenth: 1.3, 3.0, 4.9 and 6.7 at 2, 3, 4 and 5 seeds, not 2n - 2
     (Welch's df at equal sample variances, which stated 80% where the analysis had 67-69% at 2

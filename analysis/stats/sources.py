@@ -21,7 +21,6 @@ from analysis.stats.variance import (
     check,
     combine,
     df_text,
-    upper_bound_factor,
 )
 
 Own = Literal["seeds", "checks", "additive", "none"]
@@ -150,17 +149,3 @@ def seed_variance(configs: Sequence[ConfigData], frame: pd.DataFrame, keys: Sequ
                f"{df_text(borrowed.df)})")
         return own.with_notes(f"the borrowed variance ({borrowed.describe()}) is not used: {why}")
     return own
-
-
-def lent(seeds: SeedVariance, text: str, outside: Sequence[str]) -> SeedVariance:
-    """``seeds`` (a source sweep's pooled variance) as a borrowed variance, ``text`` where from:
-    as it is, or inflated to its upper 95% bound where the borrowing sweep runs settings
-    ``outside`` those its source ran (``analysis.decisions.ranking.SEED_VARIANCE_KEYS``)."""
-    if not outside:
-        return SeedVariance(seeds.variance, seeds.df, "borrowed", text)
-    factor = upper_bound_factor(seeds.df)
-    shown = "; ".join(outside[:3]) + (f"; and {len(outside) - 3} more" if len(outside) > 3 else "")
-    return SeedVariance(seeds.variance * factor, seeds.df, "borrowed", (
-        f"{text}, inflated x{factor:.2f} to its upper 95% confidence bound ({seeds.variance:.3g} "
-        f"measured): this sweep runs settings that change the seed variance and that sweep did "
-        f"not ({shown})"), inflation=factor)

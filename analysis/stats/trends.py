@@ -25,8 +25,8 @@ from analysis.names.formatting import LABEL
 from analysis.stats.comparisons import pair_test
 from analysis.stats.effects import VALUE
 from analysis.stats.levels import ALPHA
-from analysis.stats.sources import lent, seed_variance
-from analysis.stats.variance import ConfigData, SeedVariance
+from analysis.stats.sources import seed_variance
+from analysis.stats.variance import ConfigData, SeedVariance, lent
 
 NOT_FINITE = "no late value: a run logged a non-finite value"
 """The verdict of a config one of whose runs logged inf or nan in the late window."""
@@ -69,7 +69,7 @@ def metric_trends(metric: str, labels: Sequence[str], best: str, early: pd.Serie
     each config's early mean (by label), ``runs`` a row a run with its ``LABEL``, the swept
     ``keys`` and its late mean as ``VALUE``; ``borrowed`` the same frame of the sweep the ranking
     borrowed its seed variance from (empty: none), inflated to its upper 95% bound where this
-    sweep ran training settings ``outside`` those it ran (:func:`analysis.stats.sources.lent`)."""
+    sweep ran training settings ``outside`` those it ran (:func:`analysis.stats.variance.lent`)."""
     # a run that logged inf or nan in the window has no late value to compare: its config
     # is said apart, and kept out of the seed variance (one such run made it nan for all)
     finite = runs[VALUE].map(math.isfinite)

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from numpy.typing import ArrayLike
 from scipy import special
 
 from analysis.stats.levels import ALPHA, POWER, p_text
@@ -73,36 +72,8 @@ class ConfigData:
         return float(np.mean(self.seed_values))
 
 
-def comparable(a: ConfigData, b: ConfigData) -> bool:
-    """Whether ``a`` and ``b`` were evaluated on the same problems (:func:`problems_apart`)."""
-    return problems_apart(a, b) is None
-
-
-OTHER_PROBLEMS = "evaluated on other validation problems"
-"""How a comparison refused for other problems begins (:func:`problems_apart` says why)."""
 PROBLEM_SET_SEPARATOR = "; "
 """Between the ``key=value`` items of a ``problem_set``."""
-
-
-def problems_apart(a: ConfigData, b: ConfigData) -> str | None:
-    """Why ``a`` and ``b`` were not evaluated on the same problems, in words, or None where they
-    were. Their outcome files decide where both configs have them (``digest``: a fingerprint of
-    the questions and answers evaluated), whatever their configs say: two configs whose
-    ``eval.n_examples`` both exceed a dataset's size, or that name one file by two paths,
-    evaluated the same problems. Only where a config has no such digest do its config keys
-    (``problem_set``) decide."""
-    if a.digest is not None and b.digest is not None:
-        return None if a.digest == b.digest else (
-            f"{OTHER_PROBLEMS}: their outcome files' problem digests differ "
-            f"({a.digest[:12]}... against {b.digest[:12]}...)")
-    if a.problem_set == b.problem_set:
-        return None
-    mine, theirs = (c.problem_set.split(PROBLEM_SET_SEPARATOR) for c in (a, b))
-    differ = [(x, y) for x, y in zip(mine, theirs, strict=False) if x != y] or [(a.problem_set,
-                                                                                 b.problem_set)]
-    return (f"{OTHER_PROBLEMS}: their configs name other problems "
-            f"({'; '.join(f'{x} against {y}' for x, y in differ)}) and no outcome files of both "
-            "say which they evaluated")
 
 
 @dataclass(frozen=True)
@@ -118,7 +89,7 @@ class SeedVariance:
     notes: tuple[str, ...] = ()
     inflation: float = 1.0
     """What the measured variance was multiplied by (a borrowed one inflated to its upper bound,
-    :func:`analysis.stats.sources.lent`); 1 where ``variance`` is as measured."""
+    :func:`lent`); 1 where ``variance`` is as measured."""
 
     @property
     def measured(self) -> float:
@@ -170,21 +141,6 @@ class SeedVariance:
         return SeedVariance(math.nan, 0, "none", why)
 
 
-def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike,
-             n_b: ArrayLike) -> np.ndarray:
-    """The Welch-Satterthwaite df of a difference of two configs' means, seed variances
-    ``variance_a`` and ``variance_b`` over ``n_a`` and ``n_b`` (>= 2) seeds: (v_a / n_a + v_b /
-    n_b)^2 / sum_i (v_i / n_i)^2 / (n_i - 1), rounded down to a tenth (so that critical values
-    cache), between the smaller config's n - 1 and n_a + n_b - 2; elementwise over arrays (a
-    0-d array for scalars). The one rule for a pair's own df: the pair rule
-    (``analysis.stats.comparisons.pair_variance``), the race's simulated look
-    (``analysis.decisions.race.boundary.look``) and the power stated before launch read it."""
-    a = np.asarray(variance_a, dtype=float) / n_a
-    b = np.asarray(variance_b, dtype=float) / n_b
-    df = (a + b) ** 2 / (a ** 2 / (np.asarray(n_a) - 1) + b ** 2 / (np.asarray(n_b) - 1))
-    return np.floor(np.round(10 * df, 6)) / 10
-
-
 def df_text(df: float) -> str:
     """Degrees of freedom as written: ``9``, or ``7.4`` where not whole (Satterthwaite's)."""
     return f"{df:.0f}" if float(df).is_integer() else f"{df:.1f}"
@@ -194,6 +150,20 @@ def upper_bound_factor(df: float, alpha: float = ALPHA) -> float:
     """What a variance estimated on ``df`` degrees of freedom is multiplied by to give its
     one-sided upper 1 - ``alpha`` confidence bound: df / chi2_alpha(df) (2.54 on 10 df)."""
     return float(df / special.chdtri(df, 1 - alpha))
+
+
+def lent(seeds: SeedVariance, text: str, outside: Sequence[str]) -> SeedVariance:
+    """``seeds`` (a source sweep's pooled variance) as a borrowed variance, ``text`` where from:
+    as it is, or inflated to its upper 95% bound where the borrowing sweep runs settings
+    ``outside`` those its source ran (``analysis.decisions.ranking.SEED_VARIANCE_KEYS``)."""
+    if not outside:
+        return SeedVariance(seeds.variance, seeds.df, "borrowed", text)
+    factor = upper_bound_factor(seeds.df)
+    shown = "; ".join(outside[:3]) + (f"; and {len(outside) - 3} more" if len(outside) > 3 else "")
+    return SeedVariance(seeds.variance * factor, seeds.df, "borrowed", (
+        f"{text}, inflated x{factor:.2f} to its upper 95% confidence bound ({seeds.variance:.3g} "
+        f"measured): this sweep runs settings that change the seed variance and that sweep did "
+        f"not ({shown})"), inflation=factor)
 
 
 AGREEMENT_RATIO = 2.0
@@ -227,9 +197,9 @@ def combine(additive: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
     below = float(special.fdtr(additive.df, borrowed.df, ratio))
     p = 2 * min(below, 1 - below)
     test = f"F = {ratio:.2f} on ({df_text(additive.df)}, {df_text(borrowed.df)}) df, p {p_text(p)}"
-    lent = f", {borrowed.variance:.3g} as lent" if borrowed.inflation != 1 else ""
+    as_lent = f", {borrowed.variance:.3g} as lent" if borrowed.inflation != 1 else ""
     both = (f"the grid's additive residual ({additive.variance:.3g}) and the borrowed variance "
-            f"({borrowed.measured:.3g} as measured{lent})")
+            f"({borrowed.measured:.3g} as measured{as_lent})")
     if p < ALPHA:
         larger = additive if additive.variance > borrowed.measured else borrowed
         return larger.with_notes(
@@ -267,44 +237,3 @@ def check(own: SeedVariance, borrowed: SeedVariance) -> SeedVariance:
     return borrowed.with_notes(
         f"the check seeds ({own.text}: {own.variance:.3g}) do not show the borrowed variance "
         f"too small ({test})")
-
-
-def equal_variance_test(configs: Sequence[ConfigData]) -> str:
-    """Brown-Forsythe's test that the configs with two or more seeds share one seed variance
-    (``scipy.stats.levene``, median-centred), in words; why there is none where fewer than two
-    configs have seeds, none of them vary, or the test cannot be made: W divides the spread of
-    the seeds' distances from their config's median between configs by their spread within a
-    config, which is 0 (up to rounding: a variance at most :data:`IDENTICAL`) where in every
-    config each seed lies as far from its median as the others: always with 2 seeds a config,
-    and where a config's seeds gave one value (W would be a division by 0, p meaningless)."""
-    from scipy import stats
-
-    seeded = [c for c in configs if c.n_seeds > 1]
-    if len(seeded) < 2 or all(np.ptp(c.seed_values) == 0 for c in seeded):
-        return "no test of equal seed variances (fewer than two configs whose seeds vary)"
-    distances = [np.abs(c.seed_values - np.median(c.seed_values)) for c in seeded]
-    within = sum(float(np.sum((d - d.mean()) ** 2)) for d in distances)
-    if within / (sum(map(len, distances)) - len(distances)) <= IDENTICAL:
-        return ("no test of equal seed variances: Brown-Forsythe cannot be made here: in each "
-                f"of the {len(seeded)} configs with 2 or more seeds every seed lies as far from "
-                f"the config's median as the others ({_why_equidistant(seeded)}), so the test has "
-                "no spread within a config to measure against (its W would divide by 0)")
-    result = stats.levene(*(c.seed_values for c in seeded), center="median")
-    verdict = ("the configs' seed variances differ: the pooled variance is their average, too "
-               "wide for some comparisons and too narrow for others" if result.pvalue < ALPHA
-               else "no sign that they differ (a test of little power with few seeds)")
-    return (f"equal seed variances, Brown-Forsythe over the {len(seeded)} configs with 2 or more "
-            f"seeds: W = {result.statistic:.2f}, p {p_text(float(result.pvalue))}: {verdict}")
-
-
-def _why_equidistant(seeded: Sequence[ConfigData]) -> str:
-    """Why each config's seeds lie equally far from its median, in words: two seeds (always),
-    one value (a floor or ceiling), or values in two equal halves."""
-    two = sum(c.n_seeds == 2 for c in seeded)
-    same = [c.label for c in seeded if c.n_seeds > 2 and np.ptp(c.seed_values) <= math.sqrt(IDENTICAL)]
-    halves = len(seeded) - two - len(same)
-    parts = [*([f"{two} config{'s' if two != 1 else ''} of 2 seeds: two seeds always are; 3 or "
-                "more seeds in a config make the test possible"] if two else []),
-             *([f"{len(same)} whose seeds all gave one value ({'; '.join(same)})"] if same else []),
-             *([f"{halves} whose seeds split into two equal halves at two values"] if halves else [])]
-    return "; ".join(parts)

@@ -16,7 +16,7 @@ of them truly best), each seed's value of a config an independent standard norma
 cancels), `sims` races with common random numbers (one fixed generator seed: the same level on
 every machine). Each look is the project's rule on equal seed counts: the pooled variance of the
 configs still in, or a pair's own where at least as large (on its Welch-Satterthwaite df,
-`analysis.stats.variance.welch_df`), Hsu's one-sided critical value for the configs still in, a config leaves where its bound is below 0; a config that leaves gets no more
+`analysis.stats.critical.welch_df`), Hsu's one-sided critical value for the configs still in, a config leaves where its bound is below 0; a config that leaves gets no more
 seeds. The rate is the share of configs that leave at some look (each config truly best), and the
 level is found by bisection between `alpha / max_seeds` (whose rate is at most `alpha`) and
 `alpha` (a look never compares above the race's `alpha`). The simulated look is the race's rule
@@ -55,8 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.stats.comparisons import SweepComparisons
-from analysis.stats.critical import mcb_critical
-from analysis.stats.variance import welch_df
+from analysis.stats.critical import mcb_critical, welch_df
 
 SIMS = 4000
 """Simulated races of the calibration: the rate's Monte Carlo error is about 0.1 point."""

@@ -1,0 +1,75 @@
+"""The per-problem outcomes of the runs a ranking compares: each run's ``eval_outcomes/`` files at
+the evaluation steps its value averages, read once before the ranking decides, each checked
+against the ``eval/reward`` the run logged at that step (a file whose mean is not the logged one
+is not used, and why is said)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.readers.collect import Collection
+from analysis.readers.run_rows import EVAL_REWARD
+from grpo.run.outcomes import OUTCOMES_DIR, outcomes_path, read_many
+
+LateOutcomes = tuple[np.ndarray, str, int, int]
+"""A run's per-problem rewards averaged over its late evaluations (N,), their problems' digest,
+the fewest responses per problem and how many evaluations."""
+
+
+def late_outcomes(collection: Collection, late_steps: pd.Series
+                  ) -> dict[str, LateOutcomes | str | None]:
+    """Each run's outcomes at its late steps: ``late_steps`` maps a run id (of ``collection``) to
+    the evaluation steps its value averages (a tuple; anything else: None for that run); the
+    result maps the same run ids to its :data:`LateOutcomes`, or what is wrong with its outcome
+    files in words (:func:`_late_outcomes`)."""
+    run_dirs = collection.runs.set_index("run_id")["run_dir"]
+    logged = _logged_rewards(collection, late_steps.index)
+    return {run_id: _late_outcomes(Path(run_dirs.loc[run_id]), steps, logged.get(run_id, {}))
+            for run_id, steps in late_steps.items()}
+
+
+OUTCOMES_TOLERANCE = 1e-5
+"""How far an outcomes file's mean may be from the logged ``eval/reward`` of its step (the file's
+rewards are rounded to 6 decimals)."""
+
+
+def _logged_rewards(collection: Collection, run_ids: Iterable[str]) -> dict[str, dict[int, float]]:
+    """Each run's logged ``eval/reward`` by step."""
+    steps = collection.steps
+    if EVAL_REWARD not in steps:
+        return {}
+    rows = steps.loc[steps["run_id"].isin(set(run_ids)) & steps[EVAL_REWARD].notna(),
+                     ["run_id", "step", EVAL_REWARD]]
+    return {run_id: dict(zip(part["step"].astype(int), part[EVAL_REWARD].astype(float), strict=True))
+            for run_id, part in rows.groupby("run_id", sort=False)}
+
+
+def _late_outcomes(run_dir: Path, steps: object, logged: dict[int, float]
+                   ) -> LateOutcomes | str | None:
+    """A run's per-problem rewards averaged over its evaluations at ``steps`` (N,), their
+    problems' digest, the fewest responses per problem and how many evaluations; or what is
+    wrong with its outcome files, in words (missing, unreadable, of other problems, or a mean
+    that is not the ``logged`` eval/reward of the step: then none is used)."""
+    if not isinstance(steps, tuple) or not steps:
+        return None
+    if not (run_dir / OUTCOMES_DIR).is_dir():
+        return f"no {OUTCOMES_DIR}/: its per-problem outcomes are unknown"
+    found = read_many(run_dir, steps)
+    names = {step: outcomes_path(run_dir, step).relative_to(run_dir).as_posix() for step in steps}
+    for step in steps:
+        if step not in found:
+            missing = not outcomes_path(run_dir, step).exists()
+            return f"{names[step]} is {'missing' if missing else 'unreadable or malformed'}"
+        mean = float(np.mean(found[step].reward))
+        if step in logged and abs(mean - logged[step]) > OUTCOMES_TOLERANCE:
+            return (f"{names[step]}'s mean reward {mean:.4f} is not the logged eval/reward "
+                    f"{logged[step]:.4f} of step {step}: its outcomes are not used")
+    if len({(o.digest, len(o.reward)) for o in found.values()}) != 1:
+        return f"{OUTCOMES_DIR}/ holds evaluations of different problems at steps {list(steps)}"
+    first = found[steps[0]]
+    return (np.mean([o.reward for o in found.values()], axis=0), first.digest,
+            min(o.samples_per_problem for o in found.values()), len(found))
