@@ -9,3 +9,4 @@ batch arithmetic of a config).
 
 Imports: `grpo.run`, `grpo.rollout`, `grpo.models` and below. `batch_plan` imports nothing, so
 analysis and the config checks read it without loading torch.
+"""
