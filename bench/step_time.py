@@ -47,7 +47,9 @@ from transformers import AutoModelForCausalLM, Qwen2Config
 
 from grpo.models.rehearsal import QWEN25_MATH_15B, write_qwen_tokenizer
 from grpo.sweep.job_loss import compose_single_run, single_run_arguments
-from grpo.training.trainer import GRPOTrainer, PhaseTimer, RolloutBatch, train
+from grpo.training.rollouts import RolloutBatch
+from grpo.training.timing import PhaseTimer
+from grpo.training.trainer import GRPOTrainer, train
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("rollout", "rollout_wait", "scoring", "old_log_probs", "train", "weight_sync", "eval")

@@ -32,8 +32,8 @@ from grpo.rollout.hf import HFRolloutEngine, min_length_end_ids
 from grpo.rollout.hf_process import HFProcessRolloutEngine
 from grpo.run.checkpoint import CheckpointManager
 from grpo.run.preemption import PreemptionWatcher
+from grpo.training import learner as trainer_module
 from grpo.training import overlap
-from grpo.training import trainer as trainer_module
 from grpo.training.behaviour import LogProbMismatchError
 from grpo.training.overlap import RolloutProducer, RolloutRequest
 from grpo.training.trainer import GRPOTrainer, train

@@ -203,7 +203,7 @@ def test_default_toy_run_learns(tiny_model_dir: Path, tmp_path: Path) -> None:
 def test_micro_batch_rows_are_trimmed_after_the_last_response_token() -> None:
     import torch
 
-    from grpo.training.trainer import RolloutBatch
+    from grpo.training.rollouts import RolloutBatch
 
     mask = torch.tensor([[0, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0]], dtype=torch.float32)
     batch = RolloutBatch(
@@ -226,7 +226,9 @@ def test_nonfinite_loss_stops_every_later_optimizer_step(tiny_model_dir: Path, t
     NaN advantage in rows order[32:]; epoch 2 must not step again on order[:32]."""
     import torch
 
-    from grpo.training.trainer import GRPOTrainer, PhaseTimer, _flatten
+    from grpo.training.rollouts import flatten as _flatten
+    from grpo.training.timing import PhaseTimer
+    from grpo.training.trainer import GRPOTrainer
 
     cfg = toy_config(tiny_model_dir, "n_grpo_steps=1", "loss=grpo_clip", "off_policy.epochs=2",
                      "train_batch_size=32", "micro_batch_size=16")

@@ -1,0 +1,117 @@
+"""A GRPO step's rollouts as the learner reads them: the generated groups flattened (`flatten`),
+scored into rewards and group-normalized advantages and tokenized (`score`, phase `scoring`),
+held as a `RolloutBatch` that hands out micro-batches of rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from grpo.core.advantages import compute_group_normalized_rewards
+from grpo.core.tokenization import tokenize_prompt_and_output
+from grpo.grading.rewards import RewardFn, score_batch
+from grpo.rollout.base import Rollout
+from grpo.training.overlap import GeneratedBatch
+from grpo.training.timing import PhaseTimer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+@dataclass
+class RolloutBatch:
+    """One GRPO step's rollouts, flattened group by group (B = rollout_batch_size).
+
+    input_ids, labels: (B, T) token ids, right-padded; response_mask: (B, T) 1.0 on response
+    tokens of labels; advantages, raw_rewards: (B,); old_log_probs: (B, T) or None;
+    importance_weights: (B, T) per-token loss weights of a stale batch (grpo.core.importance) or
+    None; behaviour_log_probs: (B, T) the engine's log-probs, NaN where it gave none, when the
+    weights are taken in the training forward instead; order: (B,) the seeded permutation in
+    which rows are trained.
+    """
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    response_mask: torch.Tensor
+    advantages: torch.Tensor
+    raw_rewards: torch.Tensor
+    order: torch.Tensor
+    old_log_probs: torch.Tensor | None = None
+    importance_weights: torch.Tensor | None = None
+    behaviour_log_probs: torch.Tensor | None = None
+
+    def lengths(self, index: torch.Tensor) -> list[int]:
+        """Tokens of each row of `index` up to and including its last response token (the width
+        it takes in a micro-batch, `rows` trims after it)."""
+        positions = torch.arange(1, self.response_mask.shape[1] + 1, device=self.response_mask.device)
+        return (self.response_mask[index] * positions).amax(dim=1).long().tolist()
+
+    def rows(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The tensors of rows `index`, trimmed after their last response token."""
+        columns = self.response_mask[index].any(dim=0).nonzero()
+        length = int(columns[-1]) + 1 if len(columns) else self.response_mask.shape[1]
+        picked = {
+            "input_ids": self.input_ids[index, :length],
+            "labels": self.labels[index, :length],
+            "response_mask": self.response_mask[index, :length],
+            "advantages": self.advantages[index].unsqueeze(-1),
+            "raw_rewards": self.raw_rewards[index].unsqueeze(-1),
+        }
+        if self.old_log_probs is not None:
+            picked["old_log_probs"] = self.old_log_probs[index, :length]
+        if self.importance_weights is not None:
+            picked["importance_weights"] = self.importance_weights[index, :length]
+        if self.behaviour_log_probs is not None:
+            picked["behaviour_log_probs"] = self.behaviour_log_probs[index, :length]
+        return picked
+
+
+def flatten(generated: GeneratedBatch, group_size: int) -> tuple[list[str], list[Rollout], list[str]]:
+    """(prompt, rollout, true answer) of each rollout of a generated batch, group by group."""
+    request = generated.request
+    rollouts = [r for group in generated.groups for r in group]
+    prompts = [p for p in request.prompts for _ in range(group_size)]
+    truths = [q.answer for q in request.questions for _ in range(group_size)]
+    return prompts, rollouts, truths
+
+
+def score(
+    prompts: list[str], rollouts: list[Rollout], truths: list[str],
+    reward_fn: RewardFn, tokenizer: PreTrainedTokenizerBase, *,
+    group_size: int, advantage_eps: float, normalize_by_std: bool, seed: int,
+    device: torch.device, timer: PhaseTimer,
+) -> tuple[RolloutBatch, dict[str, float]]:
+    """The flattened rollouts (B = len(rollouts), groups of `group_size` in a row) scored by
+    `reward_fn` against `truths` (phase `scoring`), their group-normalized advantages (CS336
+    `compute_group_normalized_rewards`: minus the group mean, divided by the group std +
+    `advantage_eps` when `normalize_by_std`), tokenized with their prompts onto `device` and
+    put in the training order drawn with `seed`; and the metrics `train/*` of the rewards and
+    `train/mean_response_length` (sampled tokens)."""
+    responses = [r.text for r in rollouts]
+    with timer.phase("scoring"):
+        # graded in parallel first; the CS336 function then reads the scores back
+        scores = dict(zip(zip(responses, truths, strict=True),
+                          score_batch(reward_fn, responses, truths), strict=True))
+        advantages, raw_rewards, meta = compute_group_normalized_rewards(
+            lambda response, truth: scores[response, truth], responses, truths, group_size,
+            advantage_eps, normalize_by_std,
+        )
+    tokens = tokenize_prompt_and_output(prompts, responses, tokenizer)
+    order = torch.randperm(len(responses), generator=torch.Generator().manual_seed(seed))
+    batch = RolloutBatch(
+        input_ids=tokens["input_ids"].to(device), labels=tokens["labels"].to(device),
+        response_mask=tokens["response_mask"].to(device, torch.float32),
+        advantages=torch.as_tensor(advantages, dtype=torch.float32, device=device),
+        raw_rewards=torch.as_tensor(raw_rewards, dtype=torch.float32, device=device),
+        order=order,
+    )
+    metrics = {f"train/{k}": float(v) for k, v in meta.items() if _is_number(v)}
+    metrics["train/mean_response_length"] = float(np.mean([len(r.token_ids) for r in rollouts]))
+    return batch, metrics
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) or (torch.is_tensor(value) and value.numel() == 1)
