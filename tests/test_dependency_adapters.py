@@ -9,6 +9,7 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,43 @@ def test_a_local_submitit_job_gets_the_launcher_call_and_only_its_gpus(tmp_path:
     )
     assert result == {"overrides": ["seed=1"], "job_dir_key": "hydra.sweep.dir", "job_num": 3,
                       "job_id": "job_id_for_3", "gpus": "1,2"}
+
+
+def test_a_local_job_that_ended_without_a_result_is_reported_at_once(tmp_path: Path) -> None:
+    """A job process that exits without writing its result (as a cancelled or SIGKILLed run
+    does): once it has ended, its missing result is an error at once, not after submitit's
+    15 s wait for a shared filesystem (which held a Ctrl-C'd sweep's summary 15 s a job)."""
+
+    class ExitingLauncher(submitit_compat.BaseSubmititLauncher):
+        """Runs in the job process and leaves it at once, as a run's SystemExit does."""
+
+        def __call__(self, sweep_overrides, job_dir_key, job_num, job_id, singleton_state):  # noqa: ANN001
+            os._exit(3)
+
+    executor = submitit.LocalExecutor(folder=tmp_path / "%j")
+    job = submitit_compat.submit_sweep_job(executor, ExitingLauncher(), ["seed=1"], 0, (), timeout_min=5)
+    deadline = time.monotonic() + 120
+    while not job.done():
+        assert time.monotonic() < deadline, "the job never ended"
+        time.sleep(0.1)
+    start = time.monotonic()
+    error = job.exception()
+    waited = time.monotonic() - start
+    assert isinstance(error, submitit.core.utils.UncompletedJobError), error
+    assert "has not produced any output" in str(error)
+    assert waited < 5, f"{SUBMITIT}: a missing result took {waited:.1f} s to report"
+
+
+def test_a_moved_results_timeout_names_submitit_and_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delattr(submitit.Job, submitit_compat.RESULTS_TIMEOUT)
+    executor = submitit.LocalExecutor(folder=tmp_path / "%j")
+    with pytest.raises(submitit_compat.SubmititInternalsMoved,
+                       match=f"^{SUBMITIT}: Job.{submitit_compat.RESULTS_TIMEOUT} moved or changed"):
+        submitit_compat.submit_sweep_job(executor, submitit_compat.BaseSubmititLauncher(), [], 0, (),
+                                         timeout_min=5)
+    assert not list(tmp_path.iterdir()), "nothing was submitted"
 
 
 def test_a_changed_launcher_call_names_the_package_and_its_version(

@@ -6,9 +6,14 @@ documented use, in one place:
   singleton_state)`;
 - submitit's `LocalExecutor.update_parameters` takes `visible_gpus`, the GPU indices a job sees
   (submitit >= 1.5). It ignores keys it does not know, so a rename would silently hand every job
-  the same GPUs: tests/test_dependency_adapters.py runs a real local job and checks what it sees.
+  the same GPUs: tests/test_dependency_adapters.py runs a real local job and checks what it sees;
+- a submitit job's `_results_timeout_s` (submitit 1.5: 15 s): how long `job.exception()` and
+  `job.result()` wait for a result file that is not there yet, for a shared filesystem's lag. A
+  local job writes its result before its process ends, and one that ends without it (a run
+  cancelled by Ctrl-C or a closed terminal exits, a SIGKILLed one) never writes one: each such job
+  held the summary 15 s after it ended. `submit_sweep_job` sets it to 0 on the local jobs.
 
-A change in either raises `SubmititInternalsMoved`, naming the package and its version.
+A change in any of them raises `SubmititInternalsMoved`, naming the package and its version.
 """
 
 from __future__ import annotations
@@ -43,9 +48,12 @@ except ImportError as err:
     ) from err
 
 __all__ = [
-    "BaseSubmititLauncher", "SubmititInternalsMoved", "check_launcher_call", "launcher_call_args",
-    "submit_sweep_job",
+    "RESULTS_TIMEOUT", "BaseSubmititLauncher", "SubmititInternalsMoved", "check_launcher_call",
+    "launcher_call_args", "submit_sweep_job",
 ]
+
+# submitit.Job's wait for a missing result file (see the module docstring)
+RESULTS_TIMEOUT = "_results_timeout_s"
 
 
 def check_launcher_call() -> None:
@@ -69,9 +77,16 @@ def submit_sweep_job(
 ) -> Any:
     """Submit Hydra job `job_num` of a sweep (its `overrides`) to a `submitit.LocalExecutor`; it
     sees exactly the GPUs `gpus` (CUDA_VISIBLE_DEVICES) and is killed after `timeout_min` minutes.
-    Returns the submitit job."""
+    Returns the submitit job, which, once ended, reports a missing result at once (no wait for
+    the file: see the module docstring)."""
+    import submitit
+
+    if not isinstance(getattr(submitit.Job, RESULTS_TIMEOUT, None), int | float):
+        raise SubmititInternalsMoved("submitit", f"Job.{RESULTS_TIMEOUT}", "no such number")
     executor.update_parameters(timeout_min=timeout_min, gpus_per_node=len(gpus), visible_gpus=gpus)
-    return executor.submit(launcher, *launcher_call_args(overrides, job_num))
+    job = executor.submit(launcher, *launcher_call_args(overrides, job_num))
+    setattr(job, RESULTS_TIMEOUT, 0)
+    return job
 
 
 def launcher_call_args(overrides: Sequence[str], job_num: int) -> tuple[Any, ...]:
