@@ -228,6 +228,27 @@ def test_a_variance_is_not_borrowed_across_designs_and_says_why(tmp_path: Path) 
     assert "cannot borrow from" in rank(collect([missing])).uncertainty.seeds.text
 
 
+def test_a_named_sweep_that_breaks_its_reader_breaks_only_the_ranking_that_borrows_from_it(
+        tmp_path: Path) -> None:
+    """The sweep the runs name is read with them, but an error its reader does not turn into
+    words (a multirun.yaml whose ``hydra.sweeper.params`` is a list: AttributeError) is raised
+    only where the ranking borrows from it, as when the ranking read it itself: collecting the
+    runs, and ranking them on a sweep the command line names, go on."""
+    earlier = write_sweep(tmp_path / "lr_sweep", {"learning_rate": (1e-5, 3e-5)}, seeds=(0, 1))
+    broken = write_sweep(tmp_path / "broken", {"learning_rate": (1e-5, 3e-5)}, seeds=(0, 1))
+    (broken / "multirun.yaml").write_text("hydra:\n  sweeper:\n    params: [1, 2]\n")
+    one_seed = write_sweep(tmp_path / "one", {"learning_rate": (1e-5, 3e-5)},
+                           extra={BORROW_KEY: str(broken)})
+    collection = collect([one_seed])
+    assert len(collection.runs) == 2
+    assert rank(collection, borrow=earlier).uncertainty.seeds.source == "borrowed"
+    assert rank(collection, borrow=False).uncertainty.seeds.source == "none"
+    with pytest.raises(AttributeError):
+        rank(collection)
+    main(["collect", "--sweep", str(one_seed)])
+    assert (one_seed / "collected.parquet").exists() or (one_seed / "collected.csv").exists()
+
+
 def test_a_one_seed_grid_pools_its_residual_with_a_borrowed_variance(tmp_path: Path) -> None:
     earlier = write_sweep(tmp_path / "lr_sweep", {"learning_rate": (1e-5, 3e-5, 1e-4)},
                           seeds=(0, 1, 2), rng=4)
