@@ -12,7 +12,7 @@ variance carried into a stage that varies more) times chi2_df / df (an estimate 
 df). The verdicts: ``compare_pair`` on every pair (Tukey-Kramer over the k configs). Power: one
 config 3 seed sd better, called better than each other config.
 
-The second table is a one-seed 3x3 grid, whose additive residual (4 df, ``analysis.effects``)
+The second table is a one-seed 3x3 grid, whose additive residual (4 df, ``analysis.stats.effects``)
 can be set against the borrowed variance (10 df, taken as it is): the seed variance the analysis
 uses (``analysis.stats.sources.seed_variance``: pooled only where an F test with the power to see a
 2x difference finds them in agreement, the larger where it rejects, else the residual alone)

@@ -1,4 +1,4 @@
-"""Racing configs across seeds (analysis.decisions.race.looks, the sweeper's hydra_plugins.grpo_sweeps.racing):
+"""Racing configs across seeds (analysis.decisions.race, run for the sweeper by hydra_plugins.grpo_sweeps.validating_sweeper):
 the look after each wave on run directories written to disk at the race's calibrated level, the
 record a relaunched sweeper continues from, and the budget."""
 
