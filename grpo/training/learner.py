@@ -52,20 +52,23 @@ class Learner:
     from its rollout batch (`learn`: old log-probs, then the epochs of optimizer steps).
 
     `engine` is the rollout engine the batches come from (the minimum-length mask its
-    log-probs include); `start_step` the GRPO steps done when this process started (0, or the
-    resumed checkpoint's step: the stale-weight check runs on the first step after it);
+    log-probs include), set by whoever builds it after the learner (`GRPOTrainer`: the
+    optimizer is built first, so that a missing optimizer package fails before an engine
+    loads); `start_step` the GRPO steps done when this process started (0, or the resumed
+    checkpoint's step: the stale-weight check runs on the first step after it);
     `optimizer_steps` the optimizer steps of the whole run. `GRPOTrainer` is a Learner that
     also runs the loop.
     """
 
+    engine: RolloutEngine
+
     def __init__(self, cfg: DictConfig, policy: torch.nn.Module, precision: Precision,
-                 device: torch.device, plan: BatchPlan, engine: RolloutEngine) -> None:
+                 device: torch.device, plan: BatchPlan) -> None:
         self.cfg = cfg
         self.policy = policy
         self.precision = precision
         self.device = device
         self.plan = plan
-        self.engine = engine
         self.optimizer = self._build_optimizer()
         warmup = int(cfg.optimizer.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(

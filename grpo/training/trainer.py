@@ -106,18 +106,17 @@ class GRPOTrainer(Learner):
 
         precision = precision_of(cfg.model)
         policy, self.tokenizer = load_policy(cfg.model, device)
+        super().__init__(cfg, policy, precision, device, BatchPlan.from_config(cfg))
         template = load_prompt_template(cfg.prompt.name)
         self.prompt_of = lambda example: format_prompt(template, example.question)
         self.reward_fn = reward_fn_for(cfg.prompt.name)
         data_cfg = run_data_config(OmegaConf.to_container(cfg.data, resolve=True), cfg.eval.n_examples)
         self.validation: list[Example] = load_examples(data_cfg, "validation")
-        plan = BatchPlan.from_config(cfg)
-        self.sampler = PromptSampler(load_examples(data_cfg, "train"), plan.questions_per_step, cfg.seed)
-        engine = build_engine(
+        self.sampler = PromptSampler(load_examples(data_cfg, "train"), self.plan.questions_per_step, cfg.seed)
+        self.engine = build_engine(
             cfg.rollout, policy=policy, tokenizer=self.tokenizer,
             model_path=str(cfg.model.path), seed=cfg.seed, max_model_len=cfg.model.max_seq_len,
         )
-        super().__init__(cfg, policy, precision, device, plan, engine)
         self.staleness = int(cfg.off_policy.staleness)
         self._sampler_before: dict[int, dict[str, int]] = {}  # step -> sampler state before its draw
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
@@ -326,10 +325,14 @@ class GRPOTrainer(Learner):
         self._complete(self.start_step or None, trained_now=False)
         return read_status(self.run_dir)
 
-    def _release(self) -> dict[str, Any]:
-        """Close wandb and the rollout producer; the run's final status."""
+    def _close(self) -> None:
+        """Close wandb and the rollout producer."""
         self.tracker.finish()
         self.producer.close()
+
+    def _release(self) -> dict[str, Any]:
+        """Close wandb and the rollout producer; the run's final status."""
+        self._close()
         return read_status(self.run_dir)
 
     def _complete(self, last_step: int | None, trained_now: bool) -> None:
@@ -364,8 +367,7 @@ class GRPOTrainer(Learner):
                      f"checkpointed at step {step}, {verdict.resumes}")
         log.warning(f"run stopped at step {step}: {verdict.status} ({verdict.cause})")
         self.tracker.log(metrics, step)
-        self.tracker.finish()
-        self.producer.close()
+        self._close()
         try:
             watcher.hand_over()
         except UncompletedJobError as err:  # submitit did not requeue (e.g. max_num_timeout reached)
