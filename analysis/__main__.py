@@ -54,14 +54,16 @@ def latest_sweep(outputs: Path) -> Path:
                                 "or `python launch.py -m ...`") from error
 
 
-def _collect(args: argparse.Namespace) -> Collection:
+def _collect(args: argparse.Namespace, ranks: bool) -> Collection:
     """The sweeps of ``--sweep`` and ``--sweeps``, else the latest under ``--outputs``,
-    collected; what the collection read once or set aside is printed, a line each."""
+    collected; what the collection read once or set aside is printed, a line each. The sweep
+    the runs name to borrow a seed variance from is read with them only where the command
+    ranks them (``ranks``)."""
     sweeps = [*args.sweep, *map(Path, shlex.split(args.sweeps or ""))]
     borrow = getattr(args, "seed_variance_from", None)
     if borrow is not None and (problem := sweep_dir_problem(borrow)) is not None:
         raise FileNotFoundError(f"--seed-variance-from: {problem}")
-    collection = collect(sweeps or [latest_sweep(args.outputs)])
+    collection = collect(sweeps or [latest_sweep(args.outputs)], borrowed=ranks)
     for note in collection.notes:
         print(note)
     return collection
@@ -95,7 +97,7 @@ def output_dir(collection: Collection) -> Path:
 
 def cmd_collect(args: argparse.Namespace) -> None:
     """Save the collected frame and print a one-line summary per run."""
-    collection = _collect(args)
+    collection = _collect(args, ranks=False)
     path = save_steps(collection, args.out or output_dir(collection) / "collected")
     print(collection.runs[["run_id", LABEL, "seed", "status", "steps_done"]]
           .to_string(index=False))
@@ -114,7 +116,7 @@ def cmd_plots(args: argparse.Namespace) -> None:
     axes = _per_file(args.external_x, paths, "--external-x", share=True)
     externals = [curve for path, label, x in zip(paths, labels, axes, strict=True)
                  for curve in read_external(path, args.external_metric, label, x)]
-    collection = _collect(args)
+    collection = _collect(args, ranks=True)
     sweep = output_dir(collection)
     if len(collection.sweeps) > 1:
         print(f"overlay of {len(collection.sweeps)} sweeps: written into {sweep}/ (each sweep's "
@@ -149,7 +151,7 @@ def cmd_promote(args: argparse.Namespace) -> None:
     from analysis.outputs.promote import check_arguments, promote
 
     check_arguments(args.name, args.top_k, args.steps)  # before the sweep is read
-    collection = _collect(args)
+    collection = _collect(args, ranks=True)
     promotion = promote(collection, args.top_k, args.criterion, args.name, args.steps,
                         args.conf_dir, borrow=args.seed_variance_from or True,
                         overwrite=args.overwrite)
