@@ -135,6 +135,21 @@ def test_several_sweeps_and_missing_multirun_yaml(sweep: Path, tmp_path: Path) -
     assert len(both.runs) == 10
 
 
+@pytest.mark.parametrize("text", ["- a list", "hydra: {sweeper: {params: [1, 2]}}",
+                                  "hydra: {overrides: {task: 'x=1'}}",
+                                  "hydra: {overrides: {task: ['==']}}", "hydra: {{"])
+def test_a_crafted_multirun_yaml_is_said_and_the_runs_overrides_read(tmp_path: Path,
+                                                                     text: str) -> None:
+    sweep = second_sweep(tmp_path / "crafted")
+    (sweep / "multirun.yaml").write_text(text + "\n")
+    with pytest.raises(ValueError, match="multirun.yaml"):
+        read_swept(sweep)
+    coll = collect([sweep])
+    assert coll.sweeps[0].swept == {"train_batch_size": ["384", "512"]}
+    (note,) = coll.notes
+    assert "multirun.yaml" in note and "read from the runs' overrides" in note
+
+
 def test_command_line_override_replaces_sweeper_param(tmp_path: Path) -> None:
     write_multirun(tmp_path, ["seed=3", "learning_rate=1e-5,2e-5"], params={"seed": "0,1"})
     assert read_swept(tmp_path) == {"learning_rate": ["1e-05", "2e-05"]}

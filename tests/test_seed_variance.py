@@ -228,23 +228,23 @@ def test_a_variance_is_not_borrowed_across_designs_and_says_why(tmp_path: Path) 
     assert "cannot borrow from" in rank(collect([missing])).uncertainty.seeds.text
 
 
-def test_a_named_sweep_that_breaks_its_reader_breaks_only_the_ranking_that_borrows_from_it(
-        tmp_path: Path) -> None:
-    """The sweep the runs name is read with them, but an error its reader does not turn into
-    words (a multirun.yaml whose ``hydra.sweeper.params`` is a list: AttributeError) is raised
-    only where the ranking borrows from it, as when the ranking read it itself: collecting the
-    runs, and ranking them on a sweep the command line names, go on."""
-    earlier = write_sweep(tmp_path / "lr_sweep", {"learning_rate": (1e-5, 3e-5)}, seeds=(0, 1))
+def test_a_named_sweep_with_a_crafted_multirun_yaml_is_read_from_its_runs(tmp_path: Path) -> None:
+    """The sweep the runs name to borrow from is read with them; where its multirun.yaml is not
+    shaped as Hydra writes it (``hydra.sweeper.params`` a list), its swept keys are read from its
+    runs' overrides and that is said in its collection's notes: the borrow is as from the intact
+    sweep, and collecting the runs goes on."""
+    intact = write_sweep(tmp_path / "intact", {"learning_rate": (1e-5, 3e-5)}, seeds=(0, 1))
     broken = write_sweep(tmp_path / "broken", {"learning_rate": (1e-5, 3e-5)}, seeds=(0, 1))
     (broken / "multirun.yaml").write_text("hydra:\n  sweeper:\n    params: [1, 2]\n")
     one_seed = write_sweep(tmp_path / "one", {"learning_rate": (1e-5, 3e-5)},
                            extra={BORROW_KEY: str(broken)})
     collection = collect([one_seed])
     assert len(collection.runs) == 2
-    assert rank(collection, borrow=earlier).uncertainty.seeds.source == "borrowed"
-    assert rank(collection, borrow=False).uncertainty.seeds.source == "none"
-    with pytest.raises(AttributeError):
-        rank(collection)
+    (note,) = collection.borrowed.collection.notes
+    assert "broken/multirun.yaml: hydra.sweeper.params is not a mapping" in note
+    seeds = rank(collection).uncertainty.seeds
+    as_intact = rank(collection, borrow=intact).uncertainty.seeds
+    assert seeds.source == "borrowed" and (seeds.variance, seeds.df) == (as_intact.variance, 2)
     main(["collect", "--sweep", str(one_seed)])
     assert (one_seed / "collected.parquet").exists() or (one_seed / "collected.csv").exists()
 

@@ -88,6 +88,7 @@ import numpy as np
 import pandas as pd
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -294,19 +295,32 @@ def _trained_record(run_dir: Path, problems: list[str]) -> dict[str, Any] | None
 
 
 def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
-    """Swept keys and values of a sweep from its ``multirun.yaml`` (None when it has none)."""
+    """Swept keys and values of a sweep from its ``multirun.yaml`` (None when it has none).
+
+    Raises ValueError, naming the file, where it is unreadable or not shaped as Hydra writes it
+    (``hydra.sweeper.params`` a mapping, ``hydra.overrides.task`` a list of overrides)."""
+    path = sweep_dir / "multirun.yaml"
     try:
-        multirun = _load_yaml(sweep_dir / "multirun.yaml")
-    except (OSError, ValueError, yaml.YAMLError, RecursionError, OmegaConfBaseException):
-        multirun = None  # unreadable: the swept keys are found from the runs' overrides
+        multirun = _load_yaml(path)
+    except (OSError, ValueError, yaml.YAMLError, RecursionError, OmegaConfBaseException) as err:
+        raise ValueError(f"{path} is unreadable ({type(err).__name__})") from err
     if multirun is None:
         return None
+    if not isinstance(multirun, DictConfig):
+        raise ValueError(f"{path} is not a mapping")
     params = OmegaConf.select(multirun, "hydra.sweeper.params", default=None)
     task = OmegaConf.select(multirun, "hydra.overrides.task", default=None)
+    if not isinstance(params, DictConfig | None) or not isinstance(task, ListConfig | None):
+        raise ValueError(f"{path}: hydra.sweeper.params is not a mapping or hydra.overrides.task "
+                         "not a list")
     lines = [f"{k}={v}" for k, v in (OmegaConf.to_container(params) if params else {}).items()]
     lines += list(OmegaConf.to_container(task)) if task else []
+    try:
+        overrides = _parse_overrides(lines)
+    except OverrideParseException as err:
+        raise ValueError(f"{path} holds an override Hydra cannot parse") from err
     final: dict[str, list[str] | None] = {}
-    for override in _parse_overrides(lines):
+    for override in overrides:
         key = override.key_or_group
         final.pop(key, None)  # re-insert so the order follows the last mention, as Hydra does
         is_sweep = override.is_sweep_override()
@@ -551,7 +565,11 @@ def collect(sweep_dirs: Sequence[Path], borrowed: bool = True) -> Collection:
                 continue
             raise ValueError(f"sweep directory {sweep_dir} holds no run (no job directory 0/, "
                              "1/, ...): nothing to collect; pass the directory of a sweep")
-        swept = read_swept(sweep_dir)
+        try:
+            swept = read_swept(sweep_dir)
+        except ValueError as err:
+            notes.append(f"{err}: the swept keys are read from the runs' overrides")
+            swept = None
         if swept is None:
             swept = {k: sorted({r.overrides[k] for r in sweep_runs if k in r.overrides})
                      for k in _varying_override_keys(sweep_runs)}
