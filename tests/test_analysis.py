@@ -473,6 +473,24 @@ def test_cli_plots_latest_sweep_with_external(sweep: Path, tmp_path: Path,
 # ------------------------------------------------------------------ what could not be used
 
 
+def test_a_completed_run_whose_log_lost_its_last_rows_is_named_where_the_compared_step_moves(
+        tmp_path: Path) -> None:
+    """A completed run whose metrics.jsonl ends before the step its status.json records moves the
+    step every config is compared at: the report names it and says so, never silently."""
+    sweep = tmp_path / "s"
+    write_multirun(sweep, ["seed=0,1,2"])
+    for job in range(3):
+        write_run(sweep / str(job), {"seed": job}, rows(0, range(10 if job else 7)),
+                  {"status": "completed", "last_step": 9})
+    coll = collect([sweep])
+    problems = dict(zip(coll.runs["job"], coll.runs["problems"], strict=True))
+    assert problems == {0: "metrics.jsonl ends at step 6, status.json says step 9 was reached: "
+                           "rows were lost, the run counts to step 6", 1: "", 2: ""}
+    assert rank(coll).at_step == 6
+    section = build_report(coll, sweep).split("## Runs with missing or unreadable data")[1]
+    assert f"- `{sweep.parent.name}/s/0` (status completed): metrics.jsonl ends at step 6" in section
+
+
 def test_report_lists_runs_it_could_not_use_and_counts_only_runs_with_data(tmp_path: Path) -> None:
     sweep = tmp_path / "s"
     write_multirun(sweep, ["seed=0,1,2,3,4"])

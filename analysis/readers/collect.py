@@ -380,6 +380,11 @@ class _Run:
             metrics = path / "metrics.jsonl"
             problems.append("metrics.jsonl holds no step" if metrics.exists() else "no metrics.jsonl")
         status, status_problem = read_status(path, bool(log.rows))
+        recorded, logged = status.get("last_step"), log.rows[-1]["step"] if log.rows else None
+        if logged is not None and type(recorded) is int and recorded > logged:
+            problems.append(f"metrics.jsonl ends at step {logged}, status.json says step "
+                            f"{recorded} was reached: rows were lost, the run counts to step "
+                            f"{logged}")
         return _Run(
             sweep=sweep,
             path=path,
