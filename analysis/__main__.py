@@ -168,7 +168,10 @@ def cmd_watch(args: argparse.Namespace) -> None:
     """Follow a sweep until no run is active (or once), then print its summary."""
     from analysis.outputs.monitor import watch
 
-    sweep = args.sweep_dir or latest_sweep(args.outputs)
+    if args.sweep_dir and args.sweep and args.sweep_dir != args.sweep:
+        raise SystemExit(f"error: two sweeps to watch ({args.sweep_dir} and {args.sweep}): "
+                         "watch follows one; give it once, as SWEEP_DIR or --sweep")
+    sweep = args.sweep_dir or args.sweep or latest_sweep(args.outputs)
     if (problem := sweep_dir_problem(sweep)) is not None:
         raise FileNotFoundError(problem)
     watch(sweep, once=args.once, interval_s=args.interval)
@@ -244,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
                               help="live view of a running or finished sweep")
     sub.add_argument("sweep_dir", nargs="?", type=Path,
                      help="sweep directory; default: latest under --outputs")
+    sub.add_argument("--sweep", type=Path, help="the sweep directory, as plots takes it "
+                                                "(the same as SWEEP_DIR)")
     sub.add_argument("--once", action="store_true", help="show the runs once and stop")
     sub.add_argument("--interval", type=float, default=2.0,
                      help="seconds between refreshes (default: 2)")

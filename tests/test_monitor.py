@@ -285,6 +285,10 @@ def test_watch_command_shows_a_finished_sweep_and_stops(sweep: Path,
     assert lines[0] == f"Sweep directory: {sweep}"
     assert f"Sweep {sweep}: 5 runs: 4 completed, 1 collapsed" in lines
     assert "Resumed: #0 from step 8" in lines
+    main(["watch", "--sweep", str(sweep), "--once"])  # the sweep as plots takes it
+    assert f"Sweep {sweep}: 5 runs: 4 completed, 1 collapsed" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="two sweeps to watch .* give it once"):
+        main(["watch", str(sweep), "--sweep", str(sweep.parent), "--once"])
     main(["watch", "--outputs", str(sweep.parents[1]), "--once"])  # the latest sweep
     assert f"Sweep {sweep}: 5 runs: 4 completed, 1 collapsed" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no sweep .* run one first, e.g. `make demo`"):
