@@ -534,6 +534,40 @@ def test_a_value_swept_twice_is_one_line_naming_key_and_values(tmp_path: Path, s
     assert not list(tmp_path.rglob("*"))
 
 
+@pytest.mark.parametrize(("swept", "keys"), [
+    (["logging.progress_every=1,2"], "logging.progress_every"),
+    (["n_grpo_steps=4,8", "eval.n_examples=5,10"], "eval.n_examples, n_grpo_steps"),
+    (["cluster=local,slurm_cpu", "learning_rate=1e-4,3e-4"], "cluster"),
+    (["+health.zero_reward_patience=10,20"], "+health.zero_reward_patience"),
+])
+def test_a_key_that_does_not_define_a_config_is_refused_when_swept(
+        tmp_path: Path, swept: list[str], keys: str) -> None:
+    """`logging.progress_every=1,2 seed=0,1` trains each config and seed twice under two names:
+    their pooled seed variance would claim 2 df from 1 difference. Refused in one line."""
+    out = launch("-m", "model=tiny", "data=toy", "rollout=hf", *swept, "seed=0,1",
+                 f"paths.output_root={tmp_path}", "dry_run=true")
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    they = "they say" if ", " in keys else "it says"
+    assert lines[0] == (f"error: {keys} cannot be swept: {they} how a config is run, measured, "
+                        "logged or stopped, not what it is (grpo.run.run_config.sweepable): each "
+                        "config would be trained again under each value, the same runs under "
+                        "other names, and their seeds counted twice; give one value; nothing was "
+                        "submitted")
+    assert not list(tmp_path.rglob("*"))
+
+
+def test_the_keys_a_sweep_may_vary_are_the_seed_and_those_that_define_a_config() -> None:
+    from grpo.run.run_config import sweepable
+
+    assert all(map(sweepable, ("seed", "+seed", "learning_rate", "loss", "off_policy.epochs",
+                               "model", "prompt", "rollout", "data.max_operand")))
+    assert not any(map(sweepable, ("n_grpo_steps", "eval.eval_every", "health", "logging.x",
+                                   "cluster.cpus_per_job", "pruning", "race.max_seeds",
+                                   "analysis.check_seeds", "hydra.sweep.dir", "paths.qwen_model",
+                                   "rollout.stale_check_every", "checkpoint.keep_last")))
+
+
 def test_the_jobs_of_a_message_are_named_in_runs() -> None:
     from hydra_plugins.grpo_sweeps.validating_sweeper import job_set
 

@@ -199,8 +199,11 @@ def test_the_reference_pages_are_made_from_their_owners() -> None:
     meaning, a parser's option, a registry's name."""
     gen = _gen_pages()
     keys = gen.config_keys_page()
-    assert ("| `eval.samples_per_problem` |" in keys and "| `learning_rate` | `1.0e-05` | a number > 0 |"
+    assert ("| `eval.samples_per_problem` |" in keys and "| `learning_rate` | `1.0e-05` | a number > 0 | yes |"
             in keys)
+    assert "| `seed` | `0` |" in keys and "| `logging.progress_every` | `" in keys
+    assert keys.split("| `seed` |")[1].split("|")[2] == " yes "
+    assert keys.split("| `logging.progress_every` |")[1].split("|")[2] == " no "
     assert "`loss=grpo_clip`: `0.2`" in keys  # a key only a non-default option sets
     groups = gen.config_groups_page()
     assert "| `reinforce_with_baseline` (default) |" in groups

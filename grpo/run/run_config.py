@@ -105,6 +105,12 @@ def defines_config(key: str) -> bool:
     return not any(_listed(k, MAY_CHANGE) or _listed(k, NOT_A_CONFIG) for k in (dotted, dotted + "."))
 
 
+def sweepable(key: str) -> bool:
+    """Whether a sweep may give `key` several values: the seed, or a key that `defines_config`
+    (any other is how a config is run, measured, logged or stopped: one value a sweep)."""
+    return key.lstrip("+") == "seed" or defines_config(key.lstrip("+"))
+
+
 def _same(old: Any, new: Any) -> bool:
     if isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new):
         return True

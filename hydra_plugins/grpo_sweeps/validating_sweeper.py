@@ -61,7 +61,7 @@ from grpo.run.files import RunDirError
 from grpo.run.finished import Launch
 from grpo.run.lock import sweep_lock
 from grpo.run.pruning import OFF
-from grpo.run.run_config import resolved, resume_refusal
+from grpo.run.run_config import resolved, resume_refusal, sweepable
 from grpo.sweep.cost import ESTIMATE_FILE_ENV, SweepEstimate, estimate, write_estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
@@ -576,6 +576,15 @@ class ValidatingSweeper(BasicSweeper):
             print(f"error: {', '.join(wide)} cannot be swept: pruning, budget and race hold for "
                   "the whole sweep (one pruner compares its runs); give one value; nothing was "
                   "submitted", file=sys.stderr)
+            sys.exit(2)
+        how_run = sorted(k for k in swept if k.lstrip("+") != CHECK_SEEDS and not sweepable(k))
+        if how_run:
+            they = "they say" if len(how_run) > 1 else "it says"
+            print(f"error: {', '.join(how_run)} cannot be swept: {they} how a config is run, "
+                  "measured, logged or stopped, not what it is (grpo.run.run_config.sweepable): "
+                  "each config would be trained again under each value, the same runs under other "
+                  "names, and their seeds counted twice; give one value; nothing was submitted",
+                  file=sys.stderr)
             sys.exit(2)
         racing = self.config.race.get("max_seeds") is not None
         if racing and "seed" in swept:
