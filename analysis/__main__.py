@@ -168,10 +168,12 @@ def cmd_watch(args: argparse.Namespace) -> None:
     """Follow a sweep until no run is active (or once), then print its summary."""
     from analysis.outputs.monitor import watch
 
-    if args.sweep_dir and args.sweep and args.sweep_dir != args.sweep:
-        raise SystemExit(f"error: two sweeps to watch ({args.sweep_dir} and {args.sweep}): "
+    given = [p for p in (args.sweep_dir, *args.sweep) if p is not None]
+    distinct = list({p.resolve(): p for p in reversed(given)}.values())[::-1]  # first spellings
+    if len(distinct) > 1:
+        raise SystemExit(f"error: two sweeps to watch ({' and '.join(map(str, distinct))}): "
                          "watch follows one; give it once, as SWEEP_DIR or --sweep")
-    sweep = args.sweep_dir or args.sweep or latest_sweep(args.outputs)
+    sweep = given[0] if given else latest_sweep(args.outputs)
     if (problem := sweep_dir_problem(sweep)) is not None:
         raise FileNotFoundError(problem)
     watch(sweep, once=args.once, interval_s=args.interval)
@@ -247,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
                               help="live view of a running or finished sweep")
     sub.add_argument("sweep_dir", nargs="?", type=Path,
                      help="sweep directory; default: latest under --outputs")
-    sub.add_argument("--sweep", type=Path, help="the sweep directory, as plots takes it "
-                                                "(the same as SWEEP_DIR)")
+    sub.add_argument("--sweep", action="append", type=Path, default=[],
+                     help="the sweep directory, as plots takes it (the same as SWEEP_DIR)")
     sub.add_argument("--once", action="store_true", help="show the runs once and stop")
     sub.add_argument("--interval", type=float, default=2.0,
                      help="seconds between refreshes (default: 2)")

@@ -137,7 +137,10 @@ def test_several_sweeps_and_missing_multirun_yaml(sweep: Path, tmp_path: Path) -
 
 @pytest.mark.parametrize("text", ["- a list", "hydra: {sweeper: {params: [1, 2]}}",
                                   "hydra: {overrides: {task: 'x=1'}}",
-                                  "hydra: {overrides: {task: ['==']}}", "hydra: {{"])
+                                  "hydra: {overrides: {task: ['==']}}", "hydra: {{",
+                                  # nothing said swept: the two configs would be one, one set aside
+                                  "", "hydra: {}", "hydra: {overrides: {task: null}}",
+                                  "hydra: {overrides: {task: [[train_batch_size=1]]}}"])
 def test_a_crafted_multirun_yaml_is_said_and_the_runs_overrides_read(tmp_path: Path,
                                                                      text: str) -> None:
     sweep = second_sweep(tmp_path / "crafted")
@@ -148,6 +151,22 @@ def test_a_crafted_multirun_yaml_is_said_and_the_runs_overrides_read(tmp_path: P
     assert coll.sweeps[0].swept == {"train_batch_size": ["384", "512"]}
     (note,) = coll.notes
     assert "multirun.yaml" in note and "read from the runs' overrides" in note
+
+
+def test_a_multirun_yaml_of_nested_aliases_is_read_without_expanding_them(tmp_path: Path) -> None:
+    """A 1 kB file of aliases nine deep (10^9 strings once expanded) held OmegaConf.load, and
+    with it collect, plots and watch, for as long as memory lasted: read as plain YAML its aliases
+    stay shared, and the swept keys are read at once."""
+    sweep = second_sweep(tmp_path / "bomb")
+    levels = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]'] + [
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    (sweep / "multirun.yaml").write_text("\n".join(
+        [*levels, "hydra: {overrides: {task: ['train_batch_size=384,512']}}"]) + "\n")
+    code = ("import sys; from pathlib import Path; from analysis.readers.collect import read_swept; "
+            "print(read_swept(Path(sys.argv[1])))")
+    done = subprocess.run([sys.executable, "-c", code, str(sweep)], capture_output=True, text=True,
+                          cwd=Path(__file__).parents[1], timeout=60)
+    assert done.stdout.strip() == "{'train_batch_size': ['384', '512']}", done.stderr[-2000:]
 
 
 def test_command_line_override_replaces_sweeper_param(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ def test_the_dry_run_lists_and_prices_the_check_seed_after_the_grid(tmp_path: Pa
     (("race.max_seeds=3",), "analysis.check_seeds with race.max_seeds: a race gives its configs "
                             "their seeds itself"),
     (("seed=0,1",), "analysis.check_seeds with seed swept"),
+    (("++seed=0,1",), "analysis.check_seeds with seed swept"),  # else a check seed repeats a job
     (("analysis.check_seeds=2",), "analysis.check_seeds=2 for 3 configs: check seeds are for at "
                                   "most half the configs (1 here)"),
     (("seed=4294967295",), "the check seed 4294967296 is past the largest seed 4294967295"),

@@ -276,7 +276,8 @@ def test_summary_names_outcomes_resumes_best_config_and_report(sweep: Path) -> N
 
 
 def test_watch_command_shows_a_finished_sweep_and_stops(sweep: Path,
-                                                        capsys: pytest.CaptureFixture) -> None:
+                                                        capsys: pytest.CaptureFixture,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     for job in (3, 4):
         write_run(sweep / str(job), {}, None, status("completed", 20))
     write_run(sweep / "0", {}, None, status("completed", 20, restarts=1, resumed_from=[8]))
@@ -289,10 +290,15 @@ def test_watch_command_shows_a_finished_sweep_and_stops(sweep: Path,
     assert f"Sweep {sweep}: 5 runs: 4 completed, 1 collapsed" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="two sweeps to watch .* give it once"):
         main(["watch", str(sweep), "--sweep", str(sweep.parent), "--once"])
+    with pytest.raises(SystemExit, match="two sweeps to watch .* give it once"):  # not the last
+        main(["watch", "--sweep", str(sweep), "--sweep", str(sweep.parent), "--once"])
     main(["watch", "--outputs", str(sweep.parents[1]), "--once"])  # the latest sweep
     assert f"Sweep {sweep}: 5 runs: 4 completed, 1 collapsed" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no sweep .* run one first, e.g. `make demo`"):
         main(["watch", "--outputs", str(sweep / "nothing")])
+    monkeypatch.chdir(sweep.parent)  # one sweep, written relative and absolute: watched
+    main(["watch", sweep.name, "--sweep", str(sweep), "--once"])
+    assert f"Sweep {sweep.name}: 5 runs: 4 completed, 1 collapsed" in capsys.readouterr().out
 
 
 def test_watch_ends_when_the_local_launcher_is_gone(sweep: Path,

@@ -394,6 +394,7 @@ def test_a_race_is_checked_and_priced_before_anything_runs(tmp_path: Path) -> No
         "all configs equal", "one config 3 points better", "configs 2 points apart"}
     for args, message in [
         (["seed=0,1", "race.max_seeds=3"], "error: seed cannot be swept in a race"),
+        (["++seed=0,1", "race.max_seeds=3"], "error: seed cannot be swept in a race"),
         (["race.max_seeds=2,3"], "error: race.max_seeds cannot be swept"),
         (["race.max_seeds=1"], "race.max_seeds=1 is out of range: the most seeds a config gets in "
                                "a race must be null or an integer in [2, 100]"),

@@ -89,8 +89,6 @@ import pandas as pd
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from analysis.names.config_names import BORROW_KEY, config_label, naming_keys, value_of
 from analysis.names.formatting import LABEL, sort_key
@@ -243,10 +241,6 @@ def _override_value(line: str) -> tuple[str, str]:
     return override.key_or_group, override.get_value_element_as_str()
 
 
-def _load_yaml(path: Path) -> DictConfig | ListConfig | None:
-    return OmegaConf.load(path) if path.is_file() else None
-
-
 def _read_hydra(run_dir: Path, name: str, problems: list[str]) -> Any:
     """The plain data of ``run_dir/.hydra/<name>``, or None with the reason appended to
     ``problems``."""
@@ -294,27 +288,40 @@ def _trained_record(run_dir: Path, problems: list[str]) -> dict[str, Any] | None
     return data
 
 
+def _at(data: Any, dotted: str) -> Any:
+    """The value at `dotted` in nested mappings of plain data, None where a mapping lacks it."""
+    for key in dotted.split("."):
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
 def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
     """Swept keys and values of a sweep from its ``multirun.yaml`` (None when it has none).
 
-    Raises ValueError, naming the file, where it is unreadable or not shaped as Hydra writes it
-    (``hydra.sweeper.params`` a mapping, ``hydra.overrides.task`` a list of overrides)."""
+    Raises ValueError, naming the file, where it is unreadable (read as a run's YAML files are,
+    bounded: `grpo.run.files.read_yaml`, its aliases never expanded) or not shaped as Hydra writes
+    it (``hydra.sweeper.params`` a mapping of values or null, ``hydra.overrides.task`` a list of
+    overrides: an empty file, or one without it, would say that nothing was swept)."""
     path = sweep_dir / "multirun.yaml"
     try:
-        multirun = _load_yaml(path)
-    except (OSError, ValueError, yaml.YAMLError, RecursionError, OmegaConfBaseException) as err:
-        raise ValueError(f"{path} is unreadable ({type(err).__name__})") from err
+        multirun = read_yaml(path)
+    except (OSError, ValueError, yaml.YAMLError, RecursionError) as err:
+        why = err if isinstance(err, RunFileError) else type(err).__name__
+        raise ValueError(f"{path} is unreadable ({why})") from err
     if multirun is None:
-        return None
-    if not isinstance(multirun, DictConfig):
+        if not path.is_file():
+            return None
+        raise ValueError(f"{path} is empty")
+    if not isinstance(multirun, dict):
         raise ValueError(f"{path} is not a mapping")
-    params = OmegaConf.select(multirun, "hydra.sweeper.params", default=None)
-    task = OmegaConf.select(multirun, "hydra.overrides.task", default=None)
-    if not isinstance(params, DictConfig | None) or not isinstance(task, ListConfig | None):
-        raise ValueError(f"{path}: hydra.sweeper.params is not a mapping or hydra.overrides.task "
-                         "not a list")
-    lines = [f"{k}={v}" for k, v in (OmegaConf.to_container(params) if params else {}).items()]
-    lines += list(OmegaConf.to_container(task)) if task else []
+    params, task = _at(multirun, "hydra.sweeper.params"), _at(multirun, "hydra.overrides.task")
+    scalar = str | int | float | bool | None
+    if not (params is None or isinstance(params, dict) and all(
+            isinstance(k, str) and isinstance(v, scalar) for k, v in params.items())) or not (
+            isinstance(task, list) and all(isinstance(o, str) for o in task)):
+        raise ValueError(f"{path}: hydra.sweeper.params is not a mapping of values or "
+                         "hydra.overrides.task not a list of overrides")
+    lines = [f"{k}={v}" for k, v in (params or {}).items()] + task
     try:
         overrides = _parse_overrides(lines)
     except OverrideParseException as err:

@@ -157,6 +157,11 @@ def repeated_values(overrides: Sequence[Override]) -> list[str]:
     return problems
 
 
+def seed_swept(swept: set[str]) -> bool:
+    """Whether the seed is among the swept keys, however written (`seed`, `+seed`, `++seed`)."""
+    return any(key.lstrip("+") == "seed" for key in swept)
+
+
 def refuse(problems: list[str]) -> None:
     """Exit 2 with the sweep's problems in one line, where there are any."""
     if problems:
@@ -221,7 +226,7 @@ class ValidatingSweeper(BasicSweeper):
         if racing:
             problems.append("analysis.check_seeds with race.max_seeds: a race gives its configs "
                             "their seeds itself; drop one of them")
-        if "seed" in swept:
+        if seed_swept(swept):
             problems.append("analysis.check_seeds with seed swept: every config has seeds of its "
                             "own already; drop analysis.check_seeds")
         if 2 * n > len(jobs):
@@ -587,7 +592,7 @@ class ValidatingSweeper(BasicSweeper):
                   file=sys.stderr)
             sys.exit(2)
         racing = self.config.race.get("max_seeds") is not None
-        if racing and "seed" in swept:
+        if racing and seed_swept(swept):
             print("error: seed cannot be swept in a race (race.max_seeds is set): the race gives "
                   "wave w seed `seed` + w - 1; set seed to the first one; nothing was submitted",
                   file=sys.stderr)
