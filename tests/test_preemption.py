@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from grpo.run.preemption import PreemptionWatcher, Verdict
+from grpo.run.preemption import QUIET, WATCHED, PreemptionWatcher, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGCONT)
+SIGNALS = (*WATCHED, *QUIET)
+"""Every signal a watcher takes: a watcher that handed over leaves its handlers installed (the
+process is leaving), so the fixture puts back each one, not only those it set."""
 
 
 @pytest.fixture
