@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(__file__).parent / "data"
 LOCAL_CONFIG_ENV, NO_LOCAL_CONFIG = "GRPO_LOCAL_CONFIG", "none"
 os.environ[LOCAL_CONFIG_ENV] = NO_LOCAL_CONFIG  # before any test composes a config or starts a process
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    # started in the background by a shell without job control (`make test &` in a script, a
+    # CI step's `&`), this process ignores Ctrl-C, and every process a test starts would inherit
+    # that: the tests of what Ctrl-C does to a sweep, a run and the monitor need Python's own
+    # handler, as a terminal's foreground job has it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def stand_in_real_paths(folder: Path, n_validation: int = 50) -> list[str]:
