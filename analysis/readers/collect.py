@@ -70,7 +70,8 @@ are read once; two run directories of one config label and one seed (a copy of a
 same config and seed launched again into another sweep) are one seed: the run that went furthest
 (most steps done; of equals, the first named) is kept and the other set aside, never a second
 measurement. Each is said in one line of ``Collection.notes``, which the report, ``make plots``
-and the sweep's summary print.
+and the sweep's summary print; so is a ``multirun.yaml`` that is unreadable or not shaped as
+Hydra writes it, whose sweep's swept keys are then read from its runs' overrides.
 """
 
 from __future__ import annotations
