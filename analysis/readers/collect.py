@@ -289,13 +289,6 @@ def _trained_record(run_dir: Path, problems: list[str]) -> dict[str, Any] | None
     return data
 
 
-def _at(data: Any, dotted: str) -> Any:
-    """The value at `dotted` in nested mappings of plain data, None where a mapping lacks it."""
-    for key in dotted.split("."):
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
-
-
 def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
     """Swept keys and values of a sweep from its ``multirun.yaml`` (None when it has none).
 
@@ -315,7 +308,8 @@ def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
         raise ValueError(f"{path} is empty")
     if not isinstance(multirun, dict):
         raise ValueError(f"{path} is not a mapping")
-    params, task = _at(multirun, "hydra.sweeper.params"), _at(multirun, "hydra.overrides.task")
+    params = config_value(multirun, "hydra.sweeper.params")
+    task = config_value(multirun, "hydra.overrides.task")
     scalar = str | int | float | bool | None
     if not (params is None or isinstance(params, dict) and all(
             isinstance(k, str) and isinstance(v, scalar) for k, v in params.items())) or not (
