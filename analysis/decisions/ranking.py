@@ -198,7 +198,7 @@ def _seeded_source(source: Borrowed, head: str,
     """The sweep ``source`` read, ranked by ``criterion`` without borrowing, and its collection,
     where a config of it has two or more seeds; else a variance of source ``none`` saying why
     (unreadable, or no seeds), after ``head``."""
-    collection = source.collection_or_raise()
+    collection = source.collection
     if collection is None:
         return SeedVariance.missing(f"{head}: {source.error}")
     theirs = rank(collection, criterion, borrow=False)

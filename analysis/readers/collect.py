@@ -496,34 +496,22 @@ def sweep_dir_problem(path: Path) -> str | None:
 class Borrowed:
     """The sweep (``sweep``, named by ``named_by``: the config key or the command line) a seed
     variance is borrowed from, read: its ``collection`` (without a borrowed sweep of its own), or
-    None and why it could not be read (``error``). ``failure`` is an exception its reading
-    raised that is no unreadable file (a reader's bug, or a file of a shape Hydra never
-    writes): kept, not raised, so that the runs naming the sweep are still read; whoever
-    borrows from it raises it (:meth:`collection_or_raise`)."""
+    None and why it could not be read (``error``)."""
 
     sweep: Path
     named_by: str
     collection: Collection | None
     error: str = ""
-    failure: Exception | None = None
-
-    def collection_or_raise(self) -> Collection | None:
-        """``collection``; the kept ``failure`` raised where reading the sweep raised one."""
-        if self.failure is not None:
-            raise self.failure
-        return self.collection
 
 
 def read_borrowed(sweep: Path, named_by: str) -> Borrowed:
     """``sweep`` read as the sweep a seed variance is borrowed from (:class:`Borrowed`): an
     unreadable one (missing, no run, malformed files) gives its error in words, not an
-    exception; any other exception is kept for the borrower (``Borrowed.failure``)."""
+    exception."""
     try:
         return Borrowed(sweep, named_by, collect([sweep], borrowed=False))
     except (OSError, ValueError) as error:
         return Borrowed(sweep, named_by, None, str(error))
-    except Exception as failure:  # raised where a ranking borrows from it, as before it was read here
-        return Borrowed(sweep, named_by, None, f"{type(failure).__name__}: {failure}", failure)
 
 
 def _named_borrowed(runs: pd.DataFrame) -> Borrowed | None:
