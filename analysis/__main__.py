@@ -169,9 +169,8 @@ def cmd_watch(args: argparse.Namespace) -> None:
     from analysis.outputs.monitor import watch
 
     given = [p for p in (args.sweep_dir, *args.sweep) if p is not None]
-    distinct = list({p.resolve(): p for p in reversed(given)}.values())[::-1]  # first spellings
-    if len(distinct) > 1:
-        raise SystemExit(f"error: two sweeps to watch ({' and '.join(map(str, distinct))}): "
+    if len({p.resolve() for p in given}) > 1:  # one sweep may be spelt two ways
+        raise SystemExit(f"error: two sweeps to watch ({' and '.join(map(str, given))}): "
                          "watch follows one; give it once, as SWEEP_DIR or --sweep")
     sweep = given[0] if given else latest_sweep(args.outputs)
     if (problem := sweep_dir_problem(sweep)) is not None:
