@@ -102,8 +102,8 @@ class Estimate:
     n_problems: int
     df: float = math.nan
     seed_sd: float = math.nan
-    """The sd of the config's own seeds (NaN with one seed), beside the pooled one its interval
-    rests on: where the configs' sds differ, the pooled variance is their average."""
+    """The sd of the config's own seeds (NaN with one seed): its interval rests on the larger of
+    it and the sweep's pooled one (:func:`config_variance`)."""
 
     def interval(self) -> str:
         """``[0.381, 0.443]``, or empty where there is none."""
