@@ -111,29 +111,32 @@ def test_a_configs_interval_counts_the_seed_by_problem_term_once_with_satterthwa
     # dividing or multiplying by S takes different branches
     ms_error = 0.04
     got = estimate(config, seeds, (ms_error, 3))
-    # V1 / S = 0.005 (6 df); V2 / N: problem means 0.3, 0.6, 0.8, 0.4 around 0.525, squares
+    # V1 / S = 0.005 (the sweep's 0.01, larger than the config's own 0.00125, on the config's own
+    # 2 - 1 = 1 df: config_variance); V2 / N: problem means 0.3, 0.6, 0.8, 0.4 around 0.525, squares
     # 0.1475 over 3 (ddof 1), / 4 (3 df); V3 / (S N) = 0.005 (3 df), subtracted
     between = 0.1475 / 3 / 4
-    parts = [(0.005, 6), (between, 3), (-0.005, 3)]
+    parts = [(0.005, 1), (between, 3), (-0.005, 3)]
     variance = sum(v for v, _ in parts)
     df = variance ** 2 / sum(v ** 2 / d for v, d in parts)
     assert variance == pytest.approx(0.0122917, abs=1e-7) and got.df == pytest.approx(df)
-    half = stats.t.ppf(0.975, df) * math.sqrt(variance)
-    assert (got.lo, got.hi) == pytest.approx((config.mean - half, config.mean + half))
+    half = stats.t.ppf(0.975, df) * math.sqrt(variance)  # clipped to the reward's [0, 1]
+    assert (got.lo, got.hi) == pytest.approx((max(config.mean - half, 0), min(config.mean + half, 1)))
     assert got.mean == pytest.approx(0.525)
     # without a seed-by-problem mean square (no config has 2 seeds), the term is counted twice
     wide = estimate(config, seeds, (math.nan, 0))
-    wide_df = (0.005 + between) ** 2 / (0.005 ** 2 / 6 + between ** 2 / 3)
+    wide_df = (0.005 + between) ** 2 / (0.005 ** 2 / 1 + between ** 2 / 3)
     assert wide.df == pytest.approx(wide_df)
     assert wide.hi - wide.lo == pytest.approx(2 * stats.t.ppf(0.975, wide_df)
                                               * math.sqrt(0.005 + between))
-    # problem spread below what the error alone explains: only the seed part, on the seeds' df
+    # problem spread below what the error alone explains: only the seed part, on the config's df
     flat = estimate(config, seeds, (1.0, 3))
-    assert flat.df == 6 and flat.hi - flat.lo == pytest.approx(2 * 2.44691 * math.sqrt(0.005), abs=1e-5)
-    # no per-problem outcomes: the seed part alone, sqrt(V1 / S)
+    # (Student's 12.71 x sqrt(0.005): 0.9 each way, clipped to the reward's [0, 1])
+    assert flat.df == 1 and (flat.lo, flat.hi) == (0.0, 1.0)
+    # no per-problem outcomes: the seed part alone, sqrt(V1 / S): the config's own 0.02 (larger
+    # than the sweep's 0.01) on its 1 df
     bare = estimate(ConfigData("b", np.array([0.3, 0.5])), seeds)
-    assert (bare.lo, bare.hi) == pytest.approx((0.4 - 2.44691 * math.sqrt(0.005),
-                                                0.4 + 2.44691 * math.sqrt(0.005)), abs=1e-5)
+    # than the sweep's 0.01) on its 1 df: 12.71 x 0.1 each way, clipped
+    assert (bare.df, bare.lo, bare.hi) == (1, 0.0, 1.0)
 
 
 def test_a_configs_interval_stays_within_the_reward_range_and_needs_a_seed_variance() -> None:
@@ -141,7 +144,8 @@ def test_a_configs_interval_stays_within_the_reward_range_and_needs_a_seed_varia
     top = estimate(ConfigData("top", np.array([0.97, 0.99])), seeds)
     low = estimate(ConfigData("low", np.array([0.01, 0.03])), seeds)
     assert (top.hi, low.lo) == (1.0, 0.0)
-    assert top.lo == pytest.approx(0.98 - stats.t.ppf(0.975, 4) * math.sqrt(0.005))
+    # the sweep's 0.01 (larger than the config's own 0.0002) on the config's own 1 df
+    assert top.lo == pytest.approx(0.98 - stats.t.ppf(0.975, 1) * math.sqrt(0.005))
     none = estimate(ConfigData("x", np.array([0.5])), SeedVariance.missing("one seed"))
     assert math.isnan(none.lo) and none.describe() == "0.500 [no interval]"
     zero = SeedVariance(0.0, 4, "seeds", "test")
@@ -1009,3 +1013,117 @@ def test_a_grid_s_residual_is_tested_against_the_borrowed_variance_as_measured()
                   lent(SeedVariance(0.0001, 10, "seeds", "s"), "S", ["x"]))
     assert low.source == "borrowed" and "disagree" in low.notes[-1]
     assert low.variance == pytest.approx(0.0001 * upper_bound_factor(10))
+
+
+def test_tukeys_non_additivity_note_does_not_call_the_cell_comparisons_conservative() -> None:
+    """Issue 59, item 6: Tukey's test fires on a 3 x 3 one-seed grid whose keys multiply
+    (0.1 a b): the note says it is a sign of an interaction held by the residual the cell
+    comparisons rest on, and not that they are conservative (a residual small by chance fires it
+    too: then they are too eager). Without an interaction it says no sign of one."""
+    rng = np.random.default_rng(0)
+    cells = [(a, b) for a in range(3) for b in range(3)]
+    multiplied = pd.DataFrame([{"k0": str(a), "k1": str(b),
+                                VALUE: 0.2 + 0.1 * a * b + float(rng.normal(0, 0.002))}
+                               for a, b in cells])
+    fired = additive_variance(multiplied, ["k0", "k1"])
+    assert fired is not None
+    (note,) = fired.notes
+    assert note.startswith("Tukey's one-degree-of-freedom test for non-additivity: F = ")
+    assert note.endswith(
+        ": a sign that the keys interact. The cell comparisons rest on the residual, which then "
+        "holds the interaction beside the seed noise; the test does not say that the residual is "
+        "larger than the seed noise alone (one small by chance fires it too), so the comparisons "
+        "are not known to be conservative")
+    added = multiplied.assign(**{VALUE: [0.2 + 0.05 * a + 0.02 * b + float(rng.normal(0, 0.02))
+                                         for a, b in cells]})
+    quiet = additive_variance(added, ["k0", "k1"])
+    assert quiet is not None and quiet.notes[0].endswith(": no sign of interaction")
+
+
+def test_a_one_seed_grid_without_check_seeds_says_none_were_included() -> None:
+    """Issue 59, item 6 (the mutant ``>`` to ``>=`` in sources.seed_variance): the 3 x 3 one-seed
+    grid's residual says "the check seeds' second runs included" only where a config ran a
+    second seed (10 runs of 9 configs), not on the 9 runs of 9 configs."""
+    configs, frame = _grid_with_check_seed(0.3)
+    with_check = seed_variance(configs, frame, ["k0", "k1"], None)
+    assert with_check.text.endswith(", the check seeds' second runs included")
+    alone = [ConfigData(c.label, c.seed_values[:1]) for c in configs]
+    without = seed_variance(alone, frame.iloc[:9], ["k0", "k1"], None)
+    assert (without.source, without.df) == ("additive", 4)
+    assert "second runs" not in without.text
+    assert without.text == ("the residual of the additive model of the 3 x 3 one-seed grid "
+                            "(k0 + k1; it holds any interaction too)")
+
+
+def test_check_seeds_beside_a_grid_residual_of_one_df_rest_on_the_residual() -> None:
+    """Issue 59, item 6 (the mutant at sources.decide's first test): check seeds (one config of
+    four with a second seed) beside a grid whose additive residual has 1 df rest on that
+    residual with the check seed's df, never on the check seeds alone; and so at 4 df. Without
+    a residual (0 df) the check seeds are what the sweep has."""
+    for residual_df in (1.0, 4.0):
+        got = decide([2, 1, 1, 1], residual_df, None)
+        assert (got.own, got.own_df, got.borrowed) == ("additive", residual_df, "none")
+    assert (decide([2, 1, 1, 1], 0.0, None).own, decide([2, 1, 1, 1], 0.0, None).own_df) == ("checks", 1.0)
+    assert decide([2, 2, 1, 1], 1.0, None).own == "additive"  # half the configs: still checks
+    assert decide([2, 2, 2, 1], 1.0, None).own == "seeds"  # more than half: a seeded sweep
+
+
+def test_a_variance_lent_as_measured_is_not_said_as_lent() -> None:
+    """Issue 59, item 6 (the mutant of combine's "as lent"): a borrowed variance never inflated
+    is named "as measured" only; one inflated is named as measured and as lent."""
+    grid = SeedVariance(0.01, 4, "additive", "the grid's residual")
+    plain = combine(grid, SeedVariance(0.0001, 10, "borrowed", "sweep S"))
+    assert "(0.0001 as measured) disagree" in plain.notes[-1]
+    assert "as lent" not in " ".join(plain.notes)
+    factor = upper_bound_factor(10)
+    inflated = combine(grid, lent(SeedVariance(0.0001, 10, "seeds", "s"), "sweep S", ["a=1"]))
+    assert f"(0.0001 as measured, {0.0001 * factor:.3g} as lent) disagree" in inflated.notes[-1]
+
+
+def test_a_lent_variance_names_three_settings_and_counts_the_rest() -> None:
+    """Issue 59, item 6 (the mutant that dropped the fourth setting of lent's list): three
+    settings the source sweep did not run are all named; a fourth is counted ("and 1 more"), and
+    so are a fourth and a fifth ("and 2 more")."""
+    seeds = SeedVariance(0.0004, 8, "seeds", "s")
+    texts = {n: lent(seeds, "sweep S", [f"k{i}=1" for i in range(n)]).text for n in (1, 3, 4, 5)}
+    assert "(k0=1)" in texts[1]
+    assert texts[3].endswith("did not (k0=1; k1=1; k2=1)")
+    assert texts[4].endswith("did not (k0=1; k1=1; k2=1; and 1 more)")
+    assert texts[5].endswith("did not (k0=1; k1=1; k2=1; and 2 more)")
+
+
+def test_three_seeds_of_one_value_are_said_to_have_given_one_value() -> None:
+    """Issue 59, item 6 (the mutant of the reason Brown-Forsythe cannot be made): a config of 3
+    seeds that all gave one value is named as such, beside a 2-seed config (two seeds always lie
+    as far from their median, and so are two of one value: counted as 2 seeds, not as one value)
+    and a 4-seed config of two equal halves: each reason counted once."""
+    configs = [ConfigData("a", np.array([0.1, 0.3])), ConfigData("b", np.array([0.2, 0.2, 0.2])),
+               ConfigData("c", np.array([0.2, 0.18, 0.2, 0.18])), ConfigData("d", np.array([0.4, 0.4]))]
+    assert equal_variance_test(configs).endswith(
+        "(2 configs of 2 seeds: two seeds always are; 3 or more seeds in a config make the test "
+        "possible; 1 whose seeds all gave one value (b); 1 whose seeds split into two equal "
+        "halves at two values), so the test has no spread within a config to measure against "
+        "(its W would divide by 0)")
+
+
+def test_a_configs_own_interval_rests_on_its_own_seeds_where_they_vary_more() -> None:
+    """Issue 59, item 1: beside configs at a floor the pooled variance understates a learning
+    config's (its interval held the truth in 69% of sweeps of the real runs' seed sds). A config
+    whose own seeds vary more than the pool rests on its own variance on its own n - 1 df (here
+    3 seeds: 2 df, Student's 4.30); a config at the floor on the pool's variance, also on its own
+    2 df (the pool on 6 df trusted it where a noisy config's estimate came out small by chance:
+    91-94%); a one-seed config on the pool and its df."""
+    noisy = ConfigData("noisy", np.array([0.35, 0.4, 0.45]))
+    configs = [noisy, ConfigData("low", np.array([0.40, 0.41, 0.39])),
+               ConfigData("floor", np.array([0.2, 0.2, 0.201]))]
+    pool = SeedVariance.pooled(configs)
+    assert pool.df == 6 and pool.variance == pytest.approx((0.0025 + 0.0001 + 1e-6 / 3) / 3)
+    got = estimate(noisy, pool)
+    half = stats.t.ppf(0.975, 2) * math.sqrt(0.0025 / 3)
+    assert got.df == 2 and (got.lo, got.hi) == (pytest.approx(0.4 - half), pytest.approx(0.4 + half))
+    floor = estimate(configs[2], pool)
+    half = stats.t.ppf(0.975, 2) * math.sqrt(pool.variance / 3)
+    assert floor.df == 2 and floor.hi == pytest.approx(configs[2].mean + half)
+    single = estimate(ConfigData("one", np.array([0.5])), pool)
+    half = stats.t.ppf(0.975, 6) * math.sqrt(pool.variance)
+    assert single.df == 6 and single.hi == pytest.approx(0.5 + half)

@@ -6,8 +6,10 @@
   variance plus any interaction of the keys (so comparisons of cells on it err on the safe side),
   on (levels1 - 1)(levels2 - 1)... degrees of freedom for a full grid. Tukey's one-degree-of-freedom
   test for non-additivity (the squared fitted values added as a covariate, compared by
-  ``anova_lm``) is reported beside it as a diagnostic: a significant one says the residual holds
-  an interaction and the cell comparisons are conservative.
+  ``anova_lm``) is reported beside it as a diagnostic: a significant one is a sign of an
+  interaction, which the residual the cell comparisons rest on then holds; it does not say the
+  residual is larger than the seed noise (a residual small by chance fires it too), so it does
+  not make those comparisons conservative.
 * :func:`main_effects`: the n-way ANOVA of the swept keys (type II sums of squares) with F tests
   against the sweep's seed variance (:class:`analysis.stats.variance.SeedVariance`: the same error
   term as the comparisons), and each level's least-squares effect (from sum-to-zero contrasts:
@@ -193,8 +195,10 @@ def _tukey_note(coded: pd.DataFrame, fit, n_keys: int) -> str:  # noqa: ANN001
     head = (f"Tukey's one-degree-of-freedom test for non-additivity: F = {f:.2f} on (1, "
             f"{fit.df_resid - 1:.0f}) df, p {p:.2g}")
     if p < ALPHA:
-        return (f"{head}: the keys interact; the residual holds the interaction, so the cell "
-                "comparisons are conservative")
+        return (f"{head}: a sign that the keys interact. The cell comparisons rest on the "
+                "residual, which then holds the interaction beside the seed noise; the test does "
+                "not say that the residual is larger than the seed noise alone (one small by "
+                "chance fires it too), so the comparisons are not known to be conservative")
     return f"{head}: no sign of interaction"
 
 
