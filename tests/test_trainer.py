@@ -85,14 +85,14 @@ def test_step_zero_is_the_evaluation_of_the_initial_policy(tiny_model_dir: Path,
                                    seed=evaluation_seed(cfg.seed, 0))
     prompts = [untrained.prompt_of(e) for e in untrained.validation]
     direct, _, outcomes = evaluate(untrained.engine, untrained.validation, prompts,
-                                   untrained.reward_fn, sampling)
+                                   untrained.reward_fn, untrained.answer_fn, sampling)
     assert {k: records[0][k] for k in EVAL_KEYS} == direct
     # each evaluation samples with its own seed: the same policy evaluated with step 1's seed
     # draws other responses than with step 0's (the late evaluations are not one draw repeated)
     again = untrained._sampling(cfg.eval.temperature, cfg.eval.top_p,
                                 seed=evaluation_seed(cfg.seed, 1))
     _, _, redrawn = evaluate(untrained.engine, untrained.validation, prompts, untrained.reward_fn,
-                             again)
+                             untrained.answer_fn, again)
     assert redrawn.reward != outcomes.reward
     saved = (tmp_path / "run" / "rollouts" / "eval_step_000000.jsonl").read_text().splitlines()
     assert len(saved) == 25 and records[0]["eval/n_examples"] == 25.0
@@ -104,7 +104,7 @@ def test_step_zero_is_the_evaluation_of_the_initial_policy(tiny_model_dir: Path,
     assert [read_outcomes(tmp_path / "run", s).step for s in (1, 2)] == [1, 2]
     # three responses per problem: 75 graded, each problem's reward the mean of its three
     three, samples, per_problem = evaluate(untrained.engine, untrained.validation, prompts,
-                                           untrained.reward_fn, sampling, samples_per_problem=3)
+                                           untrained.reward_fn, untrained.answer_fn, sampling, samples_per_problem=3)
     assert three["eval/n_responses"] == 75.0 and three["eval/n_examples"] == 25.0
     assert [s["problem"] for s in samples] == [i for i in range(25) for _ in range(3)]
     assert set(per_problem.reward) <= {0.0, 1 / 3, 2 / 3, 1.0}

@@ -47,6 +47,7 @@ from analysis.stats.comparisons import FAMILY_TEXT, Comparison, Estimate
 from analysis.stats.trends import WINDOW, Trend, windows
 from grpo.config.rules import BUDGET_UNIT
 from grpo.run.files import RunFileError, atomic_write, atomic_write_text
+from grpo.run.outcomes import DEFAULT_METRIC
 
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%
 # on MATH"; validation accuracy is eval/reward (1 only when formatted and correct)
@@ -559,6 +560,10 @@ def build_report(collection: Collection, report_dir: Path,
          f"config(s): {status_line}"
          + (f"; {never} more job(s) gave no run: never started or unreadable (listed below)."
             if never else "."),
+         *([] if collection.metric == DEFAULT_METRIC else
+           ["", f"Every evaluation is read as its {collection.metric} (analysis.metric="
+                f"{collection.metric}: `eval/{collection.metric}` and the outcome files' "
+                f"per-problem {collection.metric}), not its mean reward."]),
          *([""] if collection.notes else []), *(f"- {note}" for note in collection.notes)],
         _ranges(collection),
         _runs(collection),

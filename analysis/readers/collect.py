@@ -112,10 +112,12 @@ from grpo.run.files import (
     read_bytes,
     read_yaml,
 )
+from grpo.run.outcomes import DEFAULT_METRIC, OUTCOME_METRICS
 from grpo.run.run_config import RUN_CONFIG, compare, trained_record
 from grpo.training.batch_plan import CONFIG_KEYS, BatchPlan, config_value
 
 DEFAULT_GPUS_PER_JOB = 2
+METRIC_KEY = "analysis.metric"
 HYPERPARAMS = (
     "experiment_name",
     "seed",
@@ -142,6 +144,7 @@ HYPERPARAMS = (
     "data.train_path",
     "data.validation_path",
     "analysis.seed_variance_from",
+    METRIC_KEY,
 )
 RUN_ID_COLUMNS = ("run_id", "run_dir", "sweep", "job", "status", LABEL)
 # a JSON string that may spell a non-finite float (a cheap test before converting a whole log)
@@ -179,6 +182,9 @@ class Collection:
     borrowed: Borrowed | None = None
     """The sweep the runs name to borrow a seed variance from (:data:`BORROW_KEY`), read with
     them (:func:`read_borrowed`); None where they name none."""
+    metric: str = DEFAULT_METRIC
+    """What ``eval/reward`` of ``steps`` holds, and what the runs' outcome files are read as:
+    the runs' ``analysis.metric`` (:func:`read_by_metric`)."""
 
     @property
     def labels(self) -> list[str]:
@@ -595,8 +601,44 @@ def collect(sweep_dirs: Sequence[Path], borrowed: bool = True) -> Collection:
     steps = pd.concat([ids, metrics[metric_columns]], axis=1)
     if ELAPSED in steps:  # runs logged before the eval-free clock existed: their total clock
         steps[TRAIN_CLOCK] = steps.get(TRAIN_CLOCK, steps[ELAPSED]).fillna(steps[ELAPSED])
-    return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps, tuple(notes),
-                      frozenset(aside), _named_borrowed(run_frame) if borrowed else None)
+    metric = _runs_metric(run_frame)
+    return Collection(sweeps, label_keys, group_keys, configs, run_frame,
+                      read_by_metric(steps, metric, notes), tuple(notes),
+                      frozenset(aside), _named_borrowed(run_frame) if borrowed else None, metric)
+
+
+def _runs_metric(runs: pd.DataFrame) -> str:
+    """The ``analysis.metric`` the runs name (``reward`` where none does); a ValueError where
+    they name two."""
+    named = sorted({str(v) for v in runs.get(METRIC_KEY, pd.Series(dtype=object)).dropna()})
+    if len(named) > 1:
+        raise ValueError(f"the runs read name {len(named)} metrics ({METRIC_KEY}: "
+                         f"{', '.join(named)}); analyse runs of one {METRIC_KEY} together")
+    metric = named[0] if named else DEFAULT_METRIC
+    if metric not in OUTCOME_METRICS:
+        raise ValueError(f"{METRIC_KEY}={metric} is not a metric; choose one of "
+                         f"{', '.join(OUTCOME_METRICS)}")
+    return metric
+
+
+def read_by_metric(steps: pd.DataFrame, metric: str, notes: list[str]) -> pd.DataFrame:
+    """``steps`` with ``eval/reward`` holding ``eval/<metric>`` (``analysis.metric``): every
+    figure, ranking and comparison then reads that metric with the same statistics. A run of
+    one response a problem logs none of them, each being its reward; an evaluation of more
+    that lacks it (logged before they were) has none, said in ``notes``."""
+    if metric == DEFAULT_METRIC or EVAL_REWARD not in steps:
+        return steps
+    column = f"eval/{metric}"
+    chosen = steps.get(column, pd.Series(np.nan, index=steps.index, dtype=float))
+    one = pd.to_numeric(steps.get("eval.samples_per_problem"), errors="coerce") == 1
+    out = steps.copy()
+    out[EVAL_REWARD] = chosen.where(~one | chosen.notna(), steps[EVAL_REWARD])
+    lacking = sorted(set(out.loc[steps[EVAL_REWARD].notna() & out[EVAL_REWARD].isna(), "run_id"]))
+    if lacking:
+        notes.append(f"{len(lacking)} run(s) logged no {column} ({', '.join(lacking[:5])}"
+                     f"{', ...' if len(lacking) > 5 else ''}): {METRIC_KEY}={metric} leaves "
+                     "their evaluations out")
+    return out
 
 
 def _one_per_seed(runs: Sequence[_Run], summaries: Sequence[dict[str, Any]],

@@ -28,7 +28,8 @@ def late_outcomes(collection: Collection, late_steps: pd.Series
     files in words (:func:`_late_outcomes`)."""
     run_dirs = collection.runs.set_index("run_id")["run_dir"]
     logged = _logged_rewards(collection, late_steps.index)
-    return {run_id: _late_outcomes(Path(run_dirs.loc[run_id]), steps, logged.get(run_id, {}))
+    return {run_id: _late_outcomes(Path(run_dirs.loc[run_id]), steps, logged.get(run_id, {}),
+                                   collection.metric)
             for run_id, steps in late_steps.items()}
 
 
@@ -48,12 +49,13 @@ def _logged_rewards(collection: Collection, run_ids: Iterable[str]) -> dict[str,
             for run_id, part in rows.groupby("run_id", sort=False)}
 
 
-def _late_outcomes(run_dir: Path, steps: object, logged: dict[int, float]
+def _late_outcomes(run_dir: Path, steps: object, logged: dict[int, float], metric: str
                    ) -> LateOutcomes | str | None:
-    """A run's per-problem rewards averaged over its evaluations at ``steps`` (N,), their
-    problems' digest, the fewest responses per problem and how many evaluations; or what is
-    wrong with its outcome files, in words (missing, unreadable, of other problems, or a mean
-    that is not the ``logged`` eval/reward of the step: then none is used)."""
+    """A run's per-problem values of ``metric`` (``analysis.metric``) averaged over its
+    evaluations at ``steps`` (N,), their problems' digest, the fewest responses per problem and
+    how many evaluations; or what is wrong with its outcome files, in words (missing,
+    unreadable, without the metric, of other problems, or a mean that is not the ``logged``
+    value of the step: then none is used)."""
     if not isinstance(steps, tuple) or not steps:
         return None
     if not (run_dir / OUTCOMES_DIR).is_dir():
@@ -64,12 +66,15 @@ def _late_outcomes(run_dir: Path, steps: object, logged: dict[int, float]
         if step not in found:
             missing = not outcomes_path(run_dir, step).exists()
             return f"{names[step]} is {'missing' if missing else 'unreadable or malformed'}"
-        mean = float(np.mean(found[step].reward))
+        values = found[step].per_problem(metric)
+        if values is None:
+            return f"{names[step]} keeps no counts for {metric} (written before they were kept)"
+        mean = float(np.mean(values))
         if step in logged and abs(mean - logged[step]) > OUTCOMES_TOLERANCE:
-            return (f"{names[step]}'s mean reward {mean:.4f} is not the logged eval/reward "
+            return (f"{names[step]}'s mean {metric} {mean:.4f} is not the logged "
                     f"{logged[step]:.4f} of step {step}: its outcomes are not used")
     if len({(o.digest, len(o.reward)) for o in found.values()}) != 1:
         return f"{OUTCOMES_DIR}/ holds evaluations of different problems at steps {list(steps)}"
     first = found[steps[0]]
-    return (np.mean([o.reward for o in found.values()], axis=0), first.digest,
+    return (np.mean([o.per_problem(metric) for o in found.values()], axis=0), first.digest,
             min(o.samples_per_problem for o in found.values()), len(found))

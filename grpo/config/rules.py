@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from grpo.run.outcomes import OUTCOME_METRICS
 from grpo.run.pruning import RESOURCES
 from grpo.training.batch_plan import MAX_INT
 
@@ -112,6 +113,7 @@ TEXT_RULES = {
                                 "validation.jsonl)", **PATH),
     "analysis.seed_variance_from": TextRule("the sweep whose seed variance is borrowed", **PATH,
                                             nullable=True, note="null = borrow nothing"),
+    "analysis.metric": TextRule("what the analysis reads of each evaluation", tuple(OUTCOME_METRICS)),
     "logging.wandb_project": TextRule("the wandb project", max_chars=128),
     "cluster.partition": TextRule("the SLURM partition", **NAME, nullable=True,
                                   note="null = the cluster's default"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from grpo.grading.rewards import REWARD_FNS, RewardFn
+from grpo.grading.rewards import ANSWER_FNS, REWARD_FNS, AnswerFn, RewardFn
 
 PROMPT_REWARD_PAIRS: dict[str, str] = {
     "r1_zero": "r1_zero_reward_fn",
@@ -68,3 +68,10 @@ def reward_fn_for(prompt_name: str) -> RewardFn:
             f"choose one of {sorted(PROMPT_REWARD_PAIRS)}"
         )
     return REWARD_FNS[PROMPT_REWARD_PAIRS[prompt_name]]
+
+
+def answer_fn_for(prompt_name: str) -> AnswerFn:
+    """The reader of a completion's final answer that `reward_fn_for(prompt_name)` grades (the
+    majority vote of an evaluation reads it); the same error for an unknown prompt."""
+    reward_fn_for(prompt_name)
+    return ANSWER_FNS[PROMPT_REWARD_PAIRS[prompt_name]]

@@ -93,13 +93,19 @@ def _boxed_answers(text: str) -> list[str] | None:
     return contents
 
 
+def joined_answer(candidates: Sequence[str]) -> str:
+    """A response's final answer as it is graded: its distinct non-blank candidates, in order,
+    joined by ", " (one candidate is itself; "" where there is none)."""
+    return ", ".join(dict.fromkeys(c.strip() for c in candidates if c.strip()))
+
+
 def _is_correct(candidates: list[str], ground_truth: GroundTruth) -> bool:
     """Whether the response's final answer matches the ground truth (or any of a list of them).
 
     Several distinct candidates (boxes, answer sections) are graded as one list of answers, which
     only a list ground truth can match: a hedge is wrong even when one candidate is right.
     """
-    answer = ", ".join(dict.fromkeys(c.strip() for c in candidates if c.strip()))
+    answer = joined_answer(candidates)
     truths = [ground_truth] if isinstance(ground_truth, (str, int, float)) else ground_truth
     for truth in truths:
         truth = str(truth)
@@ -132,6 +138,14 @@ def _scores(formatted: bool, correct: bool) -> dict[str, float]:
     }
 
 
+def _reward(candidates: list[str] | None, ground_truth: GroundTruth) -> dict[str, float]:
+    """The scores of a response whose final-answer candidates are `candidates` (None: not
+    formatted; []: formatted, no gradable answer, so wrong)."""
+    if candidates is None:
+        return _scores(formatted=False, correct=False)
+    return _scores(formatted=True, correct=bool(candidates) and _is_correct(candidates, ground_truth))
+
+
 def _section_answers(section: str) -> list[str] | None:
     """The candidate answers of one R1-Zero answer section: its boxes if it has any (None if the
     last is not complete), else its text."""
@@ -154,20 +168,26 @@ def r1_zero_reward_fn(response: str, ground_truth: GroundTruth) -> dict[str, flo
     Returns:
         Floats "format_reward", "answer_reward", "reward".
     """
+    return _reward(r1_zero_answers(response), ground_truth)
+
+
+def r1_zero_answers(response: str) -> list[str] | None:
+    """The final-answer candidates of an R1-Zero response (:func:`r1_zero_reward_fn` grades
+    them): None when it is not formatted, [] when it is but holds no gradable answer."""
     if "</think> <answer>" not in response or "</answer>" not in response:
-        return _scores(formatted=False, correct=False)
+        return None
     last_open = response.rfind("<answer>")
     final_part = response[min(response.rfind("</think>"), last_open) :]
     if max(final_part.count("<answer>"), _count_boxes(final_part)) > MAX_FINAL_ANSWERS:
-        return _scores(formatted=True, correct=False)
+        return []
     *earlier, last = final_part.split("<answer>")[1:]
     candidates = _section_answers(last.replace("</answer>", ""))
     if candidates is None:
-        return _scores(formatted=True, correct=False)
+        return []
     for section in earlier:
         content = section.split("</answer>", 1)[0]
         candidates += _section_answers(content) or [content]
-    return _scores(formatted=True, correct=_is_correct(candidates, ground_truth))
+    return candidates
 
 
 def question_only_reward_fn(response: str, ground_truth: GroundTruth) -> dict[str, float]:
@@ -184,10 +204,7 @@ def question_only_reward_fn(response: str, ground_truth: GroundTruth) -> dict[st
     Returns:
         Floats "format_reward" (1 if the last box is complete), "answer_reward", "reward".
     """
-    boxes = _boxed_answers(response)
-    if boxes is None:
-        return _scores(formatted=False, correct=False)
-    return _scores(formatted=True, correct=_is_correct(boxes, ground_truth))
+    return _reward(_boxed_answers(response), ground_truth)
 
 
 def answer_tag_reward_fn(response: str, ground_truth: GroundTruth) -> dict[str, float]:
@@ -200,12 +217,17 @@ def answer_tag_reward_fn(response: str, ground_truth: GroundTruth) -> dict[str, 
     Returns:
         Floats "format_reward" (1 if an answer tag pair is present), "answer_reward", "reward".
     """
+    return _reward(answer_tag_answers(response), ground_truth)
+
+
+def answer_tag_answers(response: str) -> list[str] | None:
+    """The final answer of a toy response, the text of its last `<answer>...</answer>` pair
+    (:func:`answer_tag_reward_fn` grades it); None when it has no such pair."""
     close = response.rfind("</answer>")
     open_ = response.rfind("<answer>", 0, max(close, 0))
     if close < 0 or open_ < 0:
-        return _scores(formatted=False, correct=False)
-    answer = response[open_ + len("<answer>") : close]
-    return _scores(formatted=True, correct=_is_correct([answer], ground_truth))
+        return None
+    return [response[open_ + len("<answer>") : close]]
 
 
 REWARD_FNS: dict[str, RewardFn] = {
@@ -214,3 +236,25 @@ REWARD_FNS: dict[str, RewardFn] = {
     "answer_tag_reward_fn": answer_tag_reward_fn,
 }
 """Reward functions by the name `grpo.data.prompts.PROMPT_REWARD_PAIRS` pairs with each prompt."""
+
+AnswerFn = Callable[[str], list[str] | None]
+ANSWER_FNS: dict[str, AnswerFn] = {
+    "r1_zero_reward_fn": r1_zero_answers,
+    "question_only_reward_fn": _boxed_answers,
+    "answer_tag_reward_fn": answer_tag_answers,
+}
+"""Each reward function's reader of a response's final-answer candidates (what it grades), by the
+reward function's name: a majority vote over responses (`grpo.grading.majority`) reads them."""
+
+
+def final_answer(answer_fn: AnswerFn, response: str) -> str:
+    """The final answer of `response` as `answer_fn`'s reward function grades it ("" where it has
+    none: not formatted, or no gradable answer)."""
+    candidates = answer_fn(response)
+    return joined_answer(candidates) if candidates else ""
+
+
+def same_answer(answer: str, other: str) -> bool:
+    """Whether the grader takes `answer` for a correct answer to the truth `other` (its own
+    equivalence, math-verify included; cached as every grading is)."""
+    return _graded(answer, other)

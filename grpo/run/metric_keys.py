@@ -53,6 +53,8 @@ METRIC_KEYS: tuple[tuple[str, str], ...] = (
         "on the same steps: the share of compared sampled tokens the trainer's mirror puts outside its top-p nucleus (with `sampling.top_p < 1` a boundary token moves out for a logit difference of 1e-3; they are left out of the difference above, and a run with a correction stops when more than 5% of a first step's tokens are)")),
     (('eval/reward', 'eval/format_reward', 'eval/answer_reward', 'eval/mean_response_length', 'eval/n_examples', 'eval/n_responses'), (
         "validation (step 0, before any update; then every `eval.eval_every` steps and the last), means over every response; `eval/n_examples` is how many problems were evaluated, `eval/n_responses` how many responses (`eval.samples_per_problem` per problem: the dry run's cost model prices an evaluation per response). Each evaluation also writes every problem's mean reward to `eval_outcomes/step_XXXXXX.json` (the analysis pairs configs on the same problems with it)")),
+    (('eval/mean@k', 'eval/pass@1', 'eval/pass@k', 'eval/maj@k'), (
+        "with `eval.samples_per_problem` k > 1, each evaluation's means over problems of: the mean reward of the k responses (`eval/reward` again, as the field names it), the unbiased pass@1 and pass@k estimates 1 - C(n-c, k)/C(n, k) (n = k responses, c right), and the majority answer's reward (answers grouped by the grader's own equivalence, a tie to the group sampled first: `grpo.grading.majority`); the outcomes file keeps each problem's count right and majority reward, so any of them is recomputed from it (`analysis.metric` picks the one the analysis reads)")),
 )
 """(the keys of a row, what they mean), in the order the documentation lists them."""
 

@@ -3,9 +3,13 @@ evaluation, written atomically by the trainer (a replayed step after a resume re
 read by the analysis to compare configs on the same problems (`analysis.stats.comparisons`).
 
 A file holds `{"step": s, "samples_per_problem": k, "problems_digest": "<sha256>", "reward":
-[r_0, ..., r_{N-1}]}`: `r_i` is problem `i`'s mean reward over its `k` responses (problem `i` is
-the `i`-th example of the validation subset, in [0, 1]); `problems_digest` fingerprints the
-questions and answers evaluated, so that only evaluations of the same problems are paired.
+[r_0, ..., r_{N-1}], "correct": [c_0, ...], "majority": [m_0, ...]}`: `r_i` is problem `i`'s
+mean reward over its `k` responses (problem `i` is the `i`-th example of the validation subset,
+in [0, 1]), `c_i` how many of them were right (reward 1) and `m_i` the reward of their majority
+answer (maj@k, `grpo.grading.majority`); `problems_digest` fingerprints the questions and answers
+evaluated, so that only evaluations of the same problems are paired. Every per-problem metric of
+`OUTCOME_METRICS` (mean@k, pass@1, pass@k, maj@k) is recomputed from the file
+(`EvalOutcomes.per_problem`); files written before the counts were kept hold only `reward`.
 Reading is bounded and strict: a file too large, not JSON, or with a field of the wrong type or
 range is no record (`read_outcomes` returns None), never a crash of the analysis.
 """
@@ -46,8 +50,9 @@ def late_steps(n_grpo_steps: int, eval_every: int, at_step: int) -> tuple[int, .
 OUTCOMES_DIR = "eval_outcomes"
 MAX_PROBLEMS = 100_000
 """The most problems an evaluation has (`eval.n_examples`' bound): a larger record is crafted."""
-MAX_OUTCOMES_BYTES = 24 * MAX_PROBLEMS + 4096
-"""Largest outcomes file read: each reward is written with at most 6 decimals."""
+MAX_OUTCOMES_BYTES = 48 * MAX_PROBLEMS + 4096
+"""Largest outcomes file read: each reward is written with at most 6 decimals, each count and
+majority in a few characters."""
 DECIMALS = 6
 
 
@@ -58,21 +63,75 @@ class Problem(Protocol):
     answer: str
 
 
+OUTCOME_METRICS: dict[str, str] = {
+    "reward": "each problem's mean reward over its k responses (`eval/reward`, what the analysis "
+              "reads by default)",
+    "mean@k": "the same as reward, under the name the field reports it by (`eval/mean@k`)",
+    "pass@1": "the unbiased pass@1 estimate, c/k for c right of k responses (`eval/pass@1`)",
+    "pass@k": "the unbiased pass@k estimate 1 - C(n-c, k)/C(n, k) with n = k responses: 1 where any "
+              "of the k was right (`eval/pass@k`)",
+    "maj@k": "the reward of the majority answer of the k responses, answers grouped by the "
+             "grader's equivalence, ties to the earliest (`eval/maj@k`)",
+}
+"""The per-problem metrics an outcomes file gives (name -> what it is), the choices of
+`analysis.metric`; every evaluation of `eval.samples_per_problem` > 1 logs each as `eval/<name>`."""
+DEFAULT_METRIC = "reward"
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimate of a problem with `c` right of `n` sampled responses:
+    1 - C(n-c, k)/C(n, k) (Chen et al. 2021), for 1 <= k <= n (1 where n - c < k)."""
+    if not 1 <= k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n and 0 <= c <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
 @dataclass(frozen=True)
 class EvalOutcomes:
     """One evaluation at GRPO step `step`: `reward[i]` is problem i's mean reward over its
-    `samples_per_problem` responses (0-1); `digest` fingerprints the problems evaluated."""
+    `samples_per_problem` responses (0-1), `correct[i]` how many of them were right and
+    `majority[i]` the reward of their majority answer (None: a file from before they were
+    kept); `digest` fingerprints the problems evaluated."""
 
     step: int
     samples_per_problem: int
     digest: str
     reward: tuple[float, ...]
+    correct: tuple[int, ...] | None = None
+    majority: tuple[float, ...] | None = None
 
     def to_json(self) -> str:
         """The file's text (rewards rounded to `DECIMALS`)."""
-        return json.dumps({"step": self.step, "samples_per_problem": self.samples_per_problem,
-                           "problems_digest": self.digest,
-                           "reward": [round(r, DECIMALS) for r in self.reward]})
+        record: dict[str, object] = {
+            "step": self.step, "samples_per_problem": self.samples_per_problem,
+            "problems_digest": self.digest, "reward": [round(r, DECIMALS) for r in self.reward]}
+        if self.correct is not None:
+            record["correct"] = list(self.correct)
+        if self.majority is not None:
+            record["majority"] = [round(m, DECIMALS) for m in self.majority]
+        return json.dumps(record)
+
+    def per_problem(self, metric: str) -> tuple[float, ...] | None:
+        """Each problem's value of `metric` (a key of `OUTCOME_METRICS`), or None where this
+        record lacks what it needs (counts or majorities of an older file; a record of one
+        response a problem gives them all: each is its reward)."""
+        k = self.samples_per_problem
+        if metric in ("reward", "mean@k") or (k == 1 and metric in OUTCOME_METRICS):
+            return self.reward
+        if metric == "maj@k":
+            return self.majority
+        if metric not in ("pass@1", "pass@k"):
+            raise ValueError(f"unknown outcome metric {metric!r}; choose one of {list(OUTCOME_METRICS)}")
+        if self.correct is None:
+            return None
+        at = 1 if metric == "pass@1" else k
+        return tuple(pass_at_k(k, c, at) for c in self.correct)
+
+    def means(self) -> dict[str, float]:
+        """The mean over problems of each metric this record gives (`OUTCOME_METRICS` name ->
+        value); what an evaluation logs as `eval/<name>`."""
+        values = {m: self.per_problem(m) for m in OUTCOME_METRICS}
+        return {m: sum(v) / len(v) for m, v in values.items() if v is not None}
 
 
 def late_mean(rewards: Sequence[float]) -> float:
@@ -121,7 +180,16 @@ def read_outcomes(run_dir: Path, step: int) -> EvalOutcomes | None:
             or not isinstance(reward, list) or not 1 <= len(reward) <= MAX_PROBLEMS
             or not all(is_reward(r) for r in reward)):
         return None
-    return EvalOutcomes(step, k, digest, tuple(float(r) for r in reward))
+    correct, majority = data.get("correct"), data.get("majority")
+    if correct is not None and (not isinstance(correct, list) or len(correct) != len(reward)
+                                or not all(type(c) is int and 0 <= c <= k for c in correct)):
+        return None
+    if majority is not None and (not isinstance(majority, list) or len(majority) != len(reward)
+                                 or not all(is_reward(m) for m in majority)):
+        return None
+    return EvalOutcomes(step, k, digest, tuple(float(r) for r in reward),
+                        None if correct is None else tuple(correct),
+                        None if majority is None else tuple(float(m) for m in majority))
 
 
 def read_many(run_dir: Path, steps: Iterable[int]) -> dict[int, EvalOutcomes]:

@@ -1,6 +1,7 @@
 """Validation: sample `samples_per_problem` responses per validation problem and score them; the
-per-problem outcomes of every evaluation are kept (`eval_outcomes/step_XXXXXX.json`, read by
-`grpo.run.outcomes`) so that the analysis can compare two configs on the same problems."""
+per-problem outcomes of every evaluation (mean reward, responses right, majority answer's reward)
+are kept (`eval_outcomes/step_XXXXXX.json`, read by `grpo.run.outcomes`) so that the analysis can
+compare two configs on the same problems, by any metric of `grpo.run.outcomes.OUTCOME_METRICS`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from grpo.data.datasets import Example
-from grpo.grading.rewards import score_batch
+from grpo.grading.majority import majority_reward
+from grpo.grading.rewards import AnswerFn, final_answer, score_batch
 from grpo.rollout.base import RolloutEngine, SamplingSettings
 from grpo.run.files import atomic_write_text
 from grpo.run.outcomes import EvalOutcomes, problems_digest
@@ -36,6 +38,7 @@ def evaluate(
     examples: Sequence[Example],
     prompts: Sequence[str],
     reward_fn: RewardFn,
+    answer_fn: AnswerFn,
     sampling: SamplingSettings,
     samples_per_problem: int = 1,
     step: int = 0,
@@ -45,10 +48,12 @@ def evaluate(
     Returns (metrics, samples, outcomes): metrics `eval/reward`, `eval/format_reward`,
     `eval/answer_reward` (means over every response, in [0, 1]), `eval/mean_response_length`
     (tokens), `eval/n_examples` (problems evaluated) and `eval/n_responses` (responses sampled:
-    the dry run's cost model prices evaluations per response); samples one dict per response
-    (problem by problem) with problem index, prompt, response, ground truth and rewards;
-    outcomes each problem's mean reward over its responses, the record of this evaluation at
-    GRPO step `step`.
+    the dry run's cost model prices evaluations per response), and with `samples_per_problem`
+    k > 1 `eval/mean@k`, `eval/pass@1`, `eval/pass@k`, `eval/maj@k` (means over problems,
+    `grpo.run.outcomes.OUTCOME_METRICS`; `answer_fn` reads each response's final answer for the
+    majority vote); samples one dict per response (problem by problem) with problem index,
+    prompt, response, ground truth and rewards; outcomes each problem's mean reward, responses
+    right and majority answer's reward, the record of this evaluation at GRPO step `step`.
     """
     groups = engine.generate(list(prompts), samples_per_problem, sampling)
     pairs = [(i, rollout) for i, group in enumerate(groups) for rollout in group]
@@ -67,10 +72,18 @@ def evaluate(
     metrics["eval/mean_response_length"] = sum(s["response_tokens"] for s in samples) / n
     metrics["eval/n_examples"] = float(len(examples))
     metrics["eval/n_responses"] = float(len(samples))
-    per_problem = [0.0] * len(examples)
+    by_problem: list[list[dict[str, object]]] = [[] for _ in examples]
     for sample in samples:
-        per_problem[sample["problem"]] += float(sample["reward"]) / samples_per_problem
-    outcomes = EvalOutcomes(step, samples_per_problem, problems_digest(examples), tuple(per_problem))
+        by_problem[int(sample["problem"])].append(sample)
+    outcomes = EvalOutcomes(
+        step, samples_per_problem, problems_digest(examples),
+        tuple(sum(float(s["reward"]) for s in group) / samples_per_problem for group in by_problem),
+        tuple(sum(float(s["reward"]) == 1.0 for s in group) for group in by_problem),
+        tuple(majority_reward([final_answer(answer_fn, str(s["response"])) for s in group],
+                              [float(s["reward"]) for s in group]) for group in by_problem))
+    if samples_per_problem > 1:
+        metrics.update({f"eval/{name}": value for name, value in outcomes.means().items()
+                        if name != "reward"})
     return metrics, samples, outcomes
 
 

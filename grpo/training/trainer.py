@@ -42,7 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 from submitit.core.utils import UncompletedJobError
 
 from grpo.data.datasets import Example, PromptSampler, load_examples, run_data_config
-from grpo.data.prompts import format_prompt, load_prompt_template, reward_fn_for
+from grpo.data.prompts import answer_fn_for, format_prompt, load_prompt_template, reward_fn_for
 from grpo.models.loading import load_policy
 from grpo.models.precision import precision_of
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
@@ -110,6 +110,7 @@ class GRPOTrainer(Learner):
         template = load_prompt_template(cfg.prompt.name)
         self.prompt_of = lambda example: format_prompt(template, example.question)
         self.reward_fn = reward_fn_for(cfg.prompt.name)
+        self.answer_fn = answer_fn_for(cfg.prompt.name)
         data_cfg = run_data_config(OmegaConf.to_container(cfg.data, resolve=True), cfg.eval.n_examples)
         self.validation: list[Example] = load_examples(data_cfg, "validation")
         self.sampler = PromptSampler(load_examples(data_cfg, "train"), self.plan.questions_per_step, cfg.seed)
@@ -242,7 +243,7 @@ class GRPOTrainer(Learner):
                                   seed=evaluation_seed(int(self.cfg.seed), step))
         with self._sampling_precision():
             metrics, samples, outcomes = evaluate(
-                self.engine, self.validation, prompts, self.reward_fn, sampling,
+                self.engine, self.validation, prompts, self.reward_fn, self.answer_fn, sampling,
                 int(self.cfg.eval.samples_per_problem), step)
         write_outcomes(self.run_dir, outcomes)
         save_samples(
