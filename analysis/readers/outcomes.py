@@ -72,7 +72,7 @@ def _late_outcomes(run_dir: Path, steps: object, logged: dict[int, float], metri
         mean = float(np.mean(values))
         if step in logged and abs(mean - logged[step]) > OUTCOMES_TOLERANCE:
             return (f"{names[step]}'s mean {metric} {mean:.4f} is not the logged "
-                    f"{logged[step]:.4f} of step {step}: its outcomes are not used")
+                    f"eval/{metric} {logged[step]:.4f} of step {step}: its outcomes are not used")
     if len({(o.digest, len(o.reward)) for o in found.values()}) != 1:
         return f"{OUTCOMES_DIR}/ holds evaluations of different problems at steps {list(steps)}"
     first = found[steps[0]]
