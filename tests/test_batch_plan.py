@@ -50,7 +50,8 @@ def test_rules_name_the_keys() -> None:
         "train_batch_size=64 must be <= rollout_batch_size=60",
     ]
     assert plan(train=4, micro=4).errors() == [
-        "train_batch_size=4 must be >= group_size=8 (an optimizer step sees whole groups)"]
+        "train_batch_size=4 must be >= group_size=8 (the assignment's GRPO loop asserts it; rows "
+        "are shuffled one by one, so an optimizer step holds parts of several groups either way)"]
     assert plan(micro=3).errors() == [
         "train_batch_size=64 must be divisible by micro_batch_size=3 "
         "(gradient_accumulation_steps = train_batch_size / micro_batch_size)"]

@@ -14,7 +14,12 @@ from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 from grpo.core.importance import CORRECTIONS, truncated_importance_weights
 from grpo.core.log_probs import label_log_probs, sampling_log_probs
 from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step
-from grpo.training.behaviour import importance_metrics, importance_sums
+from grpo.training.behaviour import (
+    behaviour_kl_metrics,
+    behaviour_kl_sums,
+    importance_metrics,
+    importance_sums,
+)
 
 
 def test_truncated_weights_are_the_capped_ratio_of_proximal_to_behaviour() -> None:
@@ -152,3 +157,21 @@ def test_the_importance_metrics_count_only_the_weighted_tokens() -> None:
                                                  "train/is_capped_fraction": 2 / 3}
     assert importance_metrics([importance_sums(weights, capped, mask * 0, behaviour)]) == {}
     assert importance_metrics([]) == {}
+
+
+def test_the_behaviour_kl_is_k3_of_pi_old_over_pi_behaviour_on_the_compared_tokens() -> None:
+    """k3 = (r - 1) - log r with r = pi_old / pi_behaviour: e^0.5 - 1.5 = 0.14872 and
+    e^-1 = 0.36788 on the two compared tokens (the ratio flipped gives 0.10653 and 0.71828); a
+    token outside the trainer's nucleus (-inf), one without an engine log-prob and one outside
+    the trained responses are not counted."""
+    proximal = torch.tensor([[-1.0, -2.0, float("-inf"), -1.0, -3.0]])
+    behaviour = torch.tensor([[-1.5, -1.0, -1.0, float("nan"), -0.1]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    sums = behaviour_kl_sums(proximal, behaviour, mask)
+    assert sums.tolist() == pytest.approx([math.exp(0.5) - 1.5 + math.exp(-1.0), 2.0])
+    # micro-batches pool their sums, not their means: (0.51660 + e^-0.2 - 0.8) / 3
+    other = behaviour_kl_sums(torch.tensor([[-1.2]]), torch.tensor([[-1.0]]), torch.tensor([[1.0]]))
+    assert behaviour_kl_metrics([sums, other])["train/behaviour_kl"] == pytest.approx(
+        (math.exp(0.5) - 1.5 + math.exp(-1.0) + math.exp(-0.2) - 0.8) / 3)
+    assert behaviour_kl_metrics([behaviour_kl_sums(proximal, behaviour, mask * 0)]) == {}
+    assert behaviour_kl_metrics([]) == {}

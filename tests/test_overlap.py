@@ -172,6 +172,11 @@ def test_a_stale_run_logs_its_staleness_and_importance_weights(stale_reference: 
     assert all(0.5 < m < 1.5 for m in means) and any(m != 1.0 for m in means)
     assert all(0.0 <= c < 0.5 for c in capped)
     assert all(r["time/rollout_wait_s"] >= 0 and r["time/rollout_s"] > 0 for r in rows)
+    # the drift of each stale batch from the weights that sampled it: a KL > 0 that approx_kl
+    # (against the step's own start weights) cannot show; none on the on-policy first step
+    assert "train/behaviour_kl" not in rows[0]
+    kls = [r["train/behaviour_kl"] for r in rows[1:]]
+    assert all(0.0 < kl < 0.5 for kl in kls), kls
 
 
 def _sampler_after(draws: int) -> dict:
@@ -255,13 +260,14 @@ def test_weights_taken_in_the_training_forward_equal_a_separate_old_log_prob_pas
             trainer.producer.close()
         curves[inline] = _rows(tmp_path / str(inline))[1:]
     keys = ("train/loss", "train/is_weight_mean", "train/is_capped_fraction", "train/grad_norm",
-            "train/reward_mean")
+            "train/reward_mean", "train/behaviour_kl")
     for with_pass, in_forward in zip(curves[False], curves[True], strict=True):
         for key in keys:
             if key in with_pass:
                 assert in_forward[key] == pytest.approx(with_pass[key], rel=1e-6, abs=1e-9), key
     assert "time/old_log_probs_s" not in curves[True][3] and "time/old_log_probs_s" in curves[False][3]
     assert any(r["train/is_weight_mean"] != 1.0 for r in curves[True][1:])
+    assert all(r["train/behaviour_kl"] > 0 for r in curves[True][1:])
 
 
 @pytest.mark.slow

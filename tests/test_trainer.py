@@ -242,7 +242,7 @@ def test_nonfinite_loss_stops_every_later_optimizer_step(tiny_model_dir: Path, t
     trainer.optimizer.register_step_post_hook(lambda *_: after_each_step.append(
         {name: p.detach().clone() for name, p in trainer.policy.named_parameters()}))
 
-    metrics = trainer._train(batch, timer)
+    metrics = trainer._train(batch, timer, staleness=0)
 
     assert len(after_each_step) == 1, "an optimizer step was taken after the non-finite loss"
     assert metrics["train/optimizer_steps_this_grpo_step"] == 1 == trainer.optimizer_steps

@@ -202,7 +202,9 @@ def compute_policy_gradient_loss(
             old_log_probs), or any other registered loss.
         raw_rewards: (batch_size, 1) rewards.
         advantages: (batch_size, 1) advantages.
-        old_log_probs: (batch_size, sequence_length) log-probs of the sampling policy.
+        old_log_probs: (batch_size, sequence_length) log-probs of pi_old, the weights at the
+            start of the GRPO step (the sampling policy on-policy; with off_policy.staleness=1 the
+            proximal policy, a step newer than the behaviour policy that sampled).
         cliprange: clip eps for "grpo_clip".
         **hyperparameters: further hyperparameters of registered losses, by their config key.
 

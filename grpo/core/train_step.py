@@ -166,8 +166,11 @@ def grpo_microbatch_train_step(
         loss_type: see `compute_policy_gradient_loss`.
         raw_rewards: (batch_size, 1) rewards, for "no_baseline".
         advantages: (batch_size, 1) advantages, for the other loss types.
-        old_log_probs: (batch_size, sequence_length) log-probs of the sampling policy, for
-            "grpo_clip"/"grpo_no_clip"; when given (any loss type) the ratio statistics are logged.
+        old_log_probs: (batch_size, sequence_length) log-probs of pi_old, the weights at the
+            start of the GRPO step (those that sampled the batch on-policy; with
+            off_policy.staleness=1 the proximal policy, a step newer than the one that sampled),
+            for "grpo_clip"/"grpo_no_clip"; when given (any loss type) the ratio statistics are
+            logged.
         cliprange: clip eps for "grpo_clip".
         length_normalization: "mean", "constant", "microbatch" or "token" (module docstring).
         normalize_constant: divisor in tokens for "constant" (the max generation length); ignored

@@ -36,7 +36,7 @@ METRIC_KEYS: tuple[tuple[str, str], ...] = (
     (('train/mean_response_length',), (
         "mean rollout response length (tokens)")),
     (('train/mean_ratio', 'train/mean_ratio_first_microbatch', 'train/clip_fraction', 'train/approx_kl'), (
-        "importance ratio pi/pi_old (exactly 1 on the first micro-batch of a step), fraction of clipped tokens (GRPO-Clip), k3 KL estimate, as token means over the rollouts trained (left-out zero-advantage ones excluded); measured when the loss reads the ratio, 1/0/0 for an on-policy plan with a ratio-free loss, absent for an off-policy plan with one")),
+        "importance ratio pi/pi_old (exactly 1 on the first micro-batch of a step), fraction of clipped tokens (GRPO-Clip), k3 estimate of the KL between pi and pi_old (the weights at the step's start: with `off_policy.staleness=1` not the weights that sampled the batch, whose drift is `train/behaviour_kl`), as token means over the rollouts trained (left-out zero-advantage ones excluded); measured when the loss reads the ratio, 1/0/0 for an on-policy plan with a ratio-free loss, absent for an off-policy plan with one")),
     (('train/optimizer_steps', 'train/optimizer_steps_this_grpo_step'), (
         "optimizer steps so far and in this GRPO step (`epochs * rollout_batch_size / train_batch_size`)")),
     (('train/nonfinite_weights',), (
@@ -45,6 +45,8 @@ METRIC_KEYS: tuple[tuple[str, str], ...] = (
         "GRPO steps between the weights that sampled this step's batch and the weights it trains from (with `off_policy.staleness=1`: 0 on a run's first step and the first after a resume, else 1)")),
     (('train/is_weight_mean', 'train/is_capped_fraction'), (
         "the importance weight of a stale batch (`off_policy.correction=tis`; of a fresh one too with `off_policy.correct_fresh`), its mean over the trained tokens that have an engine log-prob (tokens without one, which keep weight 1, are not counted) and the fraction of those whose weight was cut to `off_policy.is_cap`")),
+    (('train/behaviour_kl',), (
+        "with staleness 1, on the stale steps: k3 estimate of KL(pi_behaviour || pi_old), nats, over the trained tokens that have an engine log-prob (under the sampling distribution): how far the weights that sampled the batch lie from those it trains from, which `train/approx_kl` does not see")),
     (('time/rollout_wait_s',), (
         "with staleness 1: seconds the step waited for its batch's generation, which ran during the step before (`time/rollout_s` is then the generation's own duration)")),
     (('rollout/engine_logprob_abs_diff',), (

@@ -112,7 +112,8 @@ class BatchPlan:
         if train < group:
             errors.append(
                 f"train_batch_size={train} must be >= group_size={group} "
-                "(an optimizer step sees whole groups)"
+                "(the assignment's GRPO loop asserts it; rows are shuffled one by one, so an "
+                "optimizer step holds parts of several groups either way)"
             )
         if train > rollout:
             errors.append(f"train_batch_size={train} must be <= rollout_batch_size={rollout}")

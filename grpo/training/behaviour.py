@@ -112,6 +112,29 @@ def importance_metrics(sums: Sequence[torch.Tensor]) -> dict[str, float]:
     return {"train/is_weight_mean": weight / tokens, "train/is_capped_fraction": capped / tokens}
 
 
+def behaviour_kl_sums(proximal_log_probs: torch.Tensor, behaviour: torch.Tensor,
+                     mask: torch.Tensor) -> torch.Tensor:
+    """(2,) over the tokens of `mask` (B, T: the trained responses) that the engine reported
+    (`behaviour` not NaN) and the trainer's mirror keeps in its nucleus (`proximal_log_probs`
+    finite): the sum of the k3 estimate (r - 1) - log r, r = pi_old / pi_behaviour, in nats, and
+    their count. The tokens were sampled from pi_behaviour, so the mean estimates
+    KL(pi_behaviour || pi_old) without bias: the drift a stale batch carries, which
+    `train/approx_kl` (pi against pi_old) does not see.
+
+    proximal_log_probs, behaviour: (B, T) log-probs under the sampling distribution."""
+    compared = (mask > 0) & ~torch.isnan(behaviour) & torch.isfinite(proximal_log_probs)
+    log_ratio = torch.where(compared, proximal_log_probs - behaviour, torch.zeros_like(behaviour))
+    k3 = torch.expm1(log_ratio) - log_ratio
+    return torch.stack([k3.sum(), compared.sum().float()])
+
+
+def behaviour_kl_metrics(sums: Sequence[torch.Tensor]) -> dict[str, float]:
+    """`train/behaviour_kl` from `behaviour_kl_sums` of each micro-batch; none without a
+    compared token."""
+    total, tokens = torch.stack(list(sums)).sum(dim=0).tolist() if sums else (0, 0)
+    return {"train/behaviour_kl": total / tokens} if tokens else {}
+
+
 def check_on_policy(metrics: dict[str, float]) -> None:
     """Raise `LogProbMismatchError` when a batch sampled with the trainer's own weights shows a
     mean log-prob difference above MAX_ON_POLICY_DIFF, or more than MAX_OUTSIDE_NUCLEUS of its

@@ -37,6 +37,8 @@ from grpo.rollout.base import Rollout, RolloutEngine
 from grpo.rollout.specs import ENGINE_SPECS
 from grpo.training.batch_plan import BatchPlan, MicroBatching
 from grpo.training.behaviour import (
+    behaviour_kl_metrics,
+    behaviour_kl_sums,
     check_on_policy,
     engine_log_probs,
     importance_metrics,
@@ -124,7 +126,7 @@ class Learner:
         `rollouts`: the stale-weight check, the importance weights), then the epochs of
         optimizer steps; their metrics. bench/step_time.py calls it on synthetic batches."""
         metrics = self._old_log_probs(batch, rollouts, step, timer, staleness)
-        metrics.update(self._train(batch, timer))
+        metrics.update(self._train(batch, timer, staleness))
         return metrics
 
     def _raw_sampling(self) -> bool:
@@ -161,12 +163,15 @@ class Learner:
         if correct and self.weights_in_train_pass and not check:
             batch.behaviour_log_probs = engine_log_probs(batch.labels, batch.response_mask, rollouts)
             return {}
-        if not (self.loss.uses_ratio or check or correct):
+        # a stale batch's KL to the policy that sampled it (train/behaviour_kl) reads the engine's
+        # log-probs too
+        compare = check or correct or staleness > 0
+        if not (self.loss.uses_ratio or compare):
             return {}
         temperature, top_p = float(self.cfg.sampling.temperature), float(self.cfg.sampling.top_p)
         log_probs = torch.zeros_like(batch.response_mask)
         # log-probs under the sampling distribution: the same values when it is the raw one
-        mirror = (check or correct) and not self._raw_sampling()
+        mirror = compare and not self._raw_sampling()
         mirrored = torch.zeros_like(log_probs) if mirror else log_probs
         if mirror:  # the response positions where the minimum length kept EOS from being sampled
             position = batch.response_mask.cumsum(dim=1) - 1
@@ -188,23 +193,25 @@ class Learner:
                         too_early[index, : lp.shape[1]], end_ids).float()
             if self.loss.uses_ratio:
                 batch.old_log_probs = log_probs
-            if not (check or correct):
+            if not compare:
                 return {}
             behaviour = engine_log_probs(batch.labels, batch.response_mask, rollouts)
             metrics = stale_weight_check(mirrored, behaviour) if check else {}
             if self.correction is not None:
                 check_on_policy(metrics)
+            trained_rows = batch.order[~self.left_out(batch, batch.order)]
+            trained = torch.zeros_like(batch.response_mask)
+            trained[trained_rows] = batch.response_mask[trained_rows]
+            if staleness > 0:
+                metrics.update(behaviour_kl_metrics([behaviour_kl_sums(mirrored, behaviour, trained)]))
             if correct:
                 cap = float(self.cfg.off_policy.is_cap)
                 weights, capped = self.correction(mirrored, behaviour, cap)
                 batch.importance_weights = weights
-                trained_rows = batch.order[~self.left_out(batch, batch.order)]
-                trained = torch.zeros_like(batch.response_mask)
-                trained[trained_rows] = batch.response_mask[trained_rows]
                 metrics.update(importance_metrics([importance_sums(weights, capped, trained, behaviour)]))
         return metrics
 
-    def _train(self, batch: RolloutBatch, timer: PhaseTimer) -> dict[str, float]:
+    def _train(self, batch: RolloutBatch, timer: PhaseTimer, staleness: int) -> dict[str, float]:
         """Phase `train`: off_policy.epochs epochs of optimizer steps over `batch` in its order
         (`BatchPlan.optimizer_step_slices`), each accumulated over its micro-batches; stops at
         a non-finite loss or gradient norm, taking no optimizer step then or after. Returns the
@@ -228,6 +235,7 @@ class Learner:
                 entropy_tokens: list[torch.Tensor] = []
                 ratio_sums: dict[str, list[torch.Tensor]] = {}  # token-weighted, trained rows
                 importance: list[torch.Tensor] = []  # importance_sums of each micro-batch
+                drift: list[torch.Tensor] = []  # behaviour_kl_sums of each stale micro-batch
                 trained_tokens: list[torch.Tensor] = []
                 step_loss = 0.0
                 for index in self._split(batch, rows[~left_out]):
@@ -238,11 +246,14 @@ class Learner:
                         )
                     weights = mb.get("importance_weights")
                     if "behaviour_log_probs" in mb:  # pi_old: this forward, before any update
+                        proximal = out["log_probs"].detach().float()
                         weights, capped = self.correction(
-                            out["log_probs"].detach().float(), mb["behaviour_log_probs"],
-                            float(cfg.off_policy.is_cap))
+                            proximal, mb["behaviour_log_probs"], float(cfg.off_policy.is_cap))
                         importance.append(importance_sums(weights, capped, mb["response_mask"],
                                                           mb["behaviour_log_probs"]))
+                        if staleness > 0:
+                            drift.append(behaviour_kl_sums(proximal, mb["behaviour_log_probs"],
+                                                           mb["response_mask"]))
                     loss, meta = grpo_share_train_step(
                         out["log_probs"], mb["response_mask"], self.loss.name, totals,
                         raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
@@ -274,7 +285,7 @@ class Learner:
                 add("train/entropy", torch.stack(entropy_sums).sum() / torch.stack(entropy_tokens).sum())
                 for key, sums in ratio_sums.items():
                     add(f"train/{key}", torch.stack(sums).sum() / torch.stack(trained_tokens).sum())
-                for key, value in importance_metrics(importance).items():
+                for key, value in (importance_metrics(importance) | behaviour_kl_metrics(drift)).items():
                     add(key, value)
                 for parameter in self.policy.parameters():
                     if parameter.grad is None:  # every row left out: AdamW must see a zero gradient
