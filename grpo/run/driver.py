@@ -13,10 +13,10 @@ output goes to `driver.log` beside its record.
 Its record, `driver.json` (`DriverRecord`, written atomically), says what it is (a SLURM job id,
 or a pid with its host and process start time, against a reused pid), the command that
 resumes it and its log; `driver_state` asks whether it is pending, running or gone. Both
-drivers run their command through `drive`, which writes into the record how it ended (`ENDS`:
-completed, failed with the reason, out of requeues, cancelled; `record_end`); a driver killed
-outright (SIGKILL, a lost node) cannot, and its record says nothing of its end. A sweep
-directory's record is read by `make watch` (`analysis.outputs.monitor`) and by a launch of the same
+drivers run their command through `DetachedDriver.run`, which writes into the record how it
+ended (`ENDS`: completed, failed with the reason, out of requeues, cancelled; `record_end`); a
+driver killed outright (SIGKILL, a lost node) cannot, and its record says nothing of its end. A
+sweep directory's record is read by `make watch` (`analysis.outputs.monitor`) and by a launch of the same
 sweep, which submits no second driver while one is pending or running.
 """
 
