@@ -120,8 +120,8 @@ def test_a_gone_driver_says_how_it_ended_from_its_record_not_its_log(tmp_path: P
     resume = f"  resume: cd {tmp_path} && {sys.executable} launch.py -m seed=0,1"
     lines, live = driver_lines(tmp_path, [pending])
     assert not live and lines == [
-        gone, "  how it ended: not recorded (it was killed outright, SIGKILL or a lost node, or "
-        f"it predates the record of its end); its log: {tmp_path / 'driver.log'}", resume]
+        gone, "  how it ended: not recorded (killed outright, e.g. SIGKILL or a lost node, or "
+        f"started before drivers recorded their end); its log: {tmp_path / 'driver.log'}", resume]
     assert record.resume() == lines[2].removeprefix("  resume: ")
     local_record(tmp_path, os.getpid(), 1, end="out of requeues", ended="2026-12-03T00:00:00+00:00",
                  reason="Job not requeued because: timed-out too many times.")
@@ -170,7 +170,8 @@ def test_records_without_the_end_load_and_a_crafted_end_is_refused(tmp_path: Pat
                             "ended": "2026-12-03T00:00:00+00:00"})
     ended.write(path)
     assert read_driver(tmp_path) == ended
-    for bad in ({"end": "exploded"}, {"end": "failed", "reason": 3}, {"ended": 7}):
+    for bad in ({"end": "exploded"}, {"end": "failed", "reason": 3}, {"ended": 7},
+                {"end": "failed", "reason": "exit status 1\ndriver: running"}):
         path.write_text(json.dumps({**valid(), **bad}))
         with pytest.raises(RunFileError, match=rf"^{path} is not a driver record \(.*\); if no "
                            r"driver of it runs \(squeue, ps\), remove it and launch again$"):

@@ -161,8 +161,8 @@ class DriverRecord:
         end, reason, ended = data.get("end"), data.get("reason", ""), data.get("ended")
         if end is not None and end not in ENDS:
             raise ValueError(f"end {end!r} is not one of {', '.join(ENDS)}")
-        if not isinstance(reason, str) or not (ended is None or isinstance(ended, str)):
-            raise ValueError("reason and ended must be strings")
+        if not all(isinstance(v, str) and "\n" not in v for v in (reason, ended or "")):
+            raise ValueError("reason and ended must be strings of one line")
         return DriverRecord(**text, command=tuple(command), job_id=job_id, pid=pid,
                             started=started, scope=str(data.get("scope", "sweep")),
                             name=str(data.get("name", "")), end=end, reason=reason, ended=ended)
@@ -186,8 +186,8 @@ class DriverRecord:
     def how_it_ended(self) -> str:
         """`out of requeues at <when>: <reason>` (`end`), or that it recorded none."""
         if self.end is None:
-            return (f"not recorded (it was killed outright, SIGKILL or a lost node, or it "
-                    f"predates the record of its end); its log: {self.log}")
+            return (f"not recorded (killed outright, e.g. SIGKILL or a lost node, or started "
+                    f"before drivers recorded their end); its log: {self.log}")
         return f"{self.end} at {self.ended}" + (f": {self.reason}" if self.reason else "")
 
     def resume(self) -> str:
