@@ -140,6 +140,11 @@ def test_a_gone_driver_says_how_it_ended_from_its_record_not_its_log(tmp_path: P
     lines, _ = driver_lines(tmp_path, [done])
     assert lines[0].endswith("the driver of chain cs336: its process has ended)")
     assert lines[2].startswith("  resume: cd ")
+    # ... a local chain's driver that recorded it completed is: its work is done
+    local_record(tmp_path, os.getpid(), 1, scope="chain", name="cs336", end="completed",
+                 ended="2026-12-03T00:00:00+00:00")
+    lines, _ = driver_lines(tmp_path, [done])
+    assert len(lines) == 1 and lines[0].endswith("its process has ended); its work is done")
 
 
 def test_a_chain_stage_shows_how_the_chain_s_driver_ended_from_the_chain_s_record(tmp_path: Path) -> None:

@@ -351,10 +351,10 @@ def driver_lines(sweep_dir: Path, rows: Sequence[RunProgress],
     """The sweep's detached driver (``<sweep>/driver.json``, :mod:`grpo.run.driver`; for a chain
     stage's copy, the chain root's record, where its driver records its end) in lines, and
     whether it may still be pending or running: ``driver: running (SLURM job 12: RUNNING)``;
-    gone: how it ended, as its record says (:meth:`grpo.run.driver.DriverRecord.how_it_ended`), and where work
-    is left (:func:`work_left`; a chain's driver: unless SLURM says it completed) the command
-    that resumes it. No lines where the sweep has no driver record; one line saying why where
-    the record cannot be read."""
+    gone: how it ended, as its record says (:meth:`grpo.run.driver.DriverRecord.how_it_ended`),
+    and the command that resumes it where work is left (:func:`work_left`; a chain's driver:
+    unless it completed, as its record or SLURM says). No lines where the sweep has no driver
+    record; one line saying why where the record cannot be read."""
     try:
         record = read_driver(sweep_dir)
         if record is not None and record.scope == "chain":
@@ -367,7 +367,8 @@ def driver_lines(sweep_dir: Path, rows: Sequence[RunProgress],
     lines = [f"driver: {state.state} ({record.describe()}: {state.detail})"]
     if state.state != "gone":
         return lines, state.live
-    if work_left(rows, race) or (record.scope == "chain" and state.detail != "COMPLETED"):
+    chain_done = record.end == "completed" or state.detail == "COMPLETED"  # record, or SLURM
+    if work_left(rows, race) or (record.scope == "chain" and not chain_done):
         return lines + [f"  how it ended: {record.how_it_ended()}",
                         f"  resume: {record.resume()}"], False
     lines[0] += "; its work is done"
