@@ -123,19 +123,25 @@ def test_a_detached_slurm_sweep_returns_at_once_is_stopped_resumed_and_completes
         assert read_driver(sweep) == record
         shown = watch_once(sweep)
         assert re.search(rf"^driver: (pending|running) \(SLURM job {record.job_id}: ", shown, re.M), shown
-        # stopped with work left: gone, its last log line and the resume command
+        # stopped with work left: gone, how it ended (its record, not its log's last line: a
+        # run's progress line) and the resume command
         subprocess.run(["scancel", str(record.job_id)], check=True)
         subprocess.run(["scancel", "-n", name], check=True)
         wait_gone(sweep, 120)
         shown = watch_once(sweep)
         assert f"driver: gone (SLURM job {record.job_id}: CANCELLED" in shown, shown
-        assert "  its last log line: " in shown and f"  resume: {record.resume()}" in shown
+        cancelled = read_driver(sweep)
+        assert cancelled is not None and cancelled.end == "cancelled", driver_log(record)[-3000:]
+        assert cancelled.reason.startswith("SIGTERM (scancel, the hard time limit or a kill)")
+        assert f"  how it ended: cancelled at {cancelled.ended}: SIGTERM (scancel" in shown, shown
+        assert f"  resume: {record.resume()}" in shown
         # resumed: a new driver that finishes the sweep
         out, _ = detach(tmp_path, list(record.command))
         assert out.returncode == 0, out.stderr[-3000:]
         resumed = wait_gone(sweep)
         assert resumed.job_id != record.job_id
         assert driver_state(resumed).detail == "COMPLETED", Path(resumed.log).read_text()[-3000:]
+        assert read_driver(sweep).end == "completed"
         assert statuses(tmp_path) == ["completed", "completed"]
         assert processes_naming(sweep) == []
         assert "its work is done" in watch_once(sweep)
@@ -181,6 +187,61 @@ def test_a_detached_driver_at_its_time_limit_is_requeued_and_finishes(
         assert driver_state(record).detail == "COMPLETED", text[-3000:]
         assert text.count("--- driver started") >= 2 and "--- driver requeued" in text
         assert statuses(tmp_path) == ["completed"]
+        assert read_driver(sweep).end == "completed", text[-3000:]
+    finally:
+        subprocess.run(["scancel", "-n", name], check=False)
+        if driver:
+            subprocess.run(["scancel", "-n", driver], check=False)
+
+
+TIMED_OUT_AFTER_S = 60
+"""submitit calls a signal at a time limit of T minutes a time-out (which spends a requeue)
+once the job has run min(0.8 T, T - 10) minutes: 1 minute at the 11 minutes asked below."""
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_detached_driver_out_of_requeues_records_so_and_watch_says_it(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """`hydra.launcher.max_num_timeout=0`: the driver, asked for 11 minutes, has run its sweep
+    for `TIMED_OUT_AFTER_S` when its limit is cut to 1 minute; SLURM signals it, submitit counts
+    a time-out and does not requeue it ("timed-out too many times"). Its record says out of
+    requeues, `watch` shows that with the resume command, and its log does not say requeued."""
+    require_cluster()
+    name = f"grpo-drvnoreq-{uuid.uuid4().hex[:8]}"
+    command = sweep_command(tmp_path, tiny_model_dir, "n_grpo_steps=3000", "eval.eval_every=1000",
+                            "eval.n_examples=16", f"hydra.launcher.name={name}",
+                            "hydra.launcher.max_num_timeout=0", "cluster.detach=true",
+                            "cluster.driver_time_limit_min=11")
+    driver = None
+    try:
+        out, _ = detach(tmp_path, command)
+        assert out.returncode == 0, out.stderr[-3000:]
+        sweep = the_sweep(tmp_path)
+        record = read_driver(sweep)
+        driver = f"{name}-driver-{sweep.name}"
+        log = Path(record.log)
+        deadline = time.time() + 300
+        while "--- driver started" not in (log.read_text() if log.exists() else ""):
+            assert time.time() < deadline, "the driver never started"
+            time.sleep(0.5)
+        started = time.monotonic()
+        while "SLURM sweep of 1 jobs" not in log.read_text():
+            assert time.time() < deadline, "the driver never launched its sweep"
+            time.sleep(0.5)
+        time.sleep(max(0.0, TIMED_OUT_AFTER_S + 5 - (time.monotonic() - started)))
+        set_time_limit(driver, minutes=1)
+        ended = wait_gone(sweep, 300)
+        text = log.read_text()
+        ended = read_driver(sweep)
+        assert ended is not None and ended.end == "out of requeues", text[-3000:]
+        assert ended.reason.startswith("Job not requeued because: timed-out too many times.")
+        assert restarts(str(record.job_id)) == 0
+        assert "--- driver requeued" not in text and "--- driver ended " in text
+        shown = watch_once(sweep)
+        assert (f"  how it ended: out of requeues at {ended.ended}: Job not requeued because: "
+                "timed-out too many times.") in shown, shown
+        assert f"  resume: {record.resume()}" in shown
     finally:
         subprocess.run(["scancel", "-n", name], check=False)
         if driver:

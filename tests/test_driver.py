@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from grpo.run.driver import (
     driver_state,
     process_start,
     read_driver,
+    spawn_local,
 )
 from grpo.run.files import RunFileError
 
@@ -62,7 +65,10 @@ def test_a_torn_or_crafted_record_is_one_clear_line(tmp_path: Path, text: str) -
     (tmp_path / DRIVER_FILE).write_text(text, encoding="latin-1")
     with pytest.raises(RunFileError) as caught:
         read_driver(tmp_path)
-    assert "\n" not in str(caught.value) and DRIVER_FILE in str(caught.value)
+    # one line, naming the file's path and what to do
+    assert "\n" not in str(caught.value) and str(caught.value).startswith(
+        f"{tmp_path / DRIVER_FILE} is not a driver record (")
+    assert str(caught.value).endswith("if no driver of it runs (squeue, ps), remove it and launch again")
     lines, live = driver_lines(tmp_path, [])
     assert lines == [f"driver: unknown: {caught.value}"] and not live
     # a launch of the sweep says so rather than guess whether a driver runs
@@ -103,25 +109,140 @@ def test_a_local_driver_is_running_then_gone_and_a_reused_pid_is_not_it(tmp_path
     assert driver_state(elsewhere).state == "unknown"
 
 
-def test_a_gone_driver_shows_its_last_log_line_and_resume_where_work_is_left(tmp_path: Path) -> None:
+def test_a_gone_driver_says_how_it_ended_from_its_record_not_its_log(tmp_path: Path) -> None:
+    """`make watch` reads how the driver ended from its record; the log's last line (here a
+    run's progress line, as after a scancel) is not it; a record without the end (SIGKILL, or
+    written before the end was recorded) says so and names the log."""
     record = local_record(tmp_path, os.getpid(), 1)  # this pid, another start: gone
     (tmp_path / "driver.log").write_text("--- started\n#0 seed=0: running, step 2/6\n\n")
     pending = RunProgress(0, "seed=0", tmp_path / "0", "running", steps_done=2, n_steps=6)
+    gone = f"driver: gone (pid {os.getpid()} on {socket.gethostname()}: its process has ended)"
+    resume = f"  resume: cd {tmp_path} && {sys.executable} launch.py -m seed=0,1"
     lines, live = driver_lines(tmp_path, [pending])
     assert not live and lines == [
-        f"driver: gone (pid {os.getpid()} on {socket.gethostname()}: its process has ended)",
-        "  its last log line: #0 seed=0: running, step 2/6",
-        f"  resume: cd {tmp_path} && {sys.executable} launch.py -m seed=0,1"]
+        gone, "  how it ended: not recorded (killed outright, e.g. SIGKILL or a lost node, or "
+        f"started before drivers recorded their end); its log: {tmp_path / 'driver.log'}", resume]
     assert record.resume() == lines[2].removeprefix("  resume: ")
+    local_record(tmp_path, os.getpid(), 1, end="out of requeues", ended="2026-12-03T00:00:00+00:00",
+                 reason="Job not requeued because: timed-out too many times.")
+    lines, _ = driver_lines(tmp_path, [pending])
+    assert lines == [gone, "  how it ended: out of requeues at 2026-12-03T00:00:00+00:00: Job not "
+                     "requeued because: timed-out too many times.", resume]
     done = RunProgress(0, "seed=0", tmp_path / "0", "completed", steps_done=6, n_steps=6)
     lines, _ = driver_lines(tmp_path, [done])
-    assert lines == [f"driver: gone (pid {os.getpid()} on {socket.gethostname()}: its process "
-                     "has ended); its work is done"]
+    assert lines == [f"{gone}; its work is done", "  how it ended: out of requeues at "
+                     "2026-12-03T00:00:00+00:00: Job not requeued because: timed-out too many times."]
+    local_record(tmp_path, os.getpid(), 1, end="completed", ended="2026-12-03T00:00:00+00:00")
+    lines, _ = driver_lines(tmp_path, [done])
+    assert lines == [f"{gone}; its work is done"]
     # a chain's driver: the stage's runs being done is not the chain's end
     local_record(tmp_path, os.getpid(), 1, scope="chain", name="cs336")
     lines, _ = driver_lines(tmp_path, [done])
     assert lines[0].endswith("the driver of chain cs336: its process has ended)")
     assert lines[2].startswith("  resume: cd ")
+    # ... a local chain's driver that recorded it completed is: its work is done
+    local_record(tmp_path, os.getpid(), 1, scope="chain", name="cs336", end="completed",
+                 ended="2026-12-03T00:00:00+00:00")
+    lines, _ = driver_lines(tmp_path, [done])
+    assert len(lines) == 1 and lines[0].endswith("its process has ended); its work is done")
+
+
+def test_a_chain_stage_shows_how_the_chain_s_driver_ended_from_the_chain_s_record(tmp_path: Path) -> None:
+    """A stage's sweep holds a copy of the chain's record, made when the stage started; the
+    driver records its end in the chain root's, which is what `make watch` on the stage reads."""
+    root, stage = tmp_path / "chains" / "cs336", tmp_path / "lr_sweep" / "2026-12-03_00-00-00"
+    root.mkdir(parents=True)
+    stage.mkdir(parents=True)
+    copy = local_record(root, os.getpid(), 1, scope="chain", name="cs336")
+    copy.write(stage / DRIVER_FILE)
+    local_record(root, os.getpid(), 1, scope="chain", name="cs336", end="failed",
+                 ended="2026-12-03T00:00:00+00:00", reason="its command ended with exit status 1: "
+                 "chain cs336 stopped: stage 1/2 lr_sweep did not finish")
+    lines, _ = driver_lines(stage, [])
+    assert lines[1] == ("  how it ended: failed at 2026-12-03T00:00:00+00:00: its command ended "
+                        "with exit status 1: chain cs336 stopped: stage 1/2 lr_sweep did not finish")
+    (root / DRIVER_FILE).write_text("{")  # the chain's record torn: said, with its path
+    lines, _ = driver_lines(stage, [])
+    assert lines[0].startswith(f"driver: unknown: {root / DRIVER_FILE} is not a driver record")
+
+
+def test_records_without_the_end_load_and_a_crafted_end_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / DRIVER_FILE
+    path.write_text(json.dumps(valid()))  # a record written before the end was recorded
+    record = read_driver(tmp_path)
+    assert record is not None and (record.end, record.reason, record.ended) == (None, "", None)
+    ended = DriverRecord(**{**record.__dict__, "end": "cancelled", "reason": "SIGTERM",
+                            "ended": "2026-12-03T00:00:00+00:00"})
+    ended.write(path)
+    assert read_driver(tmp_path) == ended
+    for bad in ({"end": "exploded"}, {"end": "failed", "reason": 3}, {"ended": 7},
+                {"end": "failed", "reason": "exit status 1\ndriver: running"}):
+        path.write_text(json.dumps({**valid(), **bad}))
+        with pytest.raises(RunFileError, match=rf"^{path} is not a driver record \(.*\); if no "
+                           r"driver of it runs \(squeue, ps\), remove it and launch again$"):
+            read_driver(tmp_path)
+
+
+def spawned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> DriverRecord:
+    """A local detached driver of `python -c code`, started as a detach starts it; its record."""
+    monkeypatch.chdir(tmp_path)
+    record = spawn_local([sys.executable, "-c", code], tmp_path)
+    assert os.getsid(int(record.pid)) == record.pid
+    return record
+
+
+def ended(tmp_path: Path, timeout_s: float = 60) -> DriverRecord:
+    """The driver's record once it says how it ended (and its process is gone)."""
+    deadline = time.monotonic() + timeout_s
+    while (record := read_driver(tmp_path)) is None or record.end is None or driver_state(
+            record).state != "gone":
+        assert time.monotonic() < deadline, (tmp_path / "driver.log").read_text()
+        time.sleep(0.1)
+    return record
+
+
+def test_a_local_driver_records_that_it_completed_or_failed_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "ok").mkdir()
+    spawned(tmp_path / "ok", monkeypatch, "print('sweep done')")
+    record = ended(tmp_path / "ok")
+    assert (record.end, record.reason) == ("completed", "")
+    assert record.ended is not None and record.ended[:4].isdigit()
+    (tmp_path / "bad").mkdir()
+    spawned(tmp_path / "bad", monkeypatch,
+            "import sys; print('error: learning_rate=-1 is out of range'); sys.exit(2)")
+    record = ended(tmp_path / "bad")
+    assert (record.end, record.reason) == (
+        "failed", "its command ended with exit status 2: error: learning_rate=-1 is out of range")
+    lines, _ = driver_lines(tmp_path / "bad", [])
+    assert lines[1].startswith("  how it ended: failed at ") and lines[1].endswith(
+        ": its command ended with exit status 2: error: learning_rate=-1 is out of range")
+    assert "--- driver ended " in (tmp_path / "bad" / "driver.log").read_text()
+
+
+@pytest.mark.parametrize(("group", "sig", "reason"), [
+    (True, signal.SIGINT, "SIGINT (kill -INT or Ctrl-C to its process group); its command ended "
+                          "with SIGINT"),
+    (False, signal.SIGTERM, "SIGTERM (scancel, the hard time limit or a kill); its command "
+                            "ended with SIGTERM"),
+])
+def test_a_signalled_local_driver_records_that_it_was_cancelled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group: bool, sig: signal.Signals,
+        reason: str) -> None:
+    """`kill -INT -- -<pid>` (its stop line) reaches the driver and its command (Python's
+    KeyboardInterrupt, which ends it by SIGINT); a SIGTERM to the driver alone is handed on to its command.
+    Either way the log's last line is the command's, the record says cancelled."""
+    record = spawned(tmp_path, monkeypatch,
+                     "import time; print('#0 seed=0: running, step %d/6' % 2, flush=True); time.sleep(60)")
+    deadline = time.monotonic() + 30
+    while "step 2/6" not in (tmp_path / "driver.log").read_text():  # the command runs
+        assert time.monotonic() < deadline, (tmp_path / "driver.log").read_text()
+        time.sleep(0.1)
+    (os.killpg if group else os.kill)(int(record.pid), sig)
+    record = ended(tmp_path)
+    assert (record.end, record.reason) == ("cancelled", reason)
+    lines, _ = driver_lines(tmp_path, [])
+    assert lines[1].startswith("  how it ended: cancelled at ") and lines[1].endswith(reason)
 
 
 def test_a_detach_while_its_driver_runs_starts_none(tmp_path: Path, capsys: pytest.CaptureFixture,

@@ -39,7 +39,7 @@ from analysis.decisions.race.record import Race
 from analysis.names.formatting import MISSING, fmt_duration, fmt_number
 from analysis.outputs.progress import FINISHED_STATUSES, SUMMARY_ORDER, RunProgress, SweepProgress
 from analysis.readers.jobs import scheduler_states
-from grpo.run.driver import driver_state, last_log_line, read_driver
+from grpo.run.driver import driver_state, read_driver
 from grpo.run.files import RunFileError
 from grpo.run.pruning import journal_problem
 
@@ -348,13 +348,17 @@ def work_left(rows: Sequence[RunProgress], race: Race | None) -> bool:
 
 def driver_lines(sweep_dir: Path, rows: Sequence[RunProgress],
                  race: Race | None = None) -> tuple[list[str], bool]:
-    """The sweep's detached driver (``<sweep>/driver.json``, :mod:`grpo.run.driver`) in lines,
-    and whether it may still be pending or running: ``driver: running (SLURM job 12: RUNNING)``;
-    gone where work is left (:func:`work_left`; a chain's driver: unless SLURM says it
-    completed), with its last log line and the command that resumes it. No lines where the
-    sweep has no driver record; one line saying why where the record cannot be read."""
+    """The sweep's detached driver (``<sweep>/driver.json``, :mod:`grpo.run.driver`; for a chain
+    stage's copy, the chain root's record, where its driver records its end) in lines, and
+    whether it may still be pending or running: ``driver: running (SLURM job 12: RUNNING)``;
+    gone: how it ended, as its record says (:meth:`grpo.run.driver.DriverRecord.how_it_ended`),
+    and the command that resumes it where work is left (:func:`work_left`; a chain's driver:
+    unless it completed, as its record or SLURM says). No lines where the sweep has no driver
+    record; one line saying why where the record cannot be read."""
     try:
         record = read_driver(sweep_dir)
+        if record is not None and record.scope == "chain":
+            record = read_driver(record.home()) or record
     except RunFileError as error:
         return [f"driver: unknown: {error}"], False
     if record is None:
@@ -363,12 +367,13 @@ def driver_lines(sweep_dir: Path, rows: Sequence[RunProgress],
     lines = [f"driver: {state.state} ({record.describe()}: {state.detail})"]
     if state.state != "gone":
         return lines, state.live
-    if work_left(rows, race) or (record.scope == "chain" and state.detail != "COMPLETED"):
-        last = last_log_line(Path(record.log))
-        lines += [f"  its last log line: {last if last is not None else f'(none in {record.log})'}",
-                  f"  resume: {record.resume()}"]
-    else:
-        lines[0] += "; its work is done"
+    chain_done = record.end == "completed" or state.detail == "COMPLETED"  # record, or SLURM
+    if work_left(rows, race) or (record.scope == "chain" and not chain_done):
+        return lines + [f"  how it ended: {record.how_it_ended()}",
+                        f"  resume: {record.resume()}"], False
+    lines[0] += "; its work is done"
+    if record.end not in (None, "completed"):
+        lines.append(f"  how it ended: {record.how_it_ended()}")
     return lines, False
 
 

@@ -12,8 +12,11 @@ output goes to `driver.log` beside its record.
 
 Its record, `driver.json` (`DriverRecord`, written atomically), says what it is (a SLURM job id,
 or a pid with its host and process start time, against a reused pid), the command that
-resumes it and its log; `driver_state` asks whether it is pending, running or gone. A sweep
-directory's record is read by `make watch` (`analysis.outputs.monitor`) and by a launch of the same
+resumes it and its log; `driver_state` asks whether it is pending, running or gone. Both
+drivers run their command through `DetachedDriver.run`, which writes into the record how it
+ended (`ENDS`: completed, failed with the reason, out of requeues, cancelled; `record_end`); a
+driver killed outright (SIGKILL, a lost node) cannot, and its record says nothing of its end. A
+sweep directory's record is read by `make watch` (`analysis.outputs.monitor`) and by a launch of the same
 sweep, which submits no second driver while one is pending or running.
 """
 
@@ -26,15 +29,18 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from contextlib import suppress
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from grpo.run.files import RunDirError, RunFileError, atomic_write_text, parse_json, read_bytes
-from grpo.run.lock import driver_lock
+from grpo.run.lock import RunDirLocked, driver_lock
+from grpo.run.preemption import requeued_by_scheduler
 from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
 
 DRIVER_FILE = "driver.json"
@@ -55,10 +61,22 @@ DRIVER_SIGNAL_DELAY_S = 60
 """Seconds before its time limit at which SLURM signals the driver to requeue itself."""
 STOP_WAIT_S = 20.0
 """Seconds the requeued driver gives its command to end after SIGTERM, before SIGKILL."""
+STOPS = {signal.SIGTERM: "SIGTERM (scancel, the hard time limit or a kill)",
+         signal.SIGINT: "SIGINT (kill -INT or Ctrl-C to its process group)"}
+"""The signals that stop a driver (`DetachedDriver`) as `cancelled`, in words."""
 KINDS = ("slurm", "local")
 SCOPES = ("sweep", "chain")
 PENDING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING")
 LOG_TAIL_BYTES = 8192
+ENDS = ("completed", "failed", "out of requeues", "cancelled")
+"""How a driver can end, as its record says (`DriverRecord.end`): its command exited 0; it
+exited otherwise (`reason`: the exit status and its last log line); submitit did not requeue it
+at its time limit or preemption (its `hydra.launcher.max_num_timeout` requeues used up); a
+SIGTERM (scancel, the hard time limit, a kill) or SIGINT (`kill -INT`, Ctrl-C) stopped it."""
+END_LOCK_WAIT_S = 30.0
+"""Seconds a driver tries to take its directory's driver lock to record its end (a detach
+holds it for seconds); after that it leaves the record as it is (a new driver is recording
+itself there)."""
 
 
 def under_driver() -> bool:
@@ -85,7 +103,9 @@ class DriverRecord:
     """`driver.json`: a detached driver. `command` is its argv, run in `cwd`; `log` its
     output; `job_id` (kind slurm) or `pid` and `started` (kind local: `process_start`) say
     which process it is, `host` where it was started; `scope` whether it drives one sweep or a
-    chain (`name`: the chain's)."""
+    chain (`name`: the chain's). `end` (one of `ENDS`), `reason` (in words) and `ended` (UTC,
+    ISO 8601) say how it ended, written by the driver itself (`record_end`); None while it runs,
+    after a requeue, where it was killed outright, and in records written before they existed."""
 
     kind: str
     command: tuple[str, ...]
@@ -98,6 +118,9 @@ class DriverRecord:
     started: int | None = None
     scope: str = "sweep"
     name: str = ""
+    end: str | None = None
+    reason: str = ""
+    ended: str | None = None
     format: str = field(default=FORMAT)
 
     def write(self, path: Path) -> None:
@@ -111,13 +134,11 @@ class DriverRecord:
         to do) where it is not one (torn, crafted)."""
         if not path.exists():
             return None
-        data = parse_json(read_bytes(path, MAX_RECORD_BYTES), path.name)
         try:
-            record = DriverRecord._from(data)
-        except (KeyError, TypeError, ValueError) as err:
+            return DriverRecord._from(parse_json(read_bytes(path, MAX_RECORD_BYTES), path.name))
+        except (KeyError, TypeError, ValueError, RunFileError) as err:
             raise RunFileError(f"{path} is not a driver record ({err}); if no driver of it runs "
-                               f"(squeue, ps), remove it") from None
-        return record
+                               f"(squeue, ps), remove it and launch again") from None
 
     @staticmethod
     def _from(data: Any) -> DriverRecord:
@@ -137,14 +158,37 @@ class DriverRecord:
         if text["kind"] == "local" and not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
                                                for v in (pid, started)):
             raise ValueError("pid and started must be positive integers")
+        end, reason, ended = data.get("end"), data.get("reason", ""), data.get("ended")
+        if end is not None and end not in ENDS:
+            raise ValueError(f"end {end!r} is not one of {', '.join(ENDS)}")
+        if not all(isinstance(v, str) and "\n" not in v for v in (reason, ended or "")):
+            raise ValueError("reason and ended must be strings of one line")
         return DriverRecord(**text, command=tuple(command), job_id=job_id, pid=pid,
                             started=started, scope=str(data.get("scope", "sweep")),
-                            name=str(data.get("name", "")))
+                            name=str(data.get("name", "")), end=end, reason=reason, ended=ended)
 
     def describe(self) -> str:
         """`SLURM job 123` or `pid 456 on host h`, with the chain it drives."""
         what = f"SLURM job {self.job_id}" if self.kind == "slurm" else f"pid {self.pid} on {self.host}"
         return what + (f", the driver of chain {self.name}" if self.scope == "chain" else "")
+
+    def home(self) -> Path:
+        """The directory of its own record and log (`<dir>/driver.log`): for the copy in a chain
+        stage's sweep (`copy_record`), the chain's root, where the driver records its end."""
+        return Path(self.log).parent
+
+    def is_this_process(self) -> bool:
+        """Whether this process is the driver it records: its SLURM job, or its pid and start."""
+        if self.kind == "slurm":
+            return self.job_id == os.environ.get("SLURM_JOB_ID")
+        return self.pid == os.getpid() and self.started == process_start(os.getpid())
+
+    def how_it_ended(self) -> str:
+        """`out of requeues at <when>: <reason>` (`end`), or that it recorded none."""
+        if self.end is None:
+            return (f"not recorded (killed outright, e.g. SIGKILL or a lost node, or started "
+                    f"before drivers recorded their end); its log: {self.log}")
+        return f"{self.end} at {self.ended}" + (f": {self.reason}" if self.reason else "")
 
     def resume(self) -> str:
         """The shell command that runs the driver again: `cd <cwd> && <command>`."""
@@ -243,15 +287,17 @@ def spawn_local(command: Sequence[str], directory: Path, scope: str = "sweep",
                 name: str = "") -> DriverRecord:
     """Start `command` in the working directory, detached from the terminal (its own session,
     stdin /dev/null, output appended to `<directory>/driver.log`), and record it in
-    `<directory>/driver.json`."""
+    `<directory>/driver.json`. The recorded process is `grpo.run.local_driver`, which runs
+    `command` in its process group (`DetachedDriver.run`) and records how it ended."""
     record_file, log = record_path(directory), directory / DRIVER_LOG
     with log.open("a") as out:
         out.write(f"--- detached driver started {_now()} on {socket.gethostname()}: "
                   f"{shlex.join(command)}\n")
         out.flush()
-        proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                env=driver_env(record_file))
+        proc = subprocess.Popen([sys.executable, "-m", "grpo.run.local_driver",
+                                 str(record_file.resolve()), str(log.resolve()), *command],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=driver_env(record_file))
     record = DriverRecord("local", tuple(command), os.getcwd(), str(log.resolve()),
                           socket.gethostname(), _now(), pid=proc.pid,
                           started=process_start(proc.pid), scope=scope, name=name)
@@ -269,23 +315,108 @@ def _ignore_usr2() -> None:
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
-class DetachedDriver:
-    """The SLURM driver job's callable (submitit): runs `command` in `cwd`, attached
-    (`DRIVER_ENV`), its output appended to `log`; at its time limit or preemption
-    (`checkpoint`, called by submitit's SIGUSR2 handler) it ends the command and is requeued,
-    then runs it again: a relaunch, which adopts what its last run submitted."""
+def record_end(path: Path, end: str | None, reason: str = "") -> bool:
+    """In a driver: write into its record at `path` how it ended (`end`, one of `ENDS`, with
+    `reason` and the time; None clears them, as a requeued driver starts again), atomically,
+    under its directory's driver lock (tried for `END_LOCK_WAIT_S`); whether it was written.
+    Nothing is written where the record is unreadable or another driver's (a newer detach
+    replaced it: `DriverRecord.is_this_process`)."""
+    deadline = time.monotonic() + END_LOCK_WAIT_S
+    while True:
+        try:
+            with driver_lock(path.parent):
+                record = DriverRecord.read(path)
+                if record is None or not record.is_this_process():
+                    return False
+                if end is None and record.end is None:
+                    return True
+                replace(record, end=end, reason=reason if end else "",
+                        ended=_now() if end else None).write(path)
+                return True
+        except RunDirLocked:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        except (RunDirError, RunFileError):
+            return False
 
-    def __init__(self, command: Sequence[str], cwd: str, log: str, record: str) -> None:
+
+def exit_words(code: int) -> str:
+    """`exit status 2`, or `SIGKILL` for a command a signal ended (Popen's negative code)."""
+    if code < 0:
+        with suppress(ValueError):
+            return signal.Signals(-code).name
+    return f"exit status {code}"
+
+
+class DetachedDriver:
+    """A detached driver (`run`): runs `command` in `cwd`, attached (`DRIVER_ENV`), its output
+    appended to `log`, and records how it ended in its record `record` (`record_end`). The
+    SLURM driver job's callable (submitit calls it; `own_group`: the command in a process group
+    of its own): at its time limit or preemption (`checkpoint`, called by submitit's SIGUSR2
+    handler) it ends the command and is requeued, then runs it again: a relaunch, which adopts
+    what its last run submitted. Locally `grpo.run.local_driver` runs it, the command in its
+    own process group (`kill -INT -- -<pid>` reaches both)."""
+
+    def __init__(self, command: Sequence[str], cwd: str, log: str, record: str,
+                 own_group: bool = True) -> None:
         self.command, self.cwd, self.log, self.record = list(command), cwd, log, record
+        self.own_group = own_group
         self._proc: subprocess.Popen | None = None
+        self._stops: list[int] = []
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_proc"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_proc", "_stops")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _proc=None)
+        self.__dict__.update({"own_group": True, **state}, _proc=None, _stops=[])
 
     def __call__(self) -> int:
+        code = self.run()
+        if code:
+            raise RuntimeError(f"the driver's command ended with {exit_words(code)}; its log: "
+                               f"{self.log}")
+        return code
+
+    def run(self) -> int:
+        """Run the command to its end and record how (`ENDS`); its exit status. A SIGTERM
+        stops the command (handed on; SIGKILL after `STOP_WAIT_S`), a SIGINT reaches it as
+        Ctrl-C (locally; its runs stop after their step): cancelled, unless SLURM requeued the
+        job (a preemption: `requeued_by_scheduler`), which ends nothing. On SLURM, submitit's
+        requeue (SystemExit) and its refusal to requeue (`UncompletedJobError`: out of requeues)
+        come from its SIGUSR2 handler, raised here, after `checkpoint` has ended the command."""
+        from submitit.core.utils import UncompletedJobError
+
+        record = Path(self.record)
+        record_end(record, None)  # a requeued driver runs again: it has not ended
+        previous = {sig: signal.signal(sig, self._stop) for sig in STOPS}
+        try:
+            code = self._wait()
+        except SystemExit:
+            self._say(f"--- driver requeued {_now()} (time limit or preemption)")
+            raise
+        except UncompletedJobError as err:
+            self._end("out of requeues", f"{err} (submitit; its hydra.launcher.max_num_timeout "
+                      "requeues are used up)")
+            raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if self._stops and requeued_by_scheduler():
+            self._say(f"--- driver stopped {_now()}: SLURM requeued its job (a preemption); it "
+                      "runs again")
+        elif self._stops:
+            self._end("cancelled", f"{STOPS[self._stops[0]]}; its command ended with "
+                      f"{exit_words(code)}")
+        elif code:
+            self._end("failed", f"its command ended with {exit_words(code)}: "
+                      f"{last_log_line(Path(self.log)) or '(no output)'}")
+        else:
+            self._end("completed")
+        return code
+
+    def _wait(self) -> int:
+        """Start the command and wait for its end; after a SIGTERM, SIGKILL it at `STOP_WAIT_S`."""
         with open(self.log, "a") as out:
             out.write(f"--- driver started {_now()} on {socket.gethostname()} (SLURM job "
                       f"{os.environ.get('SLURM_JOB_ID')}, restart "
@@ -293,17 +424,45 @@ class DetachedDriver:
             out.flush()
             self._proc = subprocess.Popen(self.command, cwd=self.cwd, stdin=subprocess.DEVNULL,
                                           stdout=out, stderr=subprocess.STDOUT,
-                                          start_new_session=True, preexec_fn=_ignore_usr2,
+                                          start_new_session=self.own_group,
+                                          preexec_fn=_ignore_usr2,
                                           env=driver_env(Path(self.record)))
-            code = self._proc.wait()
-        if code:
-            raise RuntimeError(f"the driver's command ended with exit status {code}; its log: "
-                               f"{self.log}")
-        return code
+        termed: float | None = None
+        while True:
+            try:
+                return self._proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                if termed is None and signal.SIGTERM in self._stops:
+                    termed = time.monotonic()
+                if termed is not None and time.monotonic() - termed > STOP_WAIT_S:
+                    self._signal(signal.SIGKILL)
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        """The handler of `STOPS`: record the signal; hand a first SIGTERM on to the command
+        (a SIGINT reaches its process group as it is)."""
+        if signum == signal.SIGTERM and signal.SIGTERM not in self._stops:
+            self._signal(signal.SIGTERM)
+        self._stops.append(signum)
+
+    def _signal(self, sig: int) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with suppress(ProcessLookupError):
+                (os.killpg if self.own_group else os.kill)(proc.pid, sig)
+
+    def _say(self, line: str) -> None:
+        with open(self.log, "a") as out:
+            out.write(line + "\n")
+
+    def _end(self, end: str, reason: str = "") -> None:
+        """Say in the log and record (`record_end`) how the driver ended."""
+        self._say(f"--- driver ended {_now()}: {end}" + (f" ({reason})" if reason else ""))
+        record_end(Path(self.record), end, reason)
 
     def checkpoint(self) -> Any:
         """End the running command (SIGTERM to its process group, SIGKILL after `STOP_WAIT_S`)
-        and hand submitit this driver again, to requeue it."""
+        and hand submitit this driver again, to requeue it (where its requeues are used up
+        submitit does not: `run` records it)."""
         import submitit
 
         proc = self._proc
@@ -313,8 +472,6 @@ class DetachedDriver:
                 proc.wait(timeout=STOP_WAIT_S)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-        with open(self.log, "a") as out:
-            out.write(f"--- driver requeued {_now()} (time limit or preemption)\n")
         return submitit.helpers.DelayedSubmission(DetachedDriver(self.command, self.cwd,
                                                                  self.log, self.record))
 
