@@ -552,8 +552,9 @@ def test_replicated_grids_test_the_interaction_against_the_seeds() -> None:
 def test_the_anova_s_seed_variance_leaves_out_configs_at_a_floor() -> None:
     """A one-key sweep of 4 learning rates, 3 seeds each: two configs at a floor (every seed one
     value) beside two whose seeds vary. The ANOVA's F and its level intervals rest on the two
-    varying configs' pooled variance on their 4 df, not on all four's on 8; a borrowed error
-    term, a sweep without floors and one of floors only are left as they are."""
+    varying configs' pooled variance on Satterthwaite's df of their pool (3.9: their variances
+    0.0144 and 0.01493 hardly differ, so nearly their 4 df), not on all four's on 8; a borrowed
+    error term and one of floors only are left as they are."""
     values = {1e-5: [0.2, 0.2, 0.2], 3e-4: [0.52, 0.4, 0.64], 1e-3: [0.44, 0.2, 0.36],
               3e-2: [0.0, 0.0, 0.0]}
     frame = pd.DataFrame([{"learning_rate": lr, VALUE: v} for lr, vs in values.items() for v in vs])
@@ -562,23 +563,28 @@ def test_the_anova_s_seed_variance_leaves_out_configs_at_a_floor() -> None:
     assert pooled.df == 8
     varying = (np.var(values[3e-4], ddof=1) + np.var(values[1e-3], ddof=1)) / 2
     effects = main_effects(frame, ["learning_rate"], pooled, replicated=True)
-    assert (effects.error.df, effects.error.variance) == (4, pytest.approx(varying))
+    # (2 x 0.0144 + 2 x 0.014933)^2 / (2 x 0.0144^2 + 2 x 0.014933^2) = 3.9987, down to a tenth
+    assert (effects.error.df, effects.error.variance) == (3.9, pytest.approx(varying))
     assert effects.error.variance == pytest.approx(2 * pooled.variance)
-    assert effects.error.notes[-1] == (
+    assert effects.error.notes[-2:] == (
         "the ANOVA's seed variance leaves out 2 configs whose seeds all gave one value (a floor or "
         "ceiling: learning_rate=1e-05; learning_rate=0.03): pooled over the 2 whose seeds vary, "
-        "on their 4 df")
+        "on their 4 df",
+        "tested on Satterthwaite's 3.9 df of that pool, not its 4: the configs' seed variances "
+        "differ (Brown and Forsythe's test)")
     means = np.array([np.mean(vs) for vs in values.values()])
     f = 3 * float(((means - means.mean()) ** 2).sum()) / 3 / varying
     (term,) = effects.terms
-    assert term.f == pytest.approx(f) and term.p == pytest.approx(stats.f.sf(f, 3, 4))
+    assert term.f == pytest.approx(f) and term.p == pytest.approx(stats.f.sf(f, 3, 3.9))
     level = {e.level: e for e in effects.levels}["0.0003"]
-    half = stats.t.ppf(0.975, 4) * math.sqrt(varying * (1 / 3 - 1 / 12))
+    half = stats.t.ppf(0.975, 3.9) * math.sqrt(varying * (1 / 3 - 1 / 12))
     assert level.hi - level.lo == pytest.approx(2 * half)
     borrowed = dataclasses.replace(pooled, source="borrowed")
     assert main_effects(frame, ["learning_rate"], borrowed, True).error == borrowed
-    learning = frame[frame["learning_rate"].isin([3e-4, 1e-3])]
-    alike = SeedVariance.pooled(configs[1:3])
+    # no floor and one spread (the seeds of 1e-3 those of 3e-4 moved by 0.08): the pool on its df
+    same = {3e-4: values[3e-4], 1e-3: [v - 0.08 for v in values[3e-4]]}
+    learning = pd.DataFrame([{"learning_rate": lr, VALUE: v} for lr, vs in same.items() for v in vs])
+    alike = SeedVariance.pooled([ConfigData(str(lr), np.array(vs)) for lr, vs in same.items()])
     assert main_effects(learning, ["learning_rate"], alike, True).error == alike
 
 
