@@ -22,7 +22,7 @@ from analysis.stats.comparisons import (
     pair_variance,
     problem_error,
 )
-from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p
+from analysis.stats.critical import mcb_critical, pooled_df, t_quantile, tukey_critical, tukey_p
 from analysis.stats.effects import VALUE, additive_variance, main_effects
 from analysis.stats.levels import p_text
 from analysis.stats.power import (
@@ -586,6 +586,67 @@ def test_the_anova_s_seed_variance_leaves_out_configs_at_a_floor() -> None:
     learning = pd.DataFrame([{"learning_rate": lr, VALUE: v} for lr, vs in same.items() for v in vs])
     alike = SeedVariance.pooled([ConfigData(str(lr), np.array(vs)) for lr, vs in same.items()])
     assert main_effects(learning, ["learning_rate"], alike, True).error == alike
+
+
+def test_a_main_effect_of_two_configs_of_unequal_spread_rests_on_satterthwaite_s_df() -> None:
+    """The review's case in fixed numbers: 2 configs x 3 seeds, seed sd 0.04 against 0.001. The F
+    is 0.081^2 / (0.0008005 x 2 / 3) = 12.29; on the pool's summed 4 df p = 0.025 ("significant",
+    the rule before issue 59), on Satterthwaite's (2 x 0.0016 + 2 x 1e-6)^2 / (2 x 0.0016^2 +
+    2 x 1e-6^2) = 2.0025, down to 2.0, p = 0.073: the p of the pair's own Welch test, so that the
+    report does not call the key significant where the pair is not distinguishable."""
+    values = {"1e-4": [0.40, 0.44, 0.48], "3e-4": [0.520, 0.521, 0.522]}
+    frame = pd.DataFrame([{"learning_rate": lr, VALUE: v} for lr, vs in values.items() for v in vs])
+    configs = [ConfigData(lr, np.array(vs)) for lr, vs in values.items()]
+    pooled = SeedVariance.pooled(configs)
+    assert (pooled.df, pooled.variance) == (4, pytest.approx((0.0016 + 1e-6) / 2))
+    effects = main_effects(frame, ["learning_rate"], pooled, replicated=True)
+    (term,) = effects.terms
+    f = 0.081 ** 2 / (pooled.variance * 2 / 3)
+    assert (term.df, term.f) == (1.0, pytest.approx(f)) and f == pytest.approx(12.29, abs=0.01)
+    assert stats.f.sf(f, 1, 4) == pytest.approx(0.0247, abs=1e-4)  # today's p: < 0.05
+    assert effects.error.df == 2.0
+    assert term.p == pytest.approx(stats.f.sf(f, 1, 2.0)) and term.p == pytest.approx(0.0726, abs=1e-4)
+    assert effects.error.notes[-1] == ("tested on Satterthwaite's 2 df of that pool, not its 4: "
+                                       "the configs' seed variances differ (Brown and Forsythe's test)")
+    pair = pair_test(configs[1], configs[0], pooled)
+    assert (pair.df, pair.p_value) == (2.0, pytest.approx(term.p))
+    # each level's interval on the same df: half-width t(2) x sqrt(pool x (1/3 - 1/6))
+    half = stats.t.ppf(0.975, 2.0) * math.sqrt(pooled.variance * (1 / 3 - 1 / 6))
+    assert all(e.hi - e.lo == pytest.approx(2 * half) for e in effects.levels)
+
+
+def test_three_levels_of_unequal_spread_give_brown_and_forsythe_s_test() -> None:
+    """One key of 3 levels x 4 seeds whose spreads differ: the F against the pool and its df are
+    those of statsmodels' Brown-Forsythe test (``anova_oneway(use_var="bf")``: its ``df2``, the
+    1974 df, and ``pvalue2``), the denominator df 3.98 down to 3.9 (of the pool's 9), the numerator
+    the key's 2 (p 0.514; a swapped pair of df gives 0.622)."""
+    from statsmodels.stats.oneway import anova_oneway
+
+    values = {"1": [0.40, 0.46, 0.52, 0.43], "2": [0.50, 0.51, 0.49, 0.505],
+              "4": [0.30, 0.45, 0.60, 0.38]}
+    frame = pd.DataFrame([{"off_policy.epochs": k, VALUE: v} for k, vs in values.items() for v in vs])
+    pooled = SeedVariance.pooled([ConfigData(k, np.array(vs)) for k, vs in values.items()])
+    effects = main_effects(frame, ["off_policy.epochs"], pooled, replicated=True)
+    bf = anova_oneway([np.array(vs) for vs in values.values()], use_var="bf")
+    (term,) = effects.terms
+    assert term.f == pytest.approx(float(bf.statistic))
+    assert (term.df, bf.df2[0]) == (2.0, 2)
+    assert bf.df2[1] == pytest.approx(3.9765, abs=1e-4) and effects.error.df == 3.9
+    assert term.p == pytest.approx(stats.f.sf(term.f, 2, 3.9)) and term.p == pytest.approx(
+        float(bf.pvalue2), abs=2e-3)
+    assert term.p == pytest.approx(0.514, abs=1e-3)
+    assert stats.f.sf(term.f, 3.9, 2) == pytest.approx(0.622, abs=1e-3)  # the df swapped
+
+
+def test_satterthwaite_s_df_of_a_pool_weights_each_config_by_its_df() -> None:
+    """(sum nu s^2)^2 / sum nu s^4 with unequal seeds: variances 0.01, 0.04 and a floor's 0 on 1, 3
+    and 2 df give 0.13^2 / (0.0001 + 3 x 0.0016) = 3.449, 3.4 (without the weights (0.05)^2 /
+    0.0017 = 1.47; with nu^2 below, 1.17); equal variances the summed df; one config alone its
+    own; no spread at all none."""
+    assert pooled_df([0.01, 0.04, 0.0], [1, 3, 2]) == 3.4
+    assert pooled_df([0.02, 0.02, 0.02], [2, 2, 2]) == 6.0
+    assert pooled_df([0.0, 0.03], [4, 2]) == 2.0
+    assert math.isnan(pooled_df([0.0, 0.0], [2, 2]))
 
 
 def test_hsu_s_critical_values_match_student_dunnett_s_table_and_a_monte_carlo() -> None:
