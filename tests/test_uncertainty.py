@@ -368,6 +368,26 @@ def test_the_smallest_difference_found_is_searched_beyond_100_standard_errors() 
     assert power_main_effect(effect, 1.0, 20, 1.0, 1.0) == pytest.approx(0.8, abs=1e-6)
 
 
+def test_a_main_effect_s_power_with_seeds_is_that_of_the_f_on_satterthwaite_s_df() -> None:
+    """With seeds the F is tested on Satterthwaite's df of the configs' pool, which varies with
+    their sample variances even at one seed sd: 3 configs x 2 seeds (3 levels of one key, 5.57 sd
+    apart, which the noncentral F on the pooled 3 df finds at 80%) have 37%, as a direct
+    simulation of that test (the key's noncentral chi-square over the pool of 3 chi-square(1)
+    variances, against the F's critical value on their Satterthwaite df) finds; with many seeds
+    a config the df is nearly the pooled one and so is the power."""
+    assert power_main_effect(5.57, 1.0, 3, 2, 3.0) == pytest.approx(0.80, abs=0.001)
+    stated = power_main_effect(5.57, 1.0, 3, 2, 3.0, cells=3)
+    rng = np.random.default_rng(11)
+    s2 = rng.chisquare(1, (200_000, 3))
+    key = rng.noncentral_chisquare(2, 2 * 5.57 ** 2 / 2, 200_000)
+    satterthwaite = np.floor(np.round(10 * s2.sum(axis=1) ** 2 / (s2 ** 2).sum(axis=1), 6)) / 10
+    simulated = np.mean(key / 2 / s2.mean(axis=1) > stats.f.ppf(0.95, 2, satterthwaite))
+    assert stated == pytest.approx(simulated, abs=0.01) and 0.36 < stated < 0.39
+    assert power_main_effect(1.0, 1.0, 3, 60, 1200.0, cells=3) == pytest.approx(
+        power_main_effect(1.0, 1.0, 3, 60, 1200.0), abs=0.005)
+    assert detectable_main_effect(1.0, 3, 2, 3.0, cells=3) > 2 * detectable_main_effect(1.0, 3, 2, 3.0)
+
+
 def test_a_main_effect_s_power_is_the_noncentral_f_of_its_two_levels_apart() -> None:
     """Two levels: the F test is the two-sided t test of their means (r runs each, standard
     error sd sqrt(2 / r)), so its power is scipy's noncentral t on both tails; three levels with

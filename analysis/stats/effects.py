@@ -308,8 +308,8 @@ def anova_error(error: SeedVariance, coded: pd.DataFrame, keys: Sequence[str]) -
             f"{'s' if len(flat) != 1 else ''} whose seeds all gave one value (a floor or ceiling: "
             f"{'; '.join(flat)}): pooled over the {len(varying)} whose seeds vary, on their "
             f"{df_text(pool.df)} df"), error.inflation)
-    df = pooled_df([seeds.variance for seeds in own if seeds.usable],
-                   [seeds.df for seeds in own if seeds.usable])
+    df = float(pooled_df([seeds.variance for seeds in own if seeds.usable],
+                         [seeds.df for seeds in own if seeds.usable]))
     if not df < error.df:
         return error
     return SeedVariance(error.variance, df, error.source, error.text, (
