@@ -12,7 +12,8 @@
   not make those comparisons conservative.
 * :func:`main_effects`: the n-way ANOVA of the swept keys (type II sums of squares) with F tests
   against the sweep's seed variance (:class:`analysis.stats.variance.SeedVariance`: the same error
-  term as the comparisons), and each level's least-squares effect (from sum-to-zero contrasts:
+  term as the comparisons; the sweep's own seeds on Satterthwaite's df of their pool,
+  :func:`anova_error`), and each level's least-squares effect (from sum-to-zero contrasts:
   the level's fitted mean minus the grand mean of the fitted cells, which is not its marginal
   mean minus the grand mean where the grid is unbalanced) with a 95% interval. With seeds the
   model holds every interaction of the keys, and the interactions are tested too; with one seed a
