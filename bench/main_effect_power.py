@@ -39,7 +39,8 @@ def stated(levels: tuple[int, ...], seeds: int) -> tuple[float, float]:
     """The dry run's detectable difference for the first key, and its error df."""
     k = int(np.prod(levels))
     df = error_df(k, levels, seeds)
-    return detectable_main_effect(1.0, levels[0], k * seeds / levels[0], df), df
+    return detectable_main_effect(1.0, levels[0], k * seeds / levels[0], df,
+                                  k if seeds > 1 else 0), df
 
 
 def simulated(levels: tuple[int, ...], seeds: int, delta: float, sweeps: int,

@@ -35,7 +35,8 @@ Each cell ± its Monte Carlo error (binomial). Goal: false verdicts and misses <
 
 ``--main-effects``: the main-effects ANOVA (``analysis.stats.effects.main_effects``: each F
 against the sweep's seed variance, pooled over the configs whose seeds vary where some gave one
-value on every seed, a floor) where seed variances differ and every mean is equal: each term's
+value on every seed, a floor, on Satterthwaite's df of that pool since issue 59; its own calibration:
+``bench/main_effect_calibration.py``) where seed variances differ and every mean is equal: each term's
 share of sweeps with p < 5%, against one variance pooled over every config (the former rule),
 the same F on that pool's Satterthwaite df ((sum nu s^2)^2 / sum nu s^4, nu = seeds - 1), and
 statsmodels' heteroscedasticity-robust type II ANOVA (``anova_lm(..., robust="hc3")``), with 2

@@ -253,8 +253,10 @@ def test_the_dry_run_says_what_the_sweep_can_find_with_an_assumed_seed_sd(tmp_pa
     two, three = (detectable_difference(0.05 * (2 / n) ** 0.5, 3, df) for n, df in ((2, 1.3), (3, 3.0)))
     assert 0.16 < three < 0.17 < 0.39 < two < 0.40
     assert power_against_best(three, 0.05 * (2 / 3) ** 0.5, 3, 3.0) == pytest.approx(0.8, abs=1e-4)
-    # the learning rate's main effect: 3 levels, 2 (3) runs a level, the pooled 3 (6) df
-    effect_two, effect_three = (detectable_main_effect(0.05, 3, n, 3.0 * (n - 1)) for n in (2, 3))
+    # the learning rate's main effect: 3 levels, 2 (3) runs a level, on Satterthwaite's df of the
+    # 3 configs' pool of 3 (6) df, as the analysis tests it (on the pooled df: 0.28 and 0.17)
+    effect_two, effect_three = (detectable_main_effect(0.05, 3, n, 3.0 * (n - 1), 3) for n in (2, 3))
+    assert 0.57 < effect_two < 0.58 and 0.19 < effect_three < 0.20
     assert lines[1].startswith("  1 seed a config (this sweep): no seed variance of its own")
     assert lines[1].endswith("main effects: no main-effect test (no seed variance to test it against)")
     assert lines[2].startswith(f"  2 seeds a config: {two:.3f} from the best; main effects: "

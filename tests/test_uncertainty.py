@@ -22,7 +22,7 @@ from analysis.stats.comparisons import (
     pair_variance,
     problem_error,
 )
-from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p
+from analysis.stats.critical import mcb_critical, pooled_df, t_quantile, tukey_critical, tukey_p
 from analysis.stats.effects import VALUE, additive_variance, main_effects
 from analysis.stats.levels import p_text
 from analysis.stats.power import (
@@ -368,6 +368,26 @@ def test_the_smallest_difference_found_is_searched_beyond_100_standard_errors() 
     assert power_main_effect(effect, 1.0, 20, 1.0, 1.0) == pytest.approx(0.8, abs=1e-6)
 
 
+def test_a_main_effect_s_power_with_seeds_is_that_of_the_f_on_satterthwaite_s_df() -> None:
+    """With seeds the F is tested on Satterthwaite's df of the configs' pool, which varies with
+    their sample variances even at one seed sd: 3 configs x 2 seeds (3 levels of one key, 5.57 sd
+    apart, which the noncentral F on the pooled 3 df finds at 80%) have 37%, as a direct
+    simulation of that test (the key's noncentral chi-square over the pool of 3 chi-square(1)
+    variances, against the F's critical value on their Satterthwaite df) finds; with many seeds
+    a config the df is nearly the pooled one and so is the power."""
+    assert power_main_effect(5.57, 1.0, 3, 2, 3.0) == pytest.approx(0.80, abs=0.001)
+    stated = power_main_effect(5.57, 1.0, 3, 2, 3.0, cells=3)
+    rng = np.random.default_rng(11)
+    s2 = rng.chisquare(1, (200_000, 3))
+    key = rng.noncentral_chisquare(2, 2 * 5.57 ** 2 / 2, 200_000)
+    satterthwaite = np.floor(np.round(10 * s2.sum(axis=1) ** 2 / (s2 ** 2).sum(axis=1), 6)) / 10
+    simulated = np.mean(key / 2 / s2.mean(axis=1) > stats.f.ppf(0.95, 2, satterthwaite))
+    assert stated == pytest.approx(simulated, abs=0.01) and 0.36 < stated < 0.39
+    assert power_main_effect(1.0, 1.0, 3, 60, 1200.0, cells=3) == pytest.approx(
+        power_main_effect(1.0, 1.0, 3, 60, 1200.0), abs=0.005)
+    assert detectable_main_effect(1.0, 3, 2, 3.0, cells=3) > 2 * detectable_main_effect(1.0, 3, 2, 3.0)
+
+
 def test_a_main_effect_s_power_is_the_noncentral_f_of_its_two_levels_apart() -> None:
     """Two levels: the F test is the two-sided t test of their means (r runs each, standard
     error sd sqrt(2 / r)), so its power is scipy's noncentral t on both tails; three levels with
@@ -552,8 +572,9 @@ def test_replicated_grids_test_the_interaction_against_the_seeds() -> None:
 def test_the_anova_s_seed_variance_leaves_out_configs_at_a_floor() -> None:
     """A one-key sweep of 4 learning rates, 3 seeds each: two configs at a floor (every seed one
     value) beside two whose seeds vary. The ANOVA's F and its level intervals rest on the two
-    varying configs' pooled variance on their 4 df, not on all four's on 8; a borrowed error
-    term, a sweep without floors and one of floors only are left as they are."""
+    varying configs' pooled variance on Satterthwaite's df of their pool (3.9: their variances
+    0.0144 and 0.01493 hardly differ, so nearly their 4 df), not on all four's on 8; a borrowed
+    error term and one of floors only are left as they are."""
     values = {1e-5: [0.2, 0.2, 0.2], 3e-4: [0.52, 0.4, 0.64], 1e-3: [0.44, 0.2, 0.36],
               3e-2: [0.0, 0.0, 0.0]}
     frame = pd.DataFrame([{"learning_rate": lr, VALUE: v} for lr, vs in values.items() for v in vs])
@@ -562,24 +583,90 @@ def test_the_anova_s_seed_variance_leaves_out_configs_at_a_floor() -> None:
     assert pooled.df == 8
     varying = (np.var(values[3e-4], ddof=1) + np.var(values[1e-3], ddof=1)) / 2
     effects = main_effects(frame, ["learning_rate"], pooled, replicated=True)
-    assert (effects.error.df, effects.error.variance) == (4, pytest.approx(varying))
+    # (2 x 0.0144 + 2 x 0.014933)^2 / (2 x 0.0144^2 + 2 x 0.014933^2) = 3.9987, down to a tenth
+    assert (effects.error.df, effects.error.variance) == (3.9, pytest.approx(varying))
     assert effects.error.variance == pytest.approx(2 * pooled.variance)
-    assert effects.error.notes[-1] == (
+    assert effects.error.notes[-2:] == (
         "the ANOVA's seed variance leaves out 2 configs whose seeds all gave one value (a floor or "
         "ceiling: learning_rate=1e-05; learning_rate=0.03): pooled over the 2 whose seeds vary, "
-        "on their 4 df")
+        "on their 4 df",
+        "tested on Satterthwaite's 3.9 df of that pool, not its 4: the configs' seed variances "
+        "differ (Brown and Forsythe's test)")
     means = np.array([np.mean(vs) for vs in values.values()])
     f = 3 * float(((means - means.mean()) ** 2).sum()) / 3 / varying
     (term,) = effects.terms
-    assert term.f == pytest.approx(f) and term.p == pytest.approx(stats.f.sf(f, 3, 4))
+    assert term.f == pytest.approx(f) and term.p == pytest.approx(stats.f.sf(f, 3, 3.9))
     level = {e.level: e for e in effects.levels}["0.0003"]
-    half = stats.t.ppf(0.975, 4) * math.sqrt(varying * (1 / 3 - 1 / 12))
+    half = stats.t.ppf(0.975, 3.9) * math.sqrt(varying * (1 / 3 - 1 / 12))
     assert level.hi - level.lo == pytest.approx(2 * half)
     borrowed = dataclasses.replace(pooled, source="borrowed")
     assert main_effects(frame, ["learning_rate"], borrowed, True).error == borrowed
-    learning = frame[frame["learning_rate"].isin([3e-4, 1e-3])]
-    alike = SeedVariance.pooled(configs[1:3])
+    # no floor and one spread (the seeds of 1e-3 those of 3e-4 moved by 0.08): the pool on its df
+    same = {3e-4: values[3e-4], 1e-3: [v - 0.08 for v in values[3e-4]]}
+    learning = pd.DataFrame([{"learning_rate": lr, VALUE: v} for lr, vs in same.items() for v in vs])
+    alike = SeedVariance.pooled([ConfigData(str(lr), np.array(vs)) for lr, vs in same.items()])
     assert main_effects(learning, ["learning_rate"], alike, True).error == alike
+
+
+def test_a_main_effect_of_two_configs_of_unequal_spread_rests_on_satterthwaite_s_df() -> None:
+    """The review's case in fixed numbers: 2 configs x 3 seeds, seed sd 0.04 against 0.001. The F
+    is 0.081^2 / (0.0008005 x 2 / 3) = 12.29; on the pool's summed 4 df p = 0.025 ("significant",
+    the rule before issue 59), on Satterthwaite's (2 x 0.0016 + 2 x 1e-6)^2 / (2 x 0.0016^2 +
+    2 x 1e-6^2) = 2.0025, down to 2.0, p = 0.073: the p of the pair's own Welch test, so that the
+    report does not call the key significant where the pair is not distinguishable."""
+    values = {"1e-4": [0.40, 0.44, 0.48], "3e-4": [0.520, 0.521, 0.522]}
+    frame = pd.DataFrame([{"learning_rate": lr, VALUE: v} for lr, vs in values.items() for v in vs])
+    configs = [ConfigData(lr, np.array(vs)) for lr, vs in values.items()]
+    pooled = SeedVariance.pooled(configs)
+    assert (pooled.df, pooled.variance) == (4, pytest.approx((0.0016 + 1e-6) / 2))
+    effects = main_effects(frame, ["learning_rate"], pooled, replicated=True)
+    (term,) = effects.terms
+    f = 0.081 ** 2 / (pooled.variance * 2 / 3)
+    assert (term.df, term.f) == (1.0, pytest.approx(f)) and f == pytest.approx(12.29, abs=0.01)
+    assert stats.f.sf(f, 1, 4) == pytest.approx(0.0247, abs=1e-4)  # today's p: < 0.05
+    assert effects.error.df == 2.0
+    assert term.p == pytest.approx(stats.f.sf(f, 1, 2.0)) and term.p == pytest.approx(0.0726, abs=1e-4)
+    assert effects.error.notes[-1] == ("tested on Satterthwaite's 2 df of that pool, not its 4: "
+                                       "the configs' seed variances differ (Brown and Forsythe's test)")
+    pair = pair_test(configs[1], configs[0], pooled)
+    assert (pair.df, pair.p_value) == (2.0, pytest.approx(term.p))
+    # each level's interval on the same df: half-width t(2) x sqrt(pool x (1/3 - 1/6))
+    half = stats.t.ppf(0.975, 2.0) * math.sqrt(pooled.variance * (1 / 3 - 1 / 6))
+    assert all(e.hi - e.lo == pytest.approx(2 * half) for e in effects.levels)
+
+
+def test_three_levels_of_unequal_spread_give_brown_and_forsythe_s_test() -> None:
+    """One key of 3 levels x 4 seeds whose spreads differ: the F against the pool and its df are
+    those of statsmodels' Brown-Forsythe test (``anova_oneway(use_var="bf")``: its ``df2``, the
+    1974 df, and ``pvalue2``), the denominator df 3.98 down to 3.9 (of the pool's 9), the numerator
+    the key's 2 (p 0.514; a swapped pair of df gives 0.622)."""
+    from statsmodels.stats.oneway import anova_oneway
+
+    values = {"1": [0.40, 0.46, 0.52, 0.43], "2": [0.50, 0.51, 0.49, 0.505],
+              "4": [0.30, 0.45, 0.60, 0.38]}
+    frame = pd.DataFrame([{"off_policy.epochs": k, VALUE: v} for k, vs in values.items() for v in vs])
+    pooled = SeedVariance.pooled([ConfigData(k, np.array(vs)) for k, vs in values.items()])
+    effects = main_effects(frame, ["off_policy.epochs"], pooled, replicated=True)
+    bf = anova_oneway([np.array(vs) for vs in values.values()], use_var="bf")
+    (term,) = effects.terms
+    assert term.f == pytest.approx(float(bf.statistic))
+    assert (term.df, bf.df2[0]) == (2.0, 2)
+    assert bf.df2[1] == pytest.approx(3.9765, abs=1e-4) and effects.error.df == 3.9
+    assert term.p == pytest.approx(stats.f.sf(term.f, 2, 3.9)) and term.p == pytest.approx(
+        float(bf.pvalue2), abs=2e-3)
+    assert term.p == pytest.approx(0.514, abs=1e-3)
+    assert stats.f.sf(term.f, 3.9, 2) == pytest.approx(0.622, abs=1e-3)  # the df swapped
+
+
+def test_satterthwaite_s_df_of_a_pool_weights_each_config_by_its_df() -> None:
+    """(sum nu s^2)^2 / sum nu s^4 with unequal seeds: variances 0.01, 0.04 and a floor's 0 on 1, 3
+    and 2 df give 0.13^2 / (0.0001 + 3 x 0.0016) = 3.449, 3.4 (without the weights (0.05)^2 /
+    0.0017 = 1.47; with nu^2 below, 1.17); equal variances the summed df; one config alone its
+    own; no spread at all none."""
+    assert pooled_df([0.01, 0.04, 0.0], [1, 3, 2]) == 3.4
+    assert pooled_df([0.02, 0.02, 0.02], [2, 2, 2]) == 6.0
+    assert pooled_df([0.0, 0.03], [4, 2]) == 2.0
+    assert math.isnan(pooled_df([0.0, 0.0], [2, 2]))
 
 
 def test_hsu_s_critical_values_match_student_dunnett_s_table_and_a_monte_carlo() -> None:

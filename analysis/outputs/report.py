@@ -372,13 +372,13 @@ def _effects(ranking: Ranking) -> list[str]:
 
 
 def _floors(ranking: Ranking) -> str:
-    """The note of an ANOVA whose seed variance leaves out configs at a floor, where it does
-    (:func:`analysis.stats.effects.without_floors`)."""
+    """The notes of an ANOVA whose seed variance leaves out configs at a floor or rests on
+    Satterthwaite's df, where it does (:func:`analysis.stats.effects.anova_error`)."""
     seeds = ranking.uncertainty.seeds if ranking.uncertainty is not None else None
     effects = ranking.effects
     if seeds is None or effects is None or effects.error.notes == seeds.notes:
         return ""
-    return f"; {effects.error.notes[-1]}"
+    return "".join(f"; {note}" for note in effects.error.notes[len(seeds.notes):])
 
 
 def fmt_p(p: float) -> str:

@@ -1,7 +1,9 @@
 """Critical values and quantiles of the distributions the comparisons use: Student's t, Tukey's
 studentized range, and the one-sided Dunnett (multivariate t) value of Hsu's comparisons with the
-best, by quadrature; and Welch's degrees of freedom of a pair of configs (:func:`welch_df`), which
-the comparisons, the power stated before launch and the race's simulated look read alike."""
+best, by quadrature; Welch's degrees of freedom of a pair of configs (:func:`welch_df`), which
+the comparisons, the power stated before launch and the race's simulated look read alike; and
+Satterthwaite's of a pooled seed variance (:func:`pooled_df`), which the main effects are tested
+on."""
 
 from __future__ import annotations
 
@@ -112,4 +114,31 @@ def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike,
     a = np.asarray(variance_a, dtype=float) / n_a
     b = np.asarray(variance_b, dtype=float) / n_b
     df = (a + b) ** 2 / (a ** 2 / (np.asarray(n_a) - 1) + b ** 2 / (np.asarray(n_b) - 1))
-    return np.floor(np.round(10 * df, 6)) / 10
+    return _tenth_below(df)
+
+
+def pooled_df(variances: ArrayLike, dfs: ArrayLike) -> np.ndarray:
+    """Satterthwaite's df of a seed variance pooled over configs, sum_j nu_j s_j^2 / sum_j nu_j,
+    from each config's own variance ``variances`` (s_j^2, one a config along the last axis) on
+    ``dfs`` (nu_j = its seeds - 1; configs of one seed have 0 and count for nothing):
+    (sum_j nu_j s_j^2)^2 / sum_j nu_j s_j^4, rounded down to a tenth as :func:`welch_df` is;
+    elementwise over the leading axes (a 0-d array for one pool). It is the pooled df
+    sum_j nu_j where the variances are equal and falls to one config's nu_j as that config's
+    variance outweighs the others' (configs at a floor, s_j = 0, add nothing to it); for two
+    configs of equal seeds it is :func:`welch_df`. Over a balanced grid the F of a main effect
+    against the pool on this df is Brown and Forsythe's (1974) test of equal means under unequal
+    variances (statsmodels' ``anova_oneway(use_var="bf")``, its ``df2``, for one key). NaN where
+    no config varies. The one rule for the main effects' df: the ANOVA
+    (``analysis.stats.effects.anova_error``) and the power stated before launch
+    (``analysis.stats.power.power_main_effect``) read it."""
+    s2 = np.asarray(variances, dtype=float)
+    weighted = np.asarray(dfs, dtype=float) * s2
+    squares = (weighted * s2).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(squares > 0, weighted.sum(axis=-1) ** 2 / squares, math.nan)
+    return _tenth_below(df)
+
+
+def _tenth_below(df: ArrayLike) -> np.ndarray:
+    """``df`` rounded down to a tenth (a hair above a tenth, as floating point gives it, kept)."""
+    return np.floor(np.round(10 * np.asarray(df, dtype=float), 6)) / 10

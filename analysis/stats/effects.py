@@ -12,7 +12,8 @@
   not make those comparisons conservative.
 * :func:`main_effects`: the n-way ANOVA of the swept keys (type II sums of squares) with F tests
   against the sweep's seed variance (:class:`analysis.stats.variance.SeedVariance`: the same error
-  term as the comparisons), and each level's least-squares effect (from sum-to-zero contrasts:
+  term as the comparisons; the sweep's own seeds on Satterthwaite's df of their pool,
+  :func:`anova_error`), and each level's least-squares effect (from sum-to-zero contrasts:
   the level's fitted mean minus the grand mean of the fitted cells, which is not its marginal
   mean minus the grand mean where the grid is unbalanced) with a 95% interval. With seeds the
   model holds every interaction of the keys, and the interactions are tested too; with one seed a
@@ -36,7 +37,7 @@ import pandas as pd
 from scipy import special
 
 from analysis.names.formatting import format_value, sort_key
-from analysis.stats.critical import t_quantile
+from analysis.stats.critical import pooled_df, t_quantile
 from analysis.stats.levels import ALPHA
 from analysis.stats.variance import ConfigData, SeedVariance, df_text
 
@@ -213,7 +214,7 @@ def main_effects(frame: pd.DataFrame, keys: Sequence[str], error: SeedVariance,
     from statsmodels.stats.anova import anova_lm
 
     coded = _coded(frame, keys)
-    error = without_floors(error, coded, keys)
+    error = anova_error(error, coded, keys)
     interactions = replicated and len(keys) > 1
     fit = _fit(coded, len(keys), interactions)
     cell_test = None
@@ -273,16 +274,23 @@ def _term(name: str, df: float, sum_sq: float, error: SeedVariance) -> Term:
     return Term(name, df, sum_sq, f, float(special.fdtrc(df, error.df, f)))
 
 
-def without_floors(error: SeedVariance, coded: pd.DataFrame, keys: Sequence[str]) -> SeedVariance:
-    """``error`` as the ANOVA's F tests and level intervals use it: where it is the sweep's own
-    seeds and some configs of ``coded`` gave one value on every seed (a floor or a ceiling: no
-    learning, a collapse to reward 0) beside configs whose seeds vary, pooled over the varying
-    ones only, on their df, the others named in a note. A floor's zero spread is no measure of
-    the seed noise of the configs that learn: pooled with it, one variance understates theirs, and
-    the other key's and the interaction's F tests call a difference that is not there in 8.0% and
-    8.5% of 3x3 grids with two seeds a config whose first key has a floor level (2.9% and 2.0%
-    with the floor left out; ``bench/unequal_variance_calibration.py --main-effects``). Other
-    sources, and sweeps without such configs, unchanged."""
+def anova_error(error: SeedVariance, coded: pd.DataFrame, keys: Sequence[str]) -> SeedVariance:
+    """``error`` as the ANOVA's F tests and level intervals use it. Where it is the sweep's own
+    seeds (other sources unchanged):
+
+    * some configs of ``coded`` gave one value on every seed (a floor or a ceiling: no learning,
+      a collapse to reward 0) beside configs whose seeds vary: pooled over the varying ones only,
+      the others named in a note. A floor's zero spread is no measure of the seed noise of the
+      configs that learn: pooled with it, one variance understates theirs, and the other key's
+      and the interaction's F tests call a difference that is not there in 8.0% and 8.5% of 3x3
+      grids with two seeds a config whose first key has a floor level (2.9% and 2.0% with the
+      floor left out; ``bench/unequal_variance_calibration.py --main-effects``).
+    * on Satterthwaite's df of that pool (:func:`~analysis.stats.critical.pooled_df`), not its
+      sum of the configs' df, where their seed variances differ (a note says so): the pool is
+      then a weighted sum of chi-squares with fewer effective df, and the F on the summed df
+      calls equal configs different where their spreads differ (2 configs x 3 seeds of seed sd
+      0.04 and 0.001: 11.9% on 4 df, 5.0% on Satterthwaite's, the pair verdict's
+      Welch df; ``bench/main_effect_calibration.py``)."""
     if error.source != "seeds":
         return error
     groups = coded.groupby([f"f{i}" for i in range(len(keys))], observed=True)[VALUE]
@@ -292,14 +300,23 @@ def without_floors(error: SeedVariance, coded: pd.DataFrame, keys: Sequence[str]
     own = [SeedVariance.pooled([cell]) for cell in cells]
     flat = [cell.label for cell, seeds in zip(cells, own, strict=True) if seeds.degenerate]
     varying = [cell for cell, seeds in zip(cells, own, strict=True) if seeds.usable]
-    if not flat or not varying:
+    if not varying:
         return error
-    pool = SeedVariance.pooled(varying)
-    return SeedVariance(pool.variance, pool.df, error.source, error.text, (
-        *error.notes, f"the ANOVA's seed variance leaves out {len(flat)} config"
-        f"{'s' if len(flat) != 1 else ''} whose seeds all gave one value (a floor or ceiling: "
-        f"{'; '.join(flat)}): pooled over the {len(varying)} whose seeds vary, on their "
-        f"{df_text(pool.df)} df"), error.inflation)
+    if flat:
+        pool = SeedVariance.pooled(varying)
+        error = SeedVariance(pool.variance, pool.df, error.source, error.text, (
+            *error.notes, f"the ANOVA's seed variance leaves out {len(flat)} config"
+            f"{'s' if len(flat) != 1 else ''} whose seeds all gave one value (a floor or ceiling: "
+            f"{'; '.join(flat)}): pooled over the {len(varying)} whose seeds vary, on their "
+            f"{df_text(pool.df)} df"), error.inflation)
+    df = float(pooled_df([seeds.variance for seeds in own if seeds.usable],
+                         [seeds.df for seeds in own if seeds.usable]))
+    if not df < error.df:
+        return error
+    return SeedVariance(error.variance, df, error.source, error.text, (
+        *error.notes, f"tested on Satterthwaite's {df_text(df)} df of that pool, not its "
+        f"{df_text(error.df)}: the configs' seed variances differ (Brown and Forsythe's test)"),
+        error.inflation)
 
 
 def _cell_means_test(coded: pd.DataFrame, additive, n_keys: int  # noqa: ANN001 -- statsmodels' fit

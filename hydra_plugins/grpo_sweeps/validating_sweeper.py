@@ -369,7 +369,8 @@ class ValidatingSweeper(BasicSweeper):
             df = error_df(k, list(levels.values()), n) if n > 1 else one_seed_df
             if df <= 0:
                 return "no main-effect test (no seed variance to test it against)"
-            return ", ".join(f"{key} {shown(detectable_main_effect(sd, m, k * n / m, df))}"
+            # with seeds, on Satterthwaite's df of the k configs' pool (random even at one sd)
+            return ", ".join(f"{key} {shown(detectable_main_effect(sd, m, k * n / m, df, k if n > 1 else 0))}"
                              for key, m in levels.items())
 
         lines = [f"power ({said}): at {POWER:.0%} power, the smallest "
@@ -377,7 +378,8 @@ class ValidatingSweeper(BasicSweeper):
                  "find (a config that far below leaves the set that could be the best; noncentral "
                  "t on the pair's own df), then the smallest difference between two levels of each "
                  "swept key that its main effect's F test finds at 5% (the other levels at their "
-                 "mean; noncentral F, a balanced grid)"]
+                 "mean; noncentral F, a balanced grid; with seeds on Satterthwaite's df of the "
+                 "configs' pooled variance, as the analysis tests it)"]
         for n in sorted({seeds, 2, 3}):
             here = " (this sweep)" if n == seeds else ""
             se = sd * (2 / n) ** 0.5
