@@ -9,9 +9,9 @@ looks (Bonferroni, `alpha / max_seeds` a look) bounds the chance that a truly be
 leaves by `alpha`, but the looks are strongly correlated (each adds one seed to the same means),
 so that bound leaves much of `alpha` unspent: with 9 equal configs and 5 seeds, 1.9-2.9% of
 configs ever leave where 5% is allowed. `boundary` instead finds, by simulation, the one level at
-which exactly `alpha` of them leave.
+which exactly `alpha` of them leave, in the least favourable of the cases it simulates.
 
-The simulation is the least favourable case of comparisons with the best: every config equal (each
+The first case simulated is the least favourable one of the means: every config equal (each
 of them truly best), each seed's value of a config an independent standard normal (the scale
 cancels), `sims` races with common random numbers (one fixed generator seed: the same level on
 every machine). Each look is the project's rule on equal seed counts: the pooled variance of the
@@ -24,16 +24,18 @@ as it is, the pair rule included: where a pair's own variance is the larger (whi
 variances make happen by chance) its comparison is wider, and the level is raised until the
 rate is `alpha` again, so the slack the pair rule leaves under equal variances is spent.
 
-The limit: unequal seed variances among truly best configs. The level is calibrated where every
-config has the same seed variance; where two tied best configs differ in seed sd (1 against
-0.25) each of them leaves at some look in 6.8% of races with 2 configs and 5 seeds (the level
-0.0252), 6.9% at sd 1 against 0.01, 6.2% with 9 configs (the 7 others far behind; 0.0278) and
-5.1% with 9 configs and a wave-1 variance (0.0178) (`bench/race_unequal.py`, 2000 races a
-design, ± 0.4; docs/how-to/racing.md). A pair's own variance on Welch's df took most of the
-former excess away (7.9%, 10.8% and 8.0% on the pooled 2n - 2 df); what remains comes from the
-level, raised to spend what Welch's df leave unspent where variances are equal (a level of
-0.0165 would hold 5% with 2 configs and 5 seeds). It is not lowered for the unequal case: that
-would tax every race.
+Unequal seed variances among truly best configs (issue 59, item 4): a level calibrated where
+every config has one seed sd does not hold where two tied best configs differ in it (2 configs,
+5 seeds: 0.0252 lost one of them in 7.2% of races at seed sd 1 against 0.1), since Welch's df,
+which leave the equal case's slack the level spends, are then about right. So `boundary` also
+simulates, at each ratio of `SD_RATIOS`, two configs tied for the best at seed sd 1 and 1 / ratio
+with the others `FAR_BEHIND` (they leave at the first look that can tell, and the pair races on
+alone), and takes the least of the levels (each found by bisection below the one before): 2
+configs, 5 seeds 0.0151; 9 configs and 5 seeds 0.0156 with a wave-1 variance (was 0.0178) and
+0.0215 without (was 0.0278). Equal configs then leave in 3-4% where 5% is allowed. Not simulated
+(its bisection costs minutes): every one of many configs tied, some near a floor; with 9
+alternately of seed sd 1 and 0.01 about 6% leave (`bench/race_unequal.py`'s ``all`` rows,
+docs/how-to/racing.md).
 
 Wave 1 has one seed a config: its look can leave a config out only with a seed variance from
 elsewhere (a borrowed one, or a grid's additive residual). `first_look` says whether it has one;
@@ -193,11 +195,13 @@ def elimination_rate(level: float, values: np.ndarray, first_look: bool,
 
 
 SD_RATIOS = (1.0, 2.0, 4.0, 10.0, 100.0)
-"""The seed-sd ratios of the tied best pair the level is calibrated at (module docstring): the
-level is the least of the levels that hold `alpha` at each. With 2 configs and 5 seeds the level
-holding 5% was 0.0249 at 1, 0.0222 at 2, 0.0181 at 4, 0.0158 at 10 and 0.0165 at 100 (issue 59,
-item 4; `bench/race_unequal.py`, whose table in docs/how-to/racing.md has each design's rate at
-every ratio); equal sds alone gave 0.0252, which lost a truly best config in 7.2% of races at 10."""
+"""The seed-sd ratios of the tied best pair the level is calibrated at (module docstring; 1: every
+config equal): the level is the least of the levels that hold `alpha` at each. With 2 configs
+and 5 seeds those levels are 0.0252 at 1, 0.0239 at 2, 0.0188 at 4, 0.0156 at 10 and 0.0151 at
+100, where the level of equal sds alone (0.0252) lost a truly best config in 5.3%, 6.3%, 7.3%
+and 7.4% of races (issue 59, item 4). Beyond 100 the pair's own variance is the larger one's
+and Welch's df its n - 1, as at 100. `bench/race_unequal.py` checks the level at each ratio on
+other random numbers (its table in docs/how-to/racing.md: at most 5.8% +- 0.5)."""
 FAR_BEHIND = -100.0
 """The true mean of the configs outside the tied pair in the unequal-spread cases (seed sd 1):
 far enough behind that they leave at the first look that can tell."""
