@@ -48,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monte_carlo import rate  # noqa: E402
-from selection_calibration import BASE, DIGEST, EVAL_EVERY, N_EVALS, N_PROBLEMS  # noqa: E402
+from selection_calibration import BASE as SELECTION_BASE  # noqa: E402
+from selection_calibration import DIGEST, EVAL_EVERY, N_EVALS, N_PROBLEMS  # noqa: E402
 
 from analysis.decisions.race.boundary import ONE_LEFT, boundary  # noqa: E402
 from analysis.decisions.race.looks import RaceRunner  # noqa: E402
@@ -73,6 +74,9 @@ TRUTHS = {"equal": "all configs equal", "one better": "one config 3 points bette
 FLOOR_SD = 0.3
 """The seed sd of the learning-rate truth's three configs near the floor, as a share of the others'."""
 ALPHA = 0.05
+BASE = {**SELECTION_BASE, "pruning": {"name": "off"}, "checkpoint": {"save_final_model": False}}
+"""selection_calibration's run config with what a race's wave reads to tell a run over
+(grpo.run.finished.Launch: no pruner, no final model to check)."""
 
 
 def effects(truth: str) -> np.ndarray:

@@ -1,20 +1,23 @@
-"""A race's calibrated level where tied best configs differ in seed sd (issue 52, item 14),
-through the race's own simulated look (``analysis.decisions.race.boundary.look``: the pooled variance of the
-configs still in, or a pair's own where at least as large on its Welch-Satterthwaite df, Hsu's
-critical value on its df; the rule
-``analysis.decisions.race.looks.decide`` applies, checked against ``compare_sweep`` in tests/test_race_boundary.py).
+"""A race's calibrated level where tied best configs differ in seed sd (issue 52, item 14; issue 59,
+item 4), through the race's own simulated look (``analysis.decisions.race.boundary.look``: the
+pooled variance of the configs still in, or a pair's own where at least as large on its
+Welch-Satterthwaite df, Hsu's critical value on its df; the rule
+``analysis.decisions.race.looks.decide`` applies, checked against ``compare_sweep`` in
+tests/test_race_boundary.py).
 
-The race's level (``analysis.decisions.race.boundary.boundary``) is calibrated where every config has one seed
-sd. Here two configs tie for the best with seed sd 1 and 1/ratio; the others (where there are
-more) are 100 sd behind, so they leave at the first look that can tell and the tied pair races
-on alone. For each design: the share of the two truly best configs that leave at some look at
-the race's level, at Bonferroni's ``alpha / max_seeds``, and the level a look would need for
-that share to be ``alpha`` (bisection on common random numbers); ``equal`` is the control (one
-sd: the calibration's own case, about 5%). ± is the Monte Carlo error (binomial over the
-``2 x races`` truly best configs; the two of a race are not independent, so it is a little
-optimistic).
+The race's level (``analysis.decisions.race.boundary.boundary``) is the least of the levels that
+hold ``alpha`` with every config equal and with a tied best pair at each seed-sd ratio of
+``SD_RATIOS``. Here, on other random numbers than the calibration's, two configs tie for the
+best with seed sd 1 and 1/ratio, the others (where there are more) far behind, so they leave at
+the first look that can tell and the tied pair races on alone; and, a case the calibration does
+not simulate, every one of 9 configs tied, alternately of seed sd 1 and 1/ratio (``all tied``).
+For each design and ratio: the share of the truly best configs that leave at some look at the
+race's level, at Bonferroni's ``alpha / max_seeds``, and the level a look would need for that
+share to be ``alpha`` (bisection on common random numbers; the race's level where it holds
+there). ± is the Monte Carlo error (binomial over the truly best configs; those of a race are
+not independent, so it is a little optimistic).
 
-Usage: nice -n 10 python bench/race_unequal.py [--races 2000]   (about 20 s on 2 shared cores)
+Usage: nice -n 10 python bench/race_unequal.py [--races 2000]   (about 5 min on 2 shared cores)
 """
 
 from __future__ import annotations
@@ -29,30 +32,39 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.decisions.race.boundary import boundary, elimination_rate  # noqa: E402
+from analysis.decisions.race.boundary import (  # noqa: E402
+    SD_RATIOS,
+    boundary,
+    elimination_rate,
+    tied_pair_values,
+)
 
 ALPHA = 0.05
-DESIGNS = [  # (configs, max_seeds, a seed variance at wave 1, sd ratio of the tied pair)
-    (2, 5, False, 1.0), (2, 5, False, 4.0), (2, 5, False, 100.0), (2, 3, False, 4.0),
-    (9, 5, True, 4.0), (9, 5, False, 4.0),
+DESIGNS = [  # (configs, max_seeds, a seed variance at wave 1, every config tied)
+    (2, 5, False, False), (2, 3, False, False), (9, 5, True, False), (9, 5, False, False),
+    (9, 5, True, True), (9, 5, False, True),
 ]
 
 
-def values_of(n_configs: int, max_seeds: int, ratio: float, races: int, seed: int) -> np.ndarray:
-    """Each race's seed values, (races, max_seeds, n_configs): configs 0 and 1 at 0 with seed sd 1
-    and 1 / ratio, the others at -100 with seed sd 1."""
+def values_of(n_configs: int, max_seeds: int, ratio: float, all_tied: bool, races: int,
+              seed: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Each race's seed values, (races, max_seeds, n_configs), and the truly best configs: the
+    calibration's tied pair (``tied_pair_values``), or every config at 0, alternately of seed sd
+    1 and 1 / ratio (``all_tied``)."""
     rng = np.random.default_rng(seed)
-    means = np.array([0.0, 0.0] + [-100.0] * (n_configs - 2))
-    sds = np.array([1.0, 1.0 / ratio] + [1.0] * (n_configs - 2))
-    return means + sds * rng.standard_normal((races, max_seeds, n_configs))
+    if not all_tied:
+        return tied_pair_values(n_configs, max_seeds, ratio, races, rng), (0, 1)
+    sds = np.where(np.arange(n_configs) % 2 == 0, 1.0, 1.0 / ratio)
+    return sds * rng.standard_normal((races, max_seeds, n_configs)), tuple(range(n_configs))
 
 
-def needed_level(values: np.ndarray, first_look: bool, high: float, steps: int = 8) -> float:
-    """The largest level (to (high - 5e-4) / 2^steps) at which at most ALPHA of the tied pair leave."""
+def needed_level(values: np.ndarray, first_look: bool, best: tuple[int, ...], high: float,
+                 steps: int = 8) -> float:
+    """The largest level (to (high - 5e-4) / 2^steps) at which at most ALPHA of `best` leave."""
     low = 5e-4
     for _ in range(steps):
         mid = (low + high) / 2
-        if elimination_rate(mid, values, first_look, best=(0, 1)) > ALPHA:
+        if elimination_rate(mid, values, first_look, best=best) > ALPHA:
             high = mid
         else:
             low = mid
@@ -65,25 +77,28 @@ def error(p: float, n: int) -> float:
 
 
 def main() -> None:
-    """Print one row a design."""
+    """Print one row a design and ratio."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--races", type=int, default=2000)
     args = parser.parse_args()
-    n = 2 * args.races
-    print(f"| configs | max_seeds | wave 1 variance | seed sd of the tied pair | level | a truly best "
+    print(f"| configs | max_seeds | wave 1 variance | truly best | seed sds | level | a truly best "
           f"config left | at Bonferroni's alpha / max_seeds | level that would hold {ALPHA:g} |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for k, max_seeds, first_look, ratio in DESIGNS:
-        started = time.time()
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for k, max_seeds, first_look, all_tied in DESIGNS:
         level = boundary(k, max_seeds, ALPHA, first_look).level
-        values = values_of(k, max_seeds, ratio, args.races, seed=k * 1000 + max_seeds)
-        at_level = elimination_rate(level, values, first_look, best=(0, 1))
-        bonferroni = elimination_rate(ALPHA / max_seeds, values, first_look, best=(0, 1))
-        need = needed_level(values, first_look, level) if at_level > ALPHA else level
-        print(f"| {k} | {max_seeds} | {'yes' if first_look else 'no'} | 1 and {1 / ratio:g} | "
-              f"{level:.4f} | {100 * at_level:.1f}% ± {100 * error(at_level, n):.1f} | "
-              f"{100 * bonferroni:.1f}% ± {100 * error(bonferroni, n):.1f} | {need:.4f} |"
-              f"  ({time.time() - started:.0f} s)", flush=True)
+        for ratio in SD_RATIOS:
+            started = time.time()
+            values, best = values_of(k, max_seeds, ratio, all_tied, args.races,
+                                     seed=k * 1000 + max_seeds + int(10 * ratio))
+            n = len(best) * args.races
+            at_level = elimination_rate(level, values, first_look, best=best)
+            bonferroni = elimination_rate(ALPHA / max_seeds, values, first_look, best=best)
+            need = needed_level(values, first_look, best, level) if at_level > ALPHA else level
+            print(f"| {k} | {max_seeds} | {'yes' if first_look else 'no'} | "
+                  f"{'all' if all_tied else 'a pair'} | 1 and {1 / ratio:g} | {level:.4f} | "
+                  f"{100 * at_level:.1f}% ± {100 * error(at_level, n):.1f} | "
+                  f"{100 * bonferroni:.1f}% ± {100 * error(bonferroni, n):.1f} | {need:.4f} |"
+                  f"  ({time.time() - started:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":
