@@ -8,7 +8,9 @@ job stops the whole submission, each message printed once with the jobs it conce
 "jobs #3-#8", or one job's swept values), warnings alike, and `dry_run=true` lists the jobs and
 launches nothing. A job whose run directory holds a run trained with values that change its curve
 is such a bad job (`grpo.run.run_config.resume_refusal`): a relaunch into a trained sweep is refused
-before any file of the sweep (multirun.yaml, jobs.json, a run's record) is written. The dry run also prices every job and the sweep (`grpo.sweep.cost`: the full grid,
+before any file of the sweep (multirun.yaml, jobs.json, a run's record) is written, and so is a
+relaunch whose config differs from what a run it would follow (still queued or running, before
+its first checkpoint too) trains (`_followed_refusal`), before its driver starts. The dry run also prices every job and the sweep (`grpo.sweep.cost`: the full grid,
 and with pruning on the sweep replayed through its pruner), and a sweep that plans to spend more
 than `budget.gpu_hours` is refused before anything is submitted. The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the
 submission until the launcher has every job's result, so a second launch of the same sweep
