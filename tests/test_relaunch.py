@@ -267,6 +267,10 @@ def test_a_relaunch_with_a_changed_key_is_refused_while_its_runs_train_before_a_
             time.sleep(0.1)
         first.kill()  # the launcher alone: its runs train on
         first.wait(timeout=60)
+        # the runs (the launcher's process group) held where they are, so that they are still
+        # training, holding their run locks, whatever the machine's load, until the relaunch
+        # below has planned to follow them
+        os.killpg(first.pid, signal.SIGSTOP)
         assert not list(sweep.glob("*/checkpoints/step_*")), "a checkpoint already"
         before = record_of(sweep)
         configs = {run: (sweep / run / ".hydra" / "config.yaml").read_bytes() for run in ("0", "1")}
@@ -281,12 +285,19 @@ def test_a_relaunch_with_a_changed_key_is_refused_while_its_runs_train_before_a_
         assert {run: (sweep / run / ".hydra" / "config.yaml").read_bytes()
                 for run in ("0", "1")} == configs
         assert all("learning_rate: 0.0003" in text.decode() for text in configs.values())
-        same = subprocess.run([*command, "learning_rate=3e-4"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=600)
-        assert same.returncode == 0, same.stdout[-2000:] + same.stderr[-3000:]
-        assert ("relaunch: 0 to submit, 2 still queued or running (followed), 0 finished (not "
-                "submitted)") in same.stdout.splitlines()
-        assert f"Sweep {sweep}: 2 runs: 2 completed" in same.stdout
+        same = subprocess.Popen([*command, "learning_rate=3e-4"], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert same.stdout is not None
+        before_plan = []
+        while not (line := same.stdout.readline()).startswith("relaunch:") and line:
+            before_plan.append(line)
+        plan = line.rstrip("\n")
+        os.killpg(first.pid, signal.SIGCONT)
+        rest = same.communicate(timeout=600)[0]
+        assert same.returncode == 0, "".join(before_plan) + plan + rest[-3000:]
+        assert plan == ("relaunch: 0 to submit, 2 still queued or running (followed), 0 finished "
+                        "(not submitted)"), plan + rest[-3000:]
+        assert f"Sweep {sweep}: 2 runs: 2 completed" in rest
     finally:
         with suppress(ProcessLookupError):
             os.killpg(first.pid, signal.SIGKILL)
