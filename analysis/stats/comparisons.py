@@ -44,7 +44,14 @@ import numpy as np
 from scipy import special
 
 from analysis.names.formatting import DIFFERENCE_SPAN, fmt_difference_interval
-from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p, welch_df
+from analysis.stats.critical import (
+    mcb_critical,
+    pair_seed_variance,
+    t_quantile,
+    tukey_critical,
+    tukey_p,
+    welch_df,
+)
 from analysis.stats.levels import ALPHA, level_text, p_text
 from analysis.stats.power import Resolution, resolve
 from analysis.stats.variance import (
@@ -199,9 +206,9 @@ def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[fl
     docs/explanations/how-sure.md)."""
     if a.n_seeds > 1 and b.n_seeds > 1:
         var_a, var_b = (float(np.var(c.seed_values, ddof=1)) for c in (a, b))
-        own = (var_a / a.n_seeds + var_b / b.n_seeds) / (1 / a.n_seeds + 1 / b.n_seeds)
-        if own > 0 and own >= seeds.variance * (1 - 1e-9):  # a tie (the pool is the pair): own
-            return own, float(welch_df(var_a, a.n_seeds, var_b, b.n_seeds))
+        variance, own = pair_seed_variance(var_a, a.n_seeds, var_b, b.n_seeds, seeds.variance)
+        if own:
+            return variance, float(welch_df(var_a, a.n_seeds, var_b, b.n_seeds))
     return seeds.variance, float(seeds.df)
 
 
@@ -396,7 +403,10 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
     runner_up = next((c for c in comparisons if c.role == "best"), None)
     resolution = None
     if runner_up is not None and runner_up.verdict == "not distinguishable":
-        resolution = resolve(runner_up.diff, runner_up.se, runner_up.n_seeds, k)
+        mine, theirs = by_label[runner_up.config], by_label[best]
+        own = ((float(np.var(mine.seed_values, ddof=1)), float(np.var(theirs.seed_values, ddof=1)))
+               if mine.n_seeds > 1 and theirs.n_seeds > 1 else None)
+        resolution = resolve(runner_up.diff, runner_up.n_seeds, k, seeds.variance, own)
     return SweepComparisons(seeds, estimates, comparisons, k, could_be_best, resolution, bounds,
                             equal_variance_test(configs))
 

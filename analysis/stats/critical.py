@@ -113,3 +113,18 @@ def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike,
     b = np.asarray(variance_b, dtype=float) / n_b
     df = (a + b) ** 2 / (a ** 2 / (np.asarray(n_a) - 1) + b ** 2 / (np.asarray(n_b) - 1))
     return np.floor(np.round(10 * df, 6)) / 10
+
+
+def pair_seed_variance(variance_a: float, n_a: int, variance_b: float, n_b: int,
+                       pool: float) -> tuple[float, bool]:
+    """The pair rule's per-seed variance of two configs of seed variances ``variance_a`` and
+    ``variance_b`` over ``n_a`` and ``n_b`` (>= 2) seeds, beside the sweep's pooled ``pool``:
+    the larger of the pool and the pair's own (Welch's variance of the difference, v_a / n_a +
+    v_b / n_b, over 1 / n_a + 1 / n_b; at n seeds each (v_a + v_b) / 2), and whether it is the
+    pair's own (then on :func:`welch_df`, else on the pool's df; a tie is the pair's own). The
+    one rule the comparisons (``analysis.stats.comparisons.pair_variance``) and "what would
+    decide" (``analysis.stats.power.resolve``, at the seeds it proposes) read."""
+    own = (variance_a / n_a + variance_b / n_b) / (1 / n_a + 1 / n_b)
+    if own > 0 and own >= pool * (1 - 1e-9):
+        return own, True
+    return pool, False
