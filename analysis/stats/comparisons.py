@@ -60,6 +60,7 @@ from analysis.stats.variance import (
     ConfigData,
     SeedVariance,
     Source,
+    df_text,
 )
 
 Verdict = Literal["better", "worse", "not distinguishable", "undecided", "no interval"]
@@ -318,6 +319,17 @@ class Comparison:
     alpha: float = ALPHA
     family: int = 2
     """The configs of the Tukey family the adjusted p-value is taken over."""
+    seed_df: float = math.nan
+    """The df of the sweep's seed variance (the report's seed-variance line); ``df`` differs
+    where the pair rests on its own variance, on Welch's df."""
+
+    @property
+    def own_df_text(self) -> str:
+        """``, on the pair's own variance (1.2 df)`` where the verdict's df is not the seed
+        variance's, else empty."""
+        if math.isnan(self.seed_df) or self.df == self.seed_df or not self.se > 0:
+            return ""
+        return f", on the pair's own variance ({df_text(self.df)} df)"
 
     @functools.cached_property
     def p_adjusted(self) -> float:
@@ -338,7 +350,7 @@ class Comparison:
                  "worse": f"worse than the {self.role} config",
                  "not distinguishable": f"not distinguishable from the {self.role} config"}
         return (f"{words[self.verdict]}: Δ {self.diff:+.3f} {fmt_difference_interval(self.lo, self.hi)} "
-                f"(simultaneous {level_text(self.alpha)}), p {p_text(self.p_value)} "
+                f"(simultaneous {level_text(self.alpha)}{self.own_df_text}), p {p_text(self.p_value)} "
                 f"(Tukey-adjusted {p_text(self.p_adjusted)})")
 
 
@@ -418,7 +430,7 @@ def compare_pair(a: ConfigData, b: ConfigData, role: str, step: int | None, seed
     common = dict(config=a.label, reference=b.label, role=role, step=step, source=seeds.source,
                   df=seeds.df, n_seeds=(a.n_seeds, b.n_seeds),
                   n_problems=max(a.n_problems, b.n_problems), samples=(a.samples, b.samples),
-                  alpha=alpha, family=k)
+                  alpha=alpha, family=k, seed_df=seeds.df)
     diff = a.mean - b.mean + 0.0  # + 0.0: a tie reads +0.000, not -0.000
     apart = problems_apart(a, b)
     if apart is not None:

@@ -100,19 +100,32 @@ def mcb_critical(lambdas: tuple[float, ...], df: float, alpha: float = ALPHA) ->
         return float(optimize.brentq(excess, 0.0, high, xtol=1e-7))
 
 
-def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike,
-             n_b: ArrayLike) -> np.ndarray:
-    """The Welch-Satterthwaite df of a difference of two configs' means, seed variances
-    ``variance_a`` and ``variance_b`` over ``n_a`` and ``n_b`` (>= 2) seeds: (v_a / n_a + v_b /
-    n_b)^2 / sum_i (v_i / n_i)^2 / (n_i - 1), rounded down to a tenth (so that critical values
-    cache), between the smaller config's n - 1 and n_a + n_b - 2; elementwise over arrays (a
-    0-d array for scalars). The one rule for a pair's own df: the pair rule
+TWO_SEED_SHRINK = 3
+"""The power by which a pair with a 2-seed config shrinks Welch's df towards 1 (:func:`welch_df`)."""
+
+
+def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike, n_b: ArrayLike,
+             floored: bool = True) -> np.ndarray:
+    """The df of a difference of two configs' means, seed variances ``variance_a`` and
+    ``variance_b`` over ``n_a`` and ``n_b`` (>= 2) seeds: the Welch-Satterthwaite df w = (v_a /
+    n_a + v_b / n_b)^2 / sum_i (v_i / n_i)^2 / (n_i - 1), between the smaller config's n - 1 and
+    n_a + n_b - 2 (lo and hi); where the smaller config has 2 seeds, lo + (hi - lo) x ((w - lo) /
+    (hi - lo))^``TWO_SEED_SHRINK``: a 2-seed variance (1 df) is so uncertain that w comes out
+    large just where the t is large, and Welch's test of 2 seeds a config calls 5.8-6.0% of
+    equal pairs different at sd ratios 10-20 (2.1% at 1); shrunk, 1.3-4.9% at ratios 1-100
+    (``bench/unequal_variance_calibration.py --two-seeds``). Rounded down to a tenth (so that
+    critical values cache) unless ``floored`` is False; elementwise over arrays (a 0-d array for
+    scalars). The one rule for a pair's own df: the pair rule
     (``analysis.stats.comparisons.pair_variance``), the race's simulated look
     (``analysis.decisions.race.boundary.look``) and the power stated before launch read it."""
     a = np.asarray(variance_a, dtype=float) / n_a
     b = np.asarray(variance_b, dtype=float) / n_b
-    df = (a + b) ** 2 / (a ** 2 / (np.asarray(n_a) - 1) + b ** 2 / (np.asarray(n_b) - 1))
-    return np.floor(np.round(10 * df, 6)) / 10
+    n_a, n_b = np.asarray(n_a), np.asarray(n_b)
+    df = (a + b) ** 2 / (a ** 2 / (n_a - 1) + b ** 2 / (n_b - 1))
+    lo, hi = np.minimum(n_a, n_b) - 1, n_a + n_b - 2
+    shrunk = lo + (hi - lo) * np.clip((df - lo) / (hi - lo), 0, 1) ** TWO_SEED_SHRINK
+    df = np.where(lo == 1, shrunk, df)
+    return np.floor(np.round(10 * df, 6)) / 10 if floored else df
 
 
 def pair_seed_variance(variance_a: float, n_a: int, variance_b: float, n_b: int,

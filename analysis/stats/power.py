@@ -64,7 +64,8 @@ def own_df(seeds: int, ratio: float = 1.0) -> float:
                          "larger, between 0 and 1")
     sampled = ratio * special.fdtri(seeds - 1, seeds - 1,
                                     (np.arange(OWN_DF_NODES) + 0.5) / OWN_DF_NODES)
-    return float(math.floor(10 * float(np.mean(welch_df(sampled, seeds, 1.0, seeds)))) / 10)
+    return float(math.floor(10 * float(np.mean(welch_df(sampled, seeds, 1.0, seeds,
+                                                         floored=False)))) / 10)
 
 
 def _smallest_found(power: Callable[[float], float], scale: float) -> float:
