@@ -45,7 +45,14 @@ value) or at 0.3x the others' seed sd; a 3x3 grid whose first key's level 0 is a
 0.3x; one cell at 0.3x; all equal; and the power: all equal but the first key's levels 0, -s and
 -2s seed sd apart (s 1 with 2 seeds, 0.7 with 3; its main effect's share found).
 
-Usage: python bench/unequal_variance_calibration.py [--sweeps 1000] [--only NAME ...] [--main-effects]
+``--two-seeds`` (issue 59, item 5): two equal configs of 2 seeds each, seed sds 1 and r (r = 1,
+2, 4, 10, 20, 100), the verdict of ``compare_pair`` on the sweep's pool: the share of sweeps it
+calls them different (false), with the pair's df as ``welch_df`` gives it now (shrunk towards 1
+where a config has 2 seeds) and as before (Welch-Satterthwaite, floored to a tenth), and the
+power where the first is better by 4 and 8 seed sds at r = 1 (the share called better). Goal:
+false <= 5% + its Monte Carlo error at every r.
+
+Usage: python bench/unequal_variance_calibration.py [--sweeps 1000] [--only NAME ...] [--main-effects] [--two-seeds]
 (``--only pair``: the rows whose design starts with ``pair``.)
 """
 
@@ -175,6 +182,46 @@ def main_effect_table(sweeps: int) -> None:
             print(f"  ({time.time() - start:.0f} s)", file=sys.stderr)
 
 
+def unshrunk_pair(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[float, float]:
+    """The pair rule before issue 59, item 5: the analysis's, on Welch-Satterthwaite's df floored
+    to a tenth but not shrunk where a config has 2 seeds."""
+    variance, df = analysis_pair(a, b, seeds)
+    if df == seeds.df and variance == seeds.variance:
+        return variance, df
+    var_a, var_b = (float(np.var(c.seed_values, ddof=1)) / c.n_seeds for c in (a, b))
+    welch = (var_a + var_b) ** 2 / (var_a ** 2 / (a.n_seeds - 1) + var_b ** 2 / (b.n_seeds - 1))
+    return variance, float(np.floor(np.round(10 * welch, 6)) / 10)
+
+
+analysis_pair = comparisons.pair_variance
+
+
+def two_seed_table(sweeps: int) -> None:
+    """The ``--two-seeds`` table (module docstring)."""
+    rules = {"now": analysis_pair, "before": unshrunk_pair}
+    print(f"{sweeps} sweeps a cell; each cell: now (df shrunk) / before (Welch floored)\n")
+    print("| design | seeds a config | called different (or better) |")
+    print("| --- | --- | --- |")
+    for r, shift in [(r, 0.0) for r in (1, 2, 4, 10, 20, 100)] + [(1, 4.0), (1, 8.0)]:
+        start = time.time()
+        cells = []
+        for rule in rules.values():
+            comparisons.pair_variance = rule
+            rng = np.random.default_rng(int(100 * r + shift))
+            calls = []
+            for _ in range(sweeps):
+                a = ConfigData("c0", rng.normal(shift, 1.0, 2))
+                b = ConfigData("c1", rng.normal(0.0, r, 2))
+                verdict = compare_pair(a, b, "best", 10, SeedVariance.pooled([a, b]), 2,
+                                       ALPHA).verdict
+                calls.append(verdict == "better" if shift else verdict in ("better", "worse"))
+            cells.append(rate(calls, 2))
+        comparisons.pair_variance = analysis_pair
+        what = f"equal, sds 1 and {r:g}" if not shift else f"first better by {shift:g} sd, sds 1 and 1"
+        print(f"| {what} | 2 | {' / '.join(cells)} |", flush=True)
+        print(f"  ({time.time() - start:.0f} s)", file=sys.stderr)
+
+
 def pooled_pair(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[float, float]:
     """The rule before issue 52: the pair's own variance pooled over the two configs, on
     n_a + n_b - 2 df, where it is larger than the sweep's pool."""
@@ -213,9 +260,13 @@ def main() -> None:
     parser.add_argument("--sweeps", type=int, default=1000)
     parser.add_argument("--only", nargs="*", default=(), help="the rows whose design starts so")
     parser.add_argument("--main-effects", action="store_true", help="only the ANOVA's table")
+    parser.add_argument("--two-seeds", action="store_true", help="only the 2-seed pairs' table")
     args = parser.parse_args()
     if args.main_effects:
         main_effect_table(args.sweeps)
+        return
+    if args.two_seeds:
+        two_seed_table(args.sweeps)
         return
     rules = {"analysis": comparisons.pair_variance, "pooled pair": pooled_pair,
              "pool": lambda a, b, seeds: (seeds.variance, float(seeds.df))}

@@ -133,11 +133,14 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
     # 2-seed means has standard error sqrt(0.00085449) = 0.02923; the simultaneous intervals over
     # the 4 ranked configs: the studentized range q(0.95, 4, 4) = 5.757, / sqrt(2) = 4.071. 2e-05
     # and 1e-05 vary more than the pool: their own variance, Welch's (0.00048828 + 0.0019531) / 2,
-    # on the Welch-Satterthwaite df 0.0012207^2 / (0.00024414^2 + 0.00097656^2) = 1.47 (rounded
-    # down to 1.4), q(0.95, 4, 1.4) / sqrt(2) = 11.42: half-width 11.42 x sqrt(0.0012207) = 0.399
+    # on the Welch-Satterthwaite df 0.0012207^2 / (0.00024414^2 + 0.00097656^2) = 1.47, which
+    # a 2-seed pair shrinks to 1 + 0.47^3 = 1.10 (rounded down to 1.1), q(0.95, 4, 1.1) / sqrt(2)
+    # = 18.43: half-width 18.43 x sqrt(0.0012207) = 0.644, on the pair's own df (named: they are
+    # not the seed variance line's 4)
     assert ranking.near_ties == {
         "learning_rate=2e-05": "not distinguishable from the best config: Δ +0.000 "
-                               "[-0.399, +0.399] (simultaneous 95%), p 1 (Tukey-adjusted 1)",
+                               "[-0.644, +0.644] (simultaneous 95%, on the pair's own variance (1.1 df)), p 1 "
+                               "(Tukey-adjusted 1)",
         "learning_rate=3e-05": "not distinguishable from the best config: Δ -0.031 "
                                "[-0.150, +0.088] (simultaneous 95%), p 0.35 (Tukey-adjusted 0.72)"}
     worse = ranking.uncertainty.against_best()[-1]
@@ -160,7 +163,8 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
     assert promotion.near_ties == ranking.near_ties
     preset = promotion.preset.read_text()
     assert ("# learning_rate=2e-05: not distinguishable from the best config: Δ +0.000 "
-            "[-0.399, +0.399] (simultaneous 95%), p 1 (Tukey-adjusted 1) (top1)\n") in preset
+            "[-0.644, +0.644] (simultaneous 95%, on the pair's own variance (1.1 df)), p 1 "
+            "(Tukey-adjusted 1) (top1)\n") in preset
     assert "# Could still be the best (3 configs, 95%, Hsu's comparisons with the best): learning_rate=1e-05; " in preset
 
     lines = plans(out)["baselines"]
@@ -171,7 +175,8 @@ def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
              "on an exact tie: the chain must go on); override the key to choose")
     assert lines[1:3] == [
         f"    warning: lr_sweep: learning_rate=2e-05 is not distinguishable from the best config: "
-        f"Δ +0.000 [-0.399, +0.399] (simultaneous 95%), p 1 (Tukey-adjusted 1); {taken}",
+        f"Δ +0.000 [-0.644, +0.644] (simultaneous 95%, on the pair's own variance (1.1 df)), p 1 "
+        f"(Tukey-adjusted 1); {taken}",
         f"    warning: lr_sweep: learning_rate=3e-05 is not distinguishable from the best config: "
         f"Δ -0.031 [-0.150, +0.088] (simultaneous 95%), p 0.35 (Tukey-adjusted 0.72); {taken}"]
     assert lines[3] == ("    lr_sweep: Seed variance: seed sd 0.0292 (variance 0.000854) from "
@@ -312,12 +317,14 @@ def test_the_near_ties_are_hsu_s_comparisons_with_the_best_not_tukey_s_pairs(
     # 3e-05's mean minus the best's by -0.350 + 2.94 x 0.0856 = -0.098 < 0: it cannot be the best.
     # 2e-05 against the best rests on the two configs' own variance, Welch's (0.0008 + 0.0162)
     # / 2 = 0.0085, larger than the pool, on the Welch-Satterthwaite df 0.0085^2 / (0.0004^2 +
-    # 0.0081^2) = 1.1 (rounded down to 1.0): Tukey's interval, -0.040 -+ 1.76, is wider than two
-    # rewards can differ and is written so
+    # 0.0081^2) = 1.1 (shrunk for a 2-seed pair to 1.001, rounded down to 1.0, named as the
+    # pair's own): Tukey's interval, -0.040 -+ 1.76, is wider than two rewards can differ and is
+    # written so
     assert ranking.near_ties == {
         "learning_rate=2e-05": "not distinguishable from the best config: Δ -0.040 "
                                "[-1.000, +1.000] (no information: wider than two rewards can "
-                               "differ) (simultaneous 95%), p 0.74 (Tukey-adjusted 0.91)"}
+                               "differ) (simultaneous 95%, on the pair's own variance (1 df)), "
+                               "p 0.74 (Tukey-adjusted 0.91)"}
     bound = ranking.uncertainty.bounds["learning_rate=3e-05"]
     assert bound.critical == pytest.approx(2.9383, abs=1e-4)
     assert bound.upper == pytest.approx(-0.35 + 2.9383 * math.sqrt(0.022 / 3), abs=1e-4)

@@ -385,7 +385,7 @@ def test_an_interval_wider_than_rewards_can_differ_is_clipped_and_said_everywher
     assert ranking.near_ties  # the summary's and promote's lines
     for text in ranking.near_ties.values():
         assert "Δ " in text and "[-1.000, +1.000] (no information: wider than two rewards can " \
-            "differ) (simultaneous 95%)" in text
+            "differ) (simultaneous 95%" in text
     # one end past: clipped and said; within: as it was; missing: a dash
     assert difference_interval(-1.2, 0.3) == (-1.0, 0.3, "clipped at -1 (rewards differ by at most 1)")
     assert fmt_difference_interval(-0.5, 1.7) == "[-0.500, +1.000] (clipped at +1 (rewards differ by at most 1))"

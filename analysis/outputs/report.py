@@ -45,6 +45,7 @@ from analysis.readers.jobs import read_jobs
 from analysis.readers.run_rows import ELAPSED, EVAL_REWARD, STOPPED_STATUSES, TRAIN_CLOCK
 from analysis.stats.comparisons import FAMILY_TEXT, Comparison, Estimate
 from analysis.stats.trends import WINDOW, Trend, windows
+from analysis.stats.variance import df_text
 from grpo.config.rules import BUDGET_UNIT
 from grpo.run.files import RunFileError, atomic_write, atomic_write_text
 from grpo.run.outcomes import DEFAULT_METRIC
@@ -303,7 +304,8 @@ def _comparisons(ranking: Ranking) -> list[str]:
         lines += [
             f"Each config against the best one and against its on-policy baseline, on "
             f"`{ranking.criterion}` at GRPO step {ranking.at_step}: the difference (config minus "
-            f"reference), its {FAMILY_TEXT} ({u.family} configs; the df in `comparisons.csv`), "
+            f"reference), its {FAMILY_TEXT} ({u.family} configs; each verdict's df in the table: the "
+            "seed variance's, or the pair's own where it rests on its own variance), "
             "so each interval is wider than a lone pair's; the unadjusted and the Tukey-adjusted "
             "p-value. A verdict of better or worse needs the interval to exclude 0; a config not "
             "shown worse than the best one could still be the best (the list above). The "
@@ -316,10 +318,12 @@ def _comparisons(ranking: Ranking) -> list[str]:
             "the differences are point estimates"
             + (f". What would decide it: {ranking.advice}." if ranking.advice else "."), ""]
     header = ["config", "reference", "seeds", "problems", "responses per problem",
-              "Δ", "95% interval (simultaneous)", "p", "Tukey p", "verdict"]
+              "Δ", "95% interval (simultaneous)", "df", "p", "Tukey p", "verdict"]
     rows = [[c.config, f"{c.reference} ({c.role})", f"{c.n_seeds[0]} vs {c.n_seeds[1]}",
              c.n_problems or MISSING, f"{c.samples[0]} vs {c.samples[1]}", f"{c.diff:+.3f}",
              fmt_difference_interval(c.lo, c.hi),
+             (df_text(c.df) + (" (the pair's own)" if c.own_df_text else "")
+              if c.se > 0 else MISSING),
              fmt_p(c.p_value), fmt_p(c.p_adjusted),
              f"**{c.verdict}**" + (f" ({c.why})" if c.verdict == "no interval" else "")]
             for c in u.comparisons]

@@ -44,7 +44,14 @@ import numpy as np
 from scipy import special
 
 from analysis.names.formatting import DIFFERENCE_SPAN, fmt_difference_interval
-from analysis.stats.critical import mcb_critical, t_quantile, tukey_critical, tukey_p, welch_df
+from analysis.stats.critical import (
+    mcb_critical,
+    pair_seed_variance,
+    t_quantile,
+    tukey_critical,
+    tukey_p,
+    welch_df,
+)
 from analysis.stats.levels import ALPHA, level_text, p_text
 from analysis.stats.power import Resolution, resolve
 from analysis.stats.variance import (
@@ -53,6 +60,7 @@ from analysis.stats.variance import (
     ConfigData,
     SeedVariance,
     Source,
+    df_text,
 )
 
 Verdict = Literal["better", "worse", "not distinguishable", "undecided", "no interval"]
@@ -199,9 +207,9 @@ def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[fl
     docs/explanations/how-sure.md)."""
     if a.n_seeds > 1 and b.n_seeds > 1:
         var_a, var_b = (float(np.var(c.seed_values, ddof=1)) for c in (a, b))
-        own = (var_a / a.n_seeds + var_b / b.n_seeds) / (1 / a.n_seeds + 1 / b.n_seeds)
-        if own > 0 and own >= seeds.variance * (1 - 1e-9):  # a tie (the pool is the pair): own
-            return own, float(welch_df(var_a, a.n_seeds, var_b, b.n_seeds))
+        variance, own = pair_seed_variance(var_a, a.n_seeds, var_b, b.n_seeds, seeds.variance)
+        if own:
+            return variance, float(welch_df(var_a, a.n_seeds, var_b, b.n_seeds))
     return seeds.variance, float(seeds.df)
 
 
@@ -311,6 +319,17 @@ class Comparison:
     alpha: float = ALPHA
     family: int = 2
     """The configs of the Tukey family the adjusted p-value is taken over."""
+    seed_df: float = math.nan
+    """The df of the sweep's seed variance (the report's seed-variance line); ``df`` differs
+    where the pair rests on its own variance, on Welch's df."""
+
+    @property
+    def own_df_text(self) -> str:
+        """``, on the pair's own variance (1.2 df)`` where the verdict's df is not the seed
+        variance's, else empty."""
+        if math.isnan(self.seed_df) or self.df == self.seed_df or not self.se > 0:
+            return ""
+        return f", on the pair's own variance ({df_text(self.df)} df)"
 
     @functools.cached_property
     def p_adjusted(self) -> float:
@@ -331,7 +350,7 @@ class Comparison:
                  "worse": f"worse than the {self.role} config",
                  "not distinguishable": f"not distinguishable from the {self.role} config"}
         return (f"{words[self.verdict]}: Δ {self.diff:+.3f} {fmt_difference_interval(self.lo, self.hi)} "
-                f"(simultaneous {level_text(self.alpha)}), p {p_text(self.p_value)} "
+                f"(simultaneous {level_text(self.alpha)}{self.own_df_text}), p {p_text(self.p_value)} "
                 f"(Tukey-adjusted {p_text(self.p_adjusted)})")
 
 
@@ -396,7 +415,10 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
     runner_up = next((c for c in comparisons if c.role == "best"), None)
     resolution = None
     if runner_up is not None and runner_up.verdict == "not distinguishable":
-        resolution = resolve(runner_up.diff, runner_up.se, runner_up.n_seeds, k)
+        mine, theirs = by_label[runner_up.config], by_label[best]
+        own = ((float(np.var(mine.seed_values, ddof=1)), float(np.var(theirs.seed_values, ddof=1)))
+               if mine.n_seeds > 1 and theirs.n_seeds > 1 else None)
+        resolution = resolve(runner_up.diff, runner_up.n_seeds, k, seeds.variance, own)
     return SweepComparisons(seeds, estimates, comparisons, k, could_be_best, resolution, bounds,
                             equal_variance_test(configs))
 
@@ -408,7 +430,7 @@ def compare_pair(a: ConfigData, b: ConfigData, role: str, step: int | None, seed
     common = dict(config=a.label, reference=b.label, role=role, step=step, source=seeds.source,
                   df=seeds.df, n_seeds=(a.n_seeds, b.n_seeds),
                   n_problems=max(a.n_problems, b.n_problems), samples=(a.samples, b.samples),
-                  alpha=alpha, family=k)
+                  alpha=alpha, family=k, seed_df=seeds.df)
     diff = a.mean - b.mean + 0.0  # + 0.0: a tie reads +0.000, not -0.000
     apart = problems_apart(a, b)
     if apart is not None:

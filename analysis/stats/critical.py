@@ -102,19 +102,47 @@ def mcb_critical(lambdas: tuple[float, ...], df: float, alpha: float = ALPHA) ->
         return float(optimize.brentq(excess, 0.0, high, xtol=1e-7))
 
 
-def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike,
-             n_b: ArrayLike) -> np.ndarray:
-    """The Welch-Satterthwaite df of a difference of two configs' means, seed variances
-    ``variance_a`` and ``variance_b`` over ``n_a`` and ``n_b`` (>= 2) seeds: (v_a / n_a + v_b /
-    n_b)^2 / sum_i (v_i / n_i)^2 / (n_i - 1), rounded down to a tenth (so that critical values
-    cache), between the smaller config's n - 1 and n_a + n_b - 2; elementwise over arrays (a
-    0-d array for scalars). The one rule for a pair's own df: the pair rule
+TWO_SEED_SHRINK = 3
+"""The power by which a pair with a 2-seed config shrinks Welch's df towards 1 (:func:`welch_df`)."""
+
+
+def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike, n_b: ArrayLike,
+             floored: bool = True) -> np.ndarray:
+    """The df of a difference of two configs' means, seed variances ``variance_a`` and
+    ``variance_b`` over ``n_a`` and ``n_b`` (>= 2) seeds: the Welch-Satterthwaite df w = (v_a /
+    n_a + v_b / n_b)^2 / sum_i (v_i / n_i)^2 / (n_i - 1), between the smaller config's n - 1 and
+    n_a + n_b - 2 (lo and hi); where the smaller config has 2 seeds, lo + (hi - lo) x ((w - lo) /
+    (hi - lo))^``TWO_SEED_SHRINK``: a 2-seed variance (1 df) is so uncertain that w comes out
+    large just where the t is large, and Welch's test of 2 seeds a config calls 5.8-6.0% of
+    equal pairs different at sd ratios 10-20 (2.1% at 1); shrunk, 1.3-4.9% at ratios 1-100
+    (``bench/unequal_variance_calibration.py --two-seeds``). Rounded down to a tenth (so that
+    critical values cache) unless ``floored`` is False; elementwise over arrays (a 0-d array for
+    scalars). The one rule for a pair's own df: the pair rule
     (``analysis.stats.comparisons.pair_variance``), the race's simulated look
     (``analysis.decisions.race.boundary.look``) and the power stated before launch read it."""
     a = np.asarray(variance_a, dtype=float) / n_a
     b = np.asarray(variance_b, dtype=float) / n_b
-    df = (a + b) ** 2 / (a ** 2 / (np.asarray(n_a) - 1) + b ** 2 / (np.asarray(n_b) - 1))
-    return _tenth_below(df)
+    n_a, n_b = np.asarray(n_a), np.asarray(n_b)
+    df = (a + b) ** 2 / (a ** 2 / (n_a - 1) + b ** 2 / (n_b - 1))
+    lo, hi = np.minimum(n_a, n_b) - 1, n_a + n_b - 2
+    shrunk = lo + (hi - lo) * np.clip((df - lo) / (hi - lo), 0, 1) ** TWO_SEED_SHRINK
+    df = np.where(lo == 1, shrunk, df)
+    return _tenth_below(df) if floored else df
+
+
+def pair_seed_variance(variance_a: float, n_a: int, variance_b: float, n_b: int,
+                       pool: float) -> tuple[float, bool]:
+    """The pair rule's per-seed variance of two configs of seed variances ``variance_a`` and
+    ``variance_b`` over ``n_a`` and ``n_b`` (>= 2) seeds, beside the sweep's pooled ``pool``:
+    the larger of the pool and the pair's own (Welch's variance of the difference, v_a / n_a +
+    v_b / n_b, over 1 / n_a + 1 / n_b; at n seeds each (v_a + v_b) / 2), and whether it is the
+    pair's own (then on :func:`welch_df`, else on the pool's df; a tie is the pair's own). The
+    one rule the comparisons (``analysis.stats.comparisons.pair_variance``) and "what would
+    decide" (``analysis.stats.power.resolve``, at the seeds it proposes) read."""
+    own = (variance_a / n_a + variance_b / n_b) / (1 / n_a + 1 / n_b)
+    if own > 0 and own >= pool * (1 - 1e-9):
+        return own, True
+    return pool, False
 
 
 def pooled_df(variances: ArrayLike, dfs: ArrayLike) -> np.ndarray:
@@ -125,7 +153,8 @@ def pooled_df(variances: ArrayLike, dfs: ArrayLike) -> np.ndarray:
     elementwise over the leading axes (a 0-d array for one pool). It is the pooled df
     sum_j nu_j where the variances are equal and falls to one config's nu_j as that config's
     variance outweighs the others' (configs at a floor, s_j = 0, add nothing to it); for two
-    configs of equal seeds it is :func:`welch_df`. Over a balanced grid the F of a main effect
+    configs of equal seeds it is Welch's df (:func:`welch_df` of 3 or more seeds; at 2 seeds
+    :func:`welch_df` shrinks it towards 1, this does not). Over a balanced grid the F of a main effect
     against the pool on this df is Brown and Forsythe's (1974) test of equal means under unequal
     variances (statsmodels' ``anova_oneway(use_var="bf")``, its ``df2``, for one key). NaN where
     no config varies. The one rule for the main effects' df: the ANOVA

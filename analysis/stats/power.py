@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from analysis.stats.critical import mcb_critical, pooled_df, welch_df
+from analysis.stats.critical import mcb_critical, pair_seed_variance, pooled_df, welch_df
 from analysis.stats.levels import ALPHA, POWER
 
 MANY_SEEDS = 10
@@ -46,18 +46,26 @@ OWN_DF_NODES = 512
 """Quantiles of the two sample variances' ratio `own_df` averages Welch's df over."""
 
 
-def own_df(seeds: int) -> float:
+@functools.lru_cache(maxsize=4096)
+def own_df(seeds: int, ratio: float = 1.0) -> float:
     """The df a pair of configs of ``seeds`` seeds each rests on of its own
     (:func:`analysis.stats.comparisons.pair_variance`): Welch's df
     (:func:`analysis.stats.critical.welch_df`, the pair rule's) averaged over the ratio of the two
-    sample variances where the true ones are equal (F on (n - 1, n - 1) df, ``OWN_DF_NODES``
-    quantiles), floored to a tenth: 1.3, 3.0, 4.9 and 6.7 at 2, 3, 4 and 5 seeds, not 2n - 2
-    (Welch's df at equal sample variances, which stated 80% where the analysis had 67-69% at 2
-    and 3 seeds a config among 9, ``bench/resolve_power.py``); 0 for one seed."""
+    sample variances where the true ones stand in ``ratio`` (the smaller over the larger, 0-1:
+    ``ratio`` times F on (n - 1, n - 1) df, ``OWN_DF_NODES`` quantiles), floored to a tenth. At
+    equal variances 1.3, 3.0, 4.9 and 6.7 at 2, 3, 4 and 5 seeds, not 2n - 2 (Welch's df at
+    equal sample variances, which stated 80% where the analysis had 67-69% at 2 and 3 seeds a
+    config among 9, ``bench/resolve_power.py``); fewer as ``ratio`` falls, down to n - 1 where
+    one config hardly varies (0: 1, 2, 3 and 4); 0 for one seed."""
     if seeds < 2:
         return 0.0
-    ratio = special.fdtri(seeds - 1, seeds - 1, (np.arange(OWN_DF_NODES) + 0.5) / OWN_DF_NODES)
-    return float(math.floor(10 * float(np.mean(welch_df(ratio, seeds, 1.0, seeds)))) / 10)
+    if not 0 <= ratio <= 1:
+        raise ValueError(f"own_df: the variance ratio {ratio!r} must be the smaller over the "
+                         "larger, between 0 and 1")
+    sampled = ratio * special.fdtri(seeds - 1, seeds - 1,
+                                    (np.arange(OWN_DF_NODES) + 0.5) / OWN_DF_NODES)
+    return float(math.floor(10 * float(np.mean(welch_df(sampled, seeds, 1.0, seeds,
+                                                         floored=False)))) / 10)
 
 
 def _smallest_found(power: Callable[[float], float], scale: float) -> float:
@@ -150,28 +158,36 @@ class Resolution:
     text: str
 
 
-def resolve(diff: float, se: float, seeds: tuple[int, int], family: int) -> Resolution:
-    """What would move a config ``diff`` from the best (``se`` the standard error of that
-    difference with ``seeds`` the two configs' seed counts) out of the set that could be the
-    best (Hsu's bound below 0) at 80% power among ``family`` configs, if the true difference
-    were the observed one: the fewest seeds per config n (both configs at n, at least as many as
-    either has) at which :func:`power_against_best` reaches :data:`POWER`. At n seeds each the
-    standard error is se x sqrt((2 / n) / (1 / n_a + 1 / n_b)) (the same seed variance over
-    both configs' seeds: 1 and 2 seeds scale by sqrt(2 / n / 1.5), not by the best config's
-    sqrt(1 / n)), on the pair's own df at n seeds (:func:`own_df`): a larger design is also a
-    better-measured one."""
+def resolve(diff: float, seeds: tuple[int, int], family: int, pool: float,
+            own: tuple[float, float] | None = None) -> Resolution:
+    """What would move a config ``diff`` from the best (the two configs of ``seeds`` seeds) out
+    of the set that could be the best (Hsu's bound below 0) at 80% power among ``family``
+    configs, if the true difference and seed variances were the observed ones: the fewest seeds
+    per config n (both configs at n, at least as many as either has) at which
+    :func:`power_against_best` reaches :data:`POWER`. At n seeds each the pair rests on what the
+    pair rule (:func:`~analysis.stats.critical.pair_seed_variance`) takes at n seeds: the larger
+    of the sweep's pooled seed variance ``pool`` and the two configs' own ``own`` (their sample
+    variances; None where either has one seed: the pool), (s_a^2 + s_b^2) / 2 at n seeds each,
+    so the standard error is sqrt(that x 2 / n). Scaling today's standard error by
+    sqrt((2 / n) / (1 / n_a + 1 / n_b)) instead is right only for one variance over both: a
+    2-seed config of sd 0.01 beside a 4-seed one of sd 0.10 weights the noisy one by 1/4 today
+    and 1/2 at n each, which named 73 seeds where the analysis had 62% power and 108 are needed
+    (``bench/resolve_power.py``). On the pair's own df at n seeds (:func:`own_df` at the two
+    variances' ratio): a larger design is also a better-measured one."""
     diff = abs(diff)
     if diff == 0:
         return Resolution(0, math.inf, "the observed difference is 0: no number of seeds "
                           "would resolve it")
     n_a, n_b = seeds
-    now = 1 / n_a + 1 / n_b  # the standard error is se x sqrt((2 / n) / now) at n seeds each
+    var_a, var_b = own if own is not None else (pool, pool)
+    variance, rests_on_own = pair_seed_variance(var_a, 2, var_b, 2, pool)  # n each: (v_a + v_b) / 2
+    ratio = min(var_a, var_b) / max(var_a, var_b) if max(var_a, var_b) > 0 else 1.0
 
     def scaled(n: int) -> float:
-        return se * math.sqrt(2 / n / now)
+        return math.sqrt(variance * 2 / n)
 
     def power(n: int) -> float:
-        return power_against_best(diff, scaled(n), family, own_df(n))
+        return power_against_best(diff, scaled(n), family, own_df(n, ratio))
 
     # lo: a design known not to be enough (equal seeds: today's; unequal: one seed short of
     # the larger count, so that the larger count itself is tried)
@@ -186,11 +202,17 @@ def resolve(diff: float, se: float, seeds: tuple[int, int], family: int) -> Reso
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if power(mid) >= POWER else (mid, hi)
     n = hi
-    scale = (f"sqrt({n_a} / {n})" if n_a == n_b else
-             f"sqrt((2 / {n}) / (1 / {n_a} + 1 / {n_b}))")
+    if own is None:
+        source = "the pooled seed variance: a config of one seed has no own"
+    elif rests_on_own:
+        source = (f"the two configs' own seed variances {var_a:.3g} and {var_b:.3g} averaged, "
+                  f"not below the pooled {pool:.3g}")
+    else:
+        source = (f"the pooled seed variance, larger than the two configs' own {var_a:.3g} and "
+                  f"{var_b:.3g} averaged")
     return Resolution(n, 2 * n / (n_a + n_b), (
         f"to show a difference of {diff:.3f} at {POWER:.0%} power among {family} configs: with {n} "
-        f"seeds per config its standard error is {se:.4f} x {scale} = {scaled(n):.4f}, and "
-        f"Hsu's comparison with the best on the pair's own {own_df(n):g} df "
-        f"(noncentral t) finds it with power {power(n):.0%}: {n} seeds per config"
-        + (" (more seeds than a study usually runs)" if n > MANY_SEEDS else "")))
+        f"seeds per config its standard error is sqrt({variance:.3g} x 2 / {n}) = "
+        f"{scaled(n):.4f} ({source}), and Hsu's comparison with the best on the pair's own "
+        f"{own_df(n, ratio):g} df (noncentral t) finds it with power {power(n):.0%}: {n} seeds "
+        "per config" + (" (more seeds than a study usually runs)" if n > MANY_SEEDS else "")))
