@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from grpo.run.driver import (
     driver_state,
     process_start,
     read_driver,
+    same_command,
     spawn_local,
 )
 from grpo.run.files import RunFileError
@@ -266,6 +268,40 @@ def test_a_detach_while_its_driver_runs_starts_none(tmp_path: Path, capsys: pyte
     (tmp_path / DRIVER_FILE).unlink()
     assert detach(tmp_path, list(record.command), start, "make watch") == 0 and started == ["driver"]
     assert "Detached: the driver is pid " in capsys.readouterr().out
+
+
+def test_the_same_overrides_in_another_order_are_the_same_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A detach of the running driver's sweep with its overrides in another order is the same
+    command (said, exit 0, nothing started); a key given twice keeps the order of its values
+    (the last one wins), and another value, an override dropped or another script is another
+    command (refused, exit 1)."""
+    running = (sys.executable, "launch.py", "-m", "seed=0,1", "+experiment=toy", "lr=1e-3",
+               "hydra.sweep.dir=/s")
+    record = replace(local_record(tmp_path, os.getpid(), process_start(os.getpid())),
+                     command=running)
+    record.write(tmp_path / DRIVER_FILE)
+    started: list[str] = []
+
+    def start() -> DriverRecord:
+        started.append("driver")
+        return record
+
+    monkeypatch.chdir(tmp_path)
+    reordered = ["python3", "launch.py", "-m", "hydra.sweep.dir=/s", "lr=1e-3", "+experiment=toy",
+                 "seed=0,1"]
+    assert detach(tmp_path, reordered, start, "make watch") == 0
+    assert capsys.readouterr().out.startswith("a driver of this sweep is already running")
+    assert same_command(["p", "x.py", "a=1", "a=2", "b=3"], ["p", "x.py", "b=3", "a=1", "a=2"])
+    assert not same_command(["p", "x.py", "a=1", "a=2"], ["p", "x.py", "a=2", "a=1"])
+    for other in (["python3", "launch.py", "-m", "hydra.sweep.dir=/s", "lr=1e-4", "+experiment=toy",
+                   "seed=0,1"],
+                  ["python3", "launch.py", "-m", "hydra.sweep.dir=/s", "+experiment=toy", "seed=0,1"],
+                  ["python3", "other.py", "-m", "hydra.sweep.dir=/s", "lr=1e-3", "+experiment=toy",
+                   "seed=0,1"]):
+        assert detach(tmp_path, other, start, "make watch") == 1
+        assert "it runs another command" in capsys.readouterr().err
+    assert started == []
 
 
 def test_a_driver_of_unknown_state_is_said_so_and_its_stop_names_its_host(tmp_path: Path) -> None:

@@ -563,13 +563,31 @@ def running_lines(record: DriverRecord, state: DriverState, watch: str) -> list[
             f"  stop:   {record.stop()}", f"  its log: {record.log}"]
 
 
+def command_key(command: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What makes two driver commands the same (`same_command`): `command`'s arguments after
+    the interpreter, the options and other arguments in order, the Hydra overrides (`key=value`,
+    `+key=value`, not starting with `-`) sorted by key. The sort is stable, so a key given twice
+    keeps the order of its values (the last one wins in Hydra)."""
+    args = command[1:]
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    rest = tuple(a for a in args if "=" not in a or a.startswith("-"))
+    return rest, tuple(sorted(overrides, key=lambda o: o.split("=", 1)[0].lstrip("+~")))
+
+
+def same_command(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether driver commands `a` and `b` run the same sweep or chain: the same arguments,
+    the overrides in any order (`command_key`); the interpreter's path is not compared."""
+    return command_key(a) == command_key(b)
+
+
 def detach(directory: Path, command: Sequence[str], start: Callable[[], DriverRecord],
            watch: str) -> int:
     """Start the detached driver of `directory` (a sweep's, or a chain's) with `start`, which
     runs `command` and records it, and print how to follow (`watch`), stop and resume it;
     the exit status. Under `directory`'s driver lock: where its driver is still pending or
-    running nothing is started: the same command says so (0), another is refused (1); an
-    unreadable record is refused (1). RunDirLocked where another detach holds the lock."""
+    running nothing is started: the same command (`same_command`: its overrides in any order)
+    says so (0), another is refused (1); an unreadable record is refused (1). RunDirLocked
+    where another detach holds the lock."""
     with driver_lock(directory):
         try:
             found = live_driver(directory)
@@ -579,7 +597,7 @@ def detach(directory: Path, command: Sequence[str], start: Callable[[], DriverRe
         if found is not None:
             record, state = found
             lines = running_lines(record, state, watch)
-            if record.command[1:] == tuple(command[1:]) and record.cwd == os.getcwd():
+            if same_command(record.command, command) and record.cwd == os.getcwd():
                 print("\n".join(lines))
                 return 0
             print(f"error: {lines[0]}; it runs another command: {record.resume()}; stop it "
