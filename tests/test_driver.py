@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.outputs.monitor import driver_lines
+from analysis.outputs.monitor import driver_lines, stop_line
 from analysis.outputs.progress import RunProgress
+from analysis.readers.jobs import Job, write_jobs
 from grpo.run.driver import (
     DRIVER_FILE,
     FORMAT,
@@ -147,6 +148,31 @@ def test_a_gone_driver_says_how_it_ended_from_its_record_not_its_log(tmp_path: P
                  ended="2026-12-03T00:00:00+00:00")
     lines, _ = driver_lines(tmp_path, [done])
     assert len(lines) == 1 and lines[0].endswith("its process has ended); its work is done")
+
+
+def test_make_watch_s_stop_line_cancels_this_sweep_and_no_other(tmp_path: Path) -> None:
+    """Issue 59, item 10: the Stop list said `scancel -n <hydra.launcher.name>`, which cancels
+    every sweep of the user (every array is named `launch`). `make watch` on a live driver now
+    prints the command that stops it and this sweep's job arrays, their ids from its jobs.json
+    (one array a submission: a relaunch's second array is named too), and no other sweep's."""
+    sweep, other = tmp_path / "sweep", tmp_path / "other"
+    for directory in (sweep, other):
+        directory.mkdir()
+    record = DriverRecord("slurm", ("python", "launch.py", "-m"), str(tmp_path),
+                          str(sweep / "driver.log"), "h", "now", job_id="12")
+    assert stop_line(record, sweep) == ("  stop:   scancel 12 (the driver; it has submitted no runs "
+                                        "yet; all stays resumable)")
+    write_jobs(sweep, "slurm", [Job(0, ("seed=0",), "40_0"), Job(1, ("seed=1",), "40_1"),
+                                Job(2, ("seed=2",), None)])
+    write_jobs(sweep, "slurm", [Job(2, ("seed=2",), "41_0")])  # relaunched in an array of its own
+    write_jobs(other, "slurm", [Job(0, ("seed=0",), "99_0")])
+    assert stop_line(record, sweep) == ("  stop:   scancel 12 40 41 (the driver and this sweep's "
+                                        "2 job array(s), from its jobs.json; all stays resumable)")
+    # a live local driver (this process): its process group, which its runs are in
+    local = local_record(sweep, os.getpid(), process_start(os.getpid()))
+    lines, live = driver_lines(sweep, [])
+    assert live and lines[1] == (f"  stop:   kill -INT -- -{local.pid} (as Ctrl-C: each run stops "
+                                 "after its GRPO step, with a checkpoint; all stays resumable)")
 
 
 def test_a_chain_stage_shows_how_the_chain_s_driver_ended_from_the_chain_s_record(tmp_path: Path) -> None:

@@ -544,8 +544,8 @@ def detached_lines(record: DriverRecord, directory: Path, watch: str) -> list[st
     """What a detach prints: the driver, its sweep's (or chain's) `directory`, how to follow
     (`watch`: the `make watch` command), stop and resume it."""
     if record.kind == "slurm":
-        stop = (f"scancel {record.job_id} (the runs it submitted go on; scancel them too to "
-                "stop everything; all stays resumable)")
+        stop = (f"scancel {record.job_id} (the runs it submitted go on; the `stop:` line of "
+                "the follow command cancels them too, and no other sweep's; all stays resumable)")
     else:
         stop = (f"{record.stop()} (as Ctrl-C: each run stops after its GRPO step, with a "
                 "checkpoint; all stays resumable)")
