@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -433,6 +434,52 @@ def test_a_chain_detaches_where_its_composed_config_says_so(
     attached = UserOverrides.parse([*user.lines, "cluster.detach=false"])
     assert detached_or_refused(chain, [0], [], attached) == 1
     assert "before launching it attached" in capsys.readouterr().err
+
+
+def test_a_detached_chain_s_follow_line_names_its_root_and_watch_follows_its_latest_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Issue 59, item 10: with `paths.output_root` set, a detached chain said "`make watch` (the
+    latest sweep)", which looks under outputs/ and shows another sweep. It names its root now,
+    and `python -m analysis watch <root>` (`make watch SWEEP=<root>`) follows the sweep of the
+    stage the chain started last (its copy of the chain's record written last), not a later
+    sweep of the same output root nor another chain's stage."""
+    from analysis.__main__ import main as analysis_main
+    from analysis.outputs.monitor import make_command, shown_path
+    from analysis.readers.collect import chain_stage_sweep
+
+    monkeypatch.chdir(tmp_path)
+    chain = load_chain("cs336")
+    out = tmp_path / "elsewhere"
+    user = UserOverrides.parse([f"paths.output_root={out}", "model=tiny", "data=toy", "rollout=hf",
+                                "cluster.detach=true"])
+    root = chain_root(compose_stage(chain.stages[0], user), chain.name)
+    root.mkdir(parents=True)
+    command = [sys.executable, "-m", "chain", "--chain", chain.name, *user.lines]
+    record = DriverRecord("local", tuple(command), str(tmp_path), str(root / "driver.log"),
+                          socket.gethostname(), "now", pid=os.getpid(),
+                          started=process_start(os.getpid()), scope="chain", name=chain.name)
+    record.write(record_path(root))
+    assert detached_or_refused(chain, [0], [], user) == 0  # its driver (this process) runs
+    follow = f"  follow: `{make_command('watch', root)}` (the runs of its latest stage), `tail -f "
+    assert follow in capsys.readouterr().out
+    assert chain_stage_sweep(root) is None  # no stage started yet
+    with pytest.raises(SystemExit, match="not a sweep, nor a chain whose driver has started a stage"):
+        analysis_main(["watch", str(root), "--once"])
+    stages = [out / "baselines" / "2026-12-03_00-00-00", out / "length_norm" / "2026-12-03_01-00-00"]
+    others = [out / "sweep" / "2026-12-03_02-00-00", out / "other_chain" / "2026-12-03_03-00-00"]
+    for when, sweep in enumerate([*stages, *others]):
+        sweep.mkdir(parents=True)
+        (sweep / "multirun.yaml").write_text("hydra: {}\n")
+        copy = record if sweep in stages else replace(
+            record, scope="sweep" if sweep == others[0] else "chain",
+            log=str(sweep / "driver.log"))
+        copy.write(record_path(sweep))
+        os.utime(record_path(sweep), (1e9 + when, 1e9 + when))
+    assert chain_stage_sweep(root) == stages[1]
+    analysis_main(["watch", str(root), "--once"])
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[:2] == [f"chain cs336: its latest stage's sweep {stages[1]}",
+                         f"Sweep directory: {shown_path(stages[1])}"]
 
 
 @pytest.mark.parametrize(("override", "error"), [
