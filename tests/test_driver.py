@@ -330,6 +330,41 @@ def test_the_same_overrides_in_another_order_are_the_same_command(
     assert started == []
 
 
+DETACH_INTO_A_GONE_READER = """
+import sys
+from pathlib import Path
+from grpo.run.driver import DriverRecord, detach, record_path
+directory = Path(sys.argv[1])
+record = DriverRecord("local", ("python", "launch.py", "-m"), str(directory),
+                      str(directory / "driver.log"), "h", "now", pid=1, started=1)
+print("a line before", flush=True)
+sys.stdin.readline()  # the reader has gone now
+
+def start():
+    record.write(record_path(directory))
+    return record
+
+sys.exit(detach(directory, list(record.command), start, "make watch"))
+"""
+
+
+def test_a_detach_whose_reader_has_gone_ends_quietly_with_its_driver_started(tmp_path: Path) -> None:
+    """Issue 59, item 10: a detach piped to `head -1` ended in a BrokenPipeError traceback (and
+    exit 1) though its driver had started. Its reader gone before it prints, it prints nothing
+    more, exits 0 and its driver is recorded."""
+    proc = subprocess.Popen([sys.executable, "-c", DETACH_INTO_A_GONE_READER, str(tmp_path)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
+    assert proc.stdout.readline() == "a line before\n"
+    proc.stdout.close()  # as `head -1` exits
+    proc.stdin.write("go\n")
+    proc.stdin.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0 and err == ""
+    assert read_driver(tmp_path) is not None
+
+
 def test_a_driver_of_unknown_state_is_said_so_and_its_stop_names_its_host(tmp_path: Path) -> None:
     """A local driver recorded on another host cannot be asked from here: a launch is refused
     saying it may still be running (not "is already unknown"), and its stop command names the

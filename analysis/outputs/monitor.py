@@ -40,7 +40,7 @@ from analysis.names.formatting import MISSING, fmt_duration, fmt_number
 from analysis.outputs.progress import FINISHED_STATUSES, SUMMARY_ORDER, RunProgress, SweepProgress
 from analysis.readers.jobs import read_jobs, scheduler_states
 from grpo.run.driver import DriverRecord, driver_state, read_driver
-from grpo.run.files import RunFileError
+from grpo.run.files import RunFileError, silence
 from grpo.run.pruning import journal_problem
 
 STYLES = {"running": "cyan", "starting": "cyan", "preempted": "cyan", "pending": "dim",
@@ -152,18 +152,6 @@ def table(rows: Sequence[RunProgress], max_rows: int | None = None) -> Table:
     if len(shown) < len(rows):
         grid.caption = f"{len(rows) - len(shown)} more runs not shown ({counts_text(rows)})"
     return grid
-
-
-def silence(fd: int) -> None:
-    """Point file descriptor `fd`, and stderr where it writes to the same file, at /dev/null."""
-    sinks = [fd]
-    with suppress(OSError):  # stderr closed: nothing to point anywhere
-        if fd != 2 and os.path.samestat(os.fstat(fd), os.fstat(2)):
-            sinks.append(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    for sink in sinks:
-        os.dup2(devnull, sink)
-    os.close(devnull)
 
 
 class MonitorConsole(Console):

@@ -38,7 +38,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from grpo.run.files import RunDirError, RunFileError, atomic_write_text, parse_json, read_bytes
+from grpo.run.files import (
+    RunDirError,
+    RunFileError,
+    atomic_write_text,
+    parse_json,
+    read_bytes,
+    silence,
+)
 from grpo.run.lock import RunDirLocked, driver_lock
 from grpo.run.preemption import requeued_by_scheduler
 from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
@@ -580,6 +587,16 @@ def same_command(a: Sequence[str], b: Sequence[str]) -> bool:
     return command_key(a) == command_key(b)
 
 
+def say(lines: Sequence[str]) -> None:
+    """Print `lines` to stdout; where its reader has gone (`| head -1`: a broken pipe) nothing
+    more is printed (`silence`), and no traceback: the driver is started all the same."""
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:
+        with suppress(OSError, ValueError):
+            silence(sys.stdout.fileno())
+
+
 def detach(directory: Path, command: Sequence[str], start: Callable[[], DriverRecord],
            watch: str) -> int:
     """Start the detached driver of `directory` (a sweep's, or a chain's) with `start`, which
@@ -598,13 +615,13 @@ def detach(directory: Path, command: Sequence[str], start: Callable[[], DriverRe
             record, state = found
             lines = running_lines(record, state, watch)
             if same_command(record.command, command) and record.cwd == os.getcwd():
-                print("\n".join(lines))
+                say(lines)
                 return 0
             print(f"error: {lines[0]}; it runs another command: {record.resume()}; stop it "
                   f"first ({record.stop()}), or follow it ({watch})", file=sys.stderr)
             return 1
         record = start()
-    print("\n".join(detached_lines(record, directory, watch)), flush=True)
+    say(detached_lines(record, directory, watch))
     return 0
 
 
