@@ -273,6 +273,33 @@ def test_a_local_detached_sweep_completes_after_its_terminal_is_gone(
 
 
 @pytest.mark.slow
+def test_a_detached_relaunch_of_a_finished_sweep_starts_no_driver_and_says_its_plan_here(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Issue 59, item 10: a detached relaunch of a finished sweep started a driver that only
+    printed the summary, into its log (the terminal never saw the `relaunch:` line). It is
+    decided before: nothing to run, no driver; the relaunch line and the summary here, exit 0,
+    no run trained again."""
+    sweep = tmp_path / "done"
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
+               "rollout=hf", f"model.path={tiny_model_dir}", f"paths.output_root={tmp_path}",
+               f"hydra.sweep.dir={sweep}", "seed=0,1", *SHORT]
+    first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert statuses(tmp_path) == ["completed", "completed"]
+    steps = [logged_steps(sweep / run) for run in ("0", "1")]
+    out, took = detach(tmp_path, [*command, "cluster.detach=true"])
+    assert out.returncode == 0 and took < RETURNS_WITHIN_S, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[:2] == [
+        "cluster.detach=true: every run of this sweep is over; no driver was started (the "
+        "relaunch and its summary here)",
+        "relaunch: 0 to submit, 0 still queued or running (followed), 2 finished (not submitted)"]
+    assert "Sweep done: 2 runs: 2 completed" in lines  # the summary (the path from its cwd)
+    assert not (sweep / "driver.json").exists() and not (sweep / "driver.log").exists()
+    assert [logged_steps(sweep / run) for run in ("0", "1")] == steps
+
+
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_a_detached_race_whose_driver_is_scancelled_mid_race_and_relaunched_trains_each_run_once(
         tmp_path: Path, tiny_model_dir: Path) -> None:

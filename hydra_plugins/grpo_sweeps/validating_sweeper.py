@@ -19,7 +19,7 @@ its line printed by the dry run and the launch alike, and handed to the launcher
 With `cluster.detach=true`, once every job is checked, the sweep's driver is started apart from
 the terminal (`grpo.run.driver`: a SLURM CPU job, or locally a process of its own session) and
 runs this same command attached, its sweep directory pinned; a launch while it is pending or
-running starts nothing.
+running starts nothing, and one that would leave it nothing to run (every run over) runs here.
 Jobs are composed by `grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names
 no loss `loss=grpo_clip`: the listing shows each job's loss, and the launched job lists are those
 composed ones (`get_job_batch`), so what is listed and validated is what runs.
@@ -54,10 +54,11 @@ from grpo.run.driver import (
     attached_refusal,
     detach,
     driver_starter,
+    live_driver,
     under_driver,
 )
 from grpo.run.driver import sweep_command as driver_sweep_command
-from grpo.run.files import RunDirError
+from grpo.run.files import RunDirError, RunFileError
 from grpo.run.finished import Launch
 from grpo.run.lock import sweep_lock
 from grpo.run.pruning import OFF
@@ -260,10 +261,11 @@ class ValidatingSweeper(BasicSweeper):
                               for job in self.composed.values()}
         return self._launches[tuple(without_seed(overrides))]
 
-    def _relaunch_plan(self, race: RaceSettings | None, sweep_dir: Path) -> RelaunchPlan:
+    def _relaunch_plan(self, race: RaceSettings | None, sweep_dir: Path,
+                       quiet: bool = False) -> RelaunchPlan:
         """What the launch does with each job it knows of now (`relaunch.plan_relaunch`): the
         sweep's jobs, or every job of a race's waves as its runs say (`RaceRunner.prepare`);
-        its line is printed where the sweep directory holds an earlier launch."""
+        its line is printed where the sweep directory holds an earlier launch (unless `quiet`)."""
         if race is None:
             numbered = dict(enumerate(job.overrides for job in self.composed.values()))
         else:
@@ -276,9 +278,26 @@ class ValidatingSweeper(BasicSweeper):
         except RunDirError as err:  # SLURM cannot say whether an earlier job still runs
             print(f"error: {err}", file=sys.stderr)
             sys.exit(1)
-        if plan.earlier:
+        if plan.earlier and not quiet:
             print(plan.line(), flush=True)
         return plan
+
+    def _nothing_to_drive(self, race: RaceSettings | None, sweep_dir: Path) -> bool:
+        """Whether a detached driver of this launch would have nothing to do but print the
+        summary: an earlier launch's runs are all over (`_relaunch_plan`: none to submit, none
+        to follow; a race: its last look ended it) and no driver of the sweep is pending or
+        running (`grpo.run.driver.live_driver`; an unreadable record is left to `detach`)."""
+        if race is not None:
+            last = self._race_runner(race, sweep_dir).prepare(warn=False).last_decision()
+            if last is None or last.end is None:
+                return False
+        plan = self._relaunch_plan(race, sweep_dir, quiet=True)
+        if not plan.earlier or plan.submit or plan.follow:
+            return False
+        try:
+            return live_driver(sweep_dir) is None
+        except RunFileError:
+            return False
 
     def _race_runner(self, settings: RaceSettings, sweep_dir: Path) -> Any:
         """The race of this sweep's jobs in `sweep_dir` (`analysis.decisions.race.looks.RaceRunner`), each wave
@@ -545,13 +564,19 @@ class ValidatingSweeper(BasicSweeper):
                             "(pruning=off, or race.max_seeds=null)")
         refuse(problems)
 
-    def _detached_or_refused(self, sweep_dir: Path) -> bool:
+    def _detached_or_refused(self, sweep_dir: Path, race: RaceSettings | None) -> bool:
         """Launched from a terminal (not a driver, `grpo.run.driver.under_driver`): with
         `cluster.detach=true`, start the sweep's detached driver (`grpo.run.driver.detach`: a
         SLURM job, or a process of its own session) unless an attached launch holds the sweep
-        (RunDirLocked) and say so (True: this process is done); without, exit 1 where the
+        (RunDirLocked) and say so (True: this process is done), or, where it would have nothing
+        to do (`_nothing_to_drive`: a finished sweep relaunched), say so and run here (False: the
+        relaunch line and the summary here, nothing submitted); without, exit 1 where the
         sweep's detached driver is still pending or running."""
         watch = make_command("watch", sweep_dir)
+        if self.config.cluster.get("detach", False) and self._nothing_to_drive(race, sweep_dir):
+            print("cluster.detach=true: every run of this sweep is over; no driver was started "
+                  "(the relaunch and its summary here)", flush=True)
+            return False
         if not self.config.cluster.get("detach", False):
             refusal = attached_refusal(sweep_dir, watch)
             if refusal is not None:
@@ -676,7 +701,7 @@ class ValidatingSweeper(BasicSweeper):
             self._race_runner(race, sweep_dir).prepare(warn=False)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
-            if not under_driver() and self._detached_or_refused(sweep_dir):
+            if not under_driver() and self._detached_or_refused(sweep_dir, race):
                 return []
             with sweep_lock(sweep_dir):
                 self.launcher.relaunch = Relaunch(self._relaunch_plan(race, sweep_dir), self._launch_of)
