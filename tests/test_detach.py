@@ -40,6 +40,7 @@ from chain.plan import UserOverrides, compose_stage
 from chain.stages import load_chain
 from grpo.run.driver import DriverRecord, driver_state, process_start, read_driver, record_path
 from grpo.run.files import read_status
+from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ("n_grpo_steps=3", "eval.eval_every=3", "eval.n_examples=16")
@@ -122,13 +123,24 @@ def test_a_detached_slurm_sweep_returns_at_once_is_stopped_resumed_and_completes
         assert again.returncode == 0, again.stderr[-3000:]
         assert "a driver of this sweep is already" in again.stdout and "nothing was submitted" in again.stdout
         assert read_driver(sweep) == record
+        deadline = time.time() + 300
+        while not (jobs := recorded_jobs(sweep)):
+            assert time.time() < deadline, f"no run submitted; driver log:\n{driver_log(record)}"
+            time.sleep(0.5)
         shown = watch_once(sweep)
         assert re.search(rf"^driver: (pending|running) \(SLURM job {record.job_id}: ", shown, re.M), shown
-        # stopped with work left: gone, how it ended (its record, not its log's last line: a
-        # run's progress line) and the resume command
-        subprocess.run(["scancel", str(record.job_id)], check=True)
-        subprocess.run(["scancel", "-n", name], check=True)
+        # stopped with work left by watch's stop line (the driver and this sweep's array, from
+        # its jobs.json): gone, how it ended (its record, not its log's last line: a run's
+        # progress line) and the resume command
+        stop = re.search(r"^  stop:   (scancel [0-9 ]+) \(the driver and this sweep's 1 job "
+                         r"array\(s\), from its jobs.json", shown, re.M)
+        arrays = sorted({job_id.split("_")[0] for job_id in jobs.values()})
+        assert stop is not None and stop[1].split() == ["scancel", record.job_id, *arrays], shown
+        subprocess.run(stop[1].split(), check=True)
         wait_gone(sweep, 120)
+        while any(state.split(" ")[0] in SCHEDULER_ACTIVE for state in slurm_states(jobs).values()):
+            assert time.time() < deadline + 120, slurm_states(jobs)
+            time.sleep(1)
         shown = watch_once(sweep)
         assert f"driver: gone (SLURM job {record.job_id}: CANCELLED" in shown, shown
         cancelled = read_driver(sweep)
