@@ -285,16 +285,21 @@ def test_a_local_detached_sweep_completes_after_its_terminal_is_gone(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("cluster", ["local", pytest.param("slurm_cpu", marks=pytest.mark.slurm)])
 def test_a_detached_relaunch_of_a_finished_sweep_starts_no_driver_and_says_its_plan_here(
-        tmp_path: Path, tiny_model_dir: Path) -> None:
-    """Issue 59, item 10: a detached relaunch of a finished sweep started a driver that only
-    printed the summary, into its log (the terminal never saw the `relaunch:` line). It is
-    decided before: nothing to run, no driver; the relaunch line and the summary here, exit 0,
-    no run trained again."""
+        tmp_path: Path, tiny_model_dir: Path, cluster: str) -> None:
+    """Issue 59, item 10: a detached relaunch of a finished sweep started a driver (a SLURM
+    job) that only printed the summary, into its log (the terminal never saw the `relaunch:`
+    line). It is decided before: nothing to run, no driver; the relaunch line and the summary
+    here, exit 0, no run trained again."""
     sweep = tmp_path / "done"
-    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
-               "rollout=hf", f"model.path={tiny_model_dir}", f"paths.output_root={tmp_path}",
-               f"hydra.sweep.dir={sweep}", "seed=0,1", *SHORT]
+    name = f"grpo-done-{uuid.uuid4().hex[:8]}"
+    if cluster == "slurm_cpu":
+        require_cluster()
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", f"cluster={cluster}", "model=tiny",
+               "data=toy", "rollout=hf", f"model.path={tiny_model_dir}",
+               f"paths.output_root={tmp_path}", f"hydra.sweep.dir={sweep}", "seed=0,1", *SHORT,
+               *([f"hydra.launcher.name={name}"] if cluster == "slurm_cpu" else [])]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     assert statuses(tmp_path) == ["completed", "completed"]
@@ -309,6 +314,8 @@ def test_a_detached_relaunch_of_a_finished_sweep_starts_no_driver_and_says_its_p
     assert "Sweep done: 2 runs: 2 completed" in lines  # the summary (the path from its cwd)
     assert not (sweep / "driver.json").exists() and not (sweep / "driver.log").exists()
     assert [logged_steps(sweep / run) for run in ("0", "1")] == steps
+    if cluster == "slurm_cpu":
+        assert not jobs_named(f"{name}-driver-{sweep.name}"), "no driver job was submitted"
 
 
 @pytest.mark.slow
