@@ -5,9 +5,12 @@ launch gives it (`grpo.run.finished`), the plan a launcher makes of its batch
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -220,3 +223,81 @@ def test_a_finished_run_launched_with_a_changed_config_is_refused_as_its_dry_run
     assert str(caught.value) == refusal
     assert train(cfg, run_dir) == status("completed")
     assert snapshot(run_dir) == before
+
+
+def record_of(sweep: Path) -> dict[str, bytes]:
+    """The sweep's own records, `multirun.yaml` and `jobs.json`, by name."""
+    return {name: (sweep / name).read_bytes() for name in ("multirun.yaml", "jobs.json")}
+
+
+def followed_refusal(sweep: Path, trained: str, launched: str) -> str:
+    """The one line that refuses a relaunch of a 2-run sweep whose runs, both followed, train
+    learning_rate `trained` while it launches `launched`."""
+    return (f"error: runs this launch would follow (still queued or running in {sweep}) train "
+            f"another config than it launches: all 2 jobs: learning_rate: {trained} -> {launched} "
+            "(trained -> launched); a relaunch cannot change a run that is being trained: launch "
+            "it again with the trained values to follow them, or launch the new values into a new "
+            "sweep directory (drop hydra.sweep.dir, or change experiment_name); multirun.yaml and "
+            "jobs.json are left as they are; nothing was submitted")
+
+
+@pytest.mark.slow
+def test_a_relaunch_with_a_changed_key_is_refused_while_its_runs_train_before_a_checkpoint(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A 2-run local sweep (learning_rate=3e-4) whose launcher is SIGKILLed while both runs train
+    and before their first checkpoint, launched again with learning_rate=1e-3: refused in one
+    line naming the key and both values, exit 2, its dry run alike, multirun.yaml and jobs.json
+    byte-equal and each run's record still 0.0003. It used to say "0 to submit, 2 still queued
+    or running (followed)", follow them to their end with exit 0, and rewrite both records to
+    0.001 while each run trained 0.0003. The same command as before follows them."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", "model=tiny", "data=toy",
+               "rollout=hf", f"model.path={tiny_model_dir}", "logging.wandb_mode=disabled",
+               "n_grpo_steps=6", "checkpoint.checkpoint_every=10", "eval.eval_every=1",
+               "data.max_operand=30", "eval.n_examples=600", "eval.samples_per_problem=8",
+               "eval.temperature=1.0", "hydra.launcher.max_parallel_jobs=2", "seed=0,1",
+               f"hydra.sweep.dir={sweep}"]
+    first = subprocess.Popen([*command, "learning_rate=3e-4"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not all((sweep / run / ".hydra" / "config.yaml").exists() and steps(sweep / run)
+                      for run in ("0", "1")):
+            assert first.poll() is None and time.time() < deadline, "the runs never started"
+            time.sleep(0.1)
+        first.kill()  # the launcher alone: its runs train on
+        first.wait(timeout=60)
+        # the runs (the launcher's process group) held where they are, so that they are still
+        # training, holding their run locks, whatever the machine's load, until the relaunch
+        # below has planned to follow them
+        os.killpg(first.pid, signal.SIGSTOP)
+        assert not list(sweep.glob("*/checkpoints/step_*")), "a checkpoint already"
+        before = record_of(sweep)
+        configs = {run: (sweep / run / ".hydra" / "config.yaml").read_bytes() for run in ("0", "1")}
+        for extra in (["dry_run=true"], []):
+            out = subprocess.run([*command, "learning_rate=1e-3", *extra], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=300)
+            assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-3000:]
+            assert out.stderr.splitlines()[-1] == followed_refusal(sweep, "0.0003", "0.001")
+            assert "relaunch:" not in out.stdout
+            assert record_of(sweep) == before
+            assert not list(sweep.glob("*/checkpoints/step_*")), "refused before a checkpoint"
+        assert {run: (sweep / run / ".hydra" / "config.yaml").read_bytes()
+                for run in ("0", "1")} == configs
+        assert all("learning_rate: 0.0003" in text.decode() for text in configs.values())
+        same = subprocess.Popen([*command, "learning_rate=3e-4"], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert same.stdout is not None
+        before_plan = []
+        while not (line := same.stdout.readline()).startswith("relaunch:") and line:
+            before_plan.append(line)
+        plan = line.rstrip("\n")
+        os.killpg(first.pid, signal.SIGCONT)
+        rest = same.communicate(timeout=600)[0]
+        assert same.returncode == 0, "".join(before_plan) + plan + rest[-3000:]
+        assert plan == ("relaunch: 0 to submit, 2 still queued or running (followed), 0 finished "
+                        "(not submitted)"), plan + rest[-3000:]
+        assert f"Sweep {sweep}: 2 runs: 2 completed" in rest
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)

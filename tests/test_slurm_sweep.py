@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from test_relaunch import followed_refusal, record_of
 from test_slurm_cluster import require_cluster
 from wandb_offline import history_steps, offline_runs, run_id
 
@@ -302,6 +303,50 @@ def test_ctrl_c_of_a_slurm_sweep_is_one_line_and_its_jobs_keep_running(
     assert out.splitlines()[-1] == ("Interrupted: the SLURM jobs keep running; follow them with "
                                     f"`make watch SWEEP={sweep}`")
     assert len(alive) == 2, "the jobs were cancelled with the launcher"
+
+
+def test_a_relaunch_with_a_changed_key_is_refused_while_its_tasks_are_pending_or_running(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The launcher SIGKILLed once its 2-task array (learning_rate=3e-4, one task at a time) is
+    submitted, task 0 training before its first checkpoint and task 1 pending: the same sweep
+    launched with learning_rate=1e-3 is refused in one line naming the key and both values, exit
+    2 (its dry run alike), no job submitted, multirun.yaml and jobs.json byte-equal. Task 0's
+    trained config is its run's record, task 1's the overrides jobs.json records. It used to
+    follow both ("0 to submit, 2 still queued or running (followed)") and rewrite both records
+    to 0.001."""
+    require_cluster()
+    name = f"grpo-changed-{uuid.uuid4().hex[:8]}"
+    sweep = tmp_path / "sweep"
+    command = [o if o != "hydra.launcher.array_parallelism=2" else "hydra.launcher.array_parallelism=1"
+               for o in sweep_command(tmp_path, tiny_model_dir, "seed=0,1", "n_grpo_steps=400",
+                                      "checkpoint.checkpoint_every=1000", "eval.eval_every=100",
+                                      f"hydra.launcher.name={name}", f"hydra.sweep.dir={sweep}")]
+    first = subprocess.Popen([*command, "learning_rate=3e-4"], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while not (sweep / "0" / ".hydra" / "config.yaml").exists() or not all(
+                j.get("job_id") for j in json.loads((sweep / "jobs.json").read_text())["jobs"]):
+            assert first.poll() is None and time.time() < deadline, "task 0 never started"
+            time.sleep(0.2)
+        first.kill()
+        first.wait(timeout=60)
+        ids = {j["num"]: j["job_id"] for j in json.loads((sweep / "jobs.json").read_text())["jobs"]}
+        assert slurm_states(ids) == {0: "RUNNING", 1: "PENDING"}
+        assert not (sweep / "1").exists() and not list(sweep.glob("0/checkpoints/step_*"))
+        before = record_of(sweep)
+        for extra in (["dry_run=true"], []):
+            out = subprocess.run([*command, "learning_rate=1e-3", *extra], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=300)
+            assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-3000:]
+            assert out.stderr.splitlines()[-1] == followed_refusal(sweep, "0.0003", "0.001")
+            assert record_of(sweep) == before
+        assert len(jobs_named(name)) == 2, "no job submitted"
+        assert "learning_rate: 0.0003" in (sweep / "0" / ".hydra" / "config.yaml").read_text()
+    finally:
+        if first.poll() is None:
+            first.kill()
+        subprocess.run(["scancel", "-n", name], check=False)
 
 
 def test_a_relaunch_follows_the_jobs_still_running_and_submits_nothing_once_finished(

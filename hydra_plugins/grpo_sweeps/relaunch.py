@@ -11,8 +11,10 @@ unfinished. Before submitting, each job's run directory (`<sweep>/<job num>`) is
   again: on SLURM the job id `<sweep>/jobs.json` records for it, while the scheduler
   (`grpo.run.slurm.slurm_states`) says it is queued or running; on either launcher a run whose
   lock (`grpo.run.lock.holder`) another process holds (a job of a launcher that was killed; the
-  lock, not a recorded pid, says the run is being trained). Where SLURM cannot be asked about the
-  recorded jobs, nothing is submitted (`RunDirError`: one would be a second job for a queued run);
+  lock, not a recorded pid, says the run is being trained); the sweeper refuses a relaunch whose
+  config differs from what a followed run trains (`ValidatingSweeper._followed_refusal`). Where
+  SLURM cannot be asked about the recorded jobs, nothing is submitted (`RunDirError`: one would be
+  a second job for a queued run);
 - every other job is **submitted**.
 
 One :class:`RelaunchPlan`, made by the validating sweeper when the sweep starts, gives the dry

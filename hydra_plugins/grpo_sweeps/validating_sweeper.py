@@ -8,7 +8,9 @@ job stops the whole submission, each message printed once with the jobs it conce
 "jobs #3-#8", or one job's swept values), warnings alike, and `dry_run=true` lists the jobs and
 launches nothing. A job whose run directory holds a run trained with values that change its curve
 is such a bad job (`grpo.run.run_config.resume_refusal`): a relaunch into a trained sweep is refused
-before any file of the sweep (multirun.yaml, jobs.json, a run's record) is written. The dry run also prices every job and the sweep (`grpo.sweep.cost`: the full grid,
+before any file of the sweep (multirun.yaml, jobs.json, a run's record) is written, and so is a
+relaunch whose config differs from what a run it would follow (still queued or running, before
+its first checkpoint too) trains (`_followed_refusal`), before its driver starts. The dry run also prices every job and the sweep (`grpo.sweep.cost`: the full grid,
 and with pruning on the sweep replayed through its pruner), and a sweep that plans to spend more
 than `budget.gpu_hours` is refused before anything is submitted. The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the
 submission until the launcher has every job's result, so a second launch of the same sweep
@@ -46,7 +48,7 @@ from analysis.decisions.race.record import check_relaunch, short_labels, without
 from analysis.decisions.race.settings import Calibration, RaceSettings
 from analysis.names.config_names import is_promoted, job_labels
 from analysis.outputs.monitor import make_command
-from analysis.readers.jobs import override_key
+from analysis.readers.jobs import JobsFile, override_key, read_jobs
 from grpo.config.rules import BUDGET_UNIT, CHECK_SEEDS, RULES, SEED_MAX
 from grpo.config.validation import check_config, check_installed
 from grpo.run.driver import (
@@ -62,7 +64,14 @@ from grpo.run.files import RunDirError, RunFileError
 from grpo.run.finished import Launch
 from grpo.run.lock import sweep_lock
 from grpo.run.pruning import OFF
-from grpo.run.run_config import resolved, resume_refusal, sweepable
+from grpo.run.run_config import (
+    curve_differences,
+    describe_differences,
+    resolved,
+    resume_refusal,
+    sweepable,
+    trained_config,
+)
 from grpo.sweep.cost import ESTIMATE_FILE_ENV, SweepEstimate, estimate, write_estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
@@ -261,11 +270,13 @@ class ValidatingSweeper(BasicSweeper):
                               for job in self.composed.values()}
         return self._launches[tuple(without_seed(overrides))]
 
-    def _relaunch_plan(self, race: RaceSettings | None, sweep_dir: Path,
-                       quiet: bool = False) -> RelaunchPlan:
+    def _relaunch_plan(self, race: RaceSettings | None, sweep_dir: Path, labels: dict[int, str],
+                       say: bool = True) -> RelaunchPlan:
         """What the launch does with each job it knows of now (`relaunch.plan_relaunch`): the
         sweep's jobs, or every job of a race's waves as its runs say (`RaceRunner.prepare`);
-        its line is printed where the sweep directory holds an earlier launch (unless `quiet`)."""
+        exit 2 where a followed job trains another config than its job's (`_followed_refusal`);
+        with `say`, its line is printed where the sweep directory holds an earlier launch.
+        `labels`: each job's (`job_set`)."""
         if race is None:
             numbered = dict(enumerate(job.overrides for job in self.composed.values()))
         else:
@@ -278,20 +289,71 @@ class ValidatingSweeper(BasicSweeper):
         except RunDirError as err:  # SLURM cannot say whether an earlier job still runs
             print(f"error: {err}", file=sys.stderr)
             sys.exit(1)
-        if plan.earlier and not quiet:
+        if race is None:  # a race's runs are checked against its waves (`check_relaunch`)
+            refuse([refusal] if (refusal := self._followed_refusal(plan, sweep_dir, labels)) else [])
+        if say and plan.earlier:
             print(plan.line(), flush=True)
         return plan
 
-    def _nothing_to_drive(self, race: RaceSettings | None, sweep_dir: Path) -> bool:
+    def _followed_differences(self, num: int, job: ComposedJob, recorded: JobsFile | None,
+                              sweep_dir: Path) -> str | None:
+        """How the config the followed job `num` trains differs from its launch now (`job`), in
+        the keys that change its curve or in `n_grpo_steps` (`describe_differences` of
+        `curve_differences`), None where it does not or nothing says (the run's own resume check
+        has the last word). What it trains: its run's config (`trained_config`: its newest
+        checkpoint's, else its `.hydra/` record), else, for a job that has not started (a
+        pending SLURM task, a run whose record is not yet written), the overrides `jobs.json`
+        records for it, composed now."""
+        trained = trained_config(sweep_dir / str(num))
+        if trained is None:
+            earlier = recorded.jobs.get(num) if recorded is not None else None
+            if earlier is None or list(earlier.overrides) == list(job.overrides):
+                return None
+            try:
+                trained = resolved(compose_job(
+                    self.hydra_context.config_loader, self.config.hydra.job.config_name,
+                    earlier.overrides, base=raw_list(self.config.hydra.overrides.hydra),
+                    composer=self.composer).cfg)
+            except HydraException as err:  # an override of an older version that composes no more
+                return f"its recorded overrides ({' '.join(earlier.overrides)}) compose no more: {err}"
+        differences = curve_differences(trained, resolved(job.cfg))
+        return describe_differences(differences) if differences else None
+
+    def _followed_refusal(self, plan: RelaunchPlan, sweep_dir: Path,
+                          labels: dict[int, str]) -> str | None:
+        """The one line that refuses a relaunch whose config differs from what a run it would
+        follow (still queued or running) trains, in a key that changes the curve or in
+        `n_grpo_steps` (`curve_differences`): followed, the run would train its own values while
+        `multirun.yaml` and `jobs.json` said the launched ones; None where every followed run
+        trains its job's config. A run's checkpoint is checked for every job (`resume_refusal`)."""
+        jobs = list(self.composed.values())
+        recorded = read_jobs(sweep_dir)
+        differing: dict[str, list[int]] = {}  # the differences -> the jobs that have them
+        for num in plan.follow:
+            if (differences := self._followed_differences(num, jobs[num], recorded, sweep_dir)):
+                differing.setdefault(differences, []).append(num)
+        if not differing:
+            return None
+        return (f"runs this launch would follow (still queued or running in {sweep_dir}) train "
+                "another config than it launches: "
+                + "; ".join(f"{job_set(nums, labels)}: {text}" for text, nums in differing.items())
+                + " (trained -> launched); a relaunch cannot change a run that is being trained: "
+                "launch it again with the trained values to follow them, or launch the new values "
+                "into a new sweep directory (drop hydra.sweep.dir, or change experiment_name); "
+                "multirun.yaml and jobs.json are left as they are")
+
+    def _nothing_to_drive(self, race: RaceSettings | None, sweep_dir: Path,
+                          labels: dict[int, str]) -> bool:
         """Whether a detached driver of this launch would have nothing to do but print the
         summary: an earlier launch's runs are all over (`_relaunch_plan`: none to submit, none
         to follow; a race: its last look ended it) and no driver of the sweep is pending or
-        running (`grpo.run.driver.live_driver`; an unreadable record is left to `detach`)."""
+        running (`grpo.run.driver.live_driver`; an unreadable record is left to `detach`).
+        `labels`: each job's (`job_set`)."""
         if race is not None:
             last = self._race_runner(race, sweep_dir).prepare(warn=False).last_decision()
             if last is None or last.end is None:
                 return False
-        plan = self._relaunch_plan(race, sweep_dir, quiet=True)
+        plan = self._relaunch_plan(race, sweep_dir, labels, say=False)
         if not plan.earlier or plan.submit or plan.follow:
             return False
         try:
@@ -564,7 +626,8 @@ class ValidatingSweeper(BasicSweeper):
                             "(pruning=off, or race.max_seeds=null)")
         refuse(problems)
 
-    def _detached_or_refused(self, sweep_dir: Path, race: RaceSettings | None) -> bool:
+    def _detached_or_refused(self, sweep_dir: Path, race: RaceSettings | None,
+                             labels: dict[int, str]) -> bool:
         """Launched from a terminal (not a driver, `grpo.run.driver.under_driver`): with
         `cluster.detach=true`, start the sweep's detached driver (`grpo.run.driver.detach`: a
         SLURM job, or a process of its own session) unless an attached launch holds the sweep
@@ -573,7 +636,7 @@ class ValidatingSweeper(BasicSweeper):
         relaunch line and the summary here, nothing submitted); without, exit 1 where the
         sweep's detached driver is still pending or running."""
         watch = make_command("watch", sweep_dir)
-        if self.config.cluster.get("detach", False) and self._nothing_to_drive(race, sweep_dir):
+        if self.config.cluster.get("detach", False) and self._nothing_to_drive(race, sweep_dir, labels):
             print("cluster.detach=true: every run of this sweep is over; no driver was started "
                   "(the relaunch and its summary here)", flush=True)
             return False
@@ -691,20 +754,23 @@ class ValidatingSweeper(BasicSweeper):
         if self.config.dry_run:
             if cost is not None:
                 print("\n".join(self._power_lines(cfgs[0], cost)))
-            self._relaunch_plan(race, sweep_dir)
+            self._relaunch_plan(race, sweep_dir, labels)
             return []
         refusal = output_refusal(sweep_dir)
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)
             sys.exit(1)
+        if race is None:  # before anything is written (planned again under the lock)
+            self._relaunch_plan(race, sweep_dir, labels, say=False)
         if race is not None:  # refused before anything is written (runs again under the lock)
             self._race_runner(race, sweep_dir).prepare(warn=False)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
-            if not under_driver() and self._detached_or_refused(sweep_dir, race):
+            if not under_driver() and self._detached_or_refused(sweep_dir, race, labels):
                 return []
             with sweep_lock(sweep_dir):
-                self.launcher.relaunch = Relaunch(self._relaunch_plan(race, sweep_dir), self._launch_of)
+                self.launcher.relaunch = Relaunch(self._relaunch_plan(race, sweep_dir, labels),
+                                                self._launch_of)
                 if race is not None:
                     return self._race(race, sweep_dir)
                 return super().sweep(arguments)
