@@ -11,7 +11,8 @@
   sweeping the top-K configs plus the on-policy baseline; run it with
   ``-m +experiment=promoted/<NAME>`` (``--overwrite`` replaces an earlier promotion of that name);
 * ``watch``: the live monitor of a running or finished sweep (one row per run, refreshed in
-  place; plain lines when stdout is not a terminal), then its summary.
+  place; plain lines when stdout is not a terminal), then its summary; given a detached chain's
+  root, the sweep of the stage it started last.
 
 Without ``--sweep`` the latest sweep under ``--outputs`` is used (default: ``$GRPO_OUTPUT_ROOT``,
 else ``outputs``, as in ``conf/config.yaml``'s ``paths.output_root``).
@@ -33,6 +34,7 @@ from analysis.outputs.report import ACCURACY_BAR, write_report
 from analysis.readers.collect import (
     LABEL,
     Collection,
+    chain_stage_sweep,
     collect,
     find_latest_sweep,
     save_steps,
@@ -40,6 +42,7 @@ from analysis.readers.collect import (
 )
 from analysis.readers.external import GRPO_STEPS
 from analysis.readers.run_rows import job_dirs
+from grpo.run.driver import DRIVER_FILE, DRIVER_LOG
 from grpo.run.files import RunDirError, subdir
 
 DEFAULT_OUTPUTS = os.environ.get("GRPO_OUTPUT_ROOT", "outputs")
@@ -175,7 +178,21 @@ def cmd_watch(args: argparse.Namespace) -> None:
     sweep = given[0] if given else latest_sweep(args.outputs)
     if (problem := sweep_dir_problem(sweep)) is not None:
         raise FileNotFoundError(problem)
+    if (sweep / DRIVER_FILE).exists() and not (sweep / "multirun.yaml").exists():
+        sweep = chain_stage(sweep)
     watch(sweep, once=args.once, interval_s=args.interval)
+
+
+def chain_stage(root: Path) -> Path:
+    """The sweep `watch` follows for a chain's root: its latest stage's (`chain_stage_sweep`),
+    said in a line; an error where it has none (not a chain's root, or no stage started)."""
+    stage = chain_stage_sweep(root)
+    if stage is None:
+        raise SystemExit(f"error: {root} holds a driver record but no multirun.yaml: not a "
+                         "sweep, nor a chain whose driver has started a stage yet; the driver's "
+                         f"log: {root / DRIVER_LOG}")
+    print(f"chain {root.name}: its latest stage's sweep {stage}", flush=True)
+    return stage
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,7 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("watch", parents=[outputs],
                               help="live view of a running or finished sweep")
     sub.add_argument("sweep_dir", nargs="?", type=Path,
-                     help="sweep directory; default: latest under --outputs")
+                     help="sweep directory, or a detached chain's root (<paths.output_root>/"
+                          "chains/<chain>): the sweep of its latest stage; default: latest "
+                          "under --outputs")
     sub.add_argument("--sweep", action="append", type=Path, default=[],
                      help="the sweep directory, as plots takes it (the same as SWEEP_DIR)")
     sub.add_argument("--once", action="store_true", help="show the runs once and stop")

@@ -204,7 +204,8 @@ def detached_or_refused(chain: Chain, indices: list[int], stage_names: list[str]
     (`launch`)."""
     cfg = compose_stage(chain.stages[indices[0]], user)
     root = chain_root(cfg, chain.name)
-    watch = f"`tail -f {root / DRIVER_LOG}` (each stage's command and end), `make watch` (the latest sweep)"
+    watch = (f"`{make_command('watch', root)}` (the runs of its latest stage), "
+             f"`tail -f {root / DRIVER_LOG}` (each stage's command and end)")
     # the composed value, as the sweeper reads it: a local config or a preset may set it
     if cfg.cluster.get("detach") is not True:
         refusal = attached_refusal(root, watch) if root.is_dir() else None

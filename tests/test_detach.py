@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ from chain.plan import UserOverrides, compose_stage
 from chain.stages import load_chain
 from grpo.run.driver import DriverRecord, driver_state, process_start, read_driver, record_path
 from grpo.run.files import read_status
+from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ("n_grpo_steps=3", "eval.eval_every=3", "eval.n_examples=16")
@@ -121,13 +123,24 @@ def test_a_detached_slurm_sweep_returns_at_once_is_stopped_resumed_and_completes
         assert again.returncode == 0, again.stderr[-3000:]
         assert "a driver of this sweep is already" in again.stdout and "nothing was submitted" in again.stdout
         assert read_driver(sweep) == record
+        deadline = time.time() + 300
+        while not (jobs := recorded_jobs(sweep)):
+            assert time.time() < deadline, f"no run submitted; driver log:\n{driver_log(record)}"
+            time.sleep(0.5)
         shown = watch_once(sweep)
         assert re.search(rf"^driver: (pending|running) \(SLURM job {record.job_id}: ", shown, re.M), shown
-        # stopped with work left: gone, how it ended (its record, not its log's last line: a
-        # run's progress line) and the resume command
-        subprocess.run(["scancel", str(record.job_id)], check=True)
-        subprocess.run(["scancel", "-n", name], check=True)
+        # stopped with work left by watch's stop line (the driver and this sweep's array, from
+        # its jobs.json): gone, how it ended (its record, not its log's last line: a run's
+        # progress line) and the resume command
+        stop = re.search(r"^  stop:   (scancel [0-9 ]+) \(the driver and this sweep's 1 job "
+                         r"array\(s\), from its jobs.json", shown, re.M)
+        arrays = sorted({job_id.split("_")[0] for job_id in jobs.values()})
+        assert stop is not None and stop[1].split() == ["scancel", record.job_id, *arrays], shown
+        subprocess.run(stop[1].split(), check=True)
         wait_gone(sweep, 120)
+        while any(state.split(" ")[0] in SCHEDULER_ACTIVE for state in slurm_states(jobs).values()):
+            assert time.time() < deadline + 120, slurm_states(jobs)
+            time.sleep(1)
         shown = watch_once(sweep)
         assert f"driver: gone (SLURM job {record.job_id}: CANCELLED" in shown, shown
         cancelled = read_driver(sweep)
@@ -269,6 +282,40 @@ def test_a_local_detached_sweep_completes_after_its_terminal_is_gone(
     wait_gone(sweep, 300)
     assert statuses(tmp_path) == ["completed", "completed"], Path(record.log).read_text()[-3000:]
     assert processes_naming(sweep) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", ["local", pytest.param("slurm_cpu", marks=pytest.mark.slurm)])
+def test_a_detached_relaunch_of_a_finished_sweep_starts_no_driver_and_says_its_plan_here(
+        tmp_path: Path, tiny_model_dir: Path, cluster: str) -> None:
+    """Issue 59, item 10: a detached relaunch of a finished sweep started a driver (a SLURM
+    job) that only printed the summary, into its log (the terminal never saw the `relaunch:`
+    line). It is decided before: nothing to run, no driver; the relaunch line and the summary
+    here, exit 0, no run trained again."""
+    sweep = tmp_path / "done"
+    name = f"grpo-done-{uuid.uuid4().hex[:8]}"
+    if cluster == "slurm_cpu":
+        require_cluster()
+    command = [sys.executable, str(ROOT / "launch.py"), "-m", f"cluster={cluster}", "model=tiny",
+               "data=toy", "rollout=hf", f"model.path={tiny_model_dir}",
+               f"paths.output_root={tmp_path}", f"hydra.sweep.dir={sweep}", "seed=0,1", *SHORT,
+               *([f"hydra.launcher.name={name}"] if cluster == "slurm_cpu" else [])]
+    first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert statuses(tmp_path) == ["completed", "completed"]
+    steps = [logged_steps(sweep / run) for run in ("0", "1")]
+    out, took = detach(tmp_path, [*command, "cluster.detach=true"])
+    assert out.returncode == 0 and took < RETURNS_WITHIN_S, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[:2] == [
+        "cluster.detach=true: every run of this sweep is over; no driver was started (the "
+        "relaunch and its summary here)",
+        "relaunch: 0 to submit, 0 still queued or running (followed), 2 finished (not submitted)"]
+    assert "Sweep done: 2 runs: 2 completed" in lines  # the summary (the path from its cwd)
+    assert not (sweep / "driver.json").exists() and not (sweep / "driver.log").exists()
+    assert [logged_steps(sweep / run) for run in ("0", "1")] == steps
+    if cluster == "slurm_cpu":
+        assert not jobs_named(f"{name}-driver-{sweep.name}"), "no driver job was submitted"
 
 
 @pytest.mark.slow
@@ -433,6 +480,52 @@ def test_a_chain_detaches_where_its_composed_config_says_so(
     attached = UserOverrides.parse([*user.lines, "cluster.detach=false"])
     assert detached_or_refused(chain, [0], [], attached) == 1
     assert "before launching it attached" in capsys.readouterr().err
+
+
+def test_a_detached_chain_s_follow_line_names_its_root_and_watch_follows_its_latest_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Issue 59, item 10: with `paths.output_root` set, a detached chain said "`make watch` (the
+    latest sweep)", which looks under outputs/ and shows another sweep. It names its root now,
+    and `python -m analysis watch <root>` (`make watch SWEEP=<root>`) follows the sweep of the
+    stage the chain started last (its copy of the chain's record written last), not a later
+    sweep of the same output root nor another chain's stage."""
+    from analysis.__main__ import main as analysis_main
+    from analysis.outputs.monitor import make_command, shown_path
+    from analysis.readers.collect import chain_stage_sweep
+
+    monkeypatch.chdir(tmp_path)
+    chain = load_chain("cs336")
+    out = tmp_path / "elsewhere"
+    user = UserOverrides.parse([f"paths.output_root={out}", "model=tiny", "data=toy", "rollout=hf",
+                                "cluster.detach=true"])
+    root = chain_root(compose_stage(chain.stages[0], user), chain.name)
+    root.mkdir(parents=True)
+    command = [sys.executable, "-m", "chain", "--chain", chain.name, *user.lines]
+    record = DriverRecord("local", tuple(command), str(tmp_path), str(root / "driver.log"),
+                          socket.gethostname(), "now", pid=os.getpid(),
+                          started=process_start(os.getpid()), scope="chain", name=chain.name)
+    record.write(record_path(root))
+    assert detached_or_refused(chain, [0], [], user) == 0  # its driver (this process) runs
+    follow = f"  follow: `{make_command('watch', root)}` (the runs of its latest stage), `tail -f "
+    assert follow in capsys.readouterr().out
+    assert chain_stage_sweep(root) is None  # no stage started yet
+    with pytest.raises(SystemExit, match="not a sweep, nor a chain whose driver has started a stage"):
+        analysis_main(["watch", str(root), "--once"])
+    stages = [out / "baselines" / "2026-12-03_00-00-00", out / "length_norm" / "2026-12-03_01-00-00"]
+    others = [out / "sweep" / "2026-12-03_02-00-00", out / "other_chain" / "2026-12-03_03-00-00"]
+    for when, sweep in enumerate([*stages, *others]):
+        sweep.mkdir(parents=True)
+        (sweep / "multirun.yaml").write_text("hydra: {}\n")
+        copy = record if sweep in stages else replace(
+            record, scope="sweep" if sweep == others[0] else "chain",
+            log=str(sweep / "driver.log"))
+        copy.write(record_path(sweep))
+        os.utime(record_path(sweep), (1e9 + when, 1e9 + when))
+    assert chain_stage_sweep(root) == stages[1]
+    analysis_main(["watch", str(root), "--once"])
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[:2] == [f"chain cs336: its latest stage's sweep {stages[1]}",
+                         f"Sweep directory: {shown_path(stages[1])}"]
 
 
 @pytest.mark.parametrize(("override", "error"), [

@@ -265,3 +265,13 @@ def test_the_figures_page_names_the_wall_clock_axis_the_figures_print() -> None:
                    for s in (7199.0, 7200.0))
     assert f'"{metric_name(TRAIN_CLOCK).axis_label(short)}"' in " ".join(page.split())
     assert f"in {long} where the longest run took two hours or more" in " ".join(page.split())
+
+
+def test_the_unattended_page_says_when_the_driver_is_signalled() -> None:
+    """Issue 59, item 10: the SLURM driver is signalled `DRIVER_SIGNAL_DELAY_S` before its time
+    limit and requeued then; the page says how long before (it did not), from the constant."""
+    from grpo.run.driver import DRIVER_SIGNAL_DELAY_S
+
+    page = " ".join((ROOT / "docs" / "how-to" / "run-unattended.md").read_text().split())
+    assert (f"SLURM signals the driver (SIGUSR2) {DRIVER_SIGNAL_DELAY_S} s before its time limit "
+            "(`grpo.run.driver.DRIVER_SIGNAL_DELAY_S`)") in page

@@ -11,12 +11,14 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from analysis.outputs.monitor import driver_lines
+from analysis.outputs.monitor import driver_lines, stop_line
 from analysis.outputs.progress import RunProgress
+from analysis.readers.jobs import Job, write_jobs
 from grpo.run.driver import (
     DRIVER_FILE,
     FORMAT,
@@ -26,6 +28,7 @@ from grpo.run.driver import (
     driver_state,
     process_start,
     read_driver,
+    same_command,
     spawn_local,
 )
 from grpo.run.files import RunFileError
@@ -147,6 +150,31 @@ def test_a_gone_driver_says_how_it_ended_from_its_record_not_its_log(tmp_path: P
     assert len(lines) == 1 and lines[0].endswith("its process has ended); its work is done")
 
 
+def test_make_watch_s_stop_line_cancels_this_sweep_and_no_other(tmp_path: Path) -> None:
+    """Issue 59, item 10: the Stop list said `scancel -n <hydra.launcher.name>`, which cancels
+    every sweep of the user (every array is named `launch`). `make watch` on a live driver now
+    prints the command that stops it and this sweep's job arrays, their ids from its jobs.json
+    (one array a submission: a relaunch's second array is named too), and no other sweep's."""
+    sweep, other = tmp_path / "sweep", tmp_path / "other"
+    for directory in (sweep, other):
+        directory.mkdir()
+    record = DriverRecord("slurm", ("python", "launch.py", "-m"), str(tmp_path),
+                          str(sweep / "driver.log"), "h", "now", job_id="12")
+    assert stop_line(record, sweep) == ("  stop:   scancel 12 (the driver; it has submitted no runs "
+                                        "yet; all stays resumable)")
+    write_jobs(sweep, "slurm", [Job(0, ("seed=0",), "40_0"), Job(1, ("seed=1",), "40_1"),
+                                Job(2, ("seed=2",), None)])
+    write_jobs(sweep, "slurm", [Job(2, ("seed=2",), "41_0")])  # relaunched in an array of its own
+    write_jobs(other, "slurm", [Job(0, ("seed=0",), "99_0")])
+    assert stop_line(record, sweep) == ("  stop:   scancel 12 40 41 (the driver and this sweep's "
+                                        "2 job array(s), from its jobs.json; all stays resumable)")
+    # a live local driver (this process): its process group, which its runs are in
+    local = local_record(sweep, os.getpid(), process_start(os.getpid()))
+    lines, live = driver_lines(sweep, [])
+    assert live and lines[1] == (f"  stop:   kill -INT -- -{local.pid} (as Ctrl-C: each run stops "
+                                 "after its GRPO step, with a checkpoint; all stays resumable)")
+
+
 def test_a_chain_stage_shows_how_the_chain_s_driver_ended_from_the_chain_s_record(tmp_path: Path) -> None:
     """A stage's sweep holds a copy of the chain's record, made when the stage started; the
     driver records its end in the chain root's, which is what `make watch` on the stage reads."""
@@ -266,6 +294,75 @@ def test_a_detach_while_its_driver_runs_starts_none(tmp_path: Path, capsys: pyte
     (tmp_path / DRIVER_FILE).unlink()
     assert detach(tmp_path, list(record.command), start, "make watch") == 0 and started == ["driver"]
     assert "Detached: the driver is pid " in capsys.readouterr().out
+
+
+def test_the_same_overrides_in_another_order_are_the_same_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A detach of the running driver's sweep with its overrides in another order is the same
+    command (said, exit 0, nothing started); a key given twice keeps the order of its values
+    (the last one wins), and another value, an override dropped or another script is another
+    command (refused, exit 1)."""
+    running = (sys.executable, "launch.py", "-m", "seed=0,1", "+experiment=toy", "lr=1e-3",
+               "hydra.sweep.dir=/s")
+    record = replace(local_record(tmp_path, os.getpid(), process_start(os.getpid())),
+                     command=running)
+    record.write(tmp_path / DRIVER_FILE)
+    started: list[str] = []
+
+    def start() -> DriverRecord:
+        started.append("driver")
+        return record
+
+    monkeypatch.chdir(tmp_path)
+    reordered = ["python3", "launch.py", "-m", "hydra.sweep.dir=/s", "lr=1e-3", "+experiment=toy",
+                 "seed=0,1"]
+    assert detach(tmp_path, reordered, start, "make watch") == 0
+    assert capsys.readouterr().out.startswith("a driver of this sweep is already running")
+    assert same_command(["p", "x.py", "a=1", "a=2", "b=3"], ["p", "x.py", "b=3", "a=1", "a=2"])
+    assert not same_command(["p", "x.py", "a=1", "a=2"], ["p", "x.py", "a=2", "a=1"])
+    for other in (["python3", "launch.py", "-m", "hydra.sweep.dir=/s", "lr=1e-4", "+experiment=toy",
+                   "seed=0,1"],
+                  ["python3", "launch.py", "-m", "hydra.sweep.dir=/s", "+experiment=toy", "seed=0,1"],
+                  ["python3", "other.py", "-m", "hydra.sweep.dir=/s", "lr=1e-3", "+experiment=toy",
+                   "seed=0,1"]):
+        assert detach(tmp_path, other, start, "make watch") == 1
+        assert "it runs another command" in capsys.readouterr().err
+    assert started == []
+
+
+DETACH_INTO_A_GONE_READER = """
+import sys
+from pathlib import Path
+from grpo.run.driver import DriverRecord, detach, record_path
+directory = Path(sys.argv[1])
+record = DriverRecord("local", ("python", "launch.py", "-m"), str(directory),
+                      str(directory / "driver.log"), "h", "now", pid=1, started=1)
+print("a line before", flush=True)
+sys.stdin.readline()  # the reader has gone now
+
+def start():
+    record.write(record_path(directory))
+    return record
+
+sys.exit(detach(directory, list(record.command), start, "make watch"))
+"""
+
+
+def test_a_detach_whose_reader_has_gone_ends_quietly_with_its_driver_started(tmp_path: Path) -> None:
+    """Issue 59, item 10: a detach piped to `head -1` ended in a BrokenPipeError traceback (and
+    exit 1) though its driver had started. Its reader gone before it prints, it prints nothing
+    more, exits 0 and its driver is recorded."""
+    proc = subprocess.Popen([sys.executable, "-c", DETACH_INTO_A_GONE_READER, str(tmp_path)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
+    assert proc.stdout.readline() == "a line before\n"
+    proc.stdout.close()  # as `head -1` exits
+    proc.stdin.write("go\n")
+    proc.stdin.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0 and err == ""
+    assert read_driver(tmp_path) is not None
 
 
 def test_a_driver_of_unknown_state_is_said_so_and_its_stop_names_its_host(tmp_path: Path) -> None:

@@ -38,9 +38,9 @@ from rich.text import Text
 from analysis.decisions.race.record import Race
 from analysis.names.formatting import MISSING, fmt_duration, fmt_number
 from analysis.outputs.progress import FINISHED_STATUSES, SUMMARY_ORDER, RunProgress, SweepProgress
-from analysis.readers.jobs import scheduler_states
-from grpo.run.driver import driver_state, read_driver
-from grpo.run.files import RunFileError
+from analysis.readers.jobs import read_jobs, scheduler_states
+from grpo.run.driver import DriverRecord, driver_state, read_driver
+from grpo.run.files import RunFileError, silence
 from grpo.run.pruning import journal_problem
 
 STYLES = {"running": "cyan", "starting": "cyan", "preempted": "cyan", "pending": "dim",
@@ -152,18 +152,6 @@ def table(rows: Sequence[RunProgress], max_rows: int | None = None) -> Table:
     if len(shown) < len(rows):
         grid.caption = f"{len(rows) - len(shown)} more runs not shown ({counts_text(rows)})"
     return grid
-
-
-def silence(fd: int) -> None:
-    """Point file descriptor `fd`, and stderr where it writes to the same file, at /dev/null."""
-    sinks = [fd]
-    with suppress(OSError):  # stderr closed: nothing to point anywhere
-        if fd != 2 and os.path.samestat(os.fstat(fd), os.fstat(2)):
-            sinks.append(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    for sink in sinks:
-        os.dup2(devnull, sink)
-    os.close(devnull)
 
 
 class MonitorConsole(Console):
@@ -346,12 +334,30 @@ def work_left(rows: Sequence[RunProgress], race: Race | None) -> bool:
     return not rows or race_open or any(r.status not in FINISHED_STATUSES for r in rows)
 
 
+def stop_line(record: DriverRecord, sweep_dir: Path) -> str:
+    """``  stop:   scancel 12 40 41 (...)``: what stops `record`'s driver and this sweep's runs,
+    and no other sweep's. SLURM: the driver's job and the job arrays of `sweep_dir`'s runs,
+    their ids from its ``jobs.json`` (``<array>_<task>``: one array a submission, a race's wave
+    or a relaunch); locally: Ctrl-C to the driver's process group
+    (:meth:`grpo.run.driver.DriverRecord.stop`), which its runs are in."""
+    if record.kind != "slurm":
+        return (f"  stop:   {record.stop()} (as Ctrl-C: each run stops after its GRPO step, with "
+                "a checkpoint; all stays resumable)")
+    jobs = read_jobs(sweep_dir)
+    ids = [] if jobs is None else [j.job_id for _, j in sorted(jobs.jobs.items()) if j.job_id]
+    arrays = list(dict.fromkeys(job_id.split("_", 1)[0] for job_id in ids))
+    what = (f"the driver and this sweep's {len(arrays)} job array(s), from its jobs.json"
+            if arrays else "the driver; it has submitted no runs yet")
+    command = shlex.join(["scancel", str(record.job_id), *arrays])
+    return f"  stop:   {command} ({what}; all stays resumable)"
+
+
 def driver_lines(sweep_dir: Path, rows: Sequence[RunProgress],
                  race: Race | None = None) -> tuple[list[str], bool]:
     """The sweep's detached driver (``<sweep>/driver.json``, :mod:`grpo.run.driver`; for a chain
     stage's copy, the chain root's record, where its driver records its end) in lines, and
-    whether it may still be pending or running: ``driver: running (SLURM job 12: RUNNING)``;
-    gone: how it ended, as its record says (:meth:`grpo.run.driver.DriverRecord.how_it_ended`),
+    whether it may still be pending or running: ``driver: running (SLURM job 12: RUNNING)``
+    and the command that stops it and the sweep's runs (:func:`stop_line`); gone: how it ended, as its record says (:meth:`grpo.run.driver.DriverRecord.how_it_ended`),
     and the command that resumes it where work is left (:func:`work_left`; a chain's driver:
     unless it completed, as its record or SLURM says). No lines where the sweep has no driver
     record; one line saying why where the record cannot be read."""
@@ -366,7 +372,7 @@ def driver_lines(sweep_dir: Path, rows: Sequence[RunProgress],
     state = driver_state(record)
     lines = [f"driver: {state.state} ({record.describe()}: {state.detail})"]
     if state.state != "gone":
-        return lines, state.live
+        return [*lines, stop_line(record, sweep_dir)], state.live
     chain_done = record.end == "completed" or state.detail == "COMPLETED"  # record, or SLURM
     if work_left(rows, race) or (record.scope == "chain" and not chain_done):
         return lines + [f"  how it ended: {record.how_it_ended()}",

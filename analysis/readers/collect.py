@@ -104,6 +104,7 @@ from analysis.readers.run_rows import (
     read_status,
     with_floats,
 )
+from grpo.run.driver import DRIVER_FILE, DriverRecord
 from grpo.run.files import (
     MAX_METRICS_BYTES,
     RunFileError,
@@ -344,6 +345,31 @@ def find_latest_sweep(outputs: Path) -> Path:
     if not candidates:
         raise FileNotFoundError(f"no sweep (a directory with multirun.yaml) under {outputs}")
     return max(candidates, key=lambda p: p.stat().st_mtime).parent
+
+
+def chain_stage_sweep(root: Path) -> Path | None:
+    """For a chain's root (``<paths.output_root>/chains/<chain>``, which holds its detached
+    driver's record: :mod:`grpo.run.driver`), the sweep of the stage it started last: of the
+    sweeps two levels below the output root (``<experiment>/<timestamp>``), the one whose copy
+    of the chain's record (``copy_record``, written as the stage starts, naming the root's log)
+    was written last. None where ``root`` holds no chain's record or no stage has started."""
+    try:
+        record = DriverRecord.read(root / DRIVER_FILE)
+    except RunFileError:
+        return None
+    if record is None or record.scope != "chain":
+        return None
+    home = root.resolve()
+    copies = []
+    for path in root.parent.parent.glob(f"*/*/{DRIVER_FILE}"):
+        try:
+            copy = DriverRecord.read(path)
+        except RunFileError:
+            continue
+        if (copy is not None and copy.scope == "chain" and copy.home().resolve() == home
+                and path.parent.resolve() != home):
+            copies.append(path)
+    return max(copies, key=lambda p: p.stat().st_mtime).parent if copies else None
 
 
 @dataclass(frozen=True)

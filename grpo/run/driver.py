@@ -38,7 +38,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from grpo.run.files import RunDirError, RunFileError, atomic_write_text, parse_json, read_bytes
+from grpo.run.files import (
+    RunDirError,
+    RunFileError,
+    atomic_write_text,
+    parse_json,
+    read_bytes,
+    silence,
+)
 from grpo.run.lock import RunDirLocked, driver_lock
 from grpo.run.preemption import requeued_by_scheduler
 from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
@@ -544,8 +551,8 @@ def detached_lines(record: DriverRecord, directory: Path, watch: str) -> list[st
     """What a detach prints: the driver, its sweep's (or chain's) `directory`, how to follow
     (`watch`: the `make watch` command), stop and resume it."""
     if record.kind == "slurm":
-        stop = (f"scancel {record.job_id} (the runs it submitted go on; scancel them too to "
-                "stop everything; all stays resumable)")
+        stop = (f"scancel {record.job_id} (the runs it submitted go on; the `stop:` line of "
+                "the follow command cancels them too, and no other sweep's; all stays resumable)")
     else:
         stop = (f"{record.stop()} (as Ctrl-C: each run stops after its GRPO step, with a "
                 "checkpoint; all stays resumable)")
@@ -563,13 +570,41 @@ def running_lines(record: DriverRecord, state: DriverState, watch: str) -> list[
             f"  stop:   {record.stop()}", f"  its log: {record.log}"]
 
 
+def command_key(command: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What makes two driver commands the same (`same_command`): `command`'s arguments after
+    the interpreter, the options and other arguments in order, the Hydra overrides (`key=value`,
+    `+key=value`, not starting with `-`) sorted by key. The sort is stable, so a key given twice
+    keeps the order of its values (the last one wins in Hydra)."""
+    args = command[1:]
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    rest = tuple(a for a in args if "=" not in a or a.startswith("-"))
+    return rest, tuple(sorted(overrides, key=lambda o: o.split("=", 1)[0].lstrip("+~")))
+
+
+def same_command(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether driver commands `a` and `b` run the same sweep or chain: the same arguments,
+    the overrides in any order (`command_key`); the interpreter's path is not compared."""
+    return command_key(a) == command_key(b)
+
+
+def say(lines: Sequence[str]) -> None:
+    """Print `lines` to stdout; where its reader has gone (`| head -1`: a broken pipe) nothing
+    more is printed (`silence`), and no traceback: the driver is started all the same."""
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:
+        with suppress(OSError, ValueError):
+            silence(sys.stdout.fileno())
+
+
 def detach(directory: Path, command: Sequence[str], start: Callable[[], DriverRecord],
            watch: str) -> int:
     """Start the detached driver of `directory` (a sweep's, or a chain's) with `start`, which
     runs `command` and records it, and print how to follow (`watch`), stop and resume it;
     the exit status. Under `directory`'s driver lock: where its driver is still pending or
-    running nothing is started: the same command says so (0), another is refused (1); an
-    unreadable record is refused (1). RunDirLocked where another detach holds the lock."""
+    running nothing is started: the same command (`same_command`: its overrides in any order)
+    says so (0), another is refused (1); an unreadable record is refused (1). RunDirLocked
+    where another detach holds the lock."""
     with driver_lock(directory):
         try:
             found = live_driver(directory)
@@ -579,14 +614,14 @@ def detach(directory: Path, command: Sequence[str], start: Callable[[], DriverRe
         if found is not None:
             record, state = found
             lines = running_lines(record, state, watch)
-            if record.command[1:] == tuple(command[1:]) and record.cwd == os.getcwd():
-                print("\n".join(lines))
+            if same_command(record.command, command) and record.cwd == os.getcwd():
+                say(lines)
                 return 0
             print(f"error: {lines[0]}; it runs another command: {record.resume()}; stop it "
                   f"first ({record.stop()}), or follow it ({watch})", file=sys.stderr)
             return 1
         record = start()
-    print("\n".join(detached_lines(record, directory, watch)), flush=True)
+    say(detached_lines(record, directory, watch))
     return 0
 
 

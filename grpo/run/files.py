@@ -22,6 +22,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable
+from contextlib import suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -360,3 +361,17 @@ def read_status(run_dir: Path) -> dict[str, Any] | None:
         log.warning(f"{path} is unreadable ({problem}); it is rewritten, the restart count starts at 0")
         return None
     return typed_status_fields(status)
+
+
+def silence(fd: int) -> None:
+    """Point file descriptor `fd`, and stderr where it writes to the same file, at /dev/null
+    (its reader has gone: a broken pipe; what is written from now on goes nowhere, and the
+    interpreter's last flush raises nothing)."""
+    sinks = [fd]
+    with suppress(OSError):  # stderr closed: nothing to point anywhere
+        if fd != 2 and os.path.samestat(os.fstat(fd), os.fstat(2)):
+            sinks.append(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for sink in sinks:
+        os.dup2(devnull, sink)
+    os.close(devnull)

@@ -21,7 +21,7 @@ its line printed by the dry run and the launch alike, and handed to the launcher
 With `cluster.detach=true`, once every job is checked, the sweep's driver is started apart from
 the terminal (`grpo.run.driver`: a SLURM CPU job, or locally a process of its own session) and
 runs this same command attached, its sweep directory pinned; a launch while it is pending or
-running starts nothing.
+running starts nothing, and one that would leave it nothing to run (every run over) runs here.
 Jobs are composed by `grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names
 no loss `loss=grpo_clip`: the listing shows each job's loss, and the launched job lists are those
 composed ones (`get_job_batch`), so what is listed and validated is what runs.
@@ -56,10 +56,11 @@ from grpo.run.driver import (
     attached_refusal,
     detach,
     driver_starter,
+    live_driver,
     under_driver,
 )
 from grpo.run.driver import sweep_command as driver_sweep_command
-from grpo.run.files import RunDirError
+from grpo.run.files import RunDirError, RunFileError
 from grpo.run.finished import Launch
 from grpo.run.lock import sweep_lock
 from grpo.run.pruning import OFF
@@ -341,6 +342,25 @@ class ValidatingSweeper(BasicSweeper):
                 "into a new sweep directory (drop hydra.sweep.dir, or change experiment_name); "
                 "multirun.yaml and jobs.json are left as they are")
 
+    def _nothing_to_drive(self, race: RaceSettings | None, sweep_dir: Path,
+                          labels: dict[int, str]) -> bool:
+        """Whether a detached driver of this launch would have nothing to do but print the
+        summary: an earlier launch's runs are all over (`_relaunch_plan`: none to submit, none
+        to follow; a race: its last look ended it) and no driver of the sweep is pending or
+        running (`grpo.run.driver.live_driver`; an unreadable record is left to `detach`).
+        `labels`: each job's (`job_set`)."""
+        if race is not None:
+            last = self._race_runner(race, sweep_dir).prepare(warn=False).last_decision()
+            if last is None or last.end is None:
+                return False
+        plan = self._relaunch_plan(race, sweep_dir, labels, say=False)
+        if not plan.earlier or plan.submit or plan.follow:
+            return False
+        try:
+            return live_driver(sweep_dir) is None
+        except RunFileError:
+            return False
+
     def _race_runner(self, settings: RaceSettings, sweep_dir: Path) -> Any:
         """The race of this sweep's jobs in `sweep_dir` (`analysis.decisions.race.looks.RaceRunner`), each wave
         priced by the cost model and launched by the sweep's launcher."""
@@ -606,13 +626,20 @@ class ValidatingSweeper(BasicSweeper):
                             "(pruning=off, or race.max_seeds=null)")
         refuse(problems)
 
-    def _detached_or_refused(self, sweep_dir: Path) -> bool:
+    def _detached_or_refused(self, sweep_dir: Path, race: RaceSettings | None,
+                             labels: dict[int, str]) -> bool:
         """Launched from a terminal (not a driver, `grpo.run.driver.under_driver`): with
         `cluster.detach=true`, start the sweep's detached driver (`grpo.run.driver.detach`: a
         SLURM job, or a process of its own session) unless an attached launch holds the sweep
-        (RunDirLocked) and say so (True: this process is done); without, exit 1 where the
+        (RunDirLocked) and say so (True: this process is done), or, where it would have nothing
+        to do (`_nothing_to_drive`: a finished sweep relaunched), say so and run here (False: the
+        relaunch line and the summary here, nothing submitted); without, exit 1 where the
         sweep's detached driver is still pending or running."""
         watch = make_command("watch", sweep_dir)
+        if self.config.cluster.get("detach", False) and self._nothing_to_drive(race, sweep_dir, labels):
+            print("cluster.detach=true: every run of this sweep is over; no driver was started "
+                  "(the relaunch and its summary here)", flush=True)
+            return False
         if not self.config.cluster.get("detach", False):
             refusal = attached_refusal(sweep_dir, watch)
             if refusal is not None:
@@ -739,7 +766,7 @@ class ValidatingSweeper(BasicSweeper):
             self._race_runner(race, sweep_dir).prepare(warn=False)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
-            if not under_driver() and self._detached_or_refused(sweep_dir):
+            if not under_driver() and self._detached_or_refused(sweep_dir, race, labels):
                 return []
             with sweep_lock(sweep_dir):
                 self.launcher.relaunch = Relaunch(self._relaunch_plan(race, sweep_dir, labels),
