@@ -14,7 +14,6 @@ cd "$(dirname "$0")/.."
 : "${LOCK_PYTHON:?}" "${TORCH_CPU_INDEX:?}"
 CPU_LOCK=requirements/cpu.lock.txt
 GPU_LOCK=requirements/gpu.lock.txt
-OVERRIDES=requirements/gpu-overrides.txt
 # the CPU torch version: TORCH_VERSION if given, else the one the CPU lock holds now
 TORCH_VERSION=${TORCH_VERSION:-$(sed -n 's/^torch==\([^+]*\)+cpu$/\1/p' "$CPU_LOCK" 2>/dev/null || true)}
 : "${TORCH_VERSION:?no torch in $CPU_LOCK: run make lock TORCH_VERSION=X.Y.Z}"
@@ -35,7 +34,17 @@ common=(--python-version "$LOCK_PYTHON" --python-platform x86_64-manylinux_2_28
 [[ ${UPGRADE:-0} == 1 ]] && common+=(--upgrade)
 
 "$UV" pip compile pyproject.toml "$work/build-system-requires.txt" --extra dev --extra vllm \
-  --override "$OVERRIDES" "${common[@]}" -o "$GPU_LOCK"
+  "${common[@]}" -o "$GPU_LOCK"
+# A plain `pip install -r` of the lock resolves it against each package's own requirements: resolve
+# it so (no pyproject, no overrides) and refuse a lock that does not come back pin for pin.
+if ! "$UV" pip compile "$GPU_LOCK" "${common[@]}" -o "$work/gpu-lock-resolved.txt"; then
+  echo "lock error: $GPU_LOCK does not resolve (above); pip install -r would not install it" >&2
+  exit 1
+fi
+if ! diff <(grep -E '^[a-z0-9]' "$GPU_LOCK") <(grep -E '^[a-z0-9]' "$work/gpu-lock-resolved.txt") >&2; then
+  echo "lock error: $GPU_LOCK does not resolve to itself (the diff above); pip install -r would install other versions" >&2
+  exit 1
+fi
 
 # The CPU build of torch comes from PyTorch's CPU index, or from the wheel folders pip is
 # configured with (find-links) where that index cannot be reached.

@@ -1,6 +1,6 @@
 """The committed locks (requirements/*.lock.txt, from `make lock`): exact pins only, admitting
-pyproject.toml's ranges, no CUDA package in the CPU lock, and one version per package across both
-(torch aside); scripts/lockfile.py, which `make install` and `make test-latest` use, read them."""
+pyproject.toml's ranges, no CUDA package in the CPU lock, no GPU pin by override, and one version
+per package across both (torch aside); scripts/lockfile.py, which `make install` and `make test-latest` use, read them."""
 
 from __future__ import annotations
 
@@ -31,6 +31,15 @@ def test_the_gpu_lock_admits_pyproject_with_vllm() -> None:
     pins = lockfile.read_lock(GPU_LOCK)
     assert lockfile.unmet(lockfile.pyproject_requirements(["dev", "vllm"]), pins) == []
     assert pins["vllm"] == Version("0.33.0") and pins["torch"].local is None
+
+
+def test_no_pin_of_the_gpu_lock_overrides_a_requirement() -> None:
+    """A pin that `make lock` took from an override (uv's `# via --override FILE` note) need not
+    meet the requirements of the packages that ask for it, and `pip install -r` of the lock, which
+    knows no overrides, then stops with ResolutionImpossible (certifi 2026.10.18 under vLLM 0.33.0's
+    certifi>=2026.10.19); `make lock` also resolves the GPU lock once more from itself alone."""
+    overridden = [line.strip() for line in GPU_LOCK.read_text().splitlines() if "--override" in line]
+    assert overridden == [], f"{GPU_LOCK.name} holds pins by override: {overridden}"
 
 
 def test_both_locks_agree_on_every_package_they_share_but_torch() -> None:

