@@ -55,8 +55,12 @@ def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
     Returns:
         (batch_size, sequence_length) entropies in nats (fp32 for bf16/fp16 logits).
     """
-    if logits.dtype not in FULL_PRECISION:
-        return chunked_entropy(logits)
+    return entropy_as_is(logits) if logits.dtype in FULL_PRECISION else chunked_entropy(logits)
+
+
+def entropy_as_is(logits: torch.Tensor) -> torch.Tensor:
+    """`compute_entropy`'s fp32/fp64 path, in the logits' own dtype (and whatever autocast does to
+    its ops): (...) entropies in nats from (..., vocab_size) logits."""
     probs = torch.softmax(logits, dim=-1)
     # einsum contracts the vocabulary dimension without an extra (..., vocab_size) product tensor.
     expected_logit = torch.einsum("...v,...v->...", probs, logits)
@@ -80,10 +84,10 @@ def chunked_entropy(logits: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS) 
     parts = []
     with torch.autocast(device_type=logits.device.type, enabled=False):
         for rows in chunks:
-            z = flat[rows].to(dtype)
-            log_p = z - torch.logsumexp(z, dim=-1, keepdim=True)
+            log_p = flat[rows].to(dtype, copy=True)
+            log_p -= torch.logsumexp(log_p, dim=-1, keepdim=True)
             # an elementwise product and a sum: CPU einsum on a 2-D chunk is off by ~4e-3 nats
-            parts.append(-(log_p.exp() * log_p).sum(dim=-1))
+            parts.append(-log_p.exp().mul_(log_p).sum(dim=-1))
     return torch.cat(parts).reshape(logits.shape[:-1])
 
 
@@ -124,8 +128,14 @@ def label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     sequence_length, vocab_size) logits and (batch_size, sequence_length) token ids. fp32/fp64
     logits: z_y - logsumexp(z) as they are; bf16/fp16 logits: `chunked_label_log_probs` (fp32
     log-probs, computed in fp32 a chunk at a time)."""
-    if logits.dtype not in FULL_PRECISION:
-        return chunked_label_log_probs(logits, labels)
+    if logits.dtype in FULL_PRECISION:
+        return label_log_probs_as_is(logits, labels)
+    return chunked_label_log_probs(logits, labels)
+
+
+def label_log_probs_as_is(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`label_log_probs`' fp32/fp64 path, z_y - logsumexp(z) in the logits' own dtype: (...) from
+    (..., vocab_size) logits and (...) token ids."""
     label_logits = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
     return label_logits - torch.logsumexp(logits, dim=-1)
 
@@ -177,8 +187,8 @@ class _ChunkedLabelLogProbs(torch.autograd.Function):
         grad_logits = torch.empty_like(flat)
         with torch.autocast(device_type=logits.device.type, enabled=False):
             for rows in chunks:
-                z = flat[rows].to(log_sum_exp.dtype)
-                chunk = (z - log_sum_exp[rows, None]).exp_().mul_(-grad[rows])
+                chunk = flat[rows].to(log_sum_exp.dtype, copy=True).sub_(log_sum_exp[rows, None])
+                chunk.exp_().mul_(-grad[rows])
                 grad_logits[rows] = chunk.scatter_add_(-1, flat_labels[rows], grad[rows])
         return grad_logits.reshape(logits.shape), None, None
 
