@@ -120,3 +120,8 @@ def test_a_bf16_mixed_forward_gives_fp32_log_probs_within_1e_3_of_fp64_of_its_lo
     reference = log_p.gather(-1, labels[..., None]).squeeze(-1)
     assert (out["log_probs"].double() - reference).abs().max() <= BOUND
     assert (out["token_entropy"].double() + (log_p.exp() * log_p).sum(-1)).abs().max() <= BOUND
+
+
+def test_no_tokens_give_empty_log_probs_and_entropies():
+    logits, labels = torch.zeros(2, 0, 9, dtype=torch.bfloat16), torch.zeros(2, 0, dtype=torch.long)
+    assert label_log_probs(logits, labels).shape == compute_entropy(logits).shape == (2, 0)
