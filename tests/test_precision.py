@@ -61,11 +61,15 @@ def test_bf16_mixed_keeps_every_update_at_lr_1e_5_and_bf16_true_loses_most(tiny_
     assert unchanged == 0, f"{unchanged} of {with_gradient} elements lost their update"
     # the same step with bf16 weights: ~1e-5 is below half a bf16 step of most weights
     loss_true, with_gradient, unchanged, dtype = one_step_at_lr_1e_5(tiny_model_cfg.copy(), "bf16-true")
-    assert dtype == torch.bfloat16 and with_gradient == 124_672
+    # 2 elements of the tied embedding get a gradient of exactly 0 in bf16 (their sum cancels)
+    assert dtype == torch.bfloat16 and with_gradient == 124_670
     assert unchanged / with_gradient > 0.8  # measured 89.8%
-    # both ran the forward in bf16: the same loss, which fp32 computes differently
+    # each ran the forward in its own precision: autocast keeps the norms in fp32, bf16-true does
+    # not (logits up to 0.05 apart); the log-probs are fp32 in both, so the difference shows
     loss_fp32, *_ = one_step_at_lr_1e_5(tiny_model_cfg.copy(), "32-true")
-    assert loss == loss_true != loss_fp32
+    assert len({loss, loss_true, loss_fp32}) == 3
+    # measured 0.13277 / 0.13294 / 0.13255 (0.13428 for bf16-true with bf16 log-probs)
+    assert loss == pytest.approx(loss_fp32, rel=5e-3) and loss_true == pytest.approx(loss_fp32, rel=5e-3)
 
 
 def test_checkpoints_keep_the_fp32_master_weights_and_the_final_model_is_bf16(
