@@ -11,6 +11,11 @@ estimated cost, then the whole chain's estimate beside the budget of each study
 resumes at the first unfinished one: in its latest sweep directory when that sweep ran with the
 same overrides (``<sweep>/chain.json``), its finished runs kept, the others resumed from their
 checkpoints; else in a new sweep directory. The chain stops at a stage that does not finish.
+A stage whose sweep is still running is refused, except to the chain's own detached driver run
+again (requeued at its time limit or on preemption, or started anew by the same command once
+the last one was gone) where the sweep ran with the same overrides: the stage is launched again
+into that sweep, which follows its queued and running jobs as a sweep's relaunch does, and the
+chain goes on.
 With ``cluster.detach=true`` the chain's driver is not the terminal (``grpo.run.driver``): a
 SLURM CPU job (``cluster=slurm``) or a process of its own session runs this same command
 attached, its record and log in ``<paths.output_root>/chains/<chain>/`` (``chain_root``) and a
@@ -146,15 +151,21 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
         if state is not None and state.finished:
             print(f"{head}: finished: {sweep} ({state.counts()})", flush=True)
             continue
-        if state is not None and state.active:
-            print(f"error: {head}: its sweep {sweep} is still running ({state.counts()}); "
+        plan = plan_stage(chain, index, user, lookup)
+        same = state is not None and recorded_overrides(state.sweep) == plan.overrides(user)
+        if state is not None and state.active and not (same and under_driver() and not dry_run):
+            other = f" with other overrides (see its {RECORD})" if under_driver() else ""
+            print(f"error: {head}: its sweep {sweep} is still running{other} ({state.counts()}); "
                   f"follow it with `{make_command('watch', sweep)}` and run the chain again when it "
                   "has ended", file=sys.stderr)
             return 1
-        plan = plan_stage(chain, index, user, lookup)
         print(f"{head}:", *plan.lines, sep="\n")
         target = new_sweep_dir(plan.root)
-        if state is not None and recorded_overrides(state.sweep) == plan.overrides(user):
+        if state is not None and same and state.active:  # the chain's driver, requeued or relaunched
+            target = state.sweep
+            print(f"  following its running sweep {state.sweep} ({state.counts()}): its queued and "
+                  "running jobs are followed, the others resumed")
+        elif state is not None and same:
             target = state.sweep
             print(f"  resuming its unfinished sweep {state.sweep} ({state.counts()})")
         elif state is not None and recorded_overrides(state.sweep) is None:

@@ -27,8 +27,10 @@ from analysis.outputs.promote import promote
 from analysis.readers.collect import collect
 from analysis.readers.synthetic import write_multirun, write_run
 from chain.__main__ import budget_lines
+from chain.__main__ import main as chain_main
 from chain.plan import StagePlan, UserOverrides, compose_stage, plan_stage, winner_lookup
 from chain.stages import load_chain
+from grpo.run.driver import DRIVER_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ("model=tiny", "data=toy", "rollout=hf")
@@ -464,6 +466,29 @@ def test_chain_refuses_what_it_sets_and_typos(tmp_path: Path) -> None:
         "mean learning_rate=1e-5?",
         "nothing was run"]
     assert not list(tmp_path.iterdir())
+
+
+def test_a_stage_still_running_is_followed_only_by_the_chain_s_driver_with_its_overrides(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """A stage whose sweep has a running run: a chain launched attached is refused (follow it,
+    run the chain again when it has ended), and so is the chain's own driver where the sweep
+    ran with other overrides (its chain.json); only the driver asking what the sweep ran with
+    follows it (the slow test_detach test of a requeued chain driver)."""
+    out = tmp_path / "out"
+    sweep = craft(out, "lr_sweep", [({"learning_rate": 3e-4}, [0.1], "running")])
+    args = ["--stages", "lr_sweep", *CPU, f"paths.output_root={out}"]
+    (sweep / "chain.json").write_text(json.dumps(
+        {"overrides": ["+experiment=lr_sweep", *args[2:], "seed=1"]}))
+    refusal = (f"error: stage 1/8 lr_sweep: its sweep {sweep} is still running{{}} (1 runs: 1 "
+               f"running); follow it with `make watch SWEEP={sweep}` and run the chain again when "
+               "it has ended")
+    assert chain_main(args) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == refusal.format("")
+    monkeypatch.setenv(DRIVER_ENV, str(tmp_path / "chains" / "cs336" / "driver.json"))
+    assert chain_main(args) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == refusal.format(
+        " with other overrides (see its chain.json)")
+    assert sorted(p.name for p in sweep.iterdir()) == ["0", "chain.json", "multirun.yaml"]
 
 
 @pytest.mark.slow

@@ -442,6 +442,82 @@ def test_a_detached_two_stage_chain_completes_after_its_submitting_process_exite
         subprocess.run(["scancel", "-n", name], check=False)
         if record is not None:
             subprocess.run(["scancel", str(record.job_id)], check=False)
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_detached_chain_whose_driver_is_requeued_while_its_stage_runs_follows_it_and_goes_on(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """`python -m chain --stages baselines,length_norm cluster=slurm_cpu cluster.detach=true`:
+    once stage 1's array is submitted, the driver's limit is cut to 1 minute (as
+    test_a_detached_driver_at_its_time_limit_is_requeued_and_finishes does); SLURM signals it,
+    it ends its command and is requeued while stage 1's runs train. The driver runs again,
+    follows stage 1's running jobs (no second job for them) and runs stage 2: the chain's driver
+    ends COMPLETED with both stages done, and each run was trained once (every step logged once,
+    no restart, one start in its launch.log)."""
+    require_cluster()
+    name = f"grpo-chainreq-{uuid.uuid4().hex[:8]}"
+    out_root = tmp_path / "out"
+    root = out_root / "chains" / "cs336"
+    # one run at a time (array_parallelism=1): the CPU the requeued driver frees is not taken
+    # by the array's next run (the local cluster has 2 CPUs), and stage 1 runs 2 x 1000 steps
+    # (at 0.06 s a step, 2 minutes), past the limit's signal (30 s) and the requeue (30 s)
+    steps = 1000
+    record = None
+    try:
+        out = chain("--stages", "baselines,length_norm", *CHAIN_CPU, f"model.path={tiny_model_dir}",
+                    f"n_grpo_steps={steps}", "eval.eval_every=500", "eval.n_examples=16",
+                    "hydra.launcher.array_parallelism=1", f"paths.output_root={out_root}", f"hydra.launcher.name={name}",
+                    "cluster=slurm_cpu", "cluster.detach=true",
+                    "cluster.driver_time_limit_min=30", cwd=tmp_path)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        record = read_driver(root)
+        assert record is not None and (record.kind, record.scope) == ("slurm", "chain")
+        deadline = time.time() + 300
+        while "SLURM sweep of 2 jobs" not in driver_log(record):
+            assert time.time() < deadline, f"stage 1 never launched:\n{driver_log(record)[-3000:]}"
+            time.sleep(0.5)
+        (first,) = (out_root / "baselines").iterdir()
+        while len(submitted := recorded_jobs(first)) < 2:
+            assert time.time() < deadline, "stage 1's jobs were never recorded"
+            time.sleep(0.5)
+        limit = ["scontrol", "update", f"JobId={record.job_id}"]
+        subprocess.run([*limit, "TimeLimit=1"], check=True)
+        deadline = time.time() + 300
+        while not restarts(str(record.job_id)):
+            assert time.time() < deadline, "the chain's driver was never requeued at its limit"
+            time.sleep(0.5)
+        subprocess.run([*limit, "TimeLimit=30"], check=True)
+        wait_gone(root, 1200)
+        ended = read_driver(root)
+        log = driver_log(record)
+        print(f"\nchain driver requeued while stage 1 ran\n{log}")
+        assert driver_state(record).detail == "COMPLETED", log[-3000:]
+        assert ended is not None and ended.end == "completed", log[-3000:]
+        assert "--- driver requeued" in log and "chain cs336: baselines, length_norm finished" in log
+        again = log.split("(SLURM job " + str(record.job_id) + ", restart 1)")[1]
+        assert f"  following its running sweep {first} " in again, again[-3000:]
+        plan = re.search(r"^relaunch: (\d+) to submit, (\d+) still queued or running "
+                         r"\(followed\), (\d+) finished \(not submitted\)$", again, re.M)
+        assert plan is not None and plan.group(1) == "0", again[-3000:]
+        assert int(plan.group(2)) >= 1, "the requeued driver found stage 1 still running"
+        assert recorded_jobs(first) == submitted, "stage 1's jobs were followed, none resubmitted"
+        (second,) = (out_root / "length_norm").iterdir()
+        runs = [sweep / str(num) for sweep in (first, second) for num in range(2)]
+        for run in runs:
+            status = read_status(run)
+            assert (status["status"], status["restarts"], status["resumed_from"]) == (
+                "completed", 0, []), (run, status)
+            assert logged_steps(run) == list(range(steps + 1)), run
+            assert (run / "launch.log").read_text().count("CPU numerics: ") == 1, (
+                "one training start in the run's log")
+        ids = {*recorded_jobs(first).values(), *recorded_jobs(second).values()}
+        assert sorted(jobs_named(name)) == sorted(ids) and len(ids) == 4, "one job per run"
+        assert processes_naming(out_root) == []
+    finally:
+        subprocess.run(["scancel", "-n", name], check=False)
+        if record is not None:
+            subprocess.run(["scancel", str(record.job_id)], check=False)
+
+
 @pytest.fixture
 def local_config_detaching(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A user's local config (`GRPO_LOCAL_CONFIG` names it) that sets `cluster.detach: true`,
