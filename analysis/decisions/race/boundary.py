@@ -31,8 +31,9 @@ which leave the equal case's slack the level spends, are then about right. So `b
 simulates, at each ratio of `SD_RATIOS`, two configs tied for the best at seed sd 1 and 1 / ratio
 with the others `FAR_BEHIND` (they leave at the first look that can tell, and the pair races on
 alone), and takes the least of the levels (each found by bisection below the one before): 2
-configs, 5 seeds 0.0151; 9 configs and 5 seeds 0.0156 with a wave-1 variance (was 0.0178) and
-0.0215 without (was 0.0278). Equal configs then leave in 3-4% where 5% is allowed. Not simulated
+configs, 5 seeds 0.0155; 9 configs and 5 seeds 0.0178 with a wave-1 variance (equal configs
+binding, on the 2-seed look's df shrunk towards 1 by `welch_df`) and 0.0215 without (was
+0.0278). Equal configs then leave in 3-4% where 5% is allowed. Not simulated
 (its bisection costs minutes): every one of many configs tied, some near a floor; with 9
 alternately of seed sd 1 and 0.01 about 6% leave (`bench/race_unequal.py`'s ``all`` rows,
 docs/how-to/racing.md).
@@ -197,8 +198,9 @@ def elimination_rate(level: float, values: np.ndarray, first_look: bool,
 SD_RATIOS = (1.0, 2.0, 4.0, 10.0, 100.0)
 """The seed-sd ratios of the tied best pair the level is calibrated at (module docstring; 1: every
 config equal): the level is the least of the levels that hold `alpha` at each. With 2 configs
-and 5 seeds those levels are 0.0252 at 1, 0.0239 at 2, 0.0188 at 4, 0.0156 at 10 and 0.0151 at
-100, where the level of equal sds alone (0.0252) lost a truly best config in 5.3%, 6.3%, 7.3%
+and 5 seeds those levels were 0.0252 at 1, 0.0239 at 2, 0.0188 at 4, 0.0156 at 10 and 0.0151 at
+100 on Welch's df unshrunk (0.0155 at 100 with the 2-seed look's df shrunk), where the level of
+equal sds alone (0.0252) lost a truly best config in 5.3%, 6.3%, 7.3%
 and 7.4% of races (issue 59, item 4). Beyond 100 the pair's own variance is the larger one's
 and Welch's df its n - 1, as at 100. `bench/race_unequal.py` checks the level at each ratio on
 other random numbers (its table in docs/how-to/racing.md: at most 5.8% +- 0.5)."""
