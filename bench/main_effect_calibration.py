@@ -36,21 +36,17 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from scipy import special
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from monte_carlo import rate  # noqa: E402
+from monte_carlo import Cells, grid_sweep, rate  # noqa: E402
 
 from analysis.stats.comparisons import compare_pair  # noqa: E402
-from analysis.stats.effects import VALUE, main_effects  # noqa: E402
+from analysis.stats.effects import main_effects  # noqa: E402
 from analysis.stats.levels import ALPHA  # noqa: E402
-from analysis.stats.variance import ConfigData, SeedVariance  # noqa: E402
-
-Cells = list[tuple[tuple[int, ...], float]]
-"""Each config's levels (one a key) and seed sd."""
+from analysis.stats.variance import SeedVariance  # noqa: E402
 
 
 def rates(cells: Cells, n: int, sweeps: int, step: float, seed: int) -> str:
@@ -60,11 +56,7 @@ def rates(cells: Cells, n: int, sweeps: int, step: float, seed: int) -> str:
     rng = np.random.default_rng(seed)
     found: dict[str, tuple[list[bool], ...]] = {}
     for _ in range(sweeps):
-        configs = [ConfigData(str(levels), rng.normal(-step * levels[0], sd, n))
-                   for levels, sd in cells]
-        frame = pd.DataFrame([{**{k: str(v) for k, v in zip(keys, levels, strict=True)}, VALUE: x}
-                              for (levels, _), c in zip(cells, configs, strict=True)
-                              for x in c.seed_values])
+        configs, frame = grid_sweep(cells, n, step, rng)
         pooled = SeedVariance.pooled(configs)
         effects = main_effects(frame, keys, pooled, replicated=True)
         pair = ([compare_pair(*configs, "best", None, pooled, 2, ALPHA).verdict in ("better", "worse")]

@@ -71,7 +71,7 @@ from scipy import special
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from monte_carlo import rate  # noqa: E402
+from monte_carlo import Cells, grid_sweep, rate  # noqa: E402
 
 import analysis.stats.comparisons as comparisons  # noqa: E402
 from analysis.stats.comparisons import compare_pair, compare_sweep  # noqa: E402
@@ -120,27 +120,22 @@ def outcomes(configs: list[ConfigData], equal: set[str], best: str) -> tuple[boo
     return false, best not in u.could_be_best, sharp
 
 
-def anova_rates(cells: list[tuple[tuple[int, ...], float]], sweeps: int, n: int,
+def anova_rates(cells: Cells, sweeps: int, n: int,
                 step: float = 0.0) -> str:
     """Each term's share of sweeps with p < 5% (module docstring): the analysis / one pooled
     variance / its Satterthwaite df / HC3, over ``sweeps`` sweeps of ``n`` seeds a cell, ``cells``
     each config's levels and seed sd, its mean ``step`` times its first key's level below 0."""
     import warnings
 
-    import pandas as pd
     from statsmodels.stats.anova import anova_lm
 
-    from analysis.stats.effects import VALUE, least_squares_fit, main_effects
+    from analysis.stats.effects import least_squares_fit, main_effects
 
     keys = [f"k{i}" for i in range(len(cells[0][0]))]
     rng = np.random.default_rng(len(cells) * 100 + n * 10 + int(10 * min(sd for _, sd in cells)))
     rates: dict[str, tuple[list[bool], ...]] = {}
     for _ in range(sweeps):
-        configs = [ConfigData(str(levels), rng.normal(-step * levels[0], sd, n))
-                   for levels, sd in cells]
-        frame = pd.DataFrame([{**{k: str(v) for k, v in zip(keys, levels, strict=True)}, VALUE: x}
-                              for (levels, _), c in zip(cells, configs, strict=True)
-                              for x in c.seed_values])
+        configs, frame = grid_sweep(cells, n, step, rng)
         pooled = SeedVariance.pooled(configs)
         nu = np.array([c.n_seeds - 1 for c in configs])
         s2 = np.array([np.var(c.seed_values, ddof=1) for c in configs])
