@@ -62,14 +62,15 @@ def test_late_values_are_compared_between_seeds_with_the_pooled_variance(tmp_pat
     assert pooled == pytest.approx(0.0034 / 3)
     # each pair on the larger of the pool and its own two configs' variance, on its own df:
     # 1e-4 with 1e-3 (0.0016 / 2) on the pool, 2e-4 with 1e-3 (0.0026 / 2) on its own, on the
-    # Welch-Satterthwaite df 0.0013^2 / (0.0009^2 + 0.0004^2) = 1.74, rounded down to 1.7
+    # Welch-Satterthwaite df 0.0013^2 / (0.0009^2 + 0.0004^2) = 1.74, shrunk towards 1 for a
+    # 2-seed pair (1 + 0.74^3 = 1.405) and rounded down to 1.4
     own = {lr: sum(float(np.sum((np.array(means[x]) - np.mean(means[x])) ** 2))
                    for x in (lr, 0.001)) / 2 for lr in (0.0001, 0.0002)}
     assert own[0.0001] < pooled < own[0.0002]
     squares = [float(np.sum((np.array(means[x]) - np.mean(means[x])) ** 2)) / 2 for x in (0.0002, 0.001)]
     welch = sum(squares) ** 2 / sum(q ** 2 for q in squares)
     assert welch == pytest.approx(1.74, abs=0.01)
-    variance = {0.0001: (pooled, 3), 0.0002: (own[0.0002], math.floor(10 * welch) / 10)}
+    variance = {0.0001: (pooled, 3), 0.0002: (own[0.0002], math.floor(10 * (1 + (welch - 1) ** 3)) / 10)}
     p = {lr: 2 * stats.t.sf(abs(np.mean(means[lr]) - np.mean(means[0.001]))
                             / math.sqrt(v * (1 / 2 + 1 / 2)), df)
          for lr, (v, df) in variance.items()}
@@ -130,15 +131,16 @@ def test_metric_trends_on_frames_in_memory_against_hand_t_tests() -> None:
     """`metric_trends` on a frame made here: a and b seeds 0.2 apart, c 0.4 (pooled variance
     (0.02 + 0.02 + 0.08) / 3 = 0.04 on 3 df); b 1.0 above a on the pool (its own pair's 0.02 is
     smaller), c 0.1 above a on the pair's own, Welch's (0.02 + 0.08) / 2 = 0.05 (larger than the
-    pool) on the Welch-Satterthwaite df 0.05^2 / (0.01^2 + 0.04^2) = 1.47, rounded down to 1.4;
-    Student's t, Holm over the two; early means passed through as given."""
+    pool) on the Welch-Satterthwaite df 0.05^2 / (0.01^2 + 0.04^2) = 1.47, shrunk towards 1 for
+    a 2-seed pair (lo 1, hi 2: 1 + 0.47^3 = 1.104) and rounded down to 1.1; Student's t, Holm
+    over the two; early means passed through as given."""
     runs = pd.DataFrame({LABEL: ["a", "a", "b", "b", "c", "c"], "lr": [1, 1, 2, 2, 3, 3],
                          VALUE: [1.0, 1.2, 2.0, 2.2, 1.0, 1.4]})
     early = pd.Series({"a": 0.5, "b": 0.7, "c": 0.6})
     got = {t.label: t for t in metric_trends("train/entropy", ["a", "b", "c"], "a", early, runs,
                                              ["lr"], pd.DataFrame())}
     p_b = 2 * stats.t.sf(1.0 / math.sqrt(0.04), 3)
-    p_c = 2 * stats.t.sf(0.1 / math.sqrt(0.05), 1.4)
+    p_c = 2 * stats.t.sf(0.1 / math.sqrt(0.05), 1.1)
     assert got["b"].p_adjusted == pytest.approx(2 * p_b) and got["b"].versus_best == "higher"
     assert got["c"].p_adjusted == pytest.approx(max(2 * p_b, p_c))
     assert got["c"].versus_best == "within noise" and got["a"].versus_best == ""
