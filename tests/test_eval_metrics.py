@@ -162,8 +162,19 @@ def test_analysis_metric_picks_what_the_ranking_and_report_read(tmp_path: Path, 
     assert table.loc["learning_rate=1", "late_eval_reward"] == pytest.approx(expected[0])
     assert table.loc["learning_rate=2", "late_eval_reward"] == pytest.approx(expected[1])
     assert ranking.data_problems == []  # the outcome files agree with the logged metric
+    # the per-run summary reads the same metric: lr=1's runs are jobs 0 and 1
+    runs = collection.runs.set_index("job")
+    for job, value in ((0, expected[0]), (1, expected[0]), (2, expected[1]), (3, expected[1])):
+        assert runs.loc[job, "final_eval_reward"] == pytest.approx(value)
+        assert runs.loc[job, "best_eval_reward"] == pytest.approx(value)
+        assert runs.loc[job, "best_eval_step"] == 10
     report = build_report(collection, tmp_path / "s", ranking=ranking)
-    assert (f"analysis.metric={metric}" in report) == (metric != "reward")
+    assert ("Every evaluation is read as its" in report) == (metric != "reward")
+    assert f"of each evaluation's {metric} (`analysis.metric={metric}`)" in report
+    header = next(line for line in report.splitlines() if line.startswith("| run |"))
+    assert f"| final eval {metric} | best eval {metric} (step) |" in header
+    row = next(line for line in report.splitlines() if line.startswith(f"| `{tmp_path.name}/s/0` |"))
+    assert f"| {expected[0]:.3f} | {expected[0]:.3f} (10) |" in row
 
 
 CRAFTED_OUTCOMES = {
