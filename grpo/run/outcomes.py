@@ -80,6 +80,16 @@ OUTCOME_METRICS: dict[str, str] = {
 DEFAULT_METRIC = "reward"
 
 
+def logged_key(metric: str, samples_per_problem: int) -> str:
+    """The key an evaluation of `samples_per_problem` responses a problem logs `metric` (a key of
+    `OUTCOME_METRICS`) under: `eval/<metric>`, or `eval/reward` where the metric is the reward or
+    one response a problem makes every metric its reward (none other is logged then)."""
+    if metric not in OUTCOME_METRICS:
+        raise ValueError(f"unknown outcome metric {metric!r}; choose one of {list(OUTCOME_METRICS)}")
+    return f"eval/{DEFAULT_METRIC}" if metric == DEFAULT_METRIC or samples_per_problem == 1 \
+        else f"eval/{metric}"
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k estimate of a problem with `c` right of `n` sampled responses:
     1 - C(n-c, k)/C(n, k) (Chen et al. 2021), for 1 <= k <= n (1 where n - c < k)."""
