@@ -219,3 +219,5 @@ def test_the_pruner_reads_the_metric_the_ranking_reads(tmp_path: Path) -> None:
         trial.report(10, {"eval/reward": 0.2, "eval/pass@k": 0.8})
         trial.report(20, {"eval/reward": 0.4, "eval/pass@k": 0.6})
         assert trial.reported == pytest.approx(expected)  # late means: (0.8 + 0.6) / 2 = 0.7
+        assert trial._reason(20, 0.7).startswith(f"the successive_halving pruner stopped it: mean "
+                                                 f"{'eval/pass@k' if k == 4 else 'eval/reward'} of")

@@ -317,7 +317,7 @@ class RunTrial:
         rank = 1 + sum(v > value for v in others)
         where = "" if self.settings.resource == "step" else f" ({resource / 60:.1f} min of training)"
         best = f" (best {max(others):.3f})" if others else ""
-        return (f"the {self.settings.name} pruner stopped it: mean {METRIC} of its last "
+        return (f"the {self.settings.name} pruner stopped it: mean {self.settings.metric} of its last "
                 f"{LATE_EVALS} evaluations {value:.3f}{where} ranks "
                 f"{rank} of the {len(others) + 1} runs measured this far{best}, and the top "
                 f"1/{self.settings.reduction_factor} go on")
