@@ -2,7 +2,7 @@
 (``analysis.stats.comparisons.estimate``, the interval of the report's "Best:" line and table, the
 summary, ``promote`` and the chain): how often it holds the config's true mean, config by config,
 where the configs' seed variances differ, under three rules for the seed variance it rests on
-(``config_variance`` patched here for the others): the analysis (the larger of the sweep's pooled
+(``estimate``'s ``variance_rule``, given here for the others): the analysis (the larger of the sweep's pooled
 variance and the config's own, on the config's own n - 1 df); the sweep's pool alone (the rule
 before issue 59); the config's own seeds alone on n - 1 df (the sweep's pool where they all gave
 one value); the larger of the two each on its own df (the pool's where it is the larger).
@@ -46,8 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from monte_carlo import rate  # noqa: E402
 
-import analysis.stats.comparisons as comparisons  # noqa: E402
-from analysis.stats.comparisons import estimate, problem_error  # noqa: E402
+from analysis.stats.comparisons import config_variance, estimate, problem_error  # noqa: E402
 from analysis.stats.variance import IDENTICAL, ConfigData, SeedVariance  # noqa: E402
 
 Draw = Callable[[np.random.Generator, int], list[ConfigData]]
@@ -139,7 +138,7 @@ def main() -> None:
     parser.add_argument("--sweeps", type=int, default=4000)
     parser.add_argument("--only", nargs="*", default=(), help="the rows whose design starts so")
     args = parser.parse_args()
-    rules = {"analysis": comparisons.config_variance,
+    rules = {"analysis": config_variance,
              "pool": lambda config, seeds: (seeds.variance, float(seeds.df)),
              "own": own_alone, "larger, each on its df": larger_on_its_df}
     print(f"{args.sweeps} sweeps a row; each config: the share of sweeps whose 95% interval holds "
@@ -154,7 +153,6 @@ def main() -> None:
         start = time.time()
         cells = []
         for rule in rules.values():
-            comparisons.config_variance = rule
             rng = np.random.default_rng(n * 1000 + len(name))
             held: list[list[bool]] = [[] for _ in truth]
             widths: list[list[float]] = [[] for _ in truth]
@@ -162,11 +160,10 @@ def main() -> None:
                 configs = draw(rng, n)
                 seeds, error = SeedVariance.pooled(configs), problem_error(configs)
                 for i, c in enumerate(configs):
-                    e = estimate(c, seeds, error)
+                    e = estimate(c, seeds, error, rule)
                     held[i].append(bool(e.lo <= truth[i] <= e.hi))
                     widths[i].append((e.hi - e.lo) / 2)
             cells.append((held, widths))
-        comparisons.config_variance = rules["analysis"]
         for i, (t, sd) in enumerate(zip(truth, sds, strict=True)):
             shown = [f"{rate(held[i])} ({np.nanmean(widths[i]):.3g})" for held, widths in cells]
             print(f"| {name} | {n} | c{i} ({t:.3f}, {sd:g}) | {' | '.join(shown)} |", flush=True)

@@ -162,5 +162,57 @@ def test_analysis_metric_picks_what_the_ranking_and_report_read(tmp_path: Path, 
     assert table.loc["learning_rate=1", "late_eval_reward"] == pytest.approx(expected[0])
     assert table.loc["learning_rate=2", "late_eval_reward"] == pytest.approx(expected[1])
     assert ranking.data_problems == []  # the outcome files agree with the logged metric
+    # the per-run summary reads the same metric: lr=1's runs are jobs 0 and 1
+    runs = collection.runs.set_index("job")
+    for job, value in ((0, expected[0]), (1, expected[0]), (2, expected[1]), (3, expected[1])):
+        assert runs.loc[job, "final_eval_reward"] == pytest.approx(value)
+        assert runs.loc[job, "best_eval_reward"] == pytest.approx(value)
+        assert runs.loc[job, "best_eval_step"] == 10
     report = build_report(collection, tmp_path / "s", ranking=ranking)
-    assert (f"analysis.metric={metric}" in report) == (metric != "reward")
+    assert ("Every evaluation is read as its" in report) == (metric != "reward")
+    assert f"of each evaluation's {metric} (`analysis.metric={metric}`)" in report
+    header = next(line for line in report.splitlines() if line.startswith("| run |"))
+    assert f"| final eval {metric} | best eval {metric} (step) |" in header
+    row = next(line for line in report.splitlines() if line.startswith(f"| `{tmp_path.name}/s/0` |"))
+    assert f"| {expected[0]:.3f} | {expected[0]:.3f} (10) |" in row
+
+
+CRAFTED_OUTCOMES = {
+    # (field, what is written at index 0 of lr=1's seed-0 run at step 20, the message's words)
+    "a count that contradicts its reward": ("correct", "4", "correct[0]=4 contradicts reward[0]=0.5: "
+                                            "rewards are 0 or 1, so 4 right of 4 is a mean reward of 1"),
+    "a count above k": ("correct", "5", "correct[0]=5 is not a count of right responses 0..4"),
+    "a negative count": ("correct", "-1", "correct[0]=-1 is not a count of right responses 0..4"),
+    "a fractional count": ("correct", "2.5", "correct[0]=2.5 is not a count of right responses 0..4"),
+    "a float count": ("correct", "2.0", "correct[0]=2.0 is not a count of right responses 0..4"),
+    "a nan count": ("correct", "NaN", "correct[0]=nan is not a count of right responses 0..4"),
+    "an infinite count": ("correct", "Infinity", "correct[0]=inf is not a count of right responses 0..4"),
+    "a count as a string": ("correct", '"2"', "correct[0]='2' is not a count of right responses 0..4"),
+    "a majority above 1": ("majority", "1.5", "majority[0]=1.5 is not a reward in [0, 1]"),
+    "a negative majority": ("majority", "-0.5", "majority[0]=-0.5 is not a reward in [0, 1]"),
+    "a nan majority": ("majority", "NaN", "majority[0]=nan is not a reward in [0, 1]"),
+    "a majority as a string": ("majority", '"1"', "majority[0]='1' is not a reward in [0, 1]"),
+    "a true majority": ("majority", "true", "majority[0]=True is not a reward in [0, 1]"),
+}
+
+
+@pytest.mark.parametrize("case", CRAFTED_OUTCOMES)
+def test_a_crafted_outcome_file_is_refused_naming_its_field(tmp_path: Path, case: str) -> None:
+    """An outcome file crafted in one field (the logged means still agree: the reward is
+    untouched) is no record, and the ranking says in one line which file and field, and what to
+    do; the other runs' outcomes are still read."""
+    from analysis.decisions.ranking import rank
+    from analysis.readers.collect import collect
+
+    field, text, words = CRAFTED_OUTCOMES[case]
+    _metric_sweep(tmp_path / "s", "reward")
+    crafted = tmp_path / "s" / "0" / "eval_outcomes" / "step_000020.json"
+    data = json.loads(crafted.read_text())
+    data[field][0] = "__CRAFTED__"
+    crafted.write_text(json.dumps(data).replace('"__CRAFTED__"', text))
+    assert read_outcomes(tmp_path / "s" / "0", 20) is None
+    assert read_outcomes(tmp_path / "s" / "0", 10) is not None
+    ranking = rank(collect([tmp_path / "s"]))
+    assert ranking.data_problems == [
+        f"`{tmp_path.name}/s/0`: eval_outcomes/step_000020.json: {words}: its outcomes are not "
+        "used (the trainer writes none such); train the run again to compare it problem by problem"]

@@ -199,3 +199,25 @@ def test_a_run_reports_the_mean_of_its_last_evaluations_and_keeps_them_across_a_
     # step 60: the last 5 of 0.2, 0.4, 0.9, 0.1, 0.6, 1.0
     assert again.reported[40] == pytest.approx(0.4)
     assert again.reported[60] == pytest.approx((0.4 + 0.9 + 0.1 + 0.6 + 1.0) / 5)
+
+
+def test_the_pruner_reads_the_metric_the_ranking_reads(tmp_path: Path) -> None:
+    """With analysis.metric=pass@k and 4 responses a problem a run reports its late eval/pass@k
+    (the ranking's criterion), not its mean reward; with one response a problem (no pass@k
+    logged: each metric is its reward) it reports eval/reward. (An unknown metric is refused at
+    config validation, grpo.config.rules.)"""
+    from test_config import _compose
+
+    from grpo.run.outcomes import logged_key
+
+    cfg = _compose(["pruning=successive_halving", "analysis.metric=pass@k", "eval.samples_per_problem=4"])
+    for k, expected in ((4, {10: 0.8, 20: 0.7}), (1, {10: 0.2, 20: 0.3})):
+        settings = PruningSettings.from_config(cfg.pruning, logged_key(str(cfg.analysis.metric), k))
+        run_dir = tmp_path / f"k{k}" / "0"
+        run_dir.mkdir(parents=True)
+        trial = RunTrial.attach(settings, run_dir, 100)
+        trial.report(10, {"eval/reward": 0.2, "eval/pass@k": 0.8})
+        trial.report(20, {"eval/reward": 0.4, "eval/pass@k": 0.6})
+        assert trial.reported == pytest.approx(expected)  # late means: (0.8 + 0.6) / 2 = 0.7
+        assert trial._reason(20, 0.7).startswith(f"the successive_halving pruner stopped it: mean "
+                                                 f"{'eval/pass@k' if k == 4 else 'eval/reward'} of")

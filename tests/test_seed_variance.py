@@ -283,7 +283,9 @@ def test_outcomes_that_disagree_with_the_logged_reward_or_are_missing_are_named(
         f"eval/reward {_logged(sweep / '0', 50):.4f} of "
         "step 50: its outcomes are not used",
         f"`{run}/1`: eval_outcomes/step_000040.json is missing",
-        f"`{run}/2`: eval_outcomes/step_000030.json is unreadable or malformed"]
+        f"`{run}/2`: eval_outcomes/step_000030.json: the file is not readable JSON (Expecting "
+        "property name enclosed in double quotes: line 1 column 2 (char 1)): its outcomes are not "
+        "used (the trainer writes none such); train the run again to compare it problem by problem"]
     section = build_report(collect([sweep]), sweep).split("## Runs with missing")[1].split("##")[0]
     assert all(f"- {line}" in section for line in ranking.data_problems)
     # the verdicts rest on the seeds, not on these files: still decided

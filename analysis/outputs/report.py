@@ -75,8 +75,9 @@ def _ranges(collection: Collection) -> list[str]:
 
 def _runs(collection: Collection) -> list[str]:
     keys = collection.label_keys
-    header = ["run", *keys, "seed", "status", "steps done", "final eval reward",
-              "best eval reward (step)", "wall-clock", "GPU-hours", "restarts"]
+    name = collection.metric  # what every evaluation is read as (analysis.metric)
+    header = ["run", *keys, "seed", "status", "steps done", f"final eval {name}",
+              f"best eval {name} (step)", "wall-clock", "GPU-hours", "restarts"]
     rows = []
     for run in collection.runs.to_dict("records"):
         best = fmt_number(run["best_eval_reward"])
@@ -233,10 +234,11 @@ def _best(collection: Collection, ranking: Ranking) -> list[str]:
     at = ("" if ranking.at_step is None
           else f" at GRPO step {ranking.at_step}, the largest step every ranked config's runs "
                "reached (the step every completed run reached)")
-    rule = (f"Ranked by `{criterion}` ({CRITERION_TEXT[criterion]}, mean over seeds){at}; "
+    rule = (f"Ranked by `{criterion}` ({CRITERION_TEXT[criterion]}, mean over seeds) of each "
+            f"evaluation's {collection.metric} (`analysis.metric={collection.metric}`){at}; "
             "configs with a run stopped early (collapsed, diverged, pruned) are excluded, and a "
             "run that did not reach the compared step is not compared there. "
-            "`best eval reward` (the maximum over evaluations after step 0) is descriptive only: "
+            f"`best eval {collection.metric}` (the maximum over evaluations after step 0) is descriptive only: "
             "the maximum of noisy evaluations sits above a config's true reward.")
     estimates = ranking.uncertainty.estimates if ranking.uncertainty else {}
     if ranking.best is None:
@@ -255,7 +257,8 @@ def _best(collection: Collection, ranking: Ranking) -> list[str]:
     used = ranking.table["n_used"] if "n_used" in ranking.table else pd.Series(dtype=float)
     header = ["config", "runs", "with metrics", "compared", "seeds", "statuses",
               f"{criterion} at step {_fmt_step(ranking.at_step)} [95% interval]", "seed sd",
-              "mean final eval reward", "mean best eval reward", "mean wall-clock", "GPU-hours"]
+              f"mean final eval {collection.metric}", f"mean best eval {collection.metric}",
+              "mean wall-clock", "GPU-hours"]
     rows = [
         [label, s["n_runs"], s["n_with_data"], int(used.get(label, 0)), s["seeds"], s["statuses"],
          estimates[label].describe() if label in estimates else MISSING,

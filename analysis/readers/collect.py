@@ -55,7 +55,7 @@ logged metric) and ``runs`` (one row per run, pending ones included, with its su
 ``off_policy`` (``grpo.training.batch_plan.BatchPlan.off_policy`` of its batch sizes: more than one
 optimizer step per rollout batch; or rollouts one step stale, ``off_policy.staleness=1``; None
 when the batch sizes are missing or invalid), steps done,
-wall-clock, GPU-hours, final and best ``eval/reward`` (best: over the evaluations after
+wall-clock, GPU-hours, final and best ``eval/reward`` as ``analysis.metric`` reads it (:data:`EVAL_SUMMARY`; best: over the evaluations after
 step 0, which is the policy before training), ``problems``). A sweep directory
 without any run directory is an error. Runs that differ only in
 ``seed`` share a ``config label`` such as ``off_policy.epochs=2, train_batch_size=64``; the
@@ -448,10 +448,6 @@ class _Run:
     def summary(self, label_keys: Sequence[str]) -> dict[str, Any]:
         """The run's row of the ``runs`` frame."""
         rows = self.log.rows
-        evals = [(r["step"], v) for r in rows
-                 if (v := r.get(EVAL_REWARD)) is not None and _is_number(v)]
-        # the best evaluation after training began: step 0 evaluates the initial policy
-        best = max((e for e in evals if e[0] > 0), key=lambda e: e[1], default=(None, math.nan))
         elapsed = [v for r in rows if type(v := r.get(ELAPSED)) is float and math.isfinite(v)
                    or type(v) is int]
         wall_clock_s = max(elapsed, default=math.nan)
@@ -477,9 +473,7 @@ class _Run:
             "gpu_hours": gpu_hours(wall_clock_s, gpus) if elapsed else math.nan,
             "cpu_hours": wall_clock_s / 3600 * _count(self.value("cluster.cpus_per_job"), 1)
             if elapsed else math.nan,
-            "final_eval_reward": evals[-1][1] if evals else math.nan,
-            "best_eval_reward": best[1],
-            "best_eval_step": best[0],
+            **dict.fromkeys(EVAL_SUMMARY, math.nan),  # of analysis.metric: eval_summary
             "n_bad_lines": self.log.n_bad_lines,
             "n_duplicate_steps": self.log.n_duplicate_steps,
             "problems": "; ".join(self.problems),
@@ -628,9 +622,33 @@ def collect(sweep_dirs: Sequence[Path], borrowed: bool = True) -> Collection:
     if ELAPSED in steps:  # runs logged before the eval-free clock existed: their total clock
         steps[TRAIN_CLOCK] = steps.get(TRAIN_CLOCK, steps[ELAPSED]).fillna(steps[ELAPSED])
     metric = _runs_metric(run_frame)
-    return Collection(sweeps, label_keys, group_keys, configs, run_frame,
-                      read_by_metric(steps, metric, notes), tuple(notes),
+    steps = read_by_metric(steps, metric, notes)
+    run_frame[list(EVAL_SUMMARY)] = eval_summary(run_frame["run_id"], steps)
+    return Collection(sweeps, label_keys, group_keys, configs, run_frame, steps, tuple(notes),
                       frozenset(aside), _named_borrowed(run_frame) if borrowed else None, metric)
+
+
+EVAL_SUMMARY = ("final_eval_reward", "best_eval_reward", "best_eval_step")
+"""A run's summary of its evaluations, each of what ``steps``' ``eval/reward`` holds (the
+collection's ``analysis.metric``): the last evaluation's value, the best after step 0 (step 0
+evaluates the initial policy) and its step (ties: the first)."""
+
+
+def eval_summary(run_ids: pd.Series, steps: pd.DataFrame) -> pd.DataFrame:
+    """:data:`EVAL_SUMMARY` of each of ``run_ids`` (rows in their order; NaN where a run has no
+    finite evaluation) from ``steps`` as :func:`read_by_metric` gives it."""
+    out = pd.DataFrame(np.nan, index=run_ids.index, columns=list(EVAL_SUMMARY), dtype=object)
+    if EVAL_REWARD not in steps:
+        return out
+    values = pd.to_numeric(steps[EVAL_REWARD], errors="coerce")
+    evals = steps.loc[np.isfinite(values), ["run_id", "step"]].assign(value=values)
+    final = evals.groupby("run_id", sort=False)["value"].last()
+    trained = evals[evals["step"] > 0]
+    best = trained.loc[trained.groupby("run_id", sort=False)["value"].idxmax()].set_index("run_id")
+    out["final_eval_reward"] = run_ids.map(final).astype(float)
+    out["best_eval_reward"] = run_ids.map(best["value"]).astype(float)
+    out["best_eval_step"] = run_ids.map(best["step"])
+    return out
 
 
 def _runs_metric(runs: pd.DataFrame) -> str:

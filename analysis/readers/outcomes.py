@@ -13,7 +13,7 @@ import pandas as pd
 
 from analysis.readers.collect import Collection
 from analysis.readers.run_rows import EVAL_REWARD
-from grpo.run.outcomes import OUTCOMES_DIR, outcomes_path, read_many
+from grpo.run.outcomes import OUTCOMES_DIR, EvalOutcomes, checked_outcomes, outcomes_path
 
 LateOutcomes = tuple[np.ndarray, str, int, int]
 """A run's per-problem rewards averaged over its late evaluations (N,), their problems' digest,
@@ -54,24 +54,28 @@ def _late_outcomes(run_dir: Path, steps: object, logged: dict[int, float], metri
     """A run's per-problem values of ``metric`` (``analysis.metric``) averaged over its
     evaluations at ``steps`` (N,), their problems' digest, the fewest responses per problem and
     how many evaluations; or what is wrong with its outcome files, in words (missing,
-    unreadable, without the metric, of other problems, or a mean that is not the ``logged``
+    unreadable or crafted, naming the field: ``grpo.run.outcomes.checked_outcomes``; without the metric, of other problems, or a mean that is not the ``logged``
     value of the step: then none is used)."""
     if not isinstance(steps, tuple) or not steps:
         return None
     if not (run_dir / OUTCOMES_DIR).is_dir():
         return f"no {OUTCOMES_DIR}/: its per-problem outcomes are unknown"
-    found = read_many(run_dir, steps)
-    names = {step: outcomes_path(run_dir, step).relative_to(run_dir).as_posix() for step in steps}
+    found: dict[int, EvalOutcomes] = {}
     for step in steps:
-        if step not in found:
-            missing = not outcomes_path(run_dir, step).exists()
-            return f"{names[step]} is {'missing' if missing else 'unreadable or malformed'}"
-        values = found[step].per_problem(metric)
+        name = outcomes_path(run_dir, step).relative_to(run_dir).as_posix()
+        outcome = checked_outcomes(run_dir, step)
+        if outcome is None:
+            return f"{name} is missing"
+        if isinstance(outcome, str):
+            return (f"{name}: {outcome}: its outcomes are not used (the trainer writes none "
+                    "such); train the run again to compare it problem by problem")
+        found[step] = outcome
+        values = outcome.per_problem(metric)
         if values is None:
-            return f"{names[step]} keeps no counts for {metric} (written before they were kept)"
+            return f"{name} keeps no counts for {metric} (written before they were kept)"
         mean = float(np.mean(values))
         if step in logged and abs(mean - logged[step]) > OUTCOMES_TOLERANCE:
-            return (f"{names[step]}'s mean {metric} {mean:.4f} is not the logged "
+            return (f"{name}'s mean {metric} {mean:.4f} is not the logged "
                     f"eval/{metric} {logged[step]:.4f} of step {step}: its outcomes are not used")
     if len({(o.digest, len(o.reward)) for o in found.values()}) != 1:
         return f"{OUTCOMES_DIR}/ holds evaluations of different problems at steps {list(steps)}"

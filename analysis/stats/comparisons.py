@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -153,16 +153,22 @@ def config_variance(config: ConfigData, seeds: SeedVariance) -> tuple[float, flo
             float(config.n_seeds - 1))
 
 
+VarianceRule = Callable[[ConfigData, SeedVariance], tuple[float, float]]
+"""A rule giving the seed variance (and its df) a config's interval rests on: the analysis's is
+:func:`config_variance`; bench/config_interval_calibration.py passes the alternatives it measures."""
+
+
 def estimate(config: ConfigData, seeds: SeedVariance,
-             error: tuple[float, float] = (math.nan, 0)) -> Estimate:
+             error: tuple[float, float] = (math.nan, 0),
+             variance_rule: VarianceRule = config_variance) -> Estimate:
     """``config``'s value with a 95% interval covering the seed and the problem variance (module
-    docstring; ``error``: :func:`problem_error`), on Satterthwaite's degrees of freedom; no
-    interval without a usable seed variance."""
+    docstring; ``error``: :func:`problem_error`; the seed variance by ``variance_rule``), on
+    Satterthwaite's degrees of freedom; no interval without a usable seed variance."""
     mean, s = config.mean, config.n_seeds
     own = float(np.std(config.seed_values, ddof=1)) if s > 1 else math.nan
     if not seeds.usable:
         return Estimate(mean, math.nan, math.nan, s, config.n_problems, seed_sd=own)
-    variance, variance_df = config_variance(config, seeds)
+    variance, variance_df = variance_rule(config, seeds)
     terms = [(variance / s, variance_df)]  # (a component of the variance, its df)
     if config.problems is not None and config.n_problems > 1:
         n = config.n_problems

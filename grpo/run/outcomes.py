@@ -10,8 +10,10 @@ answer (maj@k, `grpo.grading.majority`); `problems_digest` fingerprints the ques
 evaluated, so that only evaluations of the same problems are paired. Every per-problem metric of
 `OUTCOME_METRICS` (mean@k, pass@1, pass@k, maj@k) is recomputed from the file
 (`EvalOutcomes.per_problem`); files written before the counts were kept hold only `reward`.
-Reading is bounded and strict: a file too large, not JSON, or with a field of the wrong type or
-range is no record (`read_outcomes` returns None), never a crash of the analysis.
+Reading is bounded and strict: a file too large, not JSON, with a field of the wrong type or
+range, or counts that contradict its rewards (every reward is 0 or 1, so `r_i = c_i / k`) is no
+record (`read_outcomes` returns None; `checked_outcomes` says which field, the analysis prints it),
+never a crash of the analysis.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -76,6 +78,16 @@ OUTCOME_METRICS: dict[str, str] = {
 """The per-problem metrics an outcomes file gives (name -> what it is), the choices of
 `analysis.metric`; every evaluation of `eval.samples_per_problem` > 1 logs each as `eval/<name>`."""
 DEFAULT_METRIC = "reward"
+
+
+def logged_key(metric: str, samples_per_problem: int) -> str:
+    """The key an evaluation of `samples_per_problem` responses a problem logs `metric` (a key of
+    `OUTCOME_METRICS`) under: `eval/<metric>`, or `eval/reward` where the metric is the reward or
+    one response a problem makes every metric its reward (none other is logged then)."""
+    if metric not in OUTCOME_METRICS:
+        raise ValueError(f"unknown outcome metric {metric!r}; choose one of {list(OUTCOME_METRICS)}")
+    return f"eval/{DEFAULT_METRIC}" if metric == DEFAULT_METRIC or samples_per_problem == 1 \
+        else f"eval/{metric}"
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -163,33 +175,67 @@ def write_outcomes(run_dir: Path, outcomes: EvalOutcomes) -> None:
 
 
 def read_outcomes(run_dir: Path, step: int) -> EvalOutcomes | None:
-    """The outcomes of the evaluation after `step`, or None when the file is missing, too large,
-    not JSON, for another step, or holds a field of the wrong type or out of range."""
+    """The outcomes of the evaluation after `step`, or None when the file is missing or
+    :func:`checked_outcomes` finds it unusable."""
+    found = checked_outcomes(run_dir, step)
+    return found if isinstance(found, EvalOutcomes) else None
+
+
+COUNT_TOLERANCE = 1e-6
+"""How far a problem's `reward` may be from its `correct / k` (rewards are written rounded to
+`DECIMALS`)."""
+
+
+def checked_outcomes(run_dir: Path, step: int) -> EvalOutcomes | str | None:
+    """The outcomes of the evaluation after `step`; None when the file is missing; else what makes
+    it unusable, in words naming the field (too large, not JSON, for another step, a field of the
+    wrong type or out of range, or counts that contradict the rewards). Every reward function
+    (`grpo.grading.rewards.REWARD_FNS`) rewards a response 0 or 1, so a problem's mean reward is
+    its count of right responses over k: `correct[i] / k` must be `reward[i]`."""
     path = outcomes_path(run_dir, step)
     if not path.is_file():
         return None
     try:
         data = read_json(path, MAX_OUTCOMES_BYTES)
-    except RunFileError:
-        return None
+    except RunFileError as error:
+        return f"the file {str(error).removeprefix(path.name + ' ')}"
     if not isinstance(data, dict):
-        return None
+        return "the file is not a JSON object"
     k, digest, reward = data.get("samples_per_problem"), data.get("problems_digest"), data.get("reward")
-    if (data.get("step") != step or type(data.get("step")) is not int or type(k) is not int
-            or not 1 <= k <= MAX_PROBLEMS or not isinstance(digest, str) or len(digest) != 64
-            or not isinstance(reward, list) or not 1 <= len(reward) <= MAX_PROBLEMS
-            or not all(is_reward(r) for r in reward)):
-        return None
+    if data.get("step") != step or type(data.get("step")) is not int:
+        return f"step is {data.get('step')!r}, not {step}"
+    if type(k) is not int or not 1 <= k <= MAX_PROBLEMS:
+        return f"samples_per_problem is {k!r}, not a count of responses 1..{MAX_PROBLEMS}"
+    if not isinstance(digest, str) or len(digest) != 64:
+        return "problems_digest is not a sha256 (64 hex digits)"
+    if not isinstance(reward, list) or not 1 <= len(reward) <= MAX_PROBLEMS:
+        return f"reward is not a list of 1..{MAX_PROBLEMS} per-problem rewards"
+    if (bad := _first_bad(reward, is_reward)) is not None:
+        return f"reward[{bad}]={reward[bad]!r} is not a number in [0, 1]"
     correct, majority = data.get("correct"), data.get("majority")
-    if correct is not None and (not isinstance(correct, list) or len(correct) != len(reward)
-                                or not all(type(c) is int and 0 <= c <= k for c in correct)):
-        return None
-    if majority is not None and (not isinstance(majority, list) or len(majority) != len(reward)
-                                 or not all(is_reward(m) for m in majority)):
-        return None
+    if correct is not None:
+        if not isinstance(correct, list) or len(correct) != len(reward):
+            return f"correct is not a list of {len(reward)} counts (one per reward)"
+        if (bad := _first_bad(correct, lambda c: type(c) is int and 0 <= c <= k)) is not None:
+            return f"correct[{bad}]={correct[bad]!r} is not a count of right responses 0..{k}"
+        if (bad := _first_bad(range(len(reward)), lambda i: abs(correct[i] / k - reward[i])
+                              <= COUNT_TOLERANCE)) is not None:
+            return (f"correct[{bad}]={correct[bad]} contradicts reward[{bad}]={reward[bad]!r}: "
+                    f"rewards are 0 or 1, so {correct[bad]} right of {k} is a mean reward of "
+                    f"{correct[bad] / k:.6g}")
+    if majority is not None:
+        if not isinstance(majority, list) or len(majority) != len(reward):
+            return f"majority is not a list of {len(reward)} rewards (one per problem)"
+        if (bad := _first_bad(majority, is_reward)) is not None:
+            return f"majority[{bad}]={majority[bad]!r} is not a reward in [0, 1]"
     return EvalOutcomes(step, k, digest, tuple(float(r) for r in reward),
                         None if correct is None else tuple(correct),
                         None if majority is None else tuple(float(m) for m in majority))
+
+
+def _first_bad(values: Iterable[object], good: Callable[[object], bool]) -> int | None:
+    """The index of the first of `values` that is not `good`, None where all are."""
+    return next((i for i, value in enumerate(values) if not good(value)), None)
 
 
 def read_many(run_dir: Path, steps: Iterable[int]) -> dict[int, EvalOutcomes]:

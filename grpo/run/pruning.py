@@ -2,7 +2,8 @@
 
 Each run of a sweep is one trial of one Optuna study kept in the sweep directory
 (`<sweep>/pruning.journal`). At each evaluation the run reports the mean of its validation
-rewards (`eval/reward`, 0-1) over its last `LATE_EVALS` evaluations after step 0 (the ranking's
+values of `analysis.metric` (the metric the ranking reads: `eval/reward` by default, `eval/pass@k`
+etc. with `eval.samples_per_problem` > 1, `grpo.run.outcomes.logged_key`; 0-1) over its last `LATE_EVALS` evaluations after step 0 (the ranking's
 criterion: one evaluation's noise would stop good runs, bench/selection_calibration.py) at its
 *resource*: the GRPO steps done (`pruning.resource=step`), or the
 seconds of training wall-clock, evaluation excluded (`resource=train_minutes`, whose
@@ -61,7 +62,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 OFF = "off"
 """`pruning.name` of `conf/pruning/off.yaml`: no pruner, every run trains to its end."""
 METRIC = "eval/reward"
-"""What a run reports: its validation reward (higher is better)."""
+"""What a run reports by default: its validation reward (higher is better)."""
 RESOURCES = {"step": "GRPO steps", "train_minutes": "minutes of training wall-clock"}
 """What rungs count (`pruning.resource`), in words."""
 JOURNAL = "pruning.journal"
@@ -70,7 +71,7 @@ STUDY = "sweep"
 JOB_ATTR = "job"
 STOP_ATTR = "pruned_at"
 EVALS_ATTR = "evals"
-"""The trial's user attribute holding the run's evaluations ({step: eval/reward}), so that a
+"""The trial's user attribute holding the run's evaluations ({step: its reported metric}), so that a
 resumed run averages the same ones."""
 MAX_JOURNAL_BYTES = 64 << 20
 """Largest journal read (a 480-run, 200-step sweep's is about 2 MB)."""
@@ -101,16 +102,19 @@ class PruningSettings:
     min_resource: int = 1
     reduction_factor: int = 3
     min_early_stopping_rate: int = 0
+    metric: str = METRIC
+    """The logged key a run reports (`grpo.run.outcomes.logged_key` of `analysis.metric`)."""
 
     @staticmethod
-    def from_config(pruning: Mapping[str, Any]) -> PruningSettings | None:
-        """The settings of `cfg.pruning`, or None when it is `off`. Unknown names and keys are
-        the validator's to refuse (grpo.config.validation); here they raise KeyError/TypeError."""
+    def from_config(pruning: Mapping[str, Any], metric: str = METRIC) -> PruningSettings | None:
+        """The settings of `cfg.pruning` reading the logged key `metric`, or None when it is
+        `off`. Unknown names and keys are the validator's to refuse (grpo.config.validation);
+        here they raise KeyError/TypeError."""
         name = str(pruning["name"])
         if name == OFF:
             return None
         kind = PRUNERS[name]
-        return PruningSettings(name, **{key: pruning[key] for key in kind.keys})
+        return PruningSettings(name, **{key: pruning[key] for key in kind.keys}, metric=metric)
 
     @property
     def kind(self) -> PrunerKind:
@@ -277,12 +281,12 @@ class RunTrial:
         """Report the evaluation logged in `metrics` after GRPO step `step` (as the mean of the
         run's last `LATE_EVALS` evaluations after step 0); the reason to stop when the pruner
         says so, else None."""
-        if self.trial is None or METRIC not in metrics:
+        if self.trial is None or self.settings.metric not in metrics:
             return None
         resource = self.settings.resource_of(step, metrics.get("time/elapsed_no_eval_s", 0.0))
         if self.pruned_at is not None and resource >= self.pruned_at["resource"]:
             return str(self.pruned_at["reason"])  # decided before a restart, not yet recorded
-        value = float(metrics[METRIC])
+        value = float(metrics[self.settings.metric])
         try:
             if step > 0 and math.isfinite(value):
                 self.evals[step] = value
@@ -313,7 +317,7 @@ class RunTrial:
         rank = 1 + sum(v > value for v in others)
         where = "" if self.settings.resource == "step" else f" ({resource / 60:.1f} min of training)"
         best = f" (best {max(others):.3f})" if others else ""
-        return (f"the {self.settings.name} pruner stopped it: mean {METRIC} of its last "
+        return (f"the {self.settings.name} pruner stopped it: mean {self.settings.metric} of its last "
                 f"{LATE_EVALS} evaluations {value:.3f}{where} ranks "
                 f"{rank} of the {len(others) + 1} runs measured this far{best}, and the top "
                 f"1/{self.settings.reduction_factor} go on")

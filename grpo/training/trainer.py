@@ -58,7 +58,7 @@ from grpo.run.files import MetricsLog, check_writable, read_status, subdir, writ
 from grpo.run.finished import Launch, run_over
 from grpo.run.health import HealthMonitor
 from grpo.run.lock import run_lock
-from grpo.run.outcomes import is_evaluation_step, write_outcomes
+from grpo.run.outcomes import is_evaluation_step, logged_key, write_outcomes
 from grpo.run.preemption import PreemptionWatcher
 from grpo.run.pruning import PruningSettings, RunTrial
 from grpo.run.reproducibility import make_reproducible
@@ -121,7 +121,8 @@ class GRPOTrainer(Learner):
         self.staleness = int(cfg.off_policy.staleness)
         self._sampler_before: dict[int, dict[str, int]] = {}  # step -> sampler state before its draw
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
-        self.pruning = PruningSettings.from_config(cfg.pruning)
+        self.pruning = PruningSettings.from_config(  # the pruner reads what the ranking reads
+            cfg.pruning, logged_key(str(cfg.analysis.metric), int(cfg.eval.samples_per_problem)))
         self.trial: RunTrial | None = None
         self.metrics_log = MetricsLog(run_dir)
 
