@@ -26,6 +26,7 @@ from test_slurm_sweep import (
     restarts,
     run_dirs,
     set_time_limit,
+    signal_soon,
     sweep_command,
     tracebacks,
 )
@@ -38,7 +39,7 @@ from chain.__main__ import chain_root, detached_or_refused
 from chain.__main__ import main as chain_main
 from chain.plan import UserOverrides, compose_stage
 from chain.stages import load_chain
-from grpo.run.driver import DriverRecord, driver_state, process_start, read_driver, record_path
+from grpo.run.driver import DRIVER_SIGNAL_DELAY_S, DriverRecord, driver_state, process_start, read_driver, record_path
 from grpo.run.files import read_status
 from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
 
@@ -168,10 +169,11 @@ def test_a_detached_slurm_sweep_returns_at_once_is_stopped_resumed_and_completes
 @pytest.mark.slurm
 def test_a_detached_driver_at_its_time_limit_is_requeued_and_finishes(
         tmp_path: Path, tiny_model_dir: Path) -> None:
-    """The driver job's limit is cut to 1 minute once its command runs (as
-    test_time_limit_signal_checkpoint_requeue_resume does for a run: a signal before submitit's
-    handler is installed would kill it); SLURM signals it, it ends its command and is requeued,
-    then runs the same command again, which follows the run to its end."""
+    """Once the run trains, the run's job is suspended (`scontrol suspend`:
+    it cannot finish before the driver is signalled, however fast the host trains) and the driver
+    job's limit is cut so that SLURM signals it within about a minute and a half, never after
+    the limit (`signal_soon`). The driver ends its command and is requeued; the run is resumed,
+    and the driver runs the same command again, which follows the run to its end."""
     require_cluster()
     name = f"grpo-drvlimit-{uuid.uuid4().hex[:8]}"
     command = sweep_command(tmp_path, tiny_model_dir, "n_grpo_steps=300", "eval.eval_every=100",
@@ -186,19 +188,27 @@ def test_a_detached_driver_at_its_time_limit_is_requeued_and_finishes(
         driver = f"{name}-driver-{sweep.name}"
         log = Path(record.log)
         deadline = time.time() + 300
-        while "SLURM sweep of 1 jobs" not in (log.read_text() if log.exists() else ""):
-            assert time.time() < deadline, "the driver never launched its sweep"
+        while not (runs := run_dirs(tmp_path)) or not (runs[0] / "metrics.jsonl").exists() or \
+                logged_steps(runs[0])[-1:] < [1]:
+            assert time.time() < deadline, "the driver's run never logged an update"
             time.sleep(0.5)
-        set_time_limit(driver, minutes=1)
+        # once it trains: a job suspended before its step has started trains on unstopped
+        (run_job,) = jobs_named(name)
+        subprocess.run(["scontrol", "suspend", run_job], check=True)
+        signal_soon(driver, DRIVER_SIGNAL_DELAY_S)
         deadline = time.time() + 300  # its own: a loaded cluster may take minutes to launch
         while not restarts(str(record.job_id)):
+            assert driver_state(record).state != "gone", log.read_text()[-3000:]
             assert time.time() < deadline, "the driver was never requeued at its limit"
             time.sleep(0.5)
+        assert logged_steps(runs[0])[-1] < 300, "the suspended run trained on"
+        subprocess.run(["scontrol", "resume", run_job], check=True)
         set_time_limit(driver, minutes=30)
         wait_gone(sweep)
         text = log.read_text()
         assert driver_state(record).detail == "COMPLETED", text[-3000:]
         assert text.count("--- driver started") >= 2 and "--- driver requeued" in text
+        assert "relaunch: 0 to submit, 1 still queued or running (followed)" in text, text[-3000:]
         assert statuses(tmp_path) == ["completed"]
         assert read_driver(sweep).end == "completed", text[-3000:]
     finally:

@@ -92,6 +92,29 @@ def set_time_limit(name: str, minutes: int) -> None:
         subprocess.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}"], check=True)
 
 
+def run_seconds(job: str) -> int:
+    """How long the job has run (`scontrol show job`'s RunTime=[D-]HH:MM:SS); 0 if unknown."""
+    out = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True,
+                         check=False)
+    found = re.search(r"\bRunTime=(?:(\d+)-)?(\d+):(\d+):(\d+)", out.stdout)
+    if not found:
+        return 0
+    days, hours, minutes, seconds = (int(part or 0) for part in found.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def signal_soon(name: str, signal_delay_s: int) -> None:
+    """Cut the time limit of every running job named `name` so that SLURM's warning signal
+    (`signal_delay_s` before the limit) comes within about a minute and a half, and always before
+    the limit itself: the limit set leaves between `signal_delay_s` + 5 and + 65 s. A limit of 1
+    minute cut on a job that has already run longer (a loaded CI host, whose job took over a
+    minute to reach the point the test waits for) is past at once: slurmctld ends the job as
+    TIMEOUT while its handler is still requeueing it, and the job is never requeued."""
+    for job in jobs_named(name):
+        minutes = -(-(run_seconds(job) + signal_delay_s + 5) // 60)
+        subprocess.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}"], check=True)
+
+
 def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
     """A job whose run outlives its time limit: signalled, checkpointed, requeued, resumed, finished.
     The job is submitted with 30 minutes; once its run has logged an update, the test cuts the
@@ -119,7 +142,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
                 logged_steps(runs[0])[-1:] < [1]:
             assert proc.poll() is None and time.time() < deadline, "the run never logged an update"
             time.sleep(0.5)
-        set_time_limit(name, minutes=1)
+        signal_soon(name, signal_delay_s=55)
         while not any(restarts(job) for job in jobs_named(name) if "[" not in job):
             assert proc.poll() is None and time.time() < deadline, "never requeued at its limit"
             time.sleep(0.5)
