@@ -61,8 +61,9 @@ def test_bf16_mixed_keeps_every_update_at_lr_1e_5_and_bf16_true_loses_most(tiny_
     assert unchanged == 0, f"{unchanged} of {with_gradient} elements lost their update"
     # the same step with bf16 weights: ~1e-5 is below half a bf16 step of most weights
     loss_true, with_gradient, unchanged, dtype = one_step_at_lr_1e_5(tiny_model_cfg.copy(), "bf16-true")
-    # 2 elements of the tied embedding get a gradient of exactly 0 in bf16 (their sum cancels)
-    assert dtype == torch.bfloat16 and with_gradient == 124_670
+    # a few elements of the tied embedding get a gradient of exactly 0 in bf16 (their sum
+    # cancels): 2 on CI's host, 1 on another AMD EPYC (where the bf16 sums round apart)
+    assert dtype == torch.bfloat16 and 124_672 - 8 <= with_gradient <= 124_672
     assert unchanged / with_gradient > 0.8  # measured 89.8%
     # each ran the forward in its own precision: autocast keeps the norms in fp32, bf16-true does
     # not (logits up to 0.05 apart); the log-probs are fp32 in both, so the difference shows
