@@ -56,7 +56,7 @@ PAIR_POINTS = 2 ** 14
 (within 0.05 points of 2 million random draws at 2-5 seeds a config among 3-9 configs)."""
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)  # 0.4 MB each: a resolve search visits some 20 seed counts
 def _sampled_variances(seeds: int, rest_df: float) -> np.ndarray:
     """(3, PAIR_POINTS): chi-square quantiles over their df at fixed scrambled Sobol points
     (``scipy.stats.qmc``, seed 0): the two configs' sample variances on ``seeds`` - 1 df and the
@@ -118,7 +118,7 @@ def detectable_with_seeds(sd: float, seeds: int, family: int, alpha: float = ALP
     """The smallest difference from the best that :func:`pair_power` finds at :data:`POWER`
     where each of ``family`` configs has ``seeds`` (>= 2) seeds of seed sd ``sd``: the pool is the
     pair's seeds with the other family - 2 configs' (family - 2)(seeds - 1) df at that variance
-    (14.99 seed sds at 2 seeds among 9 configs, 4.34 at 3, 2.51 at 5; on the noncentral t at the
+    (17.14 seed sds at 2 seeds among 9 configs, 4.23 at 3, 2.48 at 5; on the noncentral t at the
     mean df 14.70, 4.26 and 2.49)."""
     variance = sd ** 2
     return _smallest_found(
