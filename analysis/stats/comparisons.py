@@ -215,7 +215,7 @@ def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[fl
         var_a, var_b = (float(np.var(c.seed_values, ddof=1)) for c in (a, b))
         variance, own = pair_seed_variance(var_a, a.n_seeds, var_b, b.n_seeds, seeds.variance)
         if own:
-            return variance, float(welch_df(var_a, a.n_seeds, var_b, b.n_seeds))
+            return float(variance), float(welch_df(var_a, a.n_seeds, var_b, b.n_seeds))
     return seeds.variance, float(seeds.df)
 
 
@@ -424,7 +424,7 @@ def compare_sweep(configs: Sequence[ConfigData], best: str, baselines: dict[str,
         mine, theirs = by_label[runner_up.config], by_label[best]
         own = ((float(np.var(mine.seed_values, ddof=1)), float(np.var(theirs.seed_values, ddof=1)))
                if mine.n_seeds > 1 and theirs.n_seeds > 1 else None)
-        resolution = resolve(runner_up.diff, runner_up.n_seeds, k, seeds.variance, own)
+        resolution = resolve(runner_up.diff, runner_up.n_seeds, k, seeds.variance, seeds.df, own)
     return SweepComparisons(seeds, estimates, comparisons, k, could_be_best, resolution, bounds,
                             equal_variance_test(configs))
 

@@ -384,7 +384,8 @@ class ValidatingSweeper(BasicSweeper):
         """The dry run's power: with `analysis.assumed_seed_sd`, what this sweep finds at 80%
         power with its seeds a config, with 2 and 3, and as a race, each priced at this sweep's
         cost a run: the smallest difference from the best config (Hsu's comparisons with the
-        best, `analysis.stats.power.detectable_difference`) and the smallest difference between
+        best, `analysis.stats.power.detectable_with_seeds`, with one seed
+        `detectable_difference`) and the smallest difference between
         two levels of each swept key (its main effect's F test,
         `analysis.stats.power.detectable_main_effect`); without it, what would give one."""
         assumed = OmegaConf.select(cfg, "analysis.assumed_seed_sd", default=None)
@@ -400,8 +401,8 @@ class ValidatingSweeper(BasicSweeper):
         from analysis.stats.power import (
             detectable_difference,
             detectable_main_effect,
+            detectable_with_seeds,
             error_df,
-            own_df,
         )
 
         # imported here: the decision reads analysis.stats (scipy), only where power is asked for
@@ -456,9 +457,9 @@ class ValidatingSweeper(BasicSweeper):
 
         lines = [f"power ({said}): at {POWER:.0%} power, the smallest "
                  f"difference from the best of {k} configs that Hsu's comparisons with the best "
-                 "find (a config that far below leaves the set that could be the best; noncentral "
-                 "t on the pair's own df), then the smallest difference between two levels of each "
-                 "swept key that its main effect's F test finds at 5% (the other levels at their "
+                 "find (a config that far below leaves the set that could be the best; the pair "
+                 "rule's variance and df averaged over the sample variances), then the smallest "
+                 "difference between two levels of each swept key that its main effect's F test finds at 5% (the other levels at their "
                  "mean; noncentral F, a balanced grid; with seeds on Satterthwaite's df of the "
                  "configs' pooled variance, as the analysis tests it)"]
         for n in sorted({seeds, 2, 3}):
@@ -480,14 +481,14 @@ class ValidatingSweeper(BasicSweeper):
                              f"gives one); with the seed variance known exactly, {found:.3f}; "
                              f"main effects: {effects(1)}")
                 continue
-            found = detectable_difference(se, k, own_df(n))
+            found = detectable_with_seeds(sd, n, k)
             lines.append(f"  {n} seeds a config{here}: {shown(found)} from the best; main effects: "
                          f"{effects(n)} ({k * n} runs, ~{per_run * k * n:.3g} {cost.unit})")
         race_seeds = OmegaConf.select(cfg, "race.max_seeds", default=None)
         most = int(race_seeds) if race_seeds is not None else 3
         first_look = decide([1] * k, grid_df, seeds_of).df(seeds_of) > 0
         level = boundary(k, most, float(cfg.race.alpha), first_look).level
-        found = detectable_difference(sd * (2 / most) ** 0.5, k, own_df(most), level)
+        found = detectable_with_seeds(sd, most, k, level)
         shares = [case.share for case in Calibration.read().cases]
         lines.append(f"  as a race (race.max_seeds={most}"
                      + ("" if race_seeds is not None else ", not set here")
