@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,17 +52,16 @@ from grpo.config.rules import value_errors
 from grpo.run.driver import (
     DRIVER_LOG,
     attached_refusal,
-    copy_record,
     detach,
     driver_starter,
     under_driver,
 )
-from grpo.run.files import RunDirError, atomic_write_text
+from grpo.run.files import RunDirError
+from grpo.run.launching import launch_sweep
 from grpo.sweep.cost import ESTIMATE_FILE_ENV
 from grpo.sweep.overrides import check_overrides
 from grpo.sweep.slurm_resources import sbatch_refusal
 
-LAUNCH = CONF_DIR.parent / "launch.py"
 # keys the chain sets for each stage itself
 CHAIN_KEYS = ("experiment", "experiment_name", "hydra.sweep.dir", "hydra.run.dir")
 # a stage's sweep directory records the overrides it ran with here
@@ -92,28 +88,13 @@ def new_sweep_dir(root: Path) -> Path:
 
 def launch(plan: StagePlan, user: UserOverrides, sweep: Path, dry_run: bool,
            estimate_file: Path | None = None) -> int:
-    """Run the stage's sweep into ``sweep`` (``launch.py -m``); its exit status. A dry run
-    writes its estimate to ``estimate_file`` (grpo.sweep.cost.ESTIMATE_FILE_ENV)."""
+    """Run the stage's sweep into ``sweep`` (``launch.py -m``, :func:`grpo.run.launching.launch_sweep`,
+    its record ``chain.json``); its exit status. A dry run writes its estimate to
+    ``estimate_file`` (grpo.sweep.cost.ESTIMATE_FILE_ENV)."""
     overrides = [*plan.overrides(user),
                  f"hydra.sweep.dir=${{paths.output_root}}/${{experiment_name}}/{sweep.name}"]
-    print("  $ python launch.py -m " + " ".join(map(shlex.quote, overrides)), flush=True)
-    if not dry_run:
-        sweep.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(sweep / RECORD, plan.record(user))
-        if under_driver():  # `make watch` on the stage shows the chain's driver
-            copy_record(sweep)
-    env = {**os.environ, ESTIMATE_FILE_ENV: str(estimate_file)} if estimate_file else None
-    with subprocess.Popen([sys.executable, str(LAUNCH), "-m", *overrides], env=env) as stage:
-        try:
-            returncode = stage.wait()
-        except KeyboardInterrupt:  # the stage had the Ctrl-C too: its runs stop and checkpoint
-            stage.wait()
-            raise
-    if not dry_run and not (sweep / "multirun.yaml").exists():  # nothing ran: leave no trace
-        (sweep / RECORD).unlink(missing_ok=True)
-        if not any(sweep.iterdir()):
-            sweep.rmdir()
-    return returncode
+    env = {ESTIMATE_FILE_ENV: str(estimate_file)} if estimate_file else None
+    return launch_sweep(overrides, sweep, RECORD, plan.record(user), dry_run, env)
 
 
 def refused(user: UserOverrides) -> list[str]:

@@ -114,6 +114,8 @@ TEXT_RULES = {
     "analysis.seed_variance_from": TextRule("the sweep whose seed variance is borrowed", **PATH,
                                             nullable=True, note="null = borrow nothing"),
     "analysis.metric": TextRule("what the analysis reads of each evaluation", tuple(OUTCOME_METRICS)),
+    "confirm.policy_from": TextRule("the run whose final model is confirmed", **PATH, nullable=True,
+                                    note="null = train the policy, then confirm it"),
     "logging.wandb_project": TextRule("the wandb project", max_chars=128),
     "cluster.partition": TextRule("the SLURM partition", **NAME, nullable=True,
                                   note="null = the cluster's default"),

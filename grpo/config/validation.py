@@ -26,6 +26,7 @@ from grpo.data.datasets import HELDOUT, SPLITS, Example, load_examples, run_data
 from grpo.data.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, format_prompt, load_prompt_template
 from grpo.models.specs import BUILDERS, CHARACTERS, PRECISIONS, SMALLEST_SAFE_BF16_TRUE_LR
 from grpo.rollout.specs import ENGINE_SPECS
+from grpo.run.checkpoint_names import FINAL_MODEL
 from grpo.run.outcomes import problem_fingerprints, shared_problems
 from grpo.run.pruning import OFF, PRUNERS, PruningSettings
 from grpo.training.batch_plan import BatchPlan
@@ -521,6 +522,15 @@ def _check_confirm(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> No
     """A confirmation (`confirm.enabled`) has held-out problems, none of them a validation
     problem the evaluation reads (problem by problem: the same question and answer), and for a
     metric that depends on k the selection's k."""
+    source = cfg.confirm.get("policy_from")
+    if source is not None and not cfg.confirm.enabled:
+        report.errors.append(f"confirm.policy_from={source} with confirm.enabled=false: a run's "
+                             "final model is read only to confirm it; set confirm.enabled=true, "
+                             "or confirm.policy_from=null")
+    if source is not None and not (Path(str(source)) / FINAL_MODEL / "config.json").is_file():
+        report.errors.append(f"confirm.policy_from={source} holds no {FINAL_MODEL}/config.json: "
+                             "name the directory of a completed run that saved its final model "
+                             "(checkpoint.save_final_model=true)")
     if not cfg.confirm.enabled:
         return
     metric = str(cfg.analysis.metric)

@@ -54,6 +54,7 @@ from grpo.run.checkpoint import (
     final_model_problem,
     write_final_model,
 )
+from grpo.run.checkpoint_names import FINAL_MODEL
 from grpo.run.files import MetricsLog, check_writable, read_status, subdir, write_status
 from grpo.run.finished import Launch, confirmed, run_over
 from grpo.run.health import HealthMonitor
@@ -105,7 +106,11 @@ class GRPOTrainer(Learner):
         make_reproducible(int(cfg.seed), int(cfg.cluster.cpus_per_job) - engine_threads, device)
 
         precision = precision_of(cfg.model)
-        policy, self.tokenizer = load_policy(cfg.model, device)
+        self.policy_from = OmegaConf.select(cfg, "confirm.policy_from", default=None)
+        model_cfg = cfg.model if self.policy_from is None else {  # a run's final model, as is
+            **OmegaConf.to_container(cfg.model, resolve=True), "build": None,
+            "path": str(Path(str(self.policy_from)) / FINAL_MODEL)}
+        policy, self.tokenizer = load_policy(model_cfg, device)
         super().__init__(cfg, policy, precision, device, BatchPlan.from_config(cfg))
         template = load_prompt_template(cfg.prompt.name)
         self.prompt_of = lambda example: format_prompt(template, example.question)
@@ -149,6 +154,8 @@ class GRPOTrainer(Learner):
         `preempted` or `cancelled` (see `_stop_for_signal`).
         """
         n_steps = int(self.cfg.n_grpo_steps)
+        if self.policy_from is not None:
+            return self._confirm_only(n_steps)
         if self.pruning is not None:
             self.trial = RunTrial.attach(self.pruning, self.run_dir, n_steps)
         if self.start_step >= n_steps:
@@ -341,6 +348,16 @@ class GRPOTrainer(Learner):
         self._status(status, last_step, reason=reason)
         self._finish_trial(status)
         log.warning(f"run stopped {when}: {status} ({cause})")
+
+    def _confirm_only(self, n_steps: int) -> dict[str, Any]:
+        """`confirm.policy_from`: no GRPO step; the final model of that run (trained with this
+        run's config and seed) is confirmed as this run's policy after step `n_steps` (its
+        last), and the run is `completed` there."""
+        self._status("running", None)
+        self.engine.sync_weights(self.policy)
+        self._confirm(n_steps)
+        self._status("completed", n_steps)
+        return self._release()
 
     def _trained_already(self) -> dict[str, Any]:
         """A run whose checkpoint is at n_grpo_steps already: completed, nothing trained."""
