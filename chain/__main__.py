@@ -36,7 +36,10 @@ from pathlib import Path
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
+from analysis.outputs.confirm import confirm_and_report, refused_overrides
+from analysis.outputs.confirmed import report_confirmation, summary_line
 from analysis.outputs.monitor import INTERRUPTED, make_command
+from analysis.readers.confirmation import confirmation_dir
 from analysis.readers.jobs import override_key
 from chain.plan import (
     StagePlan,
@@ -171,6 +174,11 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
                   + (f" ({ended.counts()})" if ended else "")
                   + "; run the same command again to resume it", file=sys.stderr)
             return returncode or 1
+    last = len(chain.stages) - 1
+    if chain.confirm is not None and last in indices:
+        status = confirm_last(chain, user, dry_run)
+        if status:
+            return status
     if dry_run:
         print("\n".join(budget_lines(chain, estimates)))
         if invalid:
@@ -179,7 +187,46 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
             return 2
     else:
         print(f"chain {chain.name}: " + ", ".join(chain.names[i] for i in indices) + " finished")
+        if chain.confirm is not None and last in indices:
+            print(f"chain {chain.name}: its final config {final_confirmed(chain, user)}")
     return 0
+
+
+def _last_sweep(chain: Chain, user: UserOverrides) -> Path | None:
+    return latest_sweep(stage_root(compose_stage(chain.stages[-1], user)))
+
+
+def confirm_last(chain: Chain, user: UserOverrides, dry_run: bool) -> int:
+    """The chain's optional last stage (`confirm` in its yaml): the confirmation of its last
+    stage's latest sweep (`analysis.outputs.confirm.confirm_and_report`), launched or resumed
+    through the same launcher with the overrides a confirmation takes (where its jobs run);
+    a dry run says what it will confirm. Its exit status."""
+    confirm = chain.confirm
+    head = f"confirm {chain.stages[-1].experiment}'s pick"
+    what = (f"its top {confirm.top_k} config(s) trained again with {confirm.seeds} fresh seed(s) "
+            "each" if confirm.retrain else f"the final models of its top {confirm.top_k} config(s)")
+    sweep = _last_sweep(chain, user)
+    if dry_run or sweep is None:
+        print(f"{head}: {what}, evaluated on held-out problems (`python -m analysis confirm`; "
+              "planned and priced once the stage has run)")
+        return 0
+    print(f"{head}: {what}, evaluated on held-out problems", flush=True)
+    allowed = [line for line in user.lines if not refused_overrides([line], sweep)]
+    try:
+        return confirm_and_report(sweep, confirm.top_k, confirm.seeds, confirm.retrain, allowed,
+                                  dry_run=False)
+    except ValueError as error:
+        print(f"error: {head}: {error}", file=sys.stderr)
+        return 2
+
+
+def final_confirmed(chain: Chain, user: UserOverrides) -> str:
+    """The chain's final config's confirmed figure, in one line (`analysis.outputs.confirmed.summary_line`)."""
+    sweep = _last_sweep(chain, user)
+    target = confirmation_dir(sweep, chain.confirm.retrain) if sweep is not None else None
+    if target is None or not target.is_dir():
+        return "has no confirmation"
+    return summary_line(report_confirmation(target)[0])
 
 
 def detached_or_refused(chain: Chain, indices: list[int], stage_names: list[str],

@@ -20,6 +20,7 @@ from analysis.decisions.confirm import read_confirmation
 from analysis.decisions.ranking import rank
 from analysis.outputs.confirm import GROUP, plan_confirmation
 from analysis.outputs.confirmed import report_confirmation, section_lines
+from analysis.outputs.report import build_report
 from analysis.readers.collect import collect, find_latest_sweep
 from analysis.readers.confirmation import (
     ConfirmRecord,
@@ -262,6 +263,19 @@ def test_a_confirmation_on_the_selection_s_problems_is_none(source: Path) -> Non
         "this sweep's evaluations read" in lines[2]
 
 
+def test_the_sweep_s_report_and_the_confirmation_s_carry_the_confirmed_section(source: Path) -> None:
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                         2: [[1, 1, 1, 0], [1, 1, 1, 1]]})
+    mine = build_report(collect([source]), source)
+    theirs = build_report(collect([target]), target)
+    head = mine.index("## Confirmed")
+    assert mine.index("## How sure: comparisons") < head < mine.index("## Main effects")
+    table = mine[head:].split("\n\n")[2]
+    assert table.startswith("| rank | config | selection: late reward") and table in theirs
+    shutil.rmtree(target)
+    assert "## Confirmed" not in build_report(collect([source]), source)
+
+
 def test_the_latest_sweep_is_never_a_confirmation(source: Path) -> None:
     target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]]})
     (target / "multirun.yaml").touch()  # written after the source's
@@ -309,6 +323,8 @@ def test_a_tiny_sweep_confirmed_for_real_and_again_trains_nothing(tmp_path: Path
     assert "relaunch: 0 to submit, 0 still queued or running (followed), 4 finished (not submitted)" \
         in again.stdout
     assert {r.run_dir.name: (r.run_dir / "metrics.jsonl").read_text() for r in runs} == logged
+    # the sweep's own report carries the section
+    assert section.split("\n\n")[2] in build_report(collect([sweep]), sweep)
     # its own final models, not trained again: the best config's one run
     own = confirm("--top-k", "1", "--no-retrain")
     assert own.returncode == 0, own.stderr[-3000:]

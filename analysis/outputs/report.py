@@ -40,6 +40,7 @@ from analysis.names.formatting import (
     markdown_table,
 )
 from analysis.names.metric_names import metric_name
+from analysis.outputs.confirmed import confirmed_section
 from analysis.outputs.curves import SweepCurves, compare_with, first_reaching
 from analysis.readers.collect import LABEL, Collection
 from analysis.readers.jobs import read_jobs
@@ -573,6 +574,7 @@ def build_report(collection: Collection, report_dir: Path,
         _unusable(collection, ranking),
         _best(collection, ranking),
         _comparisons(ranking),
+        *([confirmed] if (confirmed := confirmed_section(collection, ranking)) else []),
         _effects(ranking),
         _bar(collection, ranking, bar),
         _comparison(collection),
