@@ -16,6 +16,9 @@ again (requeued at its time limit or on preemption, or started anew by the same 
 the last one was gone) where the sweep ran with the same overrides: the stage is launched again
 into that sweep, which follows its queued and running jobs as a sweep's relaunch does, and the
 chain goes on.
+A chain whose yaml ends with ``confirm: {top_k, seeds}`` confirms its last stage's pick after it
+(``python -m analysis confirm``, through the same launcher with the overrides a confirmation
+takes), and its summary ends with the final config's confirmed figure.
 With ``cluster.detach=true`` the chain's driver is not the terminal (``grpo.run.driver``): a
 SLURM CPU job (``cluster=slurm``) or a process of its own session runs this same command
 attached, its record and log in ``<paths.output_root>/chains/<chain>/`` (``chain_root``) and a
