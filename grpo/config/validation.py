@@ -460,7 +460,7 @@ def _check_zero_variance(cfg: DictConfig, plan: BatchPlan, report: ConfigReport)
     if settings.filters and "advantages" not in LOSS_SPECS[cfg.loss.name].inputs:
         report.warnings.append(
             f"zero_variance={name} with loss={cfg.loss.name}: this loss reads raw rewards, so the "
-            "zero-variance groups filtered (all right or all wrong) carried a gradient; "
+            "zero-variance groups filtered (all right or all wrong) carry a gradient; "
             "zero_variance=keep trains on them")
 
 

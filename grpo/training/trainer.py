@@ -11,12 +11,16 @@ times each):
   1. rollout: sample rollout_batch_size / group_size training questions and group_size responses
      each from the rollout engine (which holds the current policy weights; with
      off_policy.staleness=1 this batch was generated during the previous step, with the weights
-     before it: grpo.training.overlap);
-  2. score: rewards and group-normalized advantages (grpo.training.rollouts);
+     before it: grpo.training.overlap; with zero_variance=dynamic_sampling, more rounds of
+     questions until the step holds groups with non-zero variance: grpo.training.zero_variance);
+  2. score: rewards and group-normalized advantages (grpo.training.rollouts; zero_variance=filter
+     marks the rows of zero-variance groups, left out of the loss and its denominators);
   3. old log-probs and 4. learn: the epochs of micro-batched optimizer steps (grpo.training.learner);
-  5. weight sync into the engine, the health check (grpo.run.health), evaluation every
-     eval.eval_every steps (grpo.training.evaluation), metrics, checkpoint, and a stop where
-     the scheduler sent a signal (grpo.run.preemption).
+  5. weight sync into the engine, the prompts solved retired (retire.pass_rate: never sampled
+     again; a run with every prompt retired ends `completed` after that step, with the reason),
+     the health check (grpo.run.health), evaluation every eval.eval_every steps
+     (grpo.training.evaluation), metrics, checkpoint, and a stop where the scheduler sent a
+     signal (grpo.run.preemption).
 
 With pruning on (`pruning=successive_halving`, grpo.run.pruning) each evaluation is reported to the
 sweep's pruner; a run it stops checkpoints that step and ends as `pruned`. A run launched again
