@@ -281,7 +281,7 @@ class PromptSampler:
             )
         retired = {}
         for entry in state.get("retired", []):
-            ok = (isinstance(entry, list | tuple) and len(entry) == 2
+            ok = (isinstance(entry, Sequence) and not isinstance(entry, str) and len(entry) == 2
                   and all(isinstance(v, int) and not isinstance(v, bool) for v in entry)
                   and 0 <= entry[0] < len(self.examples) and self._prompt[entry[0]] == entry[0])
             if not ok:
