@@ -1,7 +1,6 @@
 """A GRPO step's rollouts as the learner reads them: the generated groups flattened (`flatten`),
-scored into rewards (DAPO's soft overlong punishment added where `overlong.buffer` > 0) and
-group-normalized advantages and tokenized (`score`, phase `scoring`), held as a `RolloutBatch`
-that hands out micro-batches of rows (those cut at max_new_tokens marked for the overlong filter)."""
+scored into rewards and group-normalized advantages and tokenized (`score`, phase `scoring`),
+held as a `RolloutBatch` that hands out micro-batches of rows."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from grpo.core.advantages import compute_group_normalized_rewards, soft_overlong_punishment
+from grpo.core.advantages import compute_group_normalized_rewards
 from grpo.core.tokenization import tokenize_prompt_and_output
 from grpo.grading.rewards import RewardFn, score_batch
 from grpo.rollout.base import Rollout
@@ -31,10 +30,7 @@ class RolloutBatch:
     importance_weights: (B, T) per-token loss weights of a stale batch (grpo.core.importance) or
     None; behaviour_log_probs: (B, T) the engine's log-probs, NaN where it gave none, when the
     weights are taken in the training forward instead; order: (B,) the seeded permutation in
-    which rows are trained; filtered: (B,) bool, the rows left out of the loss and of every
-    denominator of its normalization (the overlong filter: responses cut at max_new_tokens), or
-    None; ref_log_probs: (B, T) the reference policy's log-probs (the KL term, `kl.beta` > 0),
-    0 on rows left out of the loss, or None.
+    which rows are trained.
     """
 
     input_ids: torch.Tensor
@@ -46,8 +42,6 @@ class RolloutBatch:
     old_log_probs: torch.Tensor | None = None
     importance_weights: torch.Tensor | None = None
     behaviour_log_probs: torch.Tensor | None = None
-    filtered: torch.Tensor | None = None
-    ref_log_probs: torch.Tensor | None = None
 
     def lengths(self, index: torch.Tensor) -> list[int]:
         """Tokens of each row of `index` up to and including its last response token (the width
@@ -72,30 +66,7 @@ class RolloutBatch:
             picked["importance_weights"] = self.importance_weights[index, :length]
         if self.behaviour_log_probs is not None:
             picked["behaviour_log_probs"] = self.behaviour_log_probs[index, :length]
-        if self.ref_log_probs is not None:
-            picked["ref_log_probs"] = self.ref_log_probs[index, :length]
         return picked
-
-
-@dataclass(frozen=True)
-class Overlong:
-    """What is done with responses that reach `max_new_tokens` (sampling.max_new_tokens; the
-    `overlong` config block): with `filter`, those cut there (finish_reason "length", no EOS)
-    are left out of the loss (DAPO's overlong filtering); with `buffer` > 0, DAPO's soft
-    overlong punishment over the last `buffer` tokens, times `penalty_factor`, is added to
-    every reward before the advantages (`grpo.core.advantages.soft_overlong_punishment`)."""
-
-    max_new_tokens: int
-    filter: bool = False
-    buffer: int = 0
-    penalty_factor: float = 1.0
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> Overlong:
-        """The settings of a run config (`overlong.*`, `sampling.max_new_tokens`)."""
-        block = cfg.get("overlong") or {}
-        return cls(int(cfg.sampling.max_new_tokens), bool(block.get("filter", False)),
-                   int(block.get("buffer", 0)), float(block.get("penalty_factor", 1.0)))
 
 
 def flatten(generated: GeneratedBatch, group_size: int) -> tuple[list[str], list[Rollout], list[str]]:
@@ -111,32 +82,21 @@ def score(
     prompts: list[str], rollouts: list[Rollout], truths: list[str],
     reward_fn: RewardFn, tokenizer: PreTrainedTokenizerBase, *,
     group_size: int, advantage_eps: float, normalize_by_std: bool, seed: int,
-    device: torch.device, timer: PhaseTimer, overlong: Overlong | None = None,
+    device: torch.device, timer: PhaseTimer,
 ) -> tuple[RolloutBatch, dict[str, float]]:
     """The flattened rollouts (B = len(rollouts), groups of `group_size` in a row) scored by
-    `reward_fn` against `truths` (phase `scoring`), plus the soft overlong punishment of their
-    sampled lengths where `overlong.buffer` > 0, their group-normalized advantages (CS336
+    `reward_fn` against `truths` (phase `scoring`), their group-normalized advantages (CS336
     `compute_group_normalized_rewards`: minus the group mean, divided by the group std +
     `advantage_eps` when `normalize_by_std`), tokenized with their prompts onto `device` and
-    put in the training order drawn with `seed`, those cut at max_new_tokens marked `filtered`
-    with `overlong.filter`; and the metrics `train/*` of the rewards (the punishment included),
-    `train/mean_response_length` (sampled tokens), `train/frac_truncated` and, with a buffer,
-    `train/overlong_penalty_mean`."""
+    put in the training order drawn with `seed`; and the metrics `train/*` of the rewards and
+    `train/mean_response_length` (sampled tokens)."""
     responses = [r.text for r in rollouts]
-    lengths = torch.tensor([len(r.token_ids) for r in rollouts])
-    truncated = torch.tensor([r.finish_reason == "length" for r in rollouts])
-    punished = overlong is not None and overlong.buffer > 0
     with timer.phase("scoring"):
-        # graded in parallel first; the CS336 function then reads the scores back, in order
-        scores = score_batch(reward_fn, responses, truths)
-        if punished:
-            penalties = soft_overlong_punishment(lengths, overlong.max_new_tokens, overlong.buffer,
-                                                 overlong.penalty_factor)
-            scores = [{**s, "reward": s["reward"] + p} for s, p in zip(scores, penalties.tolist(),
-                                                                        strict=True)]
-        in_order = iter(scores)
+        # graded in parallel first; the CS336 function then reads the scores back
+        scores = dict(zip(zip(responses, truths, strict=True),
+                          score_batch(reward_fn, responses, truths), strict=True))
         advantages, raw_rewards, meta = compute_group_normalized_rewards(
-            lambda response, truth: next(in_order), responses, truths, group_size,
+            lambda response, truth: scores[response, truth], responses, truths, group_size,
             advantage_eps, normalize_by_std,
         )
     tokens = tokenize_prompt_and_output(prompts, responses, tokenizer)
@@ -147,13 +107,9 @@ def score(
         advantages=torch.as_tensor(advantages, dtype=torch.float32, device=device),
         raw_rewards=torch.as_tensor(raw_rewards, dtype=torch.float32, device=device),
         order=order,
-        filtered=truncated.to(device) if overlong is not None and overlong.filter else None,
     )
     metrics = {f"train/{k}": float(v) for k, v in meta.items() if _is_number(v)}
     metrics["train/mean_response_length"] = float(np.mean([len(r.token_ids) for r in rollouts]))
-    metrics["train/frac_truncated"] = float(truncated.float().mean())
-    if punished:
-        metrics["train/overlong_penalty_mean"] = float(penalties.mean())
     return batch, metrics
 
 

@@ -12,10 +12,8 @@ times each):
      each from the rollout engine (which holds the current policy weights; with
      off_policy.staleness=1 this batch was generated during the previous step, with the weights
      before it: grpo.training.overlap);
-  2. score: rewards (with overlong.buffer > 0 DAPO's soft overlong punishment added) and
-     group-normalized advantages (grpo.training.rollouts);
-  3. old log-probs (and with kl.beta > 0 the reference policy's) and 4. learn: the epochs of
-     micro-batched optimizer steps (grpo.training.learner);
+  2. score: rewards and group-normalized advantages (grpo.training.rollouts);
+  3. old log-probs and 4. learn: the epochs of micro-batched optimizer steps (grpo.training.learner);
   5. weight sync into the engine, the health check (grpo.run.health), evaluation every
      eval.eval_every steps (grpo.training.evaluation), metrics, checkpoint, and a stop where
      the scheduler sent a signal (grpo.run.preemption).
@@ -45,7 +43,7 @@ from submitit.core.utils import UncompletedJobError
 
 from grpo.data.datasets import Example, PromptSampler, load_examples, run_data_config
 from grpo.data.prompts import answer_fn_for, format_prompt, load_prompt_template, reward_fn_for
-from grpo.models.loading import load_policy, load_reference
+from grpo.models.loading import load_policy
 from grpo.models.precision import precision_of
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
 from grpo.rollout.engines import build_engine
@@ -71,7 +69,7 @@ from grpo.training.checkpointing import check_resume_point, restore, trainer_sta
 from grpo.training.evaluation import evaluate, evaluation_seed, save_samples
 from grpo.training.learner import Learner
 from grpo.training.overlap import GeneratedBatch, RolloutProducer, RolloutRequest
-from grpo.training.rollouts import Overlong, RolloutBatch, flatten, score
+from grpo.training.rollouts import RolloutBatch, flatten, score
 from grpo.training.timing import PhaseTimer, RunClock
 
 log = logging.getLogger(__name__)
@@ -108,10 +106,7 @@ class GRPOTrainer(Learner):
 
         precision = precision_of(cfg.model)
         policy, self.tokenizer = load_policy(cfg.model, device)
-        # the KL term's reference: the initial weights from model.path, also on a resume
-        reference = load_reference(cfg.model, device) if float(cfg.kl.beta) > 0 else None
-        super().__init__(cfg, policy, precision, device, BatchPlan.from_config(cfg), reference)
-        self.overlong = Overlong.from_config(cfg)
+        super().__init__(cfg, policy, precision, device, BatchPlan.from_config(cfg))
         template = load_prompt_template(cfg.prompt.name)
         self.prompt_of = lambda example: format_prompt(template, example.question)
         self.reward_fn = reward_fn_for(cfg.prompt.name)
@@ -220,7 +215,7 @@ class GRPOTrainer(Learner):
         return score(prompts, rollouts, truths, self.reward_fn, self.tokenizer,
                      group_size=cfg.group_size, advantage_eps=cfg.advantage_eps,
                      normalize_by_std=cfg.std_norm.enabled, seed=cfg.seed + step - 1,
-                     device=self.device, timer=timer, overlong=self.overlong)
+                     device=self.device, timer=timer)
 
     def _sampling_precision(self) -> AbstractContextManager[Any]:
         """The training precision's autocast for an engine that samples with the policy module
