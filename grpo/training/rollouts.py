@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from grpo.core.advantages import compute_group_normalized_rewards
+from grpo.core.specs import StdScope
 from grpo.core.tokenization import tokenize_prompt_and_output
 from grpo.grading.rewards import RewardFn, score_batch
 from grpo.rollout.base import Rollout
@@ -82,14 +83,15 @@ def score(
     prompts: list[str], rollouts: list[Rollout], truths: list[str],
     reward_fn: RewardFn, tokenizer: PreTrainedTokenizerBase, *,
     group_size: int, advantage_eps: float, normalize_by_std: bool, seed: int,
-    device: torch.device, timer: PhaseTimer,
+    device: torch.device, timer: PhaseTimer, std_scope: StdScope = "group",
 ) -> tuple[RolloutBatch, dict[str, float]]:
     """The flattened rollouts (B = len(rollouts), groups of `group_size` in a row) scored by
     `reward_fn` against `truths` (phase `scoring`), their group-normalized advantages (CS336
-    `compute_group_normalized_rewards`: minus the group mean, divided by the group std +
-    `advantage_eps` when `normalize_by_std`), tokenized with their prompts onto `device` and
-    put in the training order drawn with `seed`; and the metrics `train/*` of the rewards and
-    `train/mean_response_length` (sampled tokens)."""
+    `compute_group_normalized_rewards`: minus the group mean, divided by the std of the group, or
+    of the whole batch with `std_scope="batch"`, + `advantage_eps` when `normalize_by_std`: once,
+    over all B rollouts, before the learner cuts them into optimizer steps), tokenized with their
+    prompts onto `device` and put in the training order drawn with `seed`; and the metrics
+    `train/*` of the rewards and `train/mean_response_length` (sampled tokens)."""
     responses = [r.text for r in rollouts]
     with timer.phase("scoring"):
         # graded in parallel first; the CS336 function then reads the scores back
@@ -97,7 +99,7 @@ def score(
                           score_batch(reward_fn, responses, truths), strict=True))
         advantages, raw_rewards, meta = compute_group_normalized_rewards(
             lambda response, truth: scores[response, truth], responses, truths, group_size,
-            advantage_eps, normalize_by_std,
+            advantage_eps, normalize_by_std, std_scope=std_scope,
         )
     tokens = tokenize_prompt_and_output(prompts, responses, tokenizer)
     order = torch.randperm(len(responses), generator=torch.Generator().manual_seed(seed))

@@ -214,8 +214,8 @@ class GRPOTrainer(Learner):
         cfg = self.cfg
         return score(prompts, rollouts, truths, self.reward_fn, self.tokenizer,
                      group_size=cfg.group_size, advantage_eps=cfg.advantage_eps,
-                     normalize_by_std=cfg.std_norm.enabled, seed=cfg.seed + step - 1,
-                     device=self.device, timer=timer)
+                     normalize_by_std=cfg.std_norm.enabled, std_scope=cfg.std_norm.scope,
+                     seed=cfg.seed + step - 1, device=self.device, timer=timer)
 
     def _sampling_precision(self) -> AbstractContextManager[Any]:
         """The training precision's autocast for an engine that samples with the policy module
