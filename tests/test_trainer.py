@@ -359,14 +359,17 @@ def test_stale_weight_check_compares_the_common_prefix_of_sampled_and_retokenize
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("normalization", ["mean", "prompt"])
 def test_token_budgets_and_left_out_zero_advantage_rows_give_the_same_update(
-        tiny_model_dir: Path, tmp_path: Path) -> None:
+        tiny_model_dir: Path, tmp_path: Path, normalization: str) -> None:
     # one GRPO step of 4 optimizer steps (2 epochs x 2), GRPO-Clip, from the same rollouts:
     # fixed micro-batches of 8, every row trained, against left-out zero-advantage rows and
-    # micro-batches packed by a token budget (unequal sizes): the same weights within fp32 rounding
+    # micro-batches packed by a token budget (unequal sizes): the same weights within fp32 rounding.
+    # With normalization=prompt the 64 shuffled rows put parts of a group in each optimizer step
+    # and micro-batch, and the divisors are the optimizer step's per-prompt token counts
     common = ("n_grpo_steps=1", "rollout_batch_size=64", "train_batch_size=32", "off_policy.epochs=2",
               "loss=grpo_clip", "sampling.temperature=1.0", "logging.wandb_mode=disabled",
-              "checkpoint.checkpoint_every=1")
+              "checkpoint.checkpoint_every=1", f"normalization={normalization}")
     variants = {
         "fixed, all": ("micro_batch_size=8", "skip_zero_advantage=false"),
         "fixed, skip": ("micro_batch_size=8", "skip_zero_advantage=true"),
