@@ -109,8 +109,8 @@ def assign_job_ports() -> dict[str, str]:
 
 def describe_job(cfg: DictConfig) -> str:
     """One line: the batch plan (gradient accumulation or token budget, optimizer steps), whether
-    zero-advantage sequences are left out, the divisor of the `microbatch` normalization
-    and of `std_norm=batch`, and the resources."""
+    zero-advantage sequences are left out, the divisor of the `microbatch` and `prompt`
+    normalizations and of `std_norm=batch`, and the resources."""
     cluster = cfg.cluster
     resources = f"{cluster.name}: {cluster.gpus_per_job} GPU, {cluster.cpus_per_job} CPU"
     if cluster.name == "slurm":
@@ -119,6 +119,9 @@ def describe_job(cfg: DictConfig) -> str:
     training = f"{BatchPlan.from_config(cfg).describe(micro)}, {micro.describe_skip()}"
     if cfg.normalization.name == "microbatch":
         training += ", normalization=microbatch divides by the optimizer step's longest response"
+    if cfg.normalization.name == "prompt":
+        training += (", normalization=prompt averages each prompt's response tokens in the "
+                     "optimizer step, then the prompts")
     if cfg.std_norm.enabled and cfg.std_norm.scope == "batch":
         training += (f", std_norm=batch divides by the reward std of all "
                      f"{cfg.rollout_batch_size} rollouts")
