@@ -39,7 +39,14 @@ from chain.__main__ import chain_root, detached_or_refused
 from chain.__main__ import main as chain_main
 from chain.plan import UserOverrides, compose_stage
 from chain.stages import load_chain
-from grpo.run.driver import DRIVER_SIGNAL_DELAY_S, DriverRecord, driver_state, process_start, read_driver, record_path
+from grpo.run.driver import (
+    DRIVER_SIGNAL_DELAY_S,
+    DriverRecord,
+    driver_state,
+    process_start,
+    read_driver,
+    record_path,
+)
 from grpo.run.files import read_status
 from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
 
