@@ -21,6 +21,7 @@ from test_chain import CPU as CHAIN_CPU
 from test_chain import chain
 from test_slurm_cluster import require_cluster
 from test_slurm_sweep import (
+    first_run_trains,
     jobs_named,
     logged_steps,
     restarts,
@@ -195,10 +196,7 @@ def test_a_detached_driver_at_its_time_limit_is_requeued_and_finishes(
         driver = f"{name}-driver-{sweep.name}"
         log = Path(record.log)
         deadline = time.time() + 300
-        while not (runs := run_dirs(tmp_path)) or not (runs[0] / "metrics.jsonl").exists() or \
-                logged_steps(runs[0])[-1:] < [1]:
-            assert time.time() < deadline, "the driver's run never logged an update"
-            time.sleep(0.5)
+        run = first_run_trains(tmp_path, deadline)
         # once it trains: a job suspended before its step has started trains on unstopped
         (run_job,) = jobs_named(name)
         subprocess.run(["scontrol", "suspend", run_job], check=True)
@@ -208,7 +206,7 @@ def test_a_detached_driver_at_its_time_limit_is_requeued_and_finishes(
             assert driver_state(record).state != "gone", log.read_text()[-3000:]
             assert time.time() < deadline, "the driver was never requeued at its limit"
             time.sleep(0.5)
-        assert logged_steps(runs[0])[-1] < 300, "the suspended run trained on"
+        assert logged_steps(run)[-1] < 300, "the suspended run trained on"
         subprocess.run(["scontrol", "resume", run_job], check=True)
         set_time_limit(driver, minutes=30)
         wait_gone(sweep)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,17 @@ def set_time_limit(name: str, minutes: int) -> None:
         subprocess.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}"], check=True)
 
 
+def first_run_trains(tmp_path: Path, deadline: float,
+                     alive: Callable[[], bool] = lambda: True) -> Path:
+    """Wait until the first run directory under `tmp_path` has logged a GRPO update (step 1),
+    while `alive()` and before `deadline` (time.time()); that run's directory."""
+    while not (runs := run_dirs(tmp_path)) or not (runs[0] / "metrics.jsonl").exists() or \
+            logged_steps(runs[0])[-1:] < [1]:
+        assert alive() and time.time() < deadline, "the run never logged an update"
+        time.sleep(0.5)
+    return runs[0]
+
+
 def run_seconds(job: str) -> int:
     """How long the job has run (`scontrol show job`'s RunTime=[D-]HH:MM:SS); 0 if unknown."""
     out = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True,
@@ -104,7 +116,7 @@ def run_seconds(job: str) -> int:
 
 
 def signal_soon(name: str, signal_delay_s: int) -> None:
-    """Cut the time limit of every running job named `name` so that SLURM's warning signal
+    """Cut the time limit of every job named `name` so that SLURM's warning signal
     (`signal_delay_s` before the limit) comes within about a minute and a half, and always before
     the limit itself: the limit set leaves between `signal_delay_s` + 5 and + 65 s. A limit of 1
     minute cut on a job that has already run longer (a loaded CI host, whose job took over a
@@ -138,10 +150,7 @@ def test_time_limit_signal_checkpoint_requeue_resume(tmp_path: Path, tiny_model_
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 900
-        while not (runs := run_dirs(tmp_path)) or not (runs[0] / "metrics.jsonl").exists() or \
-                logged_steps(runs[0])[-1:] < [1]:
-            assert proc.poll() is None and time.time() < deadline, "the run never logged an update"
-            time.sleep(0.5)
+        first_run_trains(tmp_path, deadline, alive=lambda: proc.poll() is None)
         signal_soon(name, signal_delay_s=55)
         while not any(restarts(job) for job in jobs_named(name) if "[" not in job):
             assert proc.poll() is None and time.time() < deadline, "never requeued at its limit"

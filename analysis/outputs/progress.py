@@ -39,7 +39,7 @@ from analysis.readers.run_rows import (
     read_status,
 )
 from grpo.run.files import STATUSES, RunFileError, read_yaml
-from grpo.run.slurm import SCHEDULER_ACTIVE, UNKNOWN_TO_SLURM
+from grpo.run.slurm import SCHEDULER_ACTIVE, UNKNOWN_TO_SLURM, state_word
 from grpo.run.tracking import run_overrides
 from grpo.training.batch_plan import config_value
 
@@ -304,7 +304,7 @@ def outcome(run: RunProgress, scheduler: str | None, error: str | None = None) -
     reason, except a ``preempted`` one, which stays so (checkpointed, not requeued). A status
     outside ``grpo.run.files.STATUSES`` is kept and explained.
     """
-    state = (scheduler or "").split(" ")[0].upper()  # "CANCELLED by 0" -> "CANCELLED"
+    state = state_word(scheduler)
     if run.status in FINISHED_STATUSES:
         return run
     if state == "CANCELLED" or run.status == "cancelled":

@@ -48,7 +48,7 @@ from grpo.run.files import (
 )
 from grpo.run.lock import RunDirLocked, driver_lock
 from grpo.run.preemption import requeued_by_scheduler
-from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
+from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states, state_word
 
 DRIVER_FILE = "driver.json"
 DRIVER_LOG = "driver.log"
@@ -231,7 +231,7 @@ def driver_state(record: DriverRecord) -> DriverState:
         state = slurm_states({0: str(record.job_id)}).get(0)
         if state is None:
             return DriverState("unknown", "SLURM cannot be asked from here")
-        word = state.split(" ")[0].upper()
+        word = state_word(state)
         if word in SCHEDULER_ACTIVE:
             return DriverState("pending" if word in PENDING_STATES else "running", word)
         return DriverState("gone", word)

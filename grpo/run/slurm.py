@@ -24,6 +24,17 @@ UNKNOWN_TO_SLURM = "GONE"
 FIELD_START = re.compile(r"(?:^|\s)([A-Za-z][\w:/.]*)=")
 
 
+def state_word(state: str | None) -> str:
+    """A SLURM state's first word, upper case ("CANCELLED by 0" -> "CANCELLED"; "" for none)."""
+    return (state or "").split(" ")[0].upper()
+
+
+def still_held(state: str | None) -> bool:
+    """Whether SLURM still holds a job in `state`: waiting, running or suspended
+    (`SCHEDULER_ACTIVE`); False for no state."""
+    return state_word(state) in SCHEDULER_ACTIVE
+
+
 class SchedulerUnavailable(RuntimeError):
     """The scheduler could not be asked; the message says why, in one line."""
 

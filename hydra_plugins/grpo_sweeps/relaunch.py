@@ -44,7 +44,7 @@ from analysis.readers.jobs import Job, read_jobs
 from grpo.run.files import RunDirError
 from grpo.run.finished import Launch, read_run_status, run_over
 from grpo.run.lock import holder
-from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
+from grpo.run.slurm import slurm_states, state_word, still_held
 
 SLURM = "slurm"
 """The launcher kind whose jobs are SLURM's (`SweepFollower`'s `launcher`); any other is local."""
@@ -100,8 +100,7 @@ def plan_relaunch(sweep_dir: Path, launches: Mapping[int, Launch], launcher: str
                 f"that an earlier launch of {sweep_dir} submitted: a job submitted now could be a "
                 "second one for a run still queued; nothing was submitted; launch again once "
                 "squeue answers")
-        follow = {num: ids[num] for num, state in states.items()
-                  if state.split(" ")[0].upper() in SCHEDULER_ACTIVE}
+        follow = {num: ids[num] for num, state in states.items() if still_held(state)}
     # a run whose lock another process holds is being trained (a job of another launch, SLURM's
     # or this machine's, whatever jobs.json recorded)
     follow |= {num: found.text for num in open_jobs
@@ -171,8 +170,8 @@ class _SlurmView:
         as running: it is asked again)."""
         if time.monotonic() - self.asked >= SLURM_POLL_S:
             self.states, self.asked = slurm_states(self.ids), time.monotonic()
-        state = self.states.get(num, "").split(" ")[0].upper()
-        return not state or state in SCHEDULER_ACTIVE
+        state = self.states.get(num)
+        return not state_word(state) or still_held(state)
 
 
 def earlier_jobs(sweep_dir: Path, plan: RelaunchPlan, overrides: Mapping[int, Sequence[str]],

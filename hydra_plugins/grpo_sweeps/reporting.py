@@ -39,7 +39,7 @@ from analysis.outputs.monitor import SweepMonitor, counts_text, make_command, st
 from analysis.outputs.progress import FINISHED_STATUSES, GONE, RunProgress, SweepProgress
 from analysis.readers.jobs import Job, write_jobs
 from grpo.run.preemption import STOPS
-from grpo.run.slurm import SCHEDULER_ACTIVE, slurm_states
+from grpo.run.slurm import slurm_states, still_held
 
 # seconds between two looks at the jobs while waiting for them (the scheduler is asked)
 POLL_S = 2.0
@@ -178,11 +178,9 @@ class SweepFollower:
         says: submitit 1.5's `done()` counts SUSPENDED (an admin's `scontrol suspend`, a
         partition preempting by suspension), REQUEUE_HOLD and CONFIGURING as ended, and the
         sweep would end with the job "did not finish" while it waits to go on."""
-        def held(num: int) -> bool:
-            return (self.launcher == "slurm"
-                    and states.get(num, "").split(" ")[0].upper() in SCHEDULER_ACTIVE)
-        return {num for num, job in self.jobs.items()
-                if states.get(num) in GONE or (job.done() and not held(num))}
+        slurm = self.launcher == "slurm"
+        return {num for num, job in self.jobs.items() if states.get(num) in GONE
+                or (job.done() and not (slurm and still_held(states.get(num))))}
 
     def wait(self) -> None:
         """Follow the submitted jobs until every one is over (the scheduler is asked once per
