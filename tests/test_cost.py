@@ -53,6 +53,13 @@ def test_a_job_costs_its_steps_and_evaluations_on_its_gpus() -> None:
     assert on_policy.unit == "CPU-hours" and on_policy.per_hour == 8
 
 
+@pytest.mark.parametrize("loss", ["grpo_clip", "grpo_clip_higher", "grpo_no_clip", "gspo", "cispo"])
+def test_a_loss_that_reads_the_ratio_pays_the_old_log_prob_pass(loss: str) -> None:
+    # on-policy (1 epoch) too: 256 x (0.1 + 0.02) + 256 x 0.05 + 1 s, as GRPO-Clip
+    cost = job_cost(job_config(loss, epochs=1), RATES, n_examples=1024)
+    assert cost.step_seconds == pytest.approx(256 * 0.12 + 256 * 0.05 + 1.0)
+
+
 def test_an_overlapped_step_costs_the_longer_of_generation_and_training_plus_the_sync() -> None:
     # staleness 1: generation (256 x 0.1 = 25.6 s) runs beside old log-probs and training
     # (256 x (0.02 + 2 x 0.05) = 30.72 s): 30.72 + 1 s a step, not 57.32

@@ -162,7 +162,7 @@ def test_the_key_reference_lists_exactly_the_keys_a_config_composes() -> None:
     """grpo.config.keys reads the yaml files itself: its keys are those Hydra composes with each
     group's options, no more and no fewer."""
     composed = set()
-    options = [[], ["loss=grpo_clip"], ["loss=grpo_clip_higher"], ["cluster=slurm"],
+    options = [[], ["loss=grpo_clip"], ["loss=grpo_clip_higher"], ["loss=cispo"], ["cluster=slurm"],
                ["pruning=successive_halving"], ["rollout=hf_process"], ["model=tiny", "data=toy", "rollout=hf"]]
     for overrides in options:
         GlobalHydra.instance().clear()

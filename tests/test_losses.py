@@ -185,3 +185,179 @@ def test_masked_positions_cannot_leak_nan_or_inf():
     assert total.item() == pytest.approx(6.0)
     total.backward()
     torch.testing.assert_close(tensor.grad, torch.tensor([[2.0, 0.0], [0.0, 2.0]]))
+
+
+# GSPO (Zheng et al. 2025) and CISPO (MiniMax-M1 2025), each against a reference written from its
+# paper's equations with Python floats, sequence by sequence and token by token.
+
+# five responses in T = 4 positions (left and right padding), log pi - log pi_old per position;
+# the padding's log-ratio (3.0) would move every mean it leaked into
+GSPO_MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [0, 1, 1, 0], [1, 0, 0, 0]])
+GSPO_LOG_RATIO = torch.tensor([
+    [0.5, -0.5, 0.09, 3.0],  # A=+1: s = e^0.03, inside; per token 0.5 and -0.5 would clip
+    [0.3, 0.1, 3.0, 3.0],    # A=+1: s = e^0.2 above 1 + eps_high: clipped
+    [0.4, 0.2, 0.2, 0.4],    # A=-1: s = e^0.3 above: the unclipped term is the smaller, kept
+    [3.0, -0.3, -0.1, 3.0],  # A=-0.5: s = e^-0.2 below 1 - eps_low: clipped
+    [-0.2, 3.0, 3.0, 3.0],   # A=+2: s = e^-0.2 below: kept (a one-token response)
+], dtype=torch.float64)
+GSPO_ADVANTAGES = torch.tensor([[1.0], [1.0], [-1.0], [-0.5], [2.0]], dtype=torch.float64)
+GSPO_OLD = -torch.linspace(0.2, 3.0, 20, dtype=torch.float64).reshape(5, 4)
+EPS_LOW, EPS_HIGH = 0.05, 0.1
+
+
+def gspo_reference(log_ratio, mask, advantages, eps_low, eps_high):
+    """From the paper's section 4.1: s_i = (pi(y_i) / pi_old(y_i))^(1 / |y_i|),
+    J_i = min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i); its gradient (eq. 11) is
+    s_i A_i / |y_i| * sum_t grad log pi(y_i,t) where the unclipped term is the smaller, else 0.
+    Returns per sequence: -J_i, d(-J_i)/d log pi_t (one value for each of its tokens), clipped."""
+    out = []
+    for row in range(len(mask)):
+        kept = [float(x) for x, m in zip(log_ratio[row], mask[row], strict=True) if m]
+        s = math.exp(sum(kept) / len(kept))
+        a = float(advantages[row])
+        unclipped, clipped = s * a, min(max(s, 1 - eps_low), 1 + eps_high) * a
+        kept_unclipped = unclipped <= clipped
+        out.append((-min(unclipped, clipped), -s * a / len(kept) if kept_unclipped else 0.0,
+                    not kept_unclipped))
+    return out
+
+
+def test_gspo_is_the_papers_sequence_objective_with_its_gradient():
+    from grpo.core.losses import compute_gspo_loss
+
+    reference = gspo_reference(GSPO_LOG_RATIO, GSPO_MASK, GSPO_ADVANTAGES, EPS_LOW, EPS_HIGH)
+    assert [clipped for *_, clipped in reference] == [False, True, False, True, False]
+    policy = (GSPO_OLD + GSPO_LOG_RATIO).requires_grad_(True)
+    loss, meta = compute_gspo_loss(GSPO_ADVANTAGES, policy, GSPO_OLD, GSPO_MASK, EPS_LOW, EPS_HIGH)
+    # every token of sequence i carries -J_i
+    for row, (value, _, _) in enumerate(reference):
+        for t in range(4):
+            if GSPO_MASK[row, t]:
+                assert loss[row, t].item() == pytest.approx(value, rel=1e-12)
+    assert meta["clipped"].flatten().tolist() == [c for *_, c in reference]
+    assert meta["clip_fraction"].item() == pytest.approx(2 / 5)
+    # each token's per-token loss depends on its own log-prob alone (GSPO-token's form), with
+    # d/d log pi_t = |y_i| * the paper's per-token share of the sequence gradient
+    jacobian = torch.autograd.functional.jacobian(
+        lambda lp: compute_gspo_loss(GSPO_ADVANTAGES, lp, GSPO_OLD, GSPO_MASK, EPS_LOW, EPS_HIGH)[0],
+        GSPO_OLD + GSPO_LOG_RATIO)
+    expected = torch.zeros(5, 4, 5, 4, dtype=torch.float64)
+    for row, (_, grad, _) in enumerate(reference):
+        n = int(GSPO_MASK[row].sum())
+        for t in range(4):
+            if GSPO_MASK[row, t]:
+                expected[row, t, row, t] = grad * n
+    torch.testing.assert_close(jacobian, expected, rtol=1e-6, atol=1e-6)
+    # through the train step ("mean": the sequence's mean, over the batch) the gradient is the
+    # paper's, -1/G sum_i grad J_i, and the logged clip fraction counts sequences (2 of 5), not
+    # tokens (4 of 12)
+    policy = (GSPO_OLD + GSPO_LOG_RATIO).requires_grad_(True)
+    step_loss, step_meta = grpo_microbatch_train_step(
+        policy, GSPO_MASK, 1, "gspo", advantages=GSPO_ADVANTAGES, old_log_probs=GSPO_OLD,
+        cliprange_low=EPS_LOW, cliprange_high=EPS_HIGH)
+    assert step_loss.item() == pytest.approx(sum(v for v, _, _ in reference) / 5, rel=1e-12)
+    gradient = torch.tensor([[grad / 5 if m else 0.0 for m in GSPO_MASK[row]]
+                             for row, (_, grad, _) in enumerate(reference)], dtype=torch.float64)
+    torch.testing.assert_close(policy.grad, gradient, rtol=1e-6, atol=1e-6)
+    assert step_meta["clip_fraction"].item() == pytest.approx(2 / 5)
+
+
+def test_gspo_on_one_token_responses_is_grpo_clip_with_the_same_ranges():
+    from grpo.core.losses import compute_grpo_clip_higher_loss, compute_gspo_loss
+
+    old = torch.tensor([[-1.0], [-2.0], [-0.5], [-0.3], [-1.2], [-2.5]], dtype=torch.float64)
+    log_ratio = torch.tensor([[0.4], [-0.4], [0.02], [0.4], [-0.4], [-0.02]], dtype=torch.float64)
+    advantages = torch.tensor([[1.0], [1.0], [1.0], [-1.0], [-1.0], [-1.0]], dtype=torch.float64)
+    results = []
+    for loss_fn, extra in ((compute_gspo_loss, (torch.ones_like(old),)),
+                           (compute_grpo_clip_higher_loss, ())):
+        policy = (old + log_ratio).requires_grad_(True)
+        loss, meta = loss_fn(advantages, policy, old, *extra, 0.2, 0.28)
+        loss.sum().backward()
+        results.append((loss.detach(), policy.grad, meta["clipped"]))
+    (gspo, gspo_grad, gspo_clipped), (clip, clip_grad, clip_clipped) = results
+    torch.testing.assert_close(gspo, clip, rtol=1e-12, atol=0)
+    torch.testing.assert_close(gspo_grad, clip_grad, rtol=1e-12, atol=0)
+    assert gspo_clipped.tolist() == clip_clipped.tolist() == [[True], [False], [False], [False],
+                                                              [True], [False]]
+
+
+CISPO_OLD = torch.tensor([[-1.0, -2.0, -0.5, -1.5], [-0.3, -1.2, -2.5, -0.8]], dtype=torch.float64)
+CISPO_RATIOS = torch.tensor([[0.3, 1.3, 7.0, 1.0], [0.3, 1.3, 7.0, 0.9]], dtype=torch.float64)
+CISPO_ADVANTAGES = torch.tensor([[1.5], [-0.5]], dtype=torch.float64)
+
+
+def cispo_reference(ratios, old, advantages, cap, floor):
+    """From MiniMax-M1's eq. 4: J = sum_t sg(r_hat_t) A log pi_t with r_hat_t = clip(r_t, floor,
+    cap) (ScaleRL: min(r_t, eps_max)); its gradient w.r.t. log pi_t is r_hat_t A. Returns per token:
+    -J_t and d(-J_t)/d log pi_t."""
+    values, grads = [], []
+    for row in range(len(ratios)):
+        a = float(advantages[row])
+        weights = [min(max(float(r), floor), cap) for r in ratios[row]]
+        log_pi = [float(o) + math.log(float(r)) for o, r in zip(old[row], ratios[row], strict=True)]
+        values.append([-w * a * lp for w, lp in zip(weights, log_pi, strict=True)])
+        grads.append([-w * a for w in weights])
+    return torch.tensor(values, dtype=torch.float64), torch.tensor(grads, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(("cap", "floor"), [(5.0, 0.0), (1.2, 0.5)])
+def test_cispo_is_the_detached_truncated_ratio_times_reinforce(cap, floor):
+    from grpo.core.losses import compute_cispo_loss
+
+    values, grads = cispo_reference(CISPO_RATIOS, CISPO_OLD, CISPO_ADVANTAGES, cap, floor)
+    policy = (CISPO_OLD + CISPO_RATIOS.log()).requires_grad_(True)
+    loss, meta = compute_cispo_loss(CISPO_ADVANTAGES, policy, CISPO_OLD, cap, floor)
+    torch.testing.assert_close(loss, values, rtol=1e-12, atol=1e-12)
+    capped = [[not floor <= float(r) <= cap for r in row] for row in CISPO_RATIOS]
+    assert meta["capped"].tolist() == capped
+    # the weight is a constant: d loss_t / d log pi_t = -r_hat_t A on the diagonal, nothing else,
+    # and no token's gradient is 0 (the capped ones keep theirs)
+    jacobian = torch.autograd.functional.jacobian(
+        lambda lp: compute_cispo_loss(CISPO_ADVANTAGES, lp, CISPO_OLD, cap, floor)[0],
+        CISPO_OLD + CISPO_RATIOS.log())
+    torch.testing.assert_close(jacobian, torch.diag_embed(grads).reshape(2, 4, 1, 4)
+                               * torch.eye(2, dtype=torch.float64).reshape(2, 1, 2, 1),
+                               rtol=1e-6, atol=1e-6)
+    assert (grads != 0).all()
+    # the train step's cap_fraction is over the response tokens: the last position is padding
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0]])
+    _, step_meta = grpo_microbatch_train_step(
+        policy, mask, 1, "cispo", advantages=CISPO_ADVANTAGES, old_log_probs=CISPO_OLD,
+        ratio_cap=cap, ratio_floor=floor)
+    in_mask = [c for row in capped for c in row[:3]]
+    assert step_meta["cap_fraction"].item() == pytest.approx(sum(in_mask) / 6)
+    assert step_meta["clip_fraction"].item() == 0.0  # no token's gradient is switched off
+
+
+def test_cispo_at_ratio_one_is_reinforce_with_baseline():
+    results = []
+    for loss_type, extra in (("cispo", {"ratio_cap": 5.0, "ratio_floor": 0.0}),
+                             ("reinforce_with_baseline", {})):
+        policy = CISPO_OLD.clone().requires_grad_(True)
+        loss, _ = compute_policy_gradient_loss(policy, loss_type, advantages=CISPO_ADVANTAGES,
+                                               old_log_probs=CISPO_OLD, **extra)
+        loss.sum().backward()
+        results.append((loss.detach(), policy.grad))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=0)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=0, atol=0)
+
+
+def test_gspo_and_cispo_specs_and_dispatch():
+    assert POLICY_LOSSES["gspo"].inputs.keys() == {"advantages", "old_log_probs", "response_mask",
+                                                    "cliprange_low", "cliprange_high"}
+    assert POLICY_LOSSES["gspo"].hyperparameters == ("cliprange_low", "cliprange_high")
+    assert POLICY_LOSSES["gspo"].sequence_ratio and POLICY_LOSSES["gspo"].uses_ratio
+    assert POLICY_LOSSES["cispo"].hyperparameters == ("ratio_cap", "ratio_floor")
+    assert not POLICY_LOSSES["cispo"].sequence_ratio and POLICY_LOSSES["cispo"].uses_ratio
+    assert [n for n, loss in POLICY_LOSSES.items() if loss.sequence_ratio] == ["gspo"]
+    # the dispatcher hands GSPO the response mask, and names it when it is missing
+    policy = (GSPO_OLD + GSPO_LOG_RATIO).requires_grad_(True)
+    with pytest.raises(ValueError, match="'gspo' requires response_mask"):
+        compute_policy_gradient_loss(policy, "gspo", advantages=GSPO_ADVANTAGES,
+                                     old_log_probs=GSPO_OLD, cliprange_low=0.05, cliprange_high=0.1)
+    loss, meta = compute_policy_gradient_loss(
+        policy, "gspo", advantages=GSPO_ADVANTAGES, old_log_probs=GSPO_OLD,
+        response_mask=GSPO_MASK, cliprange_low=EPS_LOW, cliprange_high=EPS_HIGH)
+    assert loss[1, 0].item() == pytest.approx(-(1 + EPS_HIGH))  # s = e^0.2 clipped to 1.1
+    assert meta["clip_fraction"].item() == pytest.approx(0.4)

@@ -14,7 +14,10 @@ B, T = 8, 7
 LENGTHS = [7, 1, 4, 6, 2, 7, 3, 5]  # response tokens per sequence: unequal, so normalizations differ
 NORMALIZATIONS = ["mean", "constant", "microbatch", "token"]
 HYPERPARAMETERS = {"grpo_clip": {"cliprange": 0.2},
-                   "grpo_clip_higher": {"cliprange_low": 0.2, "cliprange_high": 0.28}}
+                   "grpo_clip_higher": {"cliprange_low": 0.2, "cliprange_high": 0.28},
+                   # ranges the off-policy batch's ratios cross (test_the_bounds_bind_off_policy)
+                   "gspo": {"cliprange_low": 0.05, "cliprange_high": 0.08},
+                   "cispo": {"ratio_cap": 1.2, "ratio_floor": 0.8}}
 PARTITIONS = {
     "whole": [list(range(B))],
     "equal halves": [[0, 1, 2, 3], [4, 5, 6, 7]],
@@ -139,9 +142,27 @@ def test_the_registry_flag_says_what_the_loss_does_at_zero_advantage(loss_type):
     leaf = data["log_probs"].clone().requires_grad_(True)
     loss = POLICY_LOSSES[loss_type]
     given = {"raw_rewards": torch.ones(B, 1), "advantages": torch.zeros(B, 1),
-             "old_log_probs": data["old_log_probs"], **HYPERPARAMETERS.get(loss_type, {})}
+             "old_log_probs": data["old_log_probs"], "response_mask": data["mask"],
+             **HYPERPARAMETERS.get(loss_type, {})}
     out = loss.fn(policy_log_probs=leaf, **{p: given[name] for name, p in loss.inputs.items()})
     per_token = out[0] if isinstance(out, tuple) else out
     per_token.sum().backward()
     vanishes = bool((per_token == 0).all()) and bool((leaf.grad == 0).all())
     assert vanishes == loss.zero_at_zero_advantage
+
+
+def test_the_bounds_bind_off_policy():
+    """The exactness tests above run GSPO's clip and CISPO's cap where they bind: on the
+    off-policy batch GSPO clips some sequences but not all, CISPO truncates some tokens' weights
+    but not all (so a partition that split a sequence's ratio, or a cap applied per micro-batch,
+    would show)."""
+    data = batch(off_policy=True)
+    leaf = data["log_probs"].clone().requires_grad_(True)
+    _, gspo = grpo_microbatch_train_step(
+        leaf, data["mask"], 1, "gspo", advantages=data["advantages"],
+        old_log_probs=data["old_log_probs"], **HYPERPARAMETERS["gspo"])
+    _, cispo = grpo_microbatch_train_step(
+        leaf, data["mask"], 1, "cispo", advantages=data["advantages"],
+        old_log_probs=data["old_log_probs"], **HYPERPARAMETERS["cispo"])
+    assert 0 < gspo["clip_fraction"].item() < 1
+    assert 0 < cispo["cap_fraction"].item() < 1

@@ -319,6 +319,10 @@ RULES: dict[str, Rule] = {
     "loss.cliprange": _number("the clip range epsilon", 0, 1, **CLIP_EPSILON),
     "loss.cliprange_low": _number("the lower clip range epsilon", 0, 1, **CLIP_EPSILON),
     "loss.cliprange_high": _number("the upper clip range epsilon", 0, **POSITIVE),
+    "loss.ratio_cap": _number("CISPO's cap of the ratio weight", 1,
+                              note="ratios above it weigh it; ScaleRL's eps_max, TRL recommends 5"),
+    "loss.ratio_floor": _number("CISPO's floor of the ratio weight", 0, 1,
+                                note="0 = no lower bound"),
     # conf/std_norm/
     "std_norm.enabled": _flag("std_norm.enabled"),
     # conf/pruning/

@@ -179,6 +179,107 @@ def compute_grpo_no_clip_loss(
     return -torch.exp(policy_log_probs - old_log_probs.detach()) * adv
 
 
+@register_policy_loss("gspo")
+def compute_gspo_loss(
+    advantages: torch.Tensor,
+    policy_log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_low: float,
+    cliprange_high: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GSPO (Group Sequence Policy Optimization, Zheng et al. 2025), as per-token losses.
+
+    The ratio is one per sequence, length-normalized: s_i = exp(mean over the response tokens of
+    sequence i of (log pi_theta - log pi_old)) = (pi_theta(y_i) / pi_old(y_i))^(1/|y_i|), clipped
+    to [1 - cliprange_low, 1 + cliprange_high] (the paper: 3e-4 and 4e-4); every token of the
+    sequence carries the same loss value -min(s_i * A_i, clip(s_i) * A_i). The gradient is
+    GSPO-token's form (the paper's section 4.2): each token's value is
+    sg[s_i] * pi_theta(y_t) / sg[pi_theta(y_t)], so its gradient flows through that token's own
+    log-prob alone, with weight s_i (0 where the clipped term is the smaller one). With the
+    length normalizations, which weigh every token of a sequence alike, the gradient is GSPO's
+    own: with "mean", d loss / d log pi_t = -s_i * A_i / |y_i| on an unclipped sequence.
+
+    Args:
+        advantages: (batch_size, 1) advantage of each response.
+        policy_log_probs: (batch_size, sequence_length) log-probs of the policy being trained.
+        old_log_probs: (batch_size, sequence_length) log-probs of the policy that sampled.
+        response_mask: (batch_size, sequence_length) 1/True on the response tokens the sequence
+            ratio averages over (the same mask the caller's normalization reads).
+        cliprange_low: eps_low, e.g. 3e-4.
+        cliprange_high: eps_high, e.g. 4e-4.
+
+    Returns:
+        loss: (batch_size, sequence_length) per-token loss (the sequence's value at every
+            position, padding included: the caller's mask drops those).
+        metadata: "clipped": (batch_size, 1) bool, True where the sequence's clipped term is the
+            smaller one (strictly): its gradient is cut off; "clip_fraction": 0-dim, the fraction
+            of sequences with a response token that are clipped.
+    """
+    adv = _per_sequence(advantages, policy_log_probs)
+    if response_mask.shape != policy_log_probs.shape:
+        raise ValueError(f"response_mask {tuple(response_mask.shape)} must have the shape of "
+                         f"policy_log_probs {tuple(policy_log_probs.shape)}")
+    mask = response_mask.bool()
+    with torch.no_grad():
+        log_ratio = torch.where(mask, policy_log_probs - old_log_probs, 0.0)
+        tokens = mask.sum(dim=1, keepdim=True)
+        sequence_log_ratio = log_ratio.sum(dim=1, keepdim=True) / tokens.clamp(min=1)
+    # value s_i at every token; d/d log pi_t = s_i, through token t's own log-prob only (none
+    # through a position outside the mask, whatever its log-prob)
+    own = torch.where(mask, policy_log_probs - policy_log_probs.detach(), 0.0)
+    ratio = torch.exp(sequence_log_ratio + own)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - cliprange_low, 1.0 + cliprange_high) * adv
+    loss = -torch.minimum(unclipped, clipped)
+    with torch.no_grad():
+        s = torch.exp(sequence_log_ratio)
+        is_clipped = torch.clamp(s, 1.0 - cliprange_low, 1.0 + cliprange_high) * adv < s * adv
+        counted = tokens > 0
+        fraction = (is_clipped & counted).sum() / counted.sum().clamp(min=1)
+    return loss, {"clipped": is_clipped, "clip_fraction": fraction.to(policy_log_probs.dtype)}
+
+
+@register_policy_loss("cispo")
+def compute_cispo_loss(
+    advantages: torch.Tensor,
+    policy_log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    ratio_cap: float,
+    ratio_floor: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CISPO (MiniMax-M1, 2025; the loss of ScaleRL, Khatri et al. 2025): REINFORCE weighted by
+    the detached, truncated importance ratio.
+
+    -sg(clip(ratio, ratio_floor, ratio_cap)) * A * log pi_theta(o_t), ratio = pi_theta(o_t) /
+    pi_old(o_t) per token. The weight is a constant of the gradient, so every token keeps its
+    gradient -w * A (none is switched off, unlike GRPO-Clip's); the cap truncates the weight
+    (ScaleRL's eps_max; TRL recommends 5), a floor of 0 is no lower bound (MiniMax sets none). At
+    ratio 1 it is `reinforce_with_baseline`.
+
+    Args:
+        advantages: (batch_size, 1) advantage of each response.
+        policy_log_probs: (batch_size, sequence_length) log-probs of the policy being trained.
+        old_log_probs: (batch_size, sequence_length) log-probs of the policy that sampled.
+        ratio_cap: the largest weight, >= 1 (e.g. 5).
+        ratio_floor: the smallest weight, in [0, 1] (0: no lower bound).
+
+    Returns:
+        loss: (batch_size, sequence_length) per-token loss.
+        metadata: "capped": (batch_size, sequence_length) bool, True where the ratio lies outside
+            [ratio_floor, ratio_cap], so the weight is the bound, not the ratio; "cap_fraction":
+            0-dim, their fraction over the whole tensor (`grpo_microbatch_train_step` reports it
+            over response tokens only).
+    """
+    adv = _per_sequence(advantages, policy_log_probs)
+    with torch.no_grad():
+        ratio = torch.exp(policy_log_probs - old_log_probs)
+        weight = torch.clamp(ratio, ratio_floor, ratio_cap)
+        capped = (ratio > ratio_cap) | (ratio < ratio_floor)
+    loss = -weight * adv * policy_log_probs
+    return loss, {"capped": capped, "cap_fraction": capped.float().mean()}
+
+
 _UNIMPLEMENTED = sorted(set(LOSS_SPECS) - set(POLICY_LOSSES))
 if _UNIMPLEMENTED:
     raise ImportError(f"losses {_UNIMPLEMENTED} have a LossSpec but no registered function")
@@ -191,6 +292,7 @@ def compute_policy_gradient_loss(
     advantages: torch.Tensor | None = None,
     old_log_probs: torch.Tensor | None = None,
     cliprange: float | None = None,
+    response_mask: torch.Tensor | None = None,
     **hyperparameters: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Dispatch to the per-token loss registered as `loss_type` in `POLICY_LOSSES`.
@@ -206,11 +308,14 @@ def compute_policy_gradient_loss(
             start of the GRPO step (the sampling policy on-policy; with off_policy.staleness=1 the
             proximal policy, a step newer than the behaviour policy that sampled).
         cliprange: clip eps for "grpo_clip".
+        response_mask: (batch_size, sequence_length) 1 on response tokens, for a loss that
+            reads it ("gspo": its per-sequence ratio); the others ignore it.
         **hyperparameters: further hyperparameters of registered losses, by their config key.
 
     Returns:
         loss: (batch_size, sequence_length) per-token loss.
-        metadata: the loss's statistics ("clipped", "clip_fraction" for grpo_clip; else empty).
+        metadata: the loss's statistics ("clipped", "clip_fraction" for the clipped losses,
+            "capped", "cap_fraction" for cispo; else empty).
 
     Raises:
         ValueError: unknown loss_type, or an input the loss type needs is None or missing.
@@ -220,7 +325,7 @@ def compute_policy_gradient_loss(
         raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {tuple(POLICY_LOSSES)}")
     given = {
         "raw_rewards": raw_rewards, "advantages": advantages, "old_log_probs": old_log_probs,
-        "cliprange": cliprange, **hyperparameters,
+        "response_mask": response_mask, "cliprange": cliprange, **hyperparameters,
     }
     missing = [name for name in loss.inputs if given.get(name) is None]
     if missing:
@@ -234,12 +339,13 @@ def compute_policy_gradient_loss(
 
 
 def describe_losses() -> str:
-    """A markdown table of the registered losses: name, inputs, probability ratio, summary."""
+    """A markdown table of the registered losses: name, inputs, probability ratio (per token,
+    per sequence or none), summary."""
     rows = ["| loss | reads | probability ratio | what |", "| --- | --- | --- | --- |"]
     for loss in POLICY_LOSSES.values():
         reads = ", ".join(f"`loss.{k}`" if k in loss.hyperparameters else k for k in loss.inputs)
-        rows.append(f"| `{loss.name}` | {reads} | {'yes' if loss.uses_ratio else 'no'} "
-                    f"| {loss.summary} |")
+        ratio = ("per sequence" if loss.sequence_ratio else "per token") if loss.uses_ratio else "no"
+        rows.append(f"| `{loss.name}` | {reads} | {ratio} | {loss.summary} |")
     return "\n".join(rows)
 
 

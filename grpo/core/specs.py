@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, get_args
 
-BATCH_INPUTS = ("raw_rewards", "advantages", "old_log_probs")
-"""Inputs taken from the rollout batch; every other input of a loss is a hyperparameter."""
+BATCH_INPUTS = ("raw_rewards", "advantages", "old_log_probs", "response_mask")
+"""Inputs taken from the rollout batch; every other input of a loss is a hyperparameter.
+`response_mask` is read by a loss that reduces over a response itself (GSPO's per-sequence ratio);
+the caller still applies the length normalization to the per-token loss."""
 
 
 @dataclass(frozen=True)
@@ -29,12 +31,16 @@ class LossSpec:
     zero_at_zero_advantage: the per-token loss is a multiple of the advantage, so a sequence with
         advantage exactly 0 has loss 0 and gradient 0, and the trainer may leave it out of the
         backward pass (it still counts in the normalization); tests/test_losses.py checks it.
+    sequence_ratio: the probability ratio, and its clip, is one per sequence (GSPO's
+        length-normalized sequence ratio), not one per token: the loss reports "clipped" per
+        sequence and `train/clip_fraction` counts sequences, not tokens.
     """
 
     name: str
     inputs: Mapping[str, str] = field(hash=False)
     summary: str
     zero_at_zero_advantage: bool = False
+    sequence_ratio: bool = False
 
     @property
     def uses_ratio(self) -> bool:
@@ -48,9 +54,10 @@ class LossSpec:
 
 
 def _loss(name: str, inputs: tuple[str, ...] | dict[str, str], summary: str, *,
-          zero_at_zero_advantage: bool = False) -> LossSpec:
+          zero_at_zero_advantage: bool = False, sequence_ratio: bool = False) -> LossSpec:
     renamed = dict(inputs) if isinstance(inputs, dict) else {k: k for k in inputs}
-    return LossSpec(name, MappingProxyType(renamed), summary, zero_at_zero_advantage)
+    return LossSpec(name, MappingProxyType(renamed), summary, zero_at_zero_advantage,
+                    sequence_ratio)
 
 
 LOSS_SPECS: dict[str, LossSpec] = {spec.name: spec for spec in (
@@ -67,6 +74,17 @@ LOSS_SPECS: dict[str, LossSpec] = {spec.name: spec for spec in (
           zero_at_zero_advantage=True),
     _loss("grpo_no_clip", ("advantages", "old_log_probs"),
           "Per-token unclipped importance-weighted loss -ratio * A (GRPO without the PPO clip).",
+          zero_at_zero_advantage=True),
+    _loss("gspo", ("advantages", "old_log_probs", "response_mask", "cliprange_low",
+                   "cliprange_high"),
+          "GSPO (Zheng et al. 2025): -min(s * A, clip(s, 1 - eps_low, 1 + eps_high) * A) with s the "
+          "sequence ratio exp(mean over the response of log pi - log pi_old), the same at every "
+          "token of the sequence.",
+          zero_at_zero_advantage=True, sequence_ratio=True),
+    _loss("cispo", ("advantages", "old_log_probs", "ratio_cap", "ratio_floor"),
+          "CISPO (MiniMax-M1 2025, ScaleRL's loss): REINFORCE weighted by the detached, truncated "
+          "ratio, -sg(clip(ratio, ratio_floor, ratio_cap)) * A * log pi; no token's gradient is "
+          "cut off.",
           zero_at_zero_advantage=True),
 )}
 """The losses by name, in the order of the docs; `grpo.core.losses.POLICY_LOSSES` implements each."""

@@ -82,7 +82,7 @@ def _backward(
     detached metadata (ratio statistics with old_log_probs)."""
     per_token, loss_metadata = compute_policy_gradient_loss(
         policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange,
-        **hyperparameters,
+        response_mask=response_mask, **hyperparameters,
     )
     if importance_weights is not None:
         per_token = per_token * importance_weights.detach()
@@ -116,7 +116,9 @@ def _check_shapes(policy_log_probs: torch.Tensor, response_mask: torch.Tensor,
 
 def _ratio_metadata(policy_log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor,
                     loss_metadata: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """mean_ratio, approx_kl (k3) and clip_fraction over the response tokens (0 without any)."""
+    """mean_ratio, approx_kl (k3) and clip_fraction over the response tokens (0 without any);
+    a (batch_size, 1) "clipped" (a per-sequence ratio: GSPO) gives the fraction of the sequences
+    with a response token instead; a "capped" (CISPO) gives cap_fraction over the tokens."""
     with torch.no_grad():
         n_tokens = mask.sum().clamp(min=1)  # a micro-batch without response tokens logs 0
 
@@ -126,15 +128,22 @@ def _ratio_metadata(policy_log_probs: torch.Tensor, old_log_probs: torch.Tensor,
         log_ratio = policy_log_probs.detach() - old_log_probs
         ratio = torch.exp(log_ratio)
         clipped = loss_metadata.get("clipped")
-        return {
+        if clipped is None:
+            clip_fraction = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
+        elif clipped.shape == mask.shape:
+            clip_fraction = token_mean(clipped.float())
+        else:  # one per sequence
+            sequences = mask.any(dim=1, keepdim=True)
+            clip_fraction = masked_normalize(clipped.float(), sequences,
+                                             normalize_constant=sequences.sum().clamp(min=1))
+        metadata = {
             "mean_ratio": token_mean(ratio),
             "approx_kl": token_mean((ratio - 1.0) - log_ratio),
-            "clip_fraction": (
-                token_mean(clipped.float())
-                if clipped is not None
-                else torch.zeros((), dtype=ratio.dtype, device=ratio.device)
-            ),
+            "clip_fraction": clip_fraction,
         }
+        if "capped" in loss_metadata:
+            metadata["cap_fraction"] = token_mean(loss_metadata["capped"].float())
+        return metadata
 
 
 def grpo_microbatch_train_step(
@@ -183,9 +192,11 @@ def grpo_microbatch_train_step(
         loss: 0-dim tensor, the loss that was back-propagated (already scaled for accumulation).
         metadata: detached 0-dim tensors: the scalar statistics of the loss, plus, when
             `old_log_probs` is given, "mean_ratio" (masked mean of exp(policy - old)),
-            "approx_kl" (masked mean of the k3 estimator (r - 1) - log r) and "clip_fraction"
+            "approx_kl" (masked mean of the k3 estimator (r - 1) - log r), "clip_fraction"
             (fraction of response tokens clipped; 0 unless the loss reports "clipped", as
-            grpo_clip does).
+            grpo_clip does; for a per-sequence ratio, as gspo's, the fraction of the sequences
+            with a response token) and, for a loss that reports "capped" (cispo),
+            "cap_fraction" (fraction of response tokens whose weight is the truncation bound).
     """
     _check_shapes(policy_log_probs, response_mask, length_normalization, normalize_constant)
     if gradient_accumulation_steps < 1:

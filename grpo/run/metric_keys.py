@@ -36,7 +36,9 @@ METRIC_KEYS: tuple[tuple[str, str], ...] = (
     (('train/mean_response_length',), (
         "mean rollout response length (tokens)")),
     (('train/mean_ratio', 'train/mean_ratio_first_microbatch', 'train/clip_fraction', 'train/approx_kl'), (
-        "importance ratio pi/pi_old (exactly 1 on the first micro-batch of a step), fraction of clipped tokens (GRPO-Clip), k3 estimate of the KL between pi and pi_old (the weights at the step's start: with `off_policy.staleness=1` not the weights that sampled the batch, whose drift is `train/behaviour_kl`), as token means over the rollouts trained (left-out zero-advantage ones excluded); measured when the loss reads the ratio, 1/0/0 for an on-policy plan with a ratio-free loss, absent for an off-policy plan with one")),
+        "importance ratio pi/pi_old (exactly 1 on the first micro-batch of a step), fraction of clipped tokens (GRPO-Clip; with `loss=gspo`, whose ratio is one per sequence, the fraction of clipped sequences), k3 estimate of the KL between pi and pi_old (the weights at the step's start: with `off_policy.staleness=1` not the weights that sampled the batch, whose drift is `train/behaviour_kl`), as token means over the rollouts trained (left-out zero-advantage ones excluded); measured when the loss reads the ratio, 1/0/0 for an on-policy plan with a ratio-free loss, absent for an off-policy plan with one")),
+    (('train/cap_fraction',), (
+        "with `loss=cispo`: the fraction of the trained response tokens whose ratio pi/pi_old lies above `loss.ratio_cap` (or below `loss.ratio_floor`), so that their detached weight is the bound, not the ratio; their gradient is kept (a token mean over the rollouts trained, averaged over the step's optimizer steps)")),
     (('train/optimizer_steps', 'train/optimizer_steps_this_grpo_step'), (
         "optimizer steps so far and in this GRPO step (`epochs * rollout_batch_size / train_batch_size`)")),
     (('train/nonfinite_weights',), (

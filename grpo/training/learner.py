@@ -233,10 +233,11 @@ class Learner:
                 add("train/frac_skipped", left_out.float().mean())
                 entropy_sums: list[torch.Tensor] = []
                 entropy_tokens: list[torch.Tensor] = []
-                ratio_sums: dict[str, list[torch.Tensor]] = {}  # token-weighted, trained rows
+                # token-weighted over the trained rows (a per-sequence clip: sequence-weighted)
+                ratio_sums: dict[str, list[torch.Tensor]] = {}
+                ratio_weights: dict[str, list[torch.Tensor]] = {}
                 importance: list[torch.Tensor] = []  # importance_sums of each micro-batch
                 drift: list[torch.Tensor] = []  # behaviour_kl_sums of each stale micro-batch
-                trained_tokens: list[torch.Tensor] = []
                 step_loss = 0.0
                 for index in self._split(batch, rows[~left_out]):
                     mb = batch.rows(index)
@@ -266,10 +267,13 @@ class Learner:
                     tokens = mb["response_mask"].sum()
                     entropy_sums.append(masked_normalize(out["token_entropy"].detach(), mb["response_mask"]))
                     entropy_tokens.append(tokens)
-                    trained_tokens.append(tokens)
-                    for key in ("mean_ratio", "clip_fraction", "approx_kl"):
+                    sequences = (mb["response_mask"].sum(dim=1) > 0).sum()
+                    for key in ("mean_ratio", "clip_fraction", "approx_kl", "cap_fraction"):
                         if key in meta:
-                            ratio_sums.setdefault(key, []).append(meta[key] * tokens)
+                            weight = (sequences if key == "clip_fraction" and self.loss.sequence_ratio
+                                      else tokens)
+                            ratio_sums.setdefault(key, []).append(meta[key] * weight)
+                            ratio_weights.setdefault(key, []).append(weight)
                     if first_microbatch:
                         stats["train/mean_ratio_first_microbatch"] = [float(meta.get("mean_ratio", 1.0))]
                         first_microbatch = False
@@ -284,7 +288,7 @@ class Learner:
                     entropy_tokens.append(mb["response_mask"].sum())
                 add("train/entropy", torch.stack(entropy_sums).sum() / torch.stack(entropy_tokens).sum())
                 for key, sums in ratio_sums.items():
-                    add(f"train/{key}", torch.stack(sums).sum() / torch.stack(trained_tokens).sum())
+                    add(f"train/{key}", torch.stack(sums).sum() / torch.stack(ratio_weights[key]).sum())
                 for key, value in (importance_metrics(importance) | behaviour_kl_metrics(drift)).items():
                     add(key, value)
                 for parameter in self.policy.parameters():
