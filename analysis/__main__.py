@@ -1,4 +1,4 @@
-"""Command line: ``python -m analysis {collect,plots,promote,watch} ...``.
+"""Command line: ``python -m analysis {collect,plots,promote,confirm,watch} ...``.
 
 * ``collect``: save the tidy per-step frame of the sweep(s) (parquet with pyarrow, else CSV);
 * ``plots``: figures into ``<sweep>/figures/``, ``report.md`` (with ``comparisons.csv`` and
@@ -10,6 +10,10 @@
 * ``promote``: write ``<conf>/experiment/promoted/<NAME>.yaml`` (and ``<conf>/promoted/<NAME>/*.yaml``)
   sweeping the top-K configs plus the on-policy baseline; run it with
   ``-m +experiment=promoted/<NAME>`` (``--overwrite`` replaces an earlier promotion of that name);
+* ``confirm``: train the top-K configs of a sweep's ranking again with fresh seeds (or, with
+  ``--no-retrain``, take its own final models) and evaluate each final model on held-out problems
+  no evaluation of the sweep read, as a sweep of its own beside it (``<sweep>-confirm``), then
+  print its Confirmed section (:mod:`analysis.outputs.confirm`); ``--dry-run`` prices it;
 * ``watch``: the live monitor of a running or finished sweep (one row per run, refreshed in
   place; plain lines when stdout is not a terminal), then its summary; given a detached chain's
   root, the sweep of the stage it started last.
@@ -167,6 +171,17 @@ def cmd_promote(args: argparse.Namespace) -> None:
         print(line)
 
 
+def cmd_confirm(args: argparse.Namespace) -> None:
+    """Launch (or resume) the confirmation of a sweep's pick, then print its Confirmed section."""
+    from analysis.outputs.confirm import check_counts, confirm_and_report
+
+    check_counts(args.top_k, args.seeds, not args.no_retrain)  # before the sweep is read
+    status = confirm_and_report(args.sweep, args.top_k, args.seeds, not args.no_retrain,
+                                args.overrides, args.dry_run)
+    if status:
+        sys.exit(status)
+
+
 def cmd_watch(args: argparse.Namespace) -> None:
     """Follow a sweep until no run is active (or once), then print its summary."""
     from analysis.outputs.monitor import watch
@@ -260,6 +275,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--overwrite", action="store_true",
                      help="replace an earlier promotion of the same --name")
     sub.set_defaults(func=cmd_promote)
+
+    sub = commands.add_parser("confirm",
+                              help="train a sweep's top-K configs again with fresh seeds and "
+                                   "evaluate them on held-out problems (a sweep beside it)")
+    sub.add_argument("--sweep", type=Path, required=True, help="the sweep whose pick to confirm")
+    sub.add_argument("--top-k", type=int, required=True,
+                     help="how many configs of its ranking to confirm (its best first)")
+    sub.add_argument("--seeds", type=int,
+                     help="fresh seeds a finalist is trained with (none of the sweep's runs used "
+                          "them); not with --no-retrain")
+    sub.add_argument("--no-retrain", action="store_true",
+                     help="evaluate the sweep's own final models on the held-out problems alone "
+                          "(removes the problems' part of the winner's curse, not the seeds')")
+    sub.add_argument("--dry-run", action="store_true",
+                     help="print its jobs and what they cost; write and run nothing")
+    sub.add_argument("overrides", nargs="*",
+                     help="Hydra overrides for its jobs: where they run (cluster=slurm, "
+                          "cluster.detach=true, paths.*) and confirm.n_examples, "
+                          "confirm.samples_per_problem")
+    sub.set_defaults(func=cmd_confirm)
 
     sub = commands.add_parser("watch", parents=[outputs],
                               help="live view of a running or finished sweep")

@@ -16,6 +16,9 @@ again (requeued at its time limit or on preemption, or started anew by the same 
 the last one was gone) where the sweep ran with the same overrides: the stage is launched again
 into that sweep, which follows its queued and running jobs as a sweep's relaunch does, and the
 chain goes on.
+A chain whose yaml ends with ``confirm: {top_k, seeds}`` confirms its last stage's pick after it
+(``python -m analysis confirm``, through the same launcher with the overrides a confirmation
+takes), and its summary ends with the final config's confirmed figure.
 With ``cluster.detach=true`` the chain's driver is not the terminal (``grpo.run.driver``): a
 SLURM CPU job (``cluster=slurm``) or a process of its own session runs this same command
 attached, its record and log in ``<paths.output_root>/chains/<chain>/`` (``chain_root``) and a
@@ -26,9 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +39,10 @@ from pathlib import Path
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
+from analysis.outputs.confirm import confirm_and_report, refused_overrides
+from analysis.outputs.confirmed import report_confirmation, summary_line
 from analysis.outputs.monitor import INTERRUPTED, make_command
+from analysis.readers.confirmation import confirmation_dir
 from analysis.readers.jobs import override_key
 from chain.plan import (
     StagePlan,
@@ -55,17 +58,16 @@ from grpo.config.rules import value_errors
 from grpo.run.driver import (
     DRIVER_LOG,
     attached_refusal,
-    copy_record,
     detach,
     driver_starter,
     under_driver,
 )
-from grpo.run.files import RunDirError, atomic_write_text
+from grpo.run.files import RunDirError
+from grpo.run.launching import launch_sweep
 from grpo.sweep.cost import ESTIMATE_FILE_ENV
 from grpo.sweep.overrides import check_overrides
 from grpo.sweep.slurm_resources import sbatch_refusal
 
-LAUNCH = CONF_DIR.parent / "launch.py"
 # keys the chain sets for each stage itself
 CHAIN_KEYS = ("experiment", "experiment_name", "hydra.sweep.dir", "hydra.run.dir")
 # a stage's sweep directory records the overrides it ran with here
@@ -92,28 +94,13 @@ def new_sweep_dir(root: Path) -> Path:
 
 def launch(plan: StagePlan, user: UserOverrides, sweep: Path, dry_run: bool,
            estimate_file: Path | None = None) -> int:
-    """Run the stage's sweep into ``sweep`` (``launch.py -m``); its exit status. A dry run
-    writes its estimate to ``estimate_file`` (grpo.sweep.cost.ESTIMATE_FILE_ENV)."""
+    """Run the stage's sweep into ``sweep`` (``launch.py -m``, :func:`grpo.run.launching.launch_sweep`,
+    its record ``chain.json``); its exit status. A dry run writes its estimate to
+    ``estimate_file`` (grpo.sweep.cost.ESTIMATE_FILE_ENV)."""
     overrides = [*plan.overrides(user),
                  f"hydra.sweep.dir=${{paths.output_root}}/${{experiment_name}}/{sweep.name}"]
-    print("  $ python launch.py -m " + " ".join(map(shlex.quote, overrides)), flush=True)
-    if not dry_run:
-        sweep.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(sweep / RECORD, plan.record(user))
-        if under_driver():  # `make watch` on the stage shows the chain's driver
-            copy_record(sweep)
-    env = {**os.environ, ESTIMATE_FILE_ENV: str(estimate_file)} if estimate_file else None
-    with subprocess.Popen([sys.executable, str(LAUNCH), "-m", *overrides], env=env) as stage:
-        try:
-            returncode = stage.wait()
-        except KeyboardInterrupt:  # the stage had the Ctrl-C too: its runs stop and checkpoint
-            stage.wait()
-            raise
-    if not dry_run and not (sweep / "multirun.yaml").exists():  # nothing ran: leave no trace
-        (sweep / RECORD).unlink(missing_ok=True)
-        if not any(sweep.iterdir()):
-            sweep.rmdir()
-    return returncode
+    env = {ESTIMATE_FILE_ENV: str(estimate_file)} if estimate_file else None
+    return launch_sweep(overrides, sweep, RECORD, plan.record(user), dry_run, env)
 
 
 def refused(user: UserOverrides) -> list[str]:
@@ -190,6 +177,11 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
                   + (f" ({ended.counts()})" if ended else "")
                   + "; run the same command again to resume it", file=sys.stderr)
             return returncode or 1
+    last = len(chain.stages) - 1
+    if chain.confirm is not None and last in indices:
+        status = confirm_last(chain, user, dry_run)
+        if status:
+            return status
     if dry_run:
         print("\n".join(budget_lines(chain, estimates)))
         if invalid:
@@ -198,7 +190,46 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
             return 2
     else:
         print(f"chain {chain.name}: " + ", ".join(chain.names[i] for i in indices) + " finished")
+        if chain.confirm is not None and last in indices:
+            print(f"chain {chain.name}: its final config {final_confirmed(chain, user)}")
     return 0
+
+
+def _last_sweep(chain: Chain, user: UserOverrides) -> Path | None:
+    return latest_sweep(stage_root(compose_stage(chain.stages[-1], user)))
+
+
+def confirm_last(chain: Chain, user: UserOverrides, dry_run: bool) -> int:
+    """The chain's optional last stage (`confirm` in its yaml): the confirmation of its last
+    stage's latest sweep (`analysis.outputs.confirm.confirm_and_report`), launched or resumed
+    through the same launcher with the overrides a confirmation takes (where its jobs run);
+    a dry run says what it will confirm. Its exit status."""
+    confirm = chain.confirm
+    head = f"confirm {chain.stages[-1].experiment}'s pick"
+    what = (f"its top {confirm.top_k} config(s) trained again with {confirm.seeds} fresh seed(s) "
+            "each" if confirm.retrain else f"the final models of its top {confirm.top_k} config(s)")
+    sweep = _last_sweep(chain, user)
+    if dry_run or sweep is None:
+        print(f"{head}: {what}, evaluated on held-out problems (`python -m analysis confirm`; "
+              "planned and priced once the stage has run)")
+        return 0
+    print(f"{head}: {what}, evaluated on held-out problems", flush=True)
+    allowed = [line for line in user.lines if not refused_overrides([line], sweep)]
+    try:
+        return confirm_and_report(sweep, confirm.top_k, confirm.seeds, confirm.retrain, allowed,
+                                  dry_run=False)
+    except ValueError as error:
+        print(f"error: {head}: {error}", file=sys.stderr)
+        return 2
+
+
+def final_confirmed(chain: Chain, user: UserOverrides) -> str:
+    """The chain's final config's confirmed figure, in one line (`analysis.outputs.confirmed.summary_line`)."""
+    sweep = _last_sweep(chain, user)
+    target = confirmation_dir(sweep, chain.confirm.retrain) if sweep is not None else None
+    if target is None or not target.is_dir():
+        return "has no confirmation"
+    return summary_line(report_confirmation(target)[0])
 
 
 def detached_or_refused(chain: Chain, indices: list[int], stage_names: list[str],

@@ -17,6 +17,18 @@ from grpo.training.batch_plan import CONFIG_KEYS
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 STAGE_KEYS = ("experiment", "decides", "off_policy_only", "study", "race_max_seeds")
+CONFIRM_KEYS = ("top_k", "seeds", "retrain")
+
+
+@dataclass(frozen=True)
+class ConfirmStage:
+    """The chain's optional last stage: its last stage's top ``top_k`` configs confirmed
+    (``python -m analysis confirm``) with ``seeds`` fresh seeds each (``retrain``), or its own
+    final models on the held-out problems alone (not ``retrain``)."""
+
+    top_k: int
+    seeds: int | None
+    retrain: bool = True
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,8 @@ class Chain:
     name: str
     stages: tuple[Stage, ...]
     budgets: tuple[tuple[str, float], ...] = ()
+    confirm: ConfirmStage | None = None
+    """The optional last stage: a confirmation of the last stage's pick."""
 
     @property
     def names(self) -> list[str]:
@@ -103,7 +117,31 @@ def load_chain(name: str, conf_dir: Path = CONF_DIR) -> Chain:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ValueError(f"{path}: stage(s) {', '.join(twice)} appear more than once")
-    return Chain(name, tuple(stages), _budgets(data.get("budgets"), stages, path))
+    unknown = sorted(set(data) - {"stages", "budgets", "confirm"})
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}; a chain has stages, "
+                         "budgets and confirm")
+    return Chain(name, tuple(stages), _budgets(data.get("budgets"), stages, path),
+                 _confirm(data.get("confirm"), path))
+
+
+def _confirm(data: object, path: Path) -> ConfirmStage | None:
+    """The `confirm` mapping ({top_k, seeds} or {top_k, retrain: false}), checked as `python -m
+    analysis confirm` checks its options."""
+    if data is None:
+        return None
+    from analysis.outputs.confirm import check_counts
+
+    if not isinstance(data, dict) or set(data) - set(CONFIRM_KEYS):
+        raise ValueError(f"{path}: `confirm` must be a mapping of {', '.join(CONFIRM_KEYS)}")
+    retrain = data.get("retrain", True)
+    if not isinstance(retrain, bool):
+        raise ValueError(f"{path}: confirm.retrain must be true or false, not {retrain!r}")
+    try:
+        check_counts(data.get("top_k"), data.get("seeds"), retrain)
+    except ValueError as error:
+        raise ValueError(f"{path}: confirm: {str(error).replace('--top-k', 'top_k').replace('--seeds', 'seeds').replace('--no-retrain', 'retrain: false')}") from None
+    return ConfirmStage(int(data["top_k"]), data.get("seeds"), retrain)
 
 
 def _budgets(data: object, stages: list[Stage], path: Path) -> tuple[tuple[str, float], ...]:

@@ -29,7 +29,7 @@ from analysis.readers.synthetic import write_multirun, write_run
 from chain.__main__ import budget_lines
 from chain.__main__ import main as chain_main
 from chain.plan import StagePlan, UserOverrides, compose_stage, plan_stage, winner_lookup
-from chain.stages import load_chain
+from chain.stages import ConfirmStage, load_chain
 from grpo.run.driver import DRIVER_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,6 +105,16 @@ def test_chain_follows_the_assignment() -> None:
      "stages[0] (lr_sweep): `race_max_seeds` must be an integer >= 2"),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n    off_policy_only: \"no\"\n",
      "stages[0] (lr_sweep): `off_policy_only` must be true or false, not 'no'"),
+    ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  top_k: 0\n  seeds: 2\n",
+     "confirm: top_k is 0; give how many configs of the sweep's ranking to confirm, at least 1"),
+    ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  top_k: 1\n  seeds: 0\n",
+     "confirm: seeds is 0; give how many fresh seeds"),
+    ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  top_k: 1\n  seeds: 2\n  retrain: false\n",
+     "confirm: seeds with retrain: false: the sweep's own final models are evaluated"),
+    ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  top: 1\n",
+     "`confirm` must be a mapping of top_k, seeds, retrain"),
+    ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirms: {}\n",
+     "unknown key(s) confirms; a chain has stages, budgets and confirm"),
 ])
 def test_a_bad_chain_names_the_key(tmp_path: Path, text: str, error: str) -> None:
     (tmp_path / "chain").mkdir()
@@ -113,6 +123,20 @@ def test_a_bad_chain_names_the_key(tmp_path: Path, text: str, error: str) -> Non
     with pytest.raises(ValueError, match=error.replace("(", r"\(").replace(")", r"\)")
                        .replace("[", r"\[").replace("]", r"\]")):
         load_chain("bad", tmp_path)
+
+
+def test_a_chain_may_end_with_a_confirmation_of_its_last_stage(tmp_path: Path) -> None:
+    (tmp_path / "chain").mkdir()
+    (tmp_path / "experiment").symlink_to(ROOT / "conf" / "experiment")
+    (tmp_path / "chain" / "c.yaml").write_text(
+        "stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n"
+        "confirm:\n  top_k: 2\n  seeds: 3\n")
+    assert load_chain("c", tmp_path).confirm == ConfirmStage(2, 3, True)
+    (tmp_path / "chain" / "c.yaml").write_text(
+        "stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n"
+        "confirm:\n  top_k: 1\n  retrain: false\n")
+    assert load_chain("c", tmp_path).confirm == ConfirmStage(1, None, False)
+    assert load_chain("cs336").confirm is None, "the assignment's chain ends at its last study"
 
 
 def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:

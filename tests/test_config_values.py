@@ -144,6 +144,32 @@ BAD_VALUES: list[tuple[str, Mapping[str, Any] | Files, str]] = [
      "model.warmup_target_accuracy=1.5 is out of range"),
     ("max_operand_negative", {"data.max_operand": -1}, "data.max_operand=-1 is out of range"),
     ("toy_train_size_zero", {"data.train_size": 0}, "data.train_size=0 is out of range"),
+    ("holdout_string", {"data.holdout_size": "some"}, "data.holdout_size='some' is not a number"),
+    ("holdout_negative", {"data.holdout_size": -1}, "data.holdout_size=-1 is out of range"),
+    ("holdout_every_pair", {"data.holdout_size": 25}, "data=toy: data.holdout_size=25: hold out "
+     "0 to 24 of the 25 toy pairs (at least one must be left to train on)"),
+    ("confirm_string", {"confirm.enabled": "yes"}, "confirm.enabled='yes' is not true or false"),
+    ("confirm_examples_nan", {"confirm.enabled": True, "data.holdout_size": 8,
+                              "confirm.n_examples": float("nan")},
+     "confirm.n_examples=nan is not an integer"),
+    ("confirm_examples_inf", {"confirm.n_examples": float("inf")},
+     "confirm.n_examples=inf is not an integer"),
+    ("confirm_examples_zero", {"confirm.n_examples": 0}, "confirm.n_examples=0 is out of range"),
+    ("confirm_samples_string", {"confirm.samples_per_problem": "four"},
+     "confirm.samples_per_problem='four' is not a number"),
+    ("confirm_samples_zero", {"confirm.samples_per_problem": 0},
+     "confirm.samples_per_problem=0 is out of range"),
+    ("confirm_samples_greedy", {"confirm.samples_per_problem": 4},
+     "confirm.samples_per_problem=4: greedy evaluation (eval.temperature=0) samples the same "
+     "response every time"),
+    ("confirm_nothing_held_out", {"confirm.enabled": True}, "confirm.enabled=true: "
+     "data.holdout_size=0: the toy task holds out no pair; a confirmation needs a sweep trained "
+     "with data.holdout_size=N"),
+    ("confirm_pass_at_another_k", {"confirm.enabled": True, "data.holdout_size": 8,
+                                   "eval.temperature": 1.0, "eval.samples_per_problem": 4,
+                                   "analysis.metric": "pass@k", "confirm.samples_per_problem": 2},
+     "confirm.samples_per_problem=2 with analysis.metric=pass@k: the selection's pass@k is at "
+     "k=eval.samples_per_problem=4"),
     ("cliprange_one", {"loss": "grpo_clip", "loss.cliprange": 1.0},
      "loss.cliprange=1.0 is out of range"),
     ("cliprange_zero", {"loss": "grpo_clip", "loss.cliprange": 0},
@@ -232,6 +258,16 @@ BAD_FILES: list[tuple[str, Files, str]] = [
      "{dir}/validation.jsonl holds no records"),
     ("data_no_validation_file", data(validation=None), "data.validation_path="
      "{dir}/validation.jsonl does not exist"),
+    ("confirm_nothing_after_the_evaluated", lambda folder: {
+        **data()(folder), "confirm.enabled": True, "eval.n_examples": 2},
+     "confirm.enabled=true: no held-out problem: data.validation_path={dir}/validation.jsonl "
+     "holds no problem after the first eval.n_examples=2 the evaluation reads"),
+    ("confirm_a_repeated_problem", lambda folder: {
+        **data(validation=GOOD + record("3+3", "6") + record("2+3", "5"))(folder),
+        "confirm.enabled": True, "eval.n_examples": 2},
+     "confirm.enabled=true: 1 of the 2 held-out problems are also validation problems the "
+     "evaluation reads (the same question and answer, e.g. {dir}/validation.jsonl:4): they "
+     "would not be held out"),
     ("data_line_too_long", data(GOOD + record("1" * (10 << 20))),
      "data=math: {dir}/train.jsonl:3: the line is 10485791 bytes; a problem may take at most 1048576"),
     ("data_prompt_too_long", data(GOOD + record("1" * (ROOM - TOY_PROMPT_TOKENS + 1))),
@@ -256,6 +292,8 @@ GOOD_VALUES: list[tuple[str, Mapping[str, Any]]] = [
                          "optimizer.max_grad_norm": None, "eval.n_saved_samples": 0,
                          "model.warmup_target_accuracy": None}),
     ("min_new_equals_max", {"sampling.min_new_tokens": 8}),
+    ("confirm_held_out_pairs", {"confirm.enabled": True, "data.holdout_size": 24,
+                                "confirm.n_examples": 100_000}),
     ("group_of_two", {"group_size": 2}),
     ("group_of_one_without_baseline", {"group_size": 1, "loss": "no_baseline"}),
     ("seed_bounds", {"seed": 0, "model.build_seed": 2**32 - 1}),
@@ -276,6 +314,9 @@ GOOD_FILES: list[tuple[str, Files]] = [
     ("prompt_fills_the_room", data(GOOD + record("1" * (ROOM - TOY_PROMPT_TOKENS)))),
     ("answer_from_solution", data(GOOD + json.dumps({"problem": "3+4", "solution": "\\boxed{7}"})
                                   + "\n")),
+    ("confirm_after_the_evaluated", lambda folder: {
+        **data(validation=GOOD + record("3+3", "6"))(folder), "confirm.enabled": True,
+        "eval.n_examples": 2}),
 ]
 
 
@@ -398,6 +439,9 @@ def numeric_keys(with_null: bool = False) -> set[str]:
             where, node = stack.pop()
             for name, value in node.items():
                 key = f"{where}{name}"
+                if isinstance(value, str) and re.fullmatch(r"\$\{[\w.]+\}", value):
+                    value = OmegaConf.select(OmegaConf.load(ROOT / "conf" / "config.yaml"),
+                                             value[2:-1], default=value)  # a default of another key's
                 if isinstance(value, dict):
                     if key not in ("hydra", "defaults"):
                         stack.append((f"{key}.", value))

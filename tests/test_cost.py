@@ -51,6 +51,12 @@ def test_a_job_costs_its_steps_and_evaluations_on_its_gpus() -> None:
     on_policy = job_cost(job_config("reinforce_with_baseline", epochs=1, gpus=0), RATES, 1024)
     assert on_policy.step_seconds == pytest.approx(256 * 0.1 + 256 * 0.05 + 1.0)
     assert on_policy.unit == "CPU-hours" and on_policy.per_hour == 8
+    # a confirmation: 500 held-out problems x 2 responses once, after the last step
+    confirms = job_cost(job_config(confirm={"samples_per_problem": 2}), RATES, 1024, n_heldout=500)
+    assert confirms.seconds == pytest.approx(cost.seconds + 500 * 2 * 0.1)
+    assert confirms.seconds_at(49) == pytest.approx(cost.seconds_at(49))
+    assert "11 evaluations x 102 s of 1024 problems x 1 response + a confirmation of 100 s of " \
+        "held-out 500 problems x 2 responses, 2 GPUs)" in confirms.describe()
 
 
 @pytest.mark.parametrize("loss", ["grpo_clip", "grpo_clip_higher", "grpo_no_clip", "gspo", "cispo"])

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from grpo.data.datasets import Example, PromptSampler, load_examples, toy_examples
+from grpo.data.datasets import (
+    HELDOUT,
+    Example,
+    PromptSampler,
+    load_examples,
+    run_data_config,
+    toy_examples,
+)
+from grpo.data.toy_task import toy_holdout
 
 
 def math_cfg(train_path: Path, validation_path: Path | None = None, **extra) -> dict:
@@ -103,6 +111,37 @@ def test_toy_splits() -> None:
     assert load_examples(cfg, "train") == train
     assert load_examples({**cfg, "seed": 1}, "train") != train
     assert len(load_examples({"name": "toy", "max_operand": 9}, "validation")) == 100
+
+
+def test_the_toy_holds_out_a_fixed_pool_it_neither_trains_nor_evaluates_on() -> None:
+    plain = {"name": "toy", "max_operand": 4, "train_size": 103}
+    held_cfg = run_data_config({**plain, "holdout_size": 8}, 1024, 1024)
+    held = load_examples(held_cfg, HELDOUT)
+    validation, train = (load_examples(held_cfg, split) for split in ("validation", "train"))
+    # the pool: 8 of the 25 pairs, the same for every run (a fixed choice, in (a, b) order)
+    assert [e.question for e in held] == ["0+2", "0+4", "1+0", "1+3", "3+2", "3+4", "4+0", "4+3"]
+    assert len(validation) == 17 and validation == [e for e in toy_examples(4) if e not in held]
+    assert not set(held) & set(train) and set(train) == set(validation)
+    # confirm.n_examples caps the pool; the evaluation's own size does not touch it
+    assert load_examples(run_data_config({**plain, "holdout_size": 8}, 5, 3), HELDOUT) == held[:3]
+    assert load_examples(run_data_config({**plain, "holdout_size": 8}, 5, 3), "validation") == validation[:5]
+    # none held out (the default): every pair trains and is evaluated, the training draws as before
+    assert load_examples(plain, HELDOUT) == []
+    assert load_examples({**plain, "holdout_size": 0}, "train") == load_examples(plain, "train")
+    assert toy_holdout(list(range(25)), 0) == (list(range(25)), [])
+    with pytest.raises(ValueError, match=r"data\.holdout_size=25: hold out 0 to 24 of the 25 toy pairs"):
+        load_examples({**plain, "holdout_size": 25}, "train")
+
+
+def test_math_holds_out_the_validation_problems_after_those_evaluated(tmp_path: Path) -> None:
+    records = [{"problem": f"q{i}", "answer": str(i)} for i in range(10)]
+    path = write_jsonl(tmp_path / "v.jsonl", records)
+    cfg = run_data_config(math_cfg(path), 4, 3)
+    assert [e.question for e in load_examples(cfg, "validation")] == ["q0", "q1", "q2", "q3"]
+    assert [e.question for e in load_examples(cfg, HELDOUT)] == ["q4", "q5", "q6"]
+    assert [e.question for e in load_examples(run_data_config(math_cfg(path), 4, 100), HELDOUT)] \
+        == [f"q{i}" for i in range(4, 10)]
+    assert load_examples(run_data_config(math_cfg(path), 10, 5), HELDOUT) == []
 
 
 def test_sampler_visits_each_example_once_per_epoch() -> None:

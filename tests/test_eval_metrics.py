@@ -64,6 +64,42 @@ def test_outcomes_keep_counts_and_recompute_every_metric(tmp_path: Path) -> None
     assert old.per_problem("pass@k") is None and "pass@k" not in old.means()
 
 
+def test_an_outcome_file_names_each_problem_by_its_fingerprint(tmp_path: Path) -> None:
+    """Each problem's fingerprint (its question and answer) is kept problem by problem, so two
+    sets of problems can be compared one problem at a time; a crafted list is refused naming it."""
+    from grpo.data.datasets import Example
+    from grpo.run.outcomes import (
+        CONFIRM_DIR,
+        checked_outcomes,
+        problem_fingerprint,
+        problem_fingerprints,
+        shared_problems,
+    )
+
+    problems = [Example("1+2", "3"), Example("2+1", "3"), Example("1+2", "4")]
+    prints = problem_fingerprints(problems)
+    assert len(set(prints)) == 3 and all(len(p) == 16 for p in prints)
+    assert problem_fingerprint(Example("1+2", "3", source="elsewhere:9")) == prints[0]
+    assert shared_problems(prints, problem_fingerprints([Example("2+1", "3"), Example("9", "9")])) \
+        == [prints[1]]
+    outcomes = EvalOutcomes(4, 1, "c" * 64, (1.0, 0.0, 1.0), (1, 0, 1), (1.0, 0.0, 1.0), prints)
+    write_outcomes(tmp_path, outcomes, CONFIRM_DIR)
+    assert read_outcomes(tmp_path, 4) is None, "a confirmation is not an evaluation"
+    assert read_outcomes(tmp_path, 4, CONFIRM_DIR) == outcomes
+    path = tmp_path / CONFIRM_DIR / "step_000004.json"
+    data = json.loads(path.read_text())
+    for crafted, words in ((prints[:2], "problems is not a list of 3 fingerprints (one per reward)"),
+                           ([prints[0], "XYZ", prints[2]], "problems[1]='XYZ' is not a problem's "
+                            "fingerprint (16 hex digits)"),
+                           ([prints[0], 7, prints[2]], "problems[1]=7 is not a problem's "
+                            "fingerprint (16 hex digits)")):
+        path.write_text(json.dumps({**data, "problems": crafted}))
+        assert checked_outcomes(tmp_path, 4, CONFIRM_DIR) == words
+    del data["problems"]  # a file from before fingerprints: still read, problems unknown
+    path.write_text(json.dumps(data))
+    assert read_outcomes(tmp_path, 4, CONFIRM_DIR).problems is None
+
+
 def _toy_answer(response: str) -> str:
     """The hand count's reading of a toy answer: the text of the last <answer> pair, as an int."""
     close = response.rfind("</answer>")

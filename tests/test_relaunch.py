@@ -84,10 +84,29 @@ def test_a_completed_run_is_over_only_with_its_final_model_where_the_config_save
     assert run_over(tmp_path, saves) is None
 
 
+def test_a_completed_run_that_confirms_is_over_only_with_its_confirmation(tmp_path: Path) -> None:
+    from grpo.run.outcomes import CONFIRM_DIR, EvalOutcomes, write_outcomes
+
+    (tmp_path / "status.json").write_text(json.dumps(status("completed")))
+    confirms = Launch(STEPS, False, False, confirms=2)
+    assert run_over(tmp_path, PLAIN) is not None
+    assert run_over(tmp_path, confirms) is None, "no confirmation: a launch confirms its final policy"
+    write_outcomes(tmp_path, EvalOutcomes(STEPS - 1, 2, "d" * 64, (0.5,), (1,)), CONFIRM_DIR)
+    assert run_over(tmp_path, confirms) is None, "a confirmation of another step"
+    write_outcomes(tmp_path, EvalOutcomes(STEPS, 1, "d" * 64, (1.0,), (1,)), CONFIRM_DIR)
+    assert run_over(tmp_path, confirms) is None, "one of another confirm.samples_per_problem"
+    write_outcomes(tmp_path, EvalOutcomes(STEPS, 2, "d" * 64, (0.5,), (1,)), CONFIRM_DIR)
+    assert run_over(tmp_path, confirms) is not None
+    (tmp_path / "status.json").write_text(json.dumps(status("collapsed", 2)))
+    assert run_over(tmp_path, confirms) is not None, "a collapsed run stays as it is"
+
+
 def test_launch_of_reads_a_composed_config_and_names_what_a_record_lacks() -> None:
     cfg = {"n_grpo_steps": 7, "pruning": {"name": "successive_halving"},
            "checkpoint": {"save_final_model": False}}
     assert Launch.of(cfg) == Launch(7, True, False)
+    assert Launch.of({**cfg, "confirm": {"enabled": True, "samples_per_problem": 4}}).confirms == 4
+    assert Launch.of({**cfg, "confirm": {"enabled": False, "samples_per_problem": 4}}).confirms is None
     assert Launch.of({**cfg, "pruning": {"name": "off"}}).prunes is False
     with pytest.raises(ValueError, match="n_grpo_steps, pruning.name or checkpoint.save_final_model"):
         Launch.of({"n_grpo_steps": 7})

@@ -73,6 +73,33 @@ def test_short_run_writes_every_metric_status_and_samples(tiny_model_dir: Path, 
     assert_wandb_holds_the_metrics(tmp_path)
 
 
+def test_a_confirmation_evaluates_the_final_policy_on_held_out_problems_once(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """confirm.enabled: after the last step the final policy is evaluated on the held-out pairs,
+    into confirm_outcomes/ (each problem's fingerprint, none of them an evaluated one's), nothing
+    logged; launched again, the run trains nothing; with its confirmation lost, it confirms again
+    from its last checkpoint and trains nothing."""
+    from grpo.data.datasets import HELDOUT, load_examples, run_data_config
+    from grpo.run.outcomes import CONFIRM_DIR, problem_fingerprints
+
+    cfg = toy_config(tiny_model_dir, "n_grpo_steps=3", "eval.eval_every=3", "data.holdout_size=8",
+                     "confirm.enabled=true", "logging.wandb_mode=disabled")
+    assert train(cfg, tmp_path)["status"] == "completed"
+    confirmed = read_outcomes(tmp_path, 3, CONFIRM_DIR)
+    pool = load_examples(run_data_config({"name": "toy", "holdout_size": 8}, 1024, 1024), HELDOUT)
+    assert confirmed.problems == problem_fingerprints(pool)
+    assert len(confirmed.reward) == 8 and confirmed.samples_per_problem == 1
+    evaluated = read_outcomes(tmp_path, 3)
+    assert len(evaluated.reward) == 17 and not set(evaluated.problems) & set(confirmed.problems)
+    assert not any(k.startswith("confirm") for r in read_metrics(tmp_path) for k in r)
+    logged = (tmp_path / "metrics.jsonl").read_text()
+    assert train(cfg, tmp_path)["status"] == "completed"  # over: nothing loaded or written
+    (tmp_path / CONFIRM_DIR / "step_000003.json").unlink()
+    assert train(cfg, tmp_path)["status"] == "completed"
+    assert read_outcomes(tmp_path, 3, CONFIRM_DIR) == confirmed, "the same policy, the same seeds"
+    assert (tmp_path / "metrics.jsonl").read_text() == logged
+
+
 def test_step_zero_is_the_evaluation_of_the_initial_policy(tiny_model_dir: Path, tmp_path: Path) -> None:
     """The step-0 row equals an evaluation of the untrained model made outside the run, and
     differs from the evaluations after updates (a high learning rate moves the policy)."""

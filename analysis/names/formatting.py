@@ -4,6 +4,7 @@ value), and how a swept value is written in a config label and ordered, without 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 MISSING = "–"
@@ -80,3 +81,11 @@ def fmt_difference_interval(lo: float, hi: float) -> str:
         return MISSING
     lo, hi, note = difference_interval(lo, hi)
     return f"[{lo:+.3f}, {hi:+.3f}]" + (f" ({note})" if note else "")
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-flavoured markdown table."""
+    def line(cells: Sequence[Any]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(header), line(["---"] * len(header)), *map(line, rows)])

@@ -37,8 +37,10 @@ from analysis.names.formatting import (
     fmt_duration,
     fmt_number,
     is_missing,
+    markdown_table,
 )
 from analysis.names.metric_names import metric_name
+from analysis.outputs.confirmed import confirmed_section
 from analysis.outputs.curves import SweepCurves, compare_with, first_reaching
 from analysis.readers.collect import LABEL, Collection
 from analysis.readers.jobs import read_jobs
@@ -53,14 +55,6 @@ from grpo.run.outcomes import DEFAULT_METRIC
 # the CS336 handout's deliverable: "a model that achieves validation accuracy of at least 25%
 # on MATH"; validation accuracy is eval/reward (1 only when formatted and correct)
 ACCURACY_BAR = 0.25
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub-flavoured markdown table."""
-    def line(cells: Sequence[Any]) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-
-    return "\n".join([line(header), line(["---"] * len(header)), *map(line, rows)])
 
 
 def _ranges(collection: Collection) -> list[str]:
@@ -580,6 +574,7 @@ def build_report(collection: Collection, report_dir: Path,
         _unusable(collection, ranking),
         _best(collection, ranking),
         _comparisons(ranking),
+        *([confirmed] if (confirmed := confirmed_section(collection, ranking)) else []),
         _effects(ranking),
         _bar(collection, ranking, bar),
         _comparison(collection),

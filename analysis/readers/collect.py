@@ -337,11 +337,18 @@ def read_swept(sweep_dir: Path) -> dict[str, list[str]] | None:
     return {key: values for key, values in final.items() if values is not None}
 
 
+CONFIRM_RECORD = "confirm.json"
+"""A confirmation's record (:mod:`analysis.readers.confirmation`): the sweep directory holding it
+confirms another sweep's pick."""
+
+
 def find_latest_sweep(outputs: Path) -> Path:
     """The sweep directory whose ``multirun.yaml`` was written last: ``outputs`` itself, or a
-    directory one (``<experiment>``) or two (``<experiment>/<timestamp>``) levels below it."""
+    directory one (``<experiment>``) or two (``<experiment>/<timestamp>``) levels below it; never
+    a confirmation (it holds :data:`CONFIRM_RECORD`): it is no study's sweep, and the latest
+    sweep of a study (its report, a chain's pick) is the one it confirms."""
     candidates = [p for pattern in ("multirun.yaml", "*/multirun.yaml", "*/*/multirun.yaml")
-                  for p in outputs.glob(pattern)]
+                  for p in outputs.glob(pattern) if not (p.parent / CONFIRM_RECORD).exists()]
     if not candidates:
         raise FileNotFoundError(f"no sweep (a directory with multirun.yaml) under {outputs}")
     return max(candidates, key=lambda p: p.stat().st_mtime).parent

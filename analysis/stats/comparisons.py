@@ -112,6 +112,10 @@ class Estimate:
     seed_sd: float = math.nan
     """The sd of the config's own seeds (NaN with one seed): its interval rests on the larger of
     it and the sweep's pooled one (:func:`config_variance`)."""
+    variance: float = math.nan
+    """The variance of ``mean`` the interval rests on (seeds and problems, before the interval is
+    cut to the 0-1 range; NaN: no interval): what a difference of two estimates adds
+    (:func:`difference`)."""
 
     def interval(self) -> str:
         """``[0.381, 0.443]``, or empty where there is none."""
@@ -181,7 +185,39 @@ def estimate(config: ConfigData, seeds: SeedVariance,
     variance = sum(v for v, _ in terms)
     df = variance ** 2 / sum(v ** 2 / d for v, d in terms)
     half = t_quantile(df) * math.sqrt(variance)
-    return Estimate(mean, max(mean - half, 0.0), min(mean + half, 1.0), s, config.n_problems, df, own)
+    return Estimate(mean, max(mean - half, 0.0), min(mean + half, 1.0), s, config.n_problems, df,
+                    own, variance)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``a`` minus ``b`` of two independent estimates: the difference, its 95% interval
+    ``[lo, hi]`` (NaN: none) and Satterthwaite's ``df``."""
+
+    diff: float
+    lo: float
+    hi: float
+    df: float = math.nan
+
+    def describe(self) -> str:
+        """``+0.051 [-0.012, +0.114]`` (``+0.051 [no interval]``)."""
+        if math.isnan(self.lo):
+            return f"{self.diff:+.3f} [no interval]"
+        return f"{self.diff:+.3f} {fmt_difference_interval(self.lo, self.hi)}"
+
+
+def difference(a: Estimate, b: Estimate) -> Difference:
+    """``a.mean - b.mean`` with a 95% interval carrying both estimates' noise: their variances
+    added (independent measurements: other seeds, other problems; where they share seeds, the
+    sum errs on the wide side for positively correlated ones), on Satterthwaite's df of the two;
+    no interval where either has none."""
+    diff = a.mean - b.mean + 0.0
+    if not (a.variance > 0 and b.variance > 0 and a.df > 0 and b.df > 0):
+        return Difference(diff, math.nan, math.nan)
+    variance = a.variance + b.variance
+    df = variance ** 2 / (a.variance ** 2 / a.df + b.variance ** 2 / b.df)
+    half = t_quantile(df) * math.sqrt(variance)
+    return Difference(diff, diff - half, diff + half, df)
 
 @dataclass(frozen=True)
 class PairTest:

@@ -114,6 +114,8 @@ TEXT_RULES = {
     "analysis.seed_variance_from": TextRule("the sweep whose seed variance is borrowed", **PATH,
                                             nullable=True, note="null = borrow nothing"),
     "analysis.metric": TextRule("what the analysis reads of each evaluation", tuple(OUTCOME_METRICS)),
+    "confirm.policy_from": TextRule("the run whose final model is confirmed", **PATH, nullable=True,
+                                    note="null = train the policy, then confirm it"),
     "logging.wandb_project": TextRule("the wandb project", max_chars=128),
     "cluster.partition": TextRule("the SLURM partition", **NAME, nullable=True,
                                   note="null = the cluster's default"),
@@ -267,6 +269,9 @@ RULES: dict[str, Rule] = {
     "eval.temperature": _number("the evaluation sampling temperature", 0, MAX_TEMPERATURE, note="0 = greedy"),
     "eval.top_p": _number("the evaluation nucleus sampling mass", 0, 1, **PROBABILITY_MASS),
     "eval.n_saved_samples": _int("the number of saved evaluation responses", 0),
+    "confirm.enabled": _flag("confirm.enabled"),
+    "confirm.n_examples": _int("the most held-out problems a confirmation evaluates", 1, 100_000),
+    "confirm.samples_per_problem": _int("the number of responses sampled per held-out problem", 1, 64),
     "checkpoint.checkpoint_every": _int("the checkpoint interval in GRPO steps", 1,
                                         note="runs also checkpoint at the end and on signals"),
     "checkpoint.keep_last": _int("the number of checkpoints kept", 1),
@@ -289,6 +294,8 @@ RULES: dict[str, Rule] = {
     # conf/data/
     "data.max_operand": _int("the toy task's largest operand", 0, 99),
     "data.train_size": _int("the number of training questions", 1, 1_000_000),
+    "data.holdout_size": _int("the toy pairs held out of training and evaluation", 0, 9_999,
+                              note="0 = none; a confirmation evaluates them"),
     # conf/cluster/
     "cluster.gpus_per_job": _int("the GPUs per job", 0, note="0 = CPU only"),
     "cluster.cpus_per_job": _int("the CPU cores per job", 1),
@@ -423,6 +430,34 @@ def _replaced_sections(tree: dict) -> list[str]:
             f"instead, e.g. {key}=..." for section, (value, key) in replaced.items()]
 
 
+_ALIAS = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_.]*)\}")
+"""A value that is another key's value (`${eval.n_examples}`), as a default may be."""
+
+
+def _alias_of_ruled(tree: dict, key: str, rule: Rule) -> bool:
+    """Whether `key`'s value is another key's (`${eval.n_examples}`) whose rule allows the same
+    values: that key's line says what is wrong with it, once (not twice, for the value and its
+    alias)."""
+    value = _raw(tree, key)
+    found = _ALIAS.fullmatch(value) if isinstance(value, str) else None
+    source = RULES.get(found[1]) if found is not None and found[1] != key else None
+
+    def bounds(r: Rule) -> tuple:
+        return r.kind, r.low, r.high, r.low_open, r.high_open, r.nullable, r.length
+
+    return source is not None and bounds(source) == bounds(rule)
+
+
+def _raw(tree: dict, key: str) -> Any:
+    """The unresolved value at dotted `key` of `tree` (None where there is none)."""
+    node: Any = tree
+    for name in key.split("."):
+        if not isinstance(node, dict) or name not in node:
+            return None
+        node = node[name]
+    return node
+
+
 def value_errors(cfg: DictConfig) -> list[str]:
     """One line per key of `cfg` whose value breaks its rule (see the module docstring), or per
     section of keys replaced by null or a value (then nothing else is checked)."""
@@ -453,7 +488,7 @@ def value_errors(cfg: DictConfig) -> list[str]:
         if key in TEXT_RULES:
             continue  # checked below
         rule = rule_for(key)
-        if rule is None:
+        if rule is None or _alias_of_ruled(tree, key, rule):
             continue
         value = read(key, rule)
         if value is _NOT_PLAIN:
@@ -482,10 +517,13 @@ def value_errors(cfg: DictConfig) -> list[str]:
             errors.append(f"{key}={value}: a temperature below {MIN_POSITIVE_TEMPERATURE} makes the "
                           f"logits overflow; set {key}=0 for greedy decoding, or at least "
                           f"{MIN_POSITIVE_TEMPERATURE}")
-    samples = OmegaConf.select(cfg, "eval.samples_per_problem", default=None)
-    if (isinstance(samples, int) and not isinstance(samples, bool) and samples > 1
-            and OmegaConf.select(cfg, "eval.temperature", default=None) == 0):
-        errors.append(f"eval.samples_per_problem={samples}: greedy evaluation (eval.temperature=0) "
-                      "samples the same response every time; set eval.samples_per_problem=1, or "
-                      "eval.temperature=1.0 to sample several")
+    for key in ("eval.samples_per_problem", "confirm.samples_per_problem"):
+        samples = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+        if key != "eval.samples_per_problem" and _alias_of_ruled(tree, key, RULES[key]):
+            continue  # its source's line says it
+        if (isinstance(samples, int) and not isinstance(samples, bool) and samples > 1
+                and OmegaConf.select(cfg, "eval.temperature", default=None) == 0):
+            errors.append(f"{key}={samples}: greedy evaluation (eval.temperature=0) samples the "
+                          f"same response every time; set {key}=1, or eval.temperature=1.0 to "
+                          "sample several")
     return errors

@@ -22,10 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo.config.rules import COST_RATES, value_errors
 from grpo.core.specs import CORRECTION_WEIGHS, LENGTH_NORMALIZATIONS, LOSS_SPECS
-from grpo.data.datasets import SPLITS, Example, load_examples, run_data_config
+from grpo.data.datasets import HELDOUT, SPLITS, Example, load_examples, run_data_config
 from grpo.data.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, format_prompt, load_prompt_template
 from grpo.models.specs import BUILDERS, CHARACTERS, PRECISIONS, SMALLEST_SAFE_BF16_TRUE_LR
 from grpo.rollout.specs import ENGINE_SPECS
+from grpo.run.checkpoint_names import FINAL_MODEL
+from grpo.run.outcomes import problem_fingerprints, shared_problems
 from grpo.run.pruning import OFF, PRUNERS, PruningSettings
 from grpo.training.batch_plan import BatchPlan
 
@@ -493,6 +495,80 @@ def _check_pruning(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> No
             f"n_grpo_steps={cfg.n_grpo_steps}: no run will be stopped; lower pruning.min_resource")
 
 
+@lru_cache(maxsize=4)
+def _read_heldout(data_json: str, stamps: tuple) -> list[Example]:
+    return load_examples(json.loads(data_json), HELDOUT)
+
+
+def load_heldout(cfg: DictConfig) -> list[Example]:
+    """The run's held-out problems (a confirmation's, `confirm.n_examples` at most) as the
+    trainer reads them (`grpo.data.datasets.HELDOUT`), cached while the files are unchanged.
+
+    Raises:
+        OSError, ValueError: unreadable or malformed data; the message names file and line.
+    """
+    data_cfg = run_data_config(OmegaConf.to_container(cfg.data, resolve=True),
+                               int(cfg.eval.n_examples), int(cfg.confirm.n_examples))
+    stamps = tuple(_file_stamp(data_cfg.get(f"{split}_path")) for split in SPLITS)
+    return _read_heldout(json.dumps(data_cfg, sort_keys=True), stamps)
+
+
+K_METRICS = ("pass@k", "maj@k")
+"""The metrics of `grpo.run.outcomes.OUTCOME_METRICS` whose value depends on k, the responses per
+problem: a confirmation of one is at the selection's k."""
+
+
+def _check_confirm(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    """A confirmation (`confirm.enabled`) has held-out problems, none of them a validation
+    problem the evaluation reads (problem by problem: the same question and answer), and for a
+    metric that depends on k the selection's k."""
+    source = cfg.confirm.get("policy_from")
+    if source is not None and not cfg.confirm.enabled:
+        report.errors.append(f"confirm.policy_from={source} with confirm.enabled=false: a run's "
+                             "final model is read only to confirm it; set confirm.enabled=true, "
+                             "or confirm.policy_from=null")
+    if source is not None and not (Path(str(source)) / FINAL_MODEL / "config.json").is_file():
+        report.errors.append(f"confirm.policy_from={source} holds no {FINAL_MODEL}/config.json: "
+                             "name the directory of a completed run that saved its final model "
+                             "(checkpoint.save_final_model=true)")
+    if not cfg.confirm.enabled:
+        return
+    metric = str(cfg.analysis.metric)
+    k, k_eval = int(cfg.confirm.samples_per_problem), int(cfg.eval.samples_per_problem)
+    if metric in K_METRICS and k != k_eval:
+        report.errors.append(
+            f"confirm.samples_per_problem={k} with analysis.metric={metric}: the selection's "
+            f"{metric} is at k=eval.samples_per_problem={k_eval}, and at another k the "
+            f"confirmation would measure another metric; set confirm.samples_per_problem={k_eval}")
+    try:
+        heldout = load_heldout(cfg)
+        validation = load_splits(cfg)["validation"]
+    except (OSError, ValueError):
+        return  # the data check says why
+    if not heldout:
+        if cfg.data.name == "toy":
+            report.errors.append(
+                f"confirm.enabled=true: data.holdout_size={cfg.data.get('holdout_size', 0)}: the "
+                "toy task holds out no pair; a confirmation needs a sweep trained with "
+                "data.holdout_size=N (N pairs kept out of its training and evaluation), e.g. "
+                "data.holdout_size=8")
+        else:
+            report.errors.append(
+                f"confirm.enabled=true: no held-out problem: data.validation_path="
+                f"{cfg.data.get('validation_path')} holds no problem after the first "
+                f"eval.n_examples={cfg.eval.n_examples} the evaluation reads; a confirmation "
+                "needs a validation file with more problems than the sweep evaluated")
+        return
+    shared = set(shared_problems(problem_fingerprints(heldout), problem_fingerprints(validation)))
+    if shared:
+        first = next(e for e in heldout if problem_fingerprints([e])[0] in shared)
+        report.errors.append(
+            f"confirm.enabled=true: {len(shared)} of the {len(heldout)} held-out problems are "
+            f"also validation problems the evaluation reads (the same question and answer, e.g. "
+            f"{first.source or repr(first.question[:40])}): they would not be held out; remove "
+            "the repeated problems from the validation file")
+
+
 def _check_analysis(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     """The sweep a seed variance is borrowed from exists (its verdicts are checked when the
     analysis reads it: what makes it usable is only known once its runs have trained)."""
@@ -539,7 +615,7 @@ def check_config(cfg: DictConfig) -> ConfigReport:
     if report.errors:
         return report
     checks = (_check_loss, _check_sampling, _check_prompt, _check_model, _check_precision, _check_data,
-              _check_tiny_tokenizer, _check_rollout, _check_staleness, _check_pruning, _check_cost,
+              _check_confirm, _check_tiny_tokenizer, _check_rollout, _check_staleness, _check_pruning, _check_cost,
               _check_analysis, _check_prompt_lengths)
     for check in checks:
         try:

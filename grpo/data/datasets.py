@@ -4,12 +4,18 @@ resumable, seeded sampler of training batches.
 `data_cfg` keys (an OmegaConf DictConfig or any mapping):
   name: `math` | `toy`
   validation_size: the validation split is cut to its first N examples (default 1024)
+  heldout_size: the held-out split (`HELDOUT`, a confirmation's problems) has at most N (default 0)
   math: train_path, validation_path (jsonl, one problem per line), question_field (default
     `problem`), answer_field (default `answer`), solution_field (default `solution`; its last
     \\boxed{...} is the answer when a record has no answer field), train_size (optional cap: the
     first N training records; default all)
   toy: max_operand (default 4), train_size (default 10000), seed (default 0: the fixed shuffle
-    of the training cycle)
+    of the training cycle), holdout_size (default 0: the pairs kept out of training and
+    validation for the held-out split, `grpo.data.toy_task.toy_holdout`)
+
+The held-out split: MATH's validation problems after the first `validation_size` (the ones the
+evaluation reads), up to `heldout_size` of them; the toy's held-out pool, up to `heldout_size`.
+Neither is trained on nor evaluated by a run's evaluations.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.data.toy_task import toy_pairs
+from grpo.data.toy_task import toy_holdout, toy_pairs
 from grpo.grading.rewards import extract_boxed_answer
 
 SPLITS = ("train", "validation")
+HELDOUT = "heldout"
+"""The split of a confirmation's problems (`confirm.n_examples`), disjoint from both `SPLITS`."""
 DEFAULT_VALIDATION_SIZE = 1024
 DEFAULT_TOY_TRAIN_SIZE = 10000
 
@@ -44,11 +52,13 @@ MAX_LINE_BYTES = 1 << 20
 """Longest line of a dataset file: one problem with its solution (MATH's take a few kB)."""
 
 
-def run_data_config(data: Mapping[str, Any], n_examples: int) -> dict[str, Any]:
+def run_data_config(data: Mapping[str, Any], n_examples: int,
+                    heldout_examples: int = 0) -> dict[str, Any]:
     """What :func:`load_examples` reads for a run: its `data` group (resolved) with
     `eval.n_examples` as the validation size (the trainer, the config checks and the dry run's
-    borrowed seed variance read the same problems)."""
-    return {**data, "validation_size": n_examples}
+    borrowed seed variance read the same problems) and, for a confirmation, `confirm.n_examples`
+    as the held-out split's most problems."""
+    return {**data, "validation_size": n_examples, "heldout_size": heldout_examples}
 
 
 def load_examples(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
@@ -56,11 +66,16 @@ def load_examples(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
 
     Training examples come in file order (math) or a fixed shuffled cycle (toy); shuffling for
     training is `PromptSampler`'s job. Validation is the first min(n, validation_size) examples,
-    in file order (math) or (a, b) order (toy).
+    in file order (math) or (a, b) order (toy). The held-out split (`HELDOUT`): see the module
+    docstring.
     """
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    if split not in (*SPLITS, HELDOUT):
+        raise ValueError(f"unknown split {split!r}; expected one of {(*SPLITS, HELDOUT)}")
     name = data_cfg.get("name")
+    size = data_cfg.get("validation_size", DEFAULT_VALIDATION_SIZE)
+    heldout = data_cfg.get("heldout_size", 0)
+    if name == "math" and split == HELDOUT:
+        return _load_math(data_cfg, "validation")[size: size + heldout]
     if name == "math":
         examples = _load_math(data_cfg, split)
     elif name == "toy":
@@ -68,8 +83,8 @@ def load_examples(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
     else:
         raise ValueError(f"unknown data.name {name!r}; expected 'math' or 'toy'")
     if split == "validation":
-        examples = examples[: data_cfg.get("validation_size", DEFAULT_VALIDATION_SIZE)]
-    return examples
+        examples = examples[:size]
+    return examples[:heldout] if split == HELDOUT else examples
 
 
 def toy_examples(max_operand: int = 4) -> list[Example]:
@@ -78,9 +93,13 @@ def toy_examples(max_operand: int = 4) -> list[Example]:
 
 
 def _load_toy(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
-    """Toy split: validation = all distinct pairs; train = `train_size` examples made of
-    back-to-back cycles over all pairs, each cycle in its own seeded random order."""
-    pairs = toy_examples(data_cfg.get("max_operand", 4))
+    """Toy split: validation = all distinct pairs but the held-out pool (`holdout_size` of them,
+    `toy_holdout`); train = `train_size` examples made of back-to-back cycles over the same
+    pairs, each cycle in its own seeded random order; held out = the pool."""
+    pairs, held = toy_holdout(toy_examples(data_cfg.get("max_operand", 4)),
+                              data_cfg.get("holdout_size", 0))
+    if split == HELDOUT:
+        return held
     if split == "validation":
         return pairs
     train_size = data_cfg.get("train_size", DEFAULT_TOY_TRAIN_SIZE)

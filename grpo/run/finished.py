@@ -6,7 +6,9 @@ config would not take it further:
 - `completed` with `last_step` >= the launch's `n_grpo_steps` (a larger `n_grpo_steps` trains it
   on from its last checkpoint), and, where the config saves a final model, a `final_model/` whose
   manifest lists what is there (sizes only, no hashing: a launch of a completed run whose final
-  model is missing or partial writes it again);
+  model is missing or partial writes it again); where it confirms (`confirm.enabled`), a readable
+  confirmation of its last step at the launch's `confirm.samples_per_problem` (a launch of a
+  completed run without one evaluates its final policy on the held-out problems);
 - `pruned` while the launch prunes (`pruning=off` trains it on from the checkpoint of its step);
 - `collapsed` or `diverged` (a health guard stopped it: its last checkpoint is from before the
   stop, and training on from there would meet the same stop; a new run directory trains the
@@ -29,6 +31,7 @@ from typing import Any
 from grpo.run.checkpoint_names import FINAL_MODEL
 from grpo.run.files import MAX_STATUS_BYTES, RunFileError, read_json, typed_status_fields
 from grpo.run.manifest import manifest_problem
+from grpo.run.outcomes import CONFIRM_DIR, read_outcomes
 
 UNSTABLE_STATUSES = ("diverged", "collapsed")
 """Runs a health guard stopped: their curves are no result."""
@@ -49,16 +52,22 @@ class Launch:
     n_grpo_steps: int
     prunes: bool
     saves_final_model: bool
+    confirms: int | None = None
+    """The responses per held-out problem of the launch's confirmation (`confirm.enabled`,
+    `confirm.samples_per_problem`); None: it confirms nothing."""
 
     @classmethod
     def of(cls, cfg: Mapping[str, Any]) -> Launch:
         """The launch of config `cfg` (a composed DictConfig or its resolved plain dict);
-        ValueError where it lacks one of the keys."""
+        ValueError where it lacks one of the keys (a config without `confirm`, from before it
+        existed, confirms nothing)."""
         from grpo.run.pruning import OFF  # optuna: imported where a config is read, not by readers
 
         try:
+            confirm = cfg.get("confirm") or {}
             return cls(int(cfg["n_grpo_steps"]), str(cfg["pruning"]["name"]) != OFF,
-                       bool(cfg["checkpoint"]["save_final_model"]))
+                       bool(cfg["checkpoint"]["save_final_model"]),
+                       int(confirm["samples_per_problem"]) if confirm.get("enabled") else None)
         except (KeyError, TypeError, ValueError) as err:  # a crafted record's config
             raise ValueError(f"a config without a usable n_grpo_steps, pruning.name or "
                              f"checkpoint.save_final_model ({type(err).__name__}: {err})") from None
@@ -111,7 +120,7 @@ def read_run_status(run_dir: Path) -> dict[str, Any] | None:
 def run_over(run_dir: Path, launch: Launch) -> Over | None:
     """The run in `run_dir` if a launch `launch` would train nothing for it (`over_why`; a
     completed run whose config saves a final model also needs a `final_model/` that holds what its
-    manifest lists), else None. Reads only."""
+    manifest lists, and one that confirms its confirmation: `confirmed`), else None. Reads only."""
     status = read_run_status(run_dir)
     why = over_why(status, launch)
     if why is None or status is None:
@@ -119,4 +128,15 @@ def run_over(run_dir: Path, launch: Launch) -> Over | None:
     if status["status"] == "completed" and launch.saves_final_model and manifest_problem(
             run_dir / FINAL_MODEL, ("config.json",), hashes=False) is not None:
         return None
+    if (status["status"] == "completed" and launch.confirms is not None
+            and not confirmed(run_dir, int(status.get("last_step") or 0), launch.confirms)):
+        return None
     return Over(status, why)
+
+
+def confirmed(run_dir: Path, step: int, samples_per_problem: int) -> bool:
+    """Whether the run in `run_dir` holds a readable confirmation of GRPO step `step` (its final
+    policy on the held-out problems, `grpo.run.outcomes.CONFIRM_DIR`) of `samples_per_problem`
+    responses a problem."""
+    found = read_outcomes(run_dir, step, CONFIRM_DIR)
+    return found is not None and found.samples_per_problem == samples_per_problem

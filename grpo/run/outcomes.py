@@ -2,18 +2,25 @@
 evaluation, written atomically by the trainer (a replayed step after a resume rewrites its file),
 read by the analysis to compare configs on the same problems (`analysis.stats.comparisons`).
 
-A file holds `{"step": s, "samples_per_problem": k, "problems_digest": "<sha256>", "reward":
-[r_0, ..., r_{N-1}], "correct": [c_0, ...], "majority": [m_0, ...]}`: `r_i` is problem `i`'s
-mean reward over its `k` responses (problem `i` is the `i`-th example of the validation subset,
-in [0, 1]), `c_i` how many of them were right (reward 1) and `m_i` the reward of their majority
-answer (maj@k, `grpo.grading.majority`); `problems_digest` fingerprints the questions and answers
-evaluated, so that only evaluations of the same problems are paired. Every per-problem metric of
+A file holds `{"step": s, "samples_per_problem": k, "problems_digest": "<sha256>", "problems":
+["<fingerprint>", ...], "reward": [r_0, ..., r_{N-1}], "correct": [c_0, ...], "majority": [m_0,
+...]}`: `r_i` is problem `i`'s mean reward over its `k` responses (problem `i` is the `i`-th
+example of the validation subset, in [0, 1]), `c_i` how many of them were right (reward 1) and
+`m_i` the reward of their majority answer (maj@k, `grpo.grading.majority`); `problems_digest`
+fingerprints the questions and answers evaluated, so that only evaluations of the same problems
+are paired, and `problems` each problem by itself (`problem_fingerprint`), so that two sets of
+problems can be told apart problem by problem (a confirmation's held-out problems share none with
+the evaluations that chose its configs: `shared_problems`). Every per-problem metric of
 `OUTCOME_METRICS` (mean@k, pass@1, pass@k, maj@k) is recomputed from the file
 (`EvalOutcomes.per_problem`); files written before the counts were kept hold only `reward`.
 Reading is bounded and strict: a file too large, not JSON, with a field of the wrong type or
 range, or counts that contradict its rewards (every reward is 0 or 1, so `r_i = c_i / k`) is no
 record (`read_outcomes` returns None; `checked_outcomes` says which field, the analysis prints it),
 never a crash of the analysis.
+
+A run's **confirmation** (`confirm.enabled`, `python -m analysis confirm`) is the same record of
+the final policy's evaluation on held-out problems, in `<run>/confirm_outcomes/step_XXXXXX.json`
+(`CONFIRM_DIR`): no ranking, pruner, race or chain reads that folder.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,11 +58,17 @@ def late_steps(n_grpo_steps: int, eval_every: int, at_step: int) -> tuple[int, .
 
 
 OUTCOMES_DIR = "eval_outcomes"
+CONFIRM_DIR = "confirm_outcomes"
+"""Where a run keeps the outcomes of its confirmation (the final policy on held-out problems):
+read only by the confirmation's report (`analysis.readers.confirmation`)."""
 MAX_PROBLEMS = 100_000
 """The most problems an evaluation has (`eval.n_examples`' bound): a larger record is crafted."""
-MAX_OUTCOMES_BYTES = 48 * MAX_PROBLEMS + 4096
+FINGERPRINT_CHARS = 16
+"""Hex digits of a problem's fingerprint (64 bits: two of 100,000 problems share one with a
+chance of about 3e-10)."""
+MAX_OUTCOMES_BYTES = (48 + FINGERPRINT_CHARS + 4) * MAX_PROBLEMS + 4096
 """Largest outcomes file read: each reward is written with at most 6 decimals, each count and
-majority in a few characters."""
+majority in a few characters, each fingerprint in its quoted hex digits."""
 DECIMALS = 6
 
 
@@ -111,12 +125,18 @@ class EvalOutcomes:
     reward: tuple[float, ...]
     correct: tuple[int, ...] | None = None
     majority: tuple[float, ...] | None = None
+    problems: tuple[str, ...] | None = None
+    """Each problem's fingerprint (`problem_fingerprint`), in order; None: a file from before
+    they were kept."""
 
     def to_json(self) -> str:
         """The file's text (rewards rounded to `DECIMALS`)."""
         record: dict[str, object] = {
             "step": self.step, "samples_per_problem": self.samples_per_problem,
-            "problems_digest": self.digest, "reward": [round(r, DECIMALS) for r in self.reward]}
+            "problems_digest": self.digest}
+        if self.problems is not None:
+            record["problems"] = list(self.problems)
+        record["reward"] = [round(r, DECIMALS) for r in self.reward]
         if self.correct is not None:
             record["correct"] = list(self.correct)
         if self.majority is not None:
@@ -153,31 +173,54 @@ def late_mean(rewards: Sequence[float]) -> float:
     return sum(last) / len(last) if last else math.nan
 
 
+def _update(digest: hashlib._Hash, problem: Problem) -> None:
+    for text in (problem.question, problem.answer):
+        data = text.encode(errors="replace")
+        digest.update(len(data).to_bytes(8, "little") + data)
+
+
 def problems_digest(problems: Sequence[Problem]) -> str:
     """sha256 over the questions and answers of `problems`, in order."""
     digest = hashlib.sha256()
     for problem in problems:
-        for text in (problem.question, problem.answer):
-            data = text.encode(errors="replace")
-            digest.update(len(data).to_bytes(8, "little") + data)
+        _update(digest, problem)
     return digest.hexdigest()
 
 
-def outcomes_path(run_dir: Path, step: int) -> Path:
-    """Where the outcomes of the evaluation after GRPO step `step` are kept."""
-    return run_dir / OUTCOMES_DIR / f"step_{step:06d}.json"
+def problem_fingerprint(problem: Problem) -> str:
+    """One problem's fingerprint: the first `FINGERPRINT_CHARS` hex digits of sha256 over its
+    question and answer (the same problem, question and answer, anywhere has the same one)."""
+    digest = hashlib.sha256()
+    _update(digest, problem)
+    return digest.hexdigest()[:FINGERPRINT_CHARS]
 
 
-def write_outcomes(run_dir: Path, outcomes: EvalOutcomes) -> None:
+def problem_fingerprints(problems: Sequence[Problem]) -> tuple[str, ...]:
+    """Each of `problems`' fingerprint (`problem_fingerprint`), in order."""
+    return tuple(map(problem_fingerprint, problems))
+
+
+def shared_problems(these: Iterable[str], those: Iterable[str]) -> list[str]:
+    """The fingerprints in both `these` and `those`, sorted: the problems two sets share."""
+    return sorted(set(these) & set(those))
+
+
+def outcomes_path(run_dir: Path, step: int, folder: str = OUTCOMES_DIR) -> Path:
+    """Where the outcomes of the evaluation after GRPO step `step` are kept (`folder`:
+    `CONFIRM_DIR` for the run's confirmation)."""
+    return run_dir / folder / f"step_{step:06d}.json"
+
+
+def write_outcomes(run_dir: Path, outcomes: EvalOutcomes, folder: str = OUTCOMES_DIR) -> None:
     """Write `outcomes` into the run directory (atomically, never through a planted link)."""
-    subdir(run_dir, OUTCOMES_DIR)
-    atomic_write_text(outcomes_path(run_dir, outcomes.step), outcomes.to_json())
+    subdir(run_dir, folder)
+    atomic_write_text(outcomes_path(run_dir, outcomes.step, folder), outcomes.to_json())
 
 
-def read_outcomes(run_dir: Path, step: int) -> EvalOutcomes | None:
+def read_outcomes(run_dir: Path, step: int, folder: str = OUTCOMES_DIR) -> EvalOutcomes | None:
     """The outcomes of the evaluation after `step`, or None when the file is missing or
     :func:`checked_outcomes` finds it unusable."""
-    found = checked_outcomes(run_dir, step)
+    found = checked_outcomes(run_dir, step, folder)
     return found if isinstance(found, EvalOutcomes) else None
 
 
@@ -186,13 +229,14 @@ COUNT_TOLERANCE = 1e-6
 `DECIMALS`)."""
 
 
-def checked_outcomes(run_dir: Path, step: int) -> EvalOutcomes | str | None:
+def checked_outcomes(run_dir: Path, step: int, folder: str = OUTCOMES_DIR
+                     ) -> EvalOutcomes | str | None:
     """The outcomes of the evaluation after `step`; None when the file is missing; else what makes
     it unusable, in words naming the field (too large, not JSON, for another step, a field of the
     wrong type or out of range, or counts that contradict the rewards). Every reward function
     (`grpo.grading.rewards.REWARD_FNS`) rewards a response 0 or 1, so a problem's mean reward is
     its count of right responses over k: `correct[i] / k` must be `reward[i]`."""
-    path = outcomes_path(run_dir, step)
+    path = outcomes_path(run_dir, step, folder)
     if not path.is_file():
         return None
     try:
@@ -212,7 +256,13 @@ def checked_outcomes(run_dir: Path, step: int) -> EvalOutcomes | str | None:
         return f"reward is not a list of 1..{MAX_PROBLEMS} per-problem rewards"
     if (bad := _first_bad(reward, is_reward)) is not None:
         return f"reward[{bad}]={reward[bad]!r} is not a number in [0, 1]"
-    correct, majority = data.get("correct"), data.get("majority")
+    correct, majority, problems = data.get("correct"), data.get("majority"), data.get("problems")
+    if problems is not None:
+        if not isinstance(problems, list) or len(problems) != len(reward):
+            return f"problems is not a list of {len(reward)} fingerprints (one per reward)"
+        if (bad := _first_bad(problems, is_fingerprint)) is not None:
+            return (f"problems[{bad}]={problems[bad]!r} is not a problem's fingerprint "
+                    f"({FINGERPRINT_CHARS} hex digits)")
     if correct is not None:
         if not isinstance(correct, list) or len(correct) != len(reward):
             return f"correct is not a list of {len(reward)} counts (one per reward)"
@@ -230,7 +280,8 @@ def checked_outcomes(run_dir: Path, step: int) -> EvalOutcomes | str | None:
             return f"majority[{bad}]={majority[bad]!r} is not a reward in [0, 1]"
     return EvalOutcomes(step, k, digest, tuple(float(r) for r in reward),
                         None if correct is None else tuple(correct),
-                        None if majority is None else tuple(float(m) for m in majority))
+                        None if majority is None else tuple(float(m) for m in majority),
+                        None if problems is None else tuple(problems))
 
 
 def _first_bad(values: Iterable[object], good: Callable[[object], bool]) -> int | None:
@@ -242,6 +293,15 @@ def read_many(run_dir: Path, steps: Iterable[int]) -> dict[int, EvalOutcomes]:
     """The readable outcomes of `steps` (step -> outcomes); unreadable ones are left out."""
     found = {step: read_outcomes(run_dir, step) for step in steps}
     return {step: outcomes for step, outcomes in found.items() if outcomes is not None}
+
+
+FINGERPRINT = re.compile(f"[0-9a-f]{{{FINGERPRINT_CHARS}}}")
+
+
+def is_fingerprint(value: object) -> bool:
+    """Whether `value` is a problem's fingerprint as written (`FINGERPRINT_CHARS` lower-case hex
+    digits)."""
+    return isinstance(value, str) and FINGERPRINT.fullmatch(value) is not None
 
 
 def is_reward(value: object) -> bool:

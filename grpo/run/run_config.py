@@ -44,10 +44,11 @@ MAY_CHANGE = (
     "n_grpo_steps", "dry_run", "experiment_name", "logging.", "cluster.", "paths.", "health.",
     "checkpoint.checkpoint_every", "checkpoint.keep_last", "checkpoint.save_final_model",
     "checkpoint.allow_fresh_start", "checkpoint.allow_metrics_gap", "eval.n_saved_samples",
-    "rollout.stale_check_every", "pruning.", "budget.", "model.cost.", "analysis.",
+    "rollout.stale_check_every", "pruning.", "budget.", "model.cost.", "analysis.", "confirm.",
 )
 """Keys (a trailing `.`: every key under it) whose value a resume may change: none of them
-changes the weights, the sampled rollouts or the evaluation of the steps already trained."""
+changes the weights, the sampled rollouts or the evaluation of the steps already trained (a
+confirmation, `confirm.`, evaluates the final policy after the last step)."""
 NOT_A_CONFIG = ("seed", "eval.", "race.", "hydra.")
 """Keys that, with those of `MAY_CHANGE` (where and how a run runs, how long, how it is logged,
 priced, pruned and stopped), say how a config was run and measured rather than what it is: its
@@ -57,7 +58,7 @@ seed, its evaluation (cadence, problems, sampling) and a race's settings (`defin
 ABSENT = "(absent)"
 """The value shown for a key one of the two configs does not have."""
 ADDED = {"eval.samples_per_problem": 1, "off_policy.staleness": 0, "off_policy.correction": "tis",
-         "off_policy.is_cap": 2.0, "off_policy.correct_fresh": False}
+         "off_policy.is_cap": 2.0, "off_policy.correct_fresh": False, "data.holdout_size": 0}
 """Keys added after runs were trained without them, with the value that does what those runs did:
 a run resumed with that value is not refused for a key its checkpoint lacks."""
 

@@ -5,6 +5,7 @@ The cost model (the dry run prints its inputs):
 
     job seconds  = n_grpo_steps x step seconds
                    + evaluations x validation examples x eval.samples_per_problem x eval_s
+                   [+ held-out problems x confirm.samples_per_problem x eval_s, a confirmation]
     step seconds = generate + train + step_s, with one step of overlap (off_policy.staleness=1)
                    max(generate, train) + step_s, where
     generate     = rollout_batch_size x generate_s
@@ -50,11 +51,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpo.config.rules import BUDGET_UNIT
 from grpo.config.rules import COST_RATES as RATES
-from grpo.config.validation import load_splits
+from grpo.config.validation import load_heldout, load_splits
 from grpo.core.specs import CORRECTION_WEIGHS, LOSS_SPECS
 from grpo.run.files import metrics_row, read_yaml
 from grpo.run.outcomes import is_evaluation_step
@@ -210,14 +211,19 @@ class JobCost:
     per_hour: float
     unit: str
     eval_responses: str = ""
+    confirm_seconds: float = 0.0
+    """The confirmation after the last step (`confirm.enabled`; 0: none)."""
+    confirm_responses: str = ""
 
     def evaluations(self, step: int) -> int:
         """Evaluations from the start to the end of GRPO step `step` (the step-0 one included)."""
         return sum(is_evaluation_step(s, self.n_steps, self.eval_every) for s in range(step + 1))
 
     def seconds_at(self, step: int) -> float:
-        """Wall-clock seconds from the start to the end of GRPO step `step` (evaluations in)."""
-        return step * self.step_seconds + self.evaluations(step) * self.eval_seconds
+        """Wall-clock seconds from the start to the end of GRPO step `step` (evaluations in, and
+        after the last step the confirmation)."""
+        return (step * self.step_seconds + self.evaluations(step) * self.eval_seconds
+                + (self.confirm_seconds if step >= self.n_steps else 0.0))
 
     @property
     def seconds(self) -> float:
@@ -232,15 +238,22 @@ class JobCost:
         """``3.30 GPU-hours (50 steps x 85.2 s + 11 evaluations x 174 s of 1024 problems x 1
         response, 2 GPUs)``."""
         device = "GPU" if self.unit == "GPU-hours" else "CPU"
+        confirm = (f" + a confirmation of {self.confirm_seconds:.3g} s of {self.confirm_responses}"
+                   if self.confirm_responses else "")
         return (f"{self.hours(self.seconds):.2f} {self.unit} ({self.n_steps} steps x "
                 f"{self.step_seconds:.3g} s + {self.evaluations(self.n_steps)} evaluations x "
-                f"{self.eval_seconds:.3g} s{self.eval_responses and ' of ' + self.eval_responses}, "
-                f"{self.per_hour:g} {device}{'s' if self.per_hour != 1 else ''})")
+                f"{self.eval_seconds:.3g} s{self.eval_responses and ' of ' + self.eval_responses}"
+                f"{confirm}, {self.per_hour:g} {device}{'s' if self.per_hour != 1 else ''})")
 
 
-def job_cost(cfg: DictConfig, rates: Rates, n_examples: int) -> JobCost:
+def _problems(n: int, k: int) -> str:
+    return f"{n} problems x {k} response{'s' if k > 1 else ''}"
+
+
+def job_cost(cfg: DictConfig, rates: Rates, n_examples: int, n_heldout: int = 0) -> JobCost:
     """`cfg`'s job priced at `rates`, evaluating `n_examples` validation examples with
-    eval.samples_per_problem responses each."""
+    eval.samples_per_problem responses each (and, where it confirms, `n_heldout` held-out ones
+    with confirm.samples_per_problem each, once)."""
     k = int(cfg.eval.samples_per_problem)
     rollouts = int(cfg.rollout_batch_size)
     overlapped = int(cfg.off_policy.get("staleness", 0)) > 0
@@ -251,10 +264,12 @@ def job_cost(cfg: DictConfig, rates: Rates, n_examples: int) -> JobCost:
                         + int(cfg.off_policy.epochs) * rates.train_s)
     step = (max(generate, train) if overlapped else generate + train) + rates.step_s
     gpus = int(cfg.cluster.gpus_per_job)
+    confirm_k = int(cfg.confirm.samples_per_problem) if n_heldout else 0
     return JobCost(int(cfg.n_grpo_steps), int(cfg.eval.eval_every), step,
                    n_examples * k * rates.eval_s,
                    float(gpus or int(cfg.cluster.cpus_per_job)), "GPU-hours" if gpus else "CPU-hours",
-                   f"{n_examples} problems x {k} response{'s' if k > 1 else ''}")
+                   _problems(n_examples, k), n_heldout * confirm_k * rates.eval_s,
+                   f"held-out {_problems(n_heldout, confirm_k)}" if n_heldout else "")
 
 
 @dataclass(frozen=True)
@@ -352,7 +367,9 @@ def estimate(cfgs: Sequence[DictConfig], parallel: int) -> tuple[SweepEstimate, 
         if key not in cache:
             cache[key] = rates_for(cfg)
         rates.append(cache[key])
-    jobs = [job_cost(cfg, r, len(load_splits(cfg)["validation"])) for cfg, r in zip(cfgs, rates, strict=True)]
+    jobs = [job_cost(cfg, r, len(load_splits(cfg)["validation"]),
+                     len(load_heldout(cfg)) if OmegaConf.select(cfg, "confirm.enabled", default=False) else 0)
+            for cfg, r in zip(cfgs, rates, strict=True)]
     unit = "GPU-hours" if any(job.unit == "GPU-hours" for job in jobs) else "CPU-hours"
     settings = PruningSettings.from_config(cfgs[0].pruning) if cfgs else None
     pruned, orders = (replayed(jobs, settings, parallel) if settings is not None and jobs

@@ -16,20 +16,24 @@ from grpo.grading.majority import majority_reward
 from grpo.grading.rewards import AnswerFn, final_answer, score_batch
 from grpo.rollout.base import RolloutEngine, SamplingSettings
 from grpo.run.files import atomic_write_text
-from grpo.run.outcomes import EvalOutcomes, problems_digest
+from grpo.run.outcomes import EvalOutcomes, problem_fingerprints, problems_digest
 
 RewardFn = Callable[[str, str], dict[str, float]]
 EVALUATION_STREAM = 0x6576616C
 """Tags the evaluation seeds' hash (``"eval"``), apart from every other seeded draw of a run."""
+CONFIRM_STREAM = 0x636F6E66
+"""Tags the confirmation's seeds (``"conf"``: the final policy on held-out problems), apart from
+the evaluations'."""
 
 
-def evaluation_seed(seed: int, step: int) -> int:
+def evaluation_seed(seed: int, step: int, stream: int = EVALUATION_STREAM) -> int:
     """The sampling seed of the evaluation after GRPO step `step` of a run with seed `seed`: a
     62-bit hash of (seed, step). Each evaluation draws afresh (the late evaluations a run's value
     averages are independent draws, not one draw repeated by a converged policy); the same config
     and seed give the same curve; and runs with the same seed share each step's evaluation random
-    numbers, which helps a comparison of configs (common random numbers)."""
-    state = np.random.SeedSequence((EVALUATION_STREAM, seed, step)).generate_state(2, np.uint32)
+    numbers, which helps a comparison of configs (common random numbers). `stream`
+    `CONFIRM_STREAM`: the seed of the run's confirmation at that step."""
+    state = np.random.SeedSequence((stream, seed, step)).generate_state(2, np.uint32)
     return (int(state[0]) << 30) ^ int(state[1])
 
 
@@ -53,7 +57,8 @@ def evaluate(
     `grpo.run.outcomes.OUTCOME_METRICS`; `answer_fn` reads each response's final answer for the
     majority vote); samples one dict per response (problem by problem) with problem index,
     prompt, response, ground truth and rewards; outcomes each problem's mean reward, responses
-    right and majority answer's reward, the record of this evaluation at GRPO step `step`.
+    right and majority answer's reward (and each problem's fingerprint), the record of this
+    evaluation at GRPO step `step`.
     """
     groups = engine.generate(list(prompts), samples_per_problem, sampling)
     pairs = [(i, rollout) for i, group in enumerate(groups) for rollout in group]
@@ -80,7 +85,8 @@ def evaluate(
         tuple(sum(float(s["reward"]) for s in group) / samples_per_problem for group in by_problem),
         tuple(sum(float(s["reward"]) == 1.0 for s in group) for group in by_problem),
         tuple(majority_reward([final_answer(answer_fn, str(s["response"])) for s in group],
-                              [float(s["reward"]) for s in group]) for group in by_problem))
+                              [float(s["reward"]) for s in group]) for group in by_problem),
+        problem_fingerprints(examples))
     if samples_per_problem > 1:
         metrics.update({f"eval/{name}": value for name, value in outcomes.means().items()
                         if name != "reward"})

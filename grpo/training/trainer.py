@@ -41,7 +41,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from submitit.core.utils import UncompletedJobError
 
-from grpo.data.datasets import Example, PromptSampler, load_examples, run_data_config
+from grpo.data.datasets import HELDOUT, Example, PromptSampler, load_examples, run_data_config
 from grpo.data.prompts import answer_fn_for, format_prompt, load_prompt_template, reward_fn_for
 from grpo.models.loading import load_policy
 from grpo.models.precision import precision_of
@@ -54,11 +54,12 @@ from grpo.run.checkpoint import (
     final_model_problem,
     write_final_model,
 )
+from grpo.run.checkpoint_names import FINAL_MODEL
 from grpo.run.files import MetricsLog, check_writable, read_status, subdir, write_status
-from grpo.run.finished import Launch, run_over
+from grpo.run.finished import Launch, confirmed, run_over
 from grpo.run.health import HealthMonitor
 from grpo.run.lock import run_lock
-from grpo.run.outcomes import is_evaluation_step, logged_key, write_outcomes
+from grpo.run.outcomes import CONFIRM_DIR, is_evaluation_step, logged_key, write_outcomes
 from grpo.run.preemption import PreemptionWatcher
 from grpo.run.pruning import PruningSettings, RunTrial
 from grpo.run.reproducibility import make_reproducible
@@ -66,7 +67,7 @@ from grpo.run.run_config import ConfigChanged, resume_refusal, run_config_text, 
 from grpo.run.tracking import Tracker
 from grpo.training.batch_plan import BatchPlan
 from grpo.training.checkpointing import check_resume_point, restore, trainer_state
-from grpo.training.evaluation import evaluate, evaluation_seed, save_samples
+from grpo.training.evaluation import CONFIRM_STREAM, evaluate, evaluation_seed, save_samples
 from grpo.training.learner import Learner
 from grpo.training.overlap import GeneratedBatch, RolloutProducer, RolloutRequest
 from grpo.training.rollouts import RolloutBatch, flatten, score
@@ -105,7 +106,11 @@ class GRPOTrainer(Learner):
         make_reproducible(int(cfg.seed), int(cfg.cluster.cpus_per_job) - engine_threads, device)
 
         precision = precision_of(cfg.model)
-        policy, self.tokenizer = load_policy(cfg.model, device)
+        self.policy_from = OmegaConf.select(cfg, "confirm.policy_from", default=None)
+        model_cfg = cfg.model if self.policy_from is None else {  # a run's final model, as is
+            **OmegaConf.to_container(cfg.model, resolve=True), "build": None,
+            "path": str(Path(str(self.policy_from)) / FINAL_MODEL)}
+        policy, self.tokenizer = load_policy(model_cfg, device)
         super().__init__(cfg, policy, precision, device, BatchPlan.from_config(cfg))
         template = load_prompt_template(cfg.prompt.name)
         self.prompt_of = lambda example: format_prompt(template, example.question)
@@ -113,6 +118,9 @@ class GRPOTrainer(Learner):
         self.answer_fn = answer_fn_for(cfg.prompt.name)
         data_cfg = run_data_config(OmegaConf.to_container(cfg.data, resolve=True), cfg.eval.n_examples)
         self.validation: list[Example] = load_examples(data_cfg, "validation")
+        self.confirms = bool(OmegaConf.select(cfg, "confirm.enabled", default=False))
+        self.heldout: list[Example] = load_examples(run_data_config(
+            data_cfg, cfg.eval.n_examples, int(cfg.confirm.n_examples)), HELDOUT) if self.confirms else []
         self.sampler = PromptSampler(load_examples(data_cfg, "train"), self.plan.questions_per_step, cfg.seed)
         self.engine = build_engine(
             cfg.rollout, policy=policy, tokenizer=self.tokenizer,
@@ -146,6 +154,8 @@ class GRPOTrainer(Learner):
         `preempted` or `cancelled` (see `_stop_for_signal`).
         """
         n_steps = int(self.cfg.n_grpo_steps)
+        if self.policy_from is not None:
+            return self._confirm_only(n_steps)
         if self.pruning is not None:
             self.trial = RunTrial.attach(self.pruning, self.run_dir, n_steps)
         if self.start_step >= n_steps:
@@ -253,6 +263,25 @@ class GRPOTrainer(Learner):
         )
         return metrics
 
+    def _confirm(self, step: int) -> None:
+        """The run's confirmation: the policy after GRPO step `step` (its last) evaluated on the
+        held-out problems (`confirm.n_examples` at most, `confirm.samples_per_problem` responses
+        each, the evaluation's sampling, seeds of their own), its outcomes written to
+        `confirm_outcomes/` (never read by a ranking, a pruner or a race) and a sample of its
+        responses to `rollouts/confirm_step_XXXXXX.jsonl`; nothing is logged to metrics.jsonl."""
+        prompts = [self.prompt_of(e) for e in self.heldout]
+        sampling = self._sampling(self.cfg.eval.temperature, self.cfg.eval.top_p,
+                                  seed=evaluation_seed(int(self.cfg.seed), step, CONFIRM_STREAM))
+        with self._sampling_precision():
+            metrics, samples, outcomes = evaluate(
+                self.engine, self.heldout, prompts, self.reward_fn, self.answer_fn, sampling,
+                int(self.cfg.confirm.samples_per_problem), step)
+        write_outcomes(self.run_dir, outcomes, CONFIRM_DIR)
+        save_samples(self.run_dir / "rollouts" / f"confirm_step_{step:06d}.jsonl",
+                     samples[: self.cfg.eval.n_saved_samples])
+        print(f"[{self.cfg.experiment_name}] confirmation after step {step}: reward "
+              f"{metrics['eval/reward']:.3f} on {len(self.heldout)} held-out problems", flush=True)
+
     def _evaluation(self, step: int, timer: PhaseTimer, metrics: dict[str, float]) -> tuple[str, str] | None:
         """Phase `eval` after step `step`, its metrics into `metrics`; the stop (`diverged`)
         where its logits are not finite."""
@@ -320,6 +349,16 @@ class GRPOTrainer(Learner):
         self._finish_trial(status)
         log.warning(f"run stopped {when}: {status} ({cause})")
 
+    def _confirm_only(self, n_steps: int) -> dict[str, Any]:
+        """`confirm.policy_from`: no GRPO step; the final model of that run (trained with this
+        run's config and seed) is confirmed as this run's policy after step `n_steps` (its
+        last), and the run is `completed` there."""
+        self._status("running", None)
+        self.engine.sync_weights(self.policy)
+        self._confirm(n_steps)
+        self._status("completed", n_steps)
+        return self._release()
+
     def _trained_already(self) -> dict[str, Any]:
         """A run whose checkpoint is at n_grpo_steps already: completed, nothing trained."""
         if self.previous_status == "completed":  # nothing trains again: no restart to count
@@ -338,8 +377,15 @@ class GRPOTrainer(Learner):
         return read_status(self.run_dir)
 
     def _complete(self, last_step: int | None, trained_now: bool) -> None:
-        """Write final_model/ (atomically), then record `completed`. A restart that finds the
-        run already trained rewrites final_model/ only when it is missing or partial."""
+        """Write final_model/ (atomically) and, where the run confirms, its confirmation
+        (`_confirm`), then record `completed`. A restart that finds the run already trained
+        rewrites final_model/ only when it is missing or partial, and confirms only where its
+        confirmation is missing or of other settings."""
+        if self.confirms and last_step is not None and not confirmed(
+                self.run_dir, last_step, int(self.cfg.confirm.samples_per_problem)):
+            if not trained_now:  # the engine holds the weights it was built with
+                self.engine.sync_weights(self.policy)
+            self._confirm(last_step)
         if self.cfg.checkpoint.save_final_model:
             problem = None if trained_now else final_model_problem(self.run_dir)
             if problem is not None:

@@ -1,0 +1,331 @@
+"""Confirm a sweep's pick on problems and seeds that played no part in choosing it:
+
+    python -m analysis confirm --sweep S --top-k N --seeds M [--no-retrain] [--dry-run] [overrides]
+
+Every figure a sweep's report prints of its winner was measured on the problems and the seeds that
+chose it, and so reads high (the winner's curse: the pick of the best of 9 equal configs reads
++1.7 points above its truth with one seed, +1.0 with three, ``bench/confirm_calibration.py``). A
+confirmation measures the top ``N`` configs of S's ranking (its order: the ranking the report,
+promote and the chain pick by) again:
+
+* **trained again** (the default): each finalist is trained as S trained it (its config, and S's
+  steps, evaluation, health guards and metric) with ``M`` seeds no run of S used (the smallest
+  above S's largest), and each final model is evaluated on held-out problems (``confirm.enabled``:
+  MATH's validation problems after the first ``eval.n_examples``, up to ``confirm.n_examples``; the
+  toy's ``data.holdout_size`` pairs, which S must have held out of its training and evaluation),
+  ``confirm.samples_per_problem`` responses each;
+* **not trained again** (``--no-retrain``): S's own final models of the finalists are evaluated on
+  the held-out problems alone (``confirm.policy_from``): cheaper, and it removes the problems'
+  part of the curse, not the seeds'.
+
+The confirmation is a sweep of its own beside S (``<S>-confirm``, ``<S>-confirm-no-retrain``:
+:func:`analysis.readers.confirmation.confirmation_dir`), launched as any sweep through
+``launch.py -m`` (:func:`grpo.run.launching.launch_sweep`): the overrides after the options choose
+where its jobs run (``cluster=slurm``, ``cluster.detach=true``) and set ``confirm.n_examples`` and
+``confirm.samples_per_problem``; nothing that defines a config or how S measured it may be
+overridden. Its finalists are the options of a config group written into its own directory
+(``<C>/conf/promoted/confirm/top1.yaml``, passed with ``--config-dir``: nothing is written into
+the project's ``conf/``), each option what :func:`analysis.outputs.promote.carried_settings`
+carries of its source run plus S's measurement settings (:data:`MEASURED`). The same command again
+resumes it (finished runs are not trained again); ``--dry-run`` prices it as any dry run does and
+leaves nothing behind. Refused in one line, before anything is written: ``--top-k`` or ``--seeds``
+below 1, a confirmation of a confirmation, a sweep without a finished, ranked run, one whose
+outcome files do not name their problems one by one, held-out problems that overlap the
+selection's (problem by problem: the fingerprints of every outcome file of S), or none at all.
+Its report is the Confirmed section (:mod:`analysis.decisions.confirm`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from analysis.decisions.race.looks import still_in
+from analysis.decisions.ranking import rank
+from analysis.outputs.promote import carried_settings
+from analysis.readers.collect import CONFIRM_RECORD, LABEL, collect, run_values
+from analysis.readers.confirmation import (
+    ConfirmRecord,
+    Finalist,
+    confirmation_dir,
+    read_record,
+    selection_fingerprints,
+)
+from analysis.readers.jobs import override_key
+from grpo.config.keys import PROMOTED_GROUP
+from grpo.config.rules import SEED_MAX
+from grpo.data.datasets import HELDOUT, Example, load_examples, run_data_config
+from grpo.run.checkpoint_names import FINAL_MODEL
+from grpo.run.files import atomic_write_text, subdir
+from grpo.run.launching import launch_sweep
+from grpo.run.outcomes import problem_fingerprints, shared_problems
+from grpo.run.run_config import defines_config
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+GROUP = f"{PROMOTED_GROUP}/confirm"
+"""The config group of a confirmation's finalists, in ``<C>/conf/``: a promoted group, so that its
+configs are named by the values their options set (:mod:`analysis.names.config_names`)."""
+MEASURED = ("n_grpo_steps", "eval.eval_every", "eval.n_examples", "eval.samples_per_problem",
+            "eval.temperature", "eval.top_p", "health.zero_reward_patience",
+            "health.min_mean_response_length", "analysis.metric")
+"""What of the source sweep's runs says how a config was trained and measured beyond what defines
+it: a confirmation trains and evaluates each finalist as they did."""
+SET_HERE = ("seed", "pruning", "race", "experiment_name", "hydra.sweep.dir", "dry_run",
+            "confirm.enabled", "confirm.policy_from", "checkpoint.save_final_model", *MEASURED)
+"""Keys (and sections) the confirmation sets for its jobs itself: not to be overridden."""
+SETTINGS = ("confirm.n_examples", "confirm.samples_per_problem")
+"""The confirmation's own settings on its command line: a re-run must give the same."""
+PLAIN = re.compile(r"[\w.+\-/]+")
+
+
+def check_counts(top_k: int, seeds: int | None, retrain: bool) -> None:
+    """Refuse (ValueError, naming the option) ``--top-k`` or ``--seeds`` out of range, asked
+    before the sweep is read."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"--top-k is {top_k}; give how many configs of the sweep's ranking to "
+                         "confirm, at least 1 (its best first)")
+    if not retrain and seeds is not None:
+        raise ValueError("--seeds with --no-retrain: the sweep's own final models are evaluated, "
+                         "with the seeds they trained with; drop --seeds, or --no-retrain")
+    if retrain and (seeds is None or isinstance(seeds, bool) or seeds < 1):
+        raise ValueError(f"--seeds is {seeds}; give how many fresh seeds each finalist is trained "
+                         "with, at least 1 (2 or more give the confirmed figure an interval)")
+
+
+def refused_overrides(overrides: Sequence[str], sweep: Path) -> list[str]:
+    """Why each override a confirmation cannot take is refused: one that sets what it sets itself
+    (:data:`SET_HERE`) or what defines a config (it would confirm another config)."""
+    errors = []
+    for line in overrides:
+        key = override_key(line).lstrip("+~")
+        if any(key == k or key.startswith(k + ".") or key.startswith(k + "/") for k in SET_HERE) \
+                or (key not in SETTINGS and defines_config(key)):
+            errors.append(f"{line}: a confirmation trains and measures each finalist as {sweep} "
+                          f"did and sets {key} itself; give only where and how its jobs run "
+                          "(cluster, paths, logging, checkpoint.*) and confirm.n_examples, "
+                          "confirm.samples_per_problem")
+    return errors
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A confirmation about to launch: its directory (``target``), record, the finalists' option
+    files (option -> yaml text), the held-out problems and the launch's arguments."""
+
+    target: Path
+    record: ConfirmRecord
+    options: dict[str, str]
+    heldout: list[Example]
+
+    @property
+    def arguments(self) -> list[str]:
+        return list(self.record.arguments)
+
+
+def _quoted(value: str) -> str:
+    return value if PLAIN.fullmatch(value) else "'" + value.replace("'", "\\'") + "'"
+
+
+def _settings(overrides: Sequence[str]) -> dict[str, str]:
+    """The confirmation's own settings the overrides give (:data:`SETTINGS`), as written."""
+    return {override_key(line).lstrip("+"): line.split("=", 1)[1] for line in overrides
+            if "=" in line and override_key(line).lstrip("+") in SETTINGS}
+
+
+def heldout_problems(run_dir: Path, overrides: Sequence[str]) -> list[Example]:
+    """The held-out problems a confirmation of the run in ``run_dir`` evaluates: its data, its
+    ``eval.n_examples`` and ``confirm.n_examples`` (the overrides', else its own, else its
+    evaluation's number), as the trainer will read them (:data:`grpo.data.datasets.HELDOUT`)."""
+    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    n_eval = int(cfg.eval.n_examples)
+    given = _settings(overrides).get("confirm.n_examples")
+    n_confirm = int(given) if given is not None else int(
+        OmegaConf.select(cfg, "confirm.n_examples", default=n_eval))
+    data = run_data_config(OmegaConf.to_container(cfg.data, resolve=True), n_eval, n_confirm)
+    return load_examples(data, HELDOUT)
+
+
+def plan_confirmation(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
+                      overrides: Sequence[str]) -> Plan:
+    """The confirmation of ``sweep``'s top ``top_k`` configs (module docstring); ValueError, in
+    one line, for each refusal. Reads only."""
+    check_counts(top_k, seeds, retrain)
+    errors = refused_overrides(overrides, sweep)
+    if errors:
+        raise ValueError("; ".join(errors))
+    if (theirs := read_record(sweep)) is not None:
+        raise ValueError(f"{sweep} is a confirmation (of {theirs.source}): its runs were chosen by "
+                         f"nothing, so there is no pick to confirm; confirm {theirs.source} itself")
+    collection = collect([sweep])
+    kept, _ = still_in(collection)
+    ranking = rank(collection, labels=kept)
+    runs = collection.runs
+    if ranking.best is None:
+        excluded = "; ".join(f"{label} ({why})" for label, why in ranking.excluded.items())
+        raise ValueError(f"{sweep} has no finished run of a config to rank (every config's runs "
+                         "are unfinished or stopped early"
+                         + (f": {excluded}" if excluded else "") + "); nothing to confirm")
+    ranked = list(ranking.table.index)
+    if top_k > len(ranked):
+        raise ValueError(f"--top-k {top_k}, but {sweep} ranks {len(ranked)} config"
+                         f"{'s' if len(ranked) != 1 else ''}; give --top-k {len(ranked)} or less")
+    chosen = ranked[:top_k]
+    trained = runs[runs["steps_done"] > 0]
+    found, unnamed = selection_fingerprints([Path(d) for d in trained["run_dir"]])
+    if unnamed:
+        raise ValueError(f"{len(unnamed)} run(s) of {sweep} keep outcome files that do not name "
+                         f"their problems one by one ({unnamed[0]}; written before they were "
+                         "kept): the held-out problems could not be shown apart from the "
+                         "selection's; train the sweep again to confirm it")
+    sources = {label: [Path(d) for d in trained.loc[trained[LABEL] == label, "run_dir"]]
+               for label in chosen}
+    heldout = heldout_problems(sources[chosen[0]][0], overrides)
+    if not heldout:
+        data = run_values(sources[chosen[0]][0], ["data.name", "data.holdout_size"])
+        raise ValueError(
+            f"{sweep}'s runs hold out no toy pair (data.holdout_size="
+            f"{data['data.holdout_size'] or 0}): a confirmation needs problems the sweep neither "
+            "trained nor evaluated on; run the sweep with data.holdout_size=N" if
+            data["data.name"] == "toy" else
+            f"no held-out problem: {sweep}'s validation file holds no problem after the "
+            "eval.n_examples its runs evaluated; a confirmation needs more")
+    shared = shared_problems(problem_fingerprints(heldout), found)
+    if shared:
+        raise ValueError(f"{len(shared)} of the {len(heldout)} held-out problems are problems "
+                         f"{sweep}'s evaluations read (fingerprint {shared[0]}"
+                         f"{', ...' if len(shared) > 1 else ''}: the same question and answer): "
+                         "they would confirm nothing; remove the repeated problems from the "
+                         "validation file, or lower confirm.n_examples")
+    used = [int(s) for s in runs["seed"] if isinstance(s, int | float) and not isinstance(s, bool)
+            and not (isinstance(s, float) and math.isnan(s))]
+    fresh = tuple(range(max(used, default=-1) + 1, max(used, default=-1) + 1 + (seeds or 0)))
+    if fresh and fresh[-1] > SEED_MAX:
+        raise ValueError(f"the fresh seeds {fresh[0]}..{fresh[-1]} pass the largest seed {SEED_MAX}")
+    options: dict[str, str] = {}
+    finalists = []
+    for number, label in enumerate(chosen, 1):
+        estimate = ranking.uncertainty.estimates.get(label) if ranking.uncertainty else None
+        about = (f"rank {number} of {sweep}: {label} [{ranking.criterion}="
+                 f"{ranking.value(label):.4f}" + (f", 95% interval {estimate.interval()}"
+                                                  if estimate and estimate.interval() else "") + "]")
+        if retrain:
+            options[f"top{number}"] = _option(sources[label][0], collection, label, about)
+            finalists.append(Finalist(number, label, (f"top{number}",)))
+            continue
+        own = [d for d in sources[label] if (d / FINAL_MODEL / "config.json").is_file()
+               and run_values(d, ["seed"])["seed"] is not None
+               and trained.loc[trained["run_dir"] == str(d), "status"].iloc[0] == "completed"]
+        if not own:
+            raise ValueError(f"--no-retrain: no run of {label} in {sweep} completed with its final "
+                             f"model ({FINAL_MODEL}/; checkpoint.save_final_model=false?): there "
+                             "is nothing to evaluate; confirm with retraining (--seeds M)")
+        names = []
+        for run_dir in own:
+            seed = int(run_values(run_dir, ["seed"])["seed"])
+            names.append(f"top{number}_seed{seed}")
+            options[names[-1]] = _option(run_dir, collection, label, about, {
+                "seed": seed, "confirm.policy_from": str(run_dir.resolve()),
+                "checkpoint.save_final_model": False})
+        finalists.append(Finalist(number, label, tuple(names)))
+    target = confirmation_dir(sweep, retrain)
+    experiment = str(trained["experiment_name"].iloc[0])
+    arguments = ("--config-dir", str((target / "conf").resolve()),
+                 f"+{GROUP}={','.join(options)}",
+                 *([f"seed={','.join(map(str, fresh))}"] if retrain else []),
+                 "confirm.enabled=true", "pruning=off", "race.max_seeds=null",
+                 f"experiment_name={_quoted(experiment)}",
+                 f"hydra.sweep.dir={_quoted(str(target.resolve()))}", *overrides)
+    record = ConfirmRecord(sweep.resolve(), retrain, tuple(finalists), fresh, GROUP,
+                           collection.metric, arguments)
+    old = read_record(target) if target.is_dir() else None
+    if old is not None and (why := same_confirmation(old, record)) is not None:
+        raise ValueError(f"{target} holds another confirmation of {sweep} ({why}); run the "
+                         "command it was made with, or move it away to confirm anew")
+    if target.exists() and old is None and (not target.is_dir() or any(target.iterdir())):
+        raise ValueError(f"{target} exists and holds no {CONFIRM_RECORD}: not a confirmation; "
+                         "move it away")
+    return Plan(target, record, options, heldout)
+
+
+def _option(run_dir: Path, collection, label: str, about: str,
+            extra: dict[str, object] | None = None) -> str:
+    """A finalist's option file: what its source run (``run_dir``) carries
+    (:func:`analysis.outputs.promote.carried_settings`), its config's values, S's measurement
+    settings (:data:`MEASURED`) and ``extra``."""
+    settings = carried_settings(run_dir, CONF_DIR, collection.label_keys)
+    for key, value in collection.configs[label].items():
+        if key in collection.group_keys:
+            settings.override[key] = value
+        else:
+            settings.values[key] = value
+    settings.values.update({k: v for k, v in run_values(run_dir, MEASURED).items() if v is not None})
+    settings.values.update(extra or {})
+    return (f"# @package _global_\n# {about}\n# carried from {run_dir}\n" + settings.to_yaml())
+
+
+def same_confirmation(old: ConfirmRecord, new: ConfirmRecord) -> str | None:
+    """What differs between a confirmation's record and the one a new command would write, in
+    words (its finalists, seeds, mode or own settings); None: the same confirmation (it resumes)."""
+    for what, mine, theirs in (
+            ("finalists", "; ".join(f.label for f in old.finalists),
+             "; ".join(f.label for f in new.finalists)),
+            ("seeds", old.seeds, new.seeds), ("retraining", old.retrain, new.retrain),
+            ("settings", _settings(old.arguments), _settings(new.arguments))):
+        if mine != theirs:
+            return f"its {what} were {mine}, this command's {theirs}"
+    return None
+
+
+def launch_confirmation(plan: Plan, dry_run: bool) -> int:
+    """Write the plan's option files (and, unless ``dry_run``, its record) into its directory and
+    launch it (:func:`grpo.run.launching.launch_sweep`); a directory this call made is taken away
+    again where the sweep did not begin (a dry run, a refusal)."""
+    target = plan.target
+    made = not target.exists()
+    try:
+        folder = target / "conf" / GROUP
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.yaml"):
+            if stale.stem not in plan.options:
+                stale.unlink()
+        for option, text in plan.options.items():
+            atomic_write_text(subdir(folder.parent, folder.name) / f"{option}.yaml", text)
+        arguments = [*plan.arguments, *(["dry_run=true"] if dry_run else [])]
+        return launch_sweep(arguments, target, CONFIRM_RECORD, plan.record.to_json(), dry_run)
+    finally:
+        if made and not (target / "multirun.yaml").exists():
+            shutil.rmtree(target, ignore_errors=True)
+
+
+def confirm_and_report(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
+                       overrides: Sequence[str], dry_run: bool) -> int:
+    """Plan, launch (or resume) and, once its runs have ended, report the confirmation of
+    ``sweep`` (the Confirmed section, also written to ``<C>/report.md``); its exit status.
+    ValueError for a refusal (nothing written)."""
+    plan = plan_confirmation(sweep, top_k, seeds, retrain, overrides)
+    how = (f"trained again with fresh seeds {', '.join(map(str, plan.record.seeds))}" if retrain
+           else "its own final models, not trained again")
+    print(f"confirmation of {sweep}: {plan.target} ({how}; {len(plan.heldout)} held-out "
+          f"problems, none of them evaluated by {sweep})", flush=True)
+    status = launch_confirmation(plan, dry_run)
+    if dry_run or status:
+        return status
+    from analysis.outputs.confirmed import report_confirmation
+
+    conf, lines = report_confirmation(plan.target)
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if conf.finished:
+        atomic_write_text(plan.target / "confirmed.md", text)
+        print(f"wrote {plan.target / 'confirmed.md'} (and `make plots SWEEP={sweep}` puts the "
+              "section into its report)")
+    else:
+        print(f"the confirmation has not finished: run the same command again once its runs have "
+              f"ended (follow them: `make watch SWEEP={plan.target}`)")
+    return 0

@@ -1,0 +1,334 @@
+"""A confirmation of a sweep's pick (`python -m analysis confirm`): its plan (finalists, fresh
+seeds, held-out problems), what it refuses in one line writing nothing, the figures of its
+Confirmed section, and (slow) a tiny 3-config sweep confirmed for real."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from analysis.__main__ import main
+from analysis.decisions.confirm import read_confirmation
+from analysis.decisions.ranking import rank
+from analysis.outputs.confirm import GROUP, plan_confirmation
+from analysis.outputs.confirmed import report_confirmation, section_lines
+from analysis.outputs.report import build_report
+from analysis.readers.collect import collect, find_latest_sweep
+from analysis.readers.confirmation import (
+    ConfirmRecord,
+    Finalist,
+    confirmation_dir,
+    confirmed_runs,
+    read_record,
+)
+from analysis.readers.synthetic import write_multirun, write_run
+from analysis.stats.comparisons import t_quantile
+from grpo.data.datasets import Example
+from grpo.run.outcomes import (
+    CONFIRM_DIR,
+    EvalOutcomes,
+    problem_fingerprints,
+    problems_digest,
+    write_outcomes,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = (10, 20)
+QUESTIONS = [Example(f"{i}+{i}", str(2 * i)) for i in range(8)]
+"""The validation file of the synthetic sweep: the first N_EVAL evaluated, the rest held out."""
+N_EVAL = 4
+# each config's per-problem rewards at both late steps, one row a seed (4 problems)
+RIGHT = {"0.001": [[1, 1, 1, 1], [1, 0, 0, 0]], "0.0003": [[1, 0, 1, 0], [0, 1, 1, 0]],
+         "0.01": [[0, 0, 1, 0], [0, 0, 0, 0]]}
+
+
+def write_validation(path: Path, problems: list[Example]) -> Path:
+    path.write_text("".join(json.dumps({"problem": e.question, "answer": e.answer}) + "\n"
+                            for e in problems))
+    return path
+
+
+def write_source(sweep: Path, validation: Path, right: dict[str, list[list[int]]] = RIGHT,
+                 status: str = "completed", fingerprints: bool = True) -> Path:
+    """A finished sweep of 3 learning rates x 2 seeds (0, 1) on MATH-format data, each run's two
+    late evaluations with per-problem outcomes over the first N_EVAL validation problems."""
+    write_multirun(sweep, [f"learning_rate={','.join(right)}", "seed=0,1"])
+    evaluated = [Example(e.question, e.answer) for e in QUESTIONS[:N_EVAL]]
+    job = 0
+    for lr, seeds in right.items():
+        for seed, problems in enumerate(seeds):
+            run = sweep / str(job)
+            base = {"experiment_name": "source", "seed": seed, "learning_rate": float(lr),
+                    "n_grpo_steps": STEPS[-1], "model": {"name": "sim"},
+                    "data": {"name": "math", "validation_path": str(validation)},
+                    "eval": {"n_examples": N_EVAL, "eval_every": 10, "samples_per_problem": 1},
+                    "cluster": {"gpus_per_job": 0}}
+            reward = sum(problems) / len(problems)
+            rows = [{"step": 0, "eval/reward": 0.0, "time/elapsed_s": 1.0}]
+            if status == "completed":
+                rows += [{"step": s, "eval/reward": reward, "time/elapsed_s": float(s)} for s in STEPS]
+            write_run(run, {"learning_rate": float(lr), "seed": seed}, rows,
+                      {"status": status, "last_step": STEPS[-1] if status == "completed" else 0},
+                      base=base)
+            for step in (0, *STEPS):
+                write_outcomes(run, EvalOutcomes(
+                    step, 1, problems_digest(evaluated),
+                    tuple(0.0 for _ in problems) if step == 0 else tuple(map(float, problems)),
+                    problems=problem_fingerprints(evaluated) if fingerprints else None))
+            job += 1
+    return sweep
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    validation = write_validation(tmp_path / "validation.jsonl", QUESTIONS)
+    return write_source(tmp_path / "out" / "source" / "2026-01-01_00-00-00", validation)
+
+
+def test_the_plan_takes_the_ranking_s_top_configs_fresh_seeds_and_the_problems_after_those_evaluated(
+        source: Path) -> None:
+    ranking = rank(collect([source]))
+    assert list(ranking.table.index) == ["learning_rate=0.001", "learning_rate=0.0003",
+                                         "learning_rate=0.01"]
+    plan = plan_confirmation(source, 2, 3, True, ["cluster.cpus_per_job=1"])
+    record = plan.record
+    assert [(f.rank, f.label, f.options) for f in record.finalists] == [
+        (1, "learning_rate=0.001", ("top1",)), (2, "learning_rate=0.0003", ("top2",))]
+    assert record.seeds == (2, 3, 4), "the smallest seeds above every seed the sweep used (0, 1)"
+    assert [e.question for e in plan.heldout] == ["4+4", "5+5", "6+6", "7+7"]
+    assert plan.target == confirmation_dir(source, True) == source.parent / f"{source.name}-confirm"
+    assert f"+{GROUP}=top1,top2" in record.arguments and "seed=2,3,4" in record.arguments
+    assert {"confirm.enabled=true", "pruning=off", "race.max_seeds=null",
+            "cluster.cpus_per_job=1"} <= set(record.arguments)
+    option = plan.options["top1"]
+    assert "learning_rate: 0.001\n" in option and "n_grpo_steps: 20\n" in option
+    assert "  n_examples: 4\n" in option and "  eval_every: 10\n" in option
+    assert "seed:" not in option, "the seed is the confirmation's own"
+    # a confirmation of 4 held-out problems at most
+    assert len(plan_confirmation(source, 1, 1, True, ["confirm.n_examples=2"]).heldout) == 2
+
+
+def test_without_retraining_each_finished_run_s_final_model_is_an_option(source: Path) -> None:
+    for job in (0, 1, 2, 3):
+        (source / str(job) / "final_model").mkdir()
+        (source / str(job) / "final_model" / "config.json").write_text("{}")
+    plan = plan_confirmation(source, 2, None, False, [])
+    assert [f.options for f in plan.record.finalists] == [("top1_seed0", "top1_seed1"),
+                                                           ("top2_seed0", "top2_seed1")]
+    assert plan.record.seeds == () and not any(a.startswith("seed=") for a in plan.record.arguments)
+    option = plan.options["top2_seed1"]
+    assert "seed: 1\n" in option and f"policy_from: {(source / '3').resolve()}\n" in option
+    assert "save_final_model: false" in option
+    assert plan.target.name.endswith("-confirm-no-retrain")
+
+
+def _refusal(args: list[str], capsys: pytest.CaptureFixture) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(["confirm", *args])
+    message = str(exited.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    return message
+
+
+def test_bad_input_is_one_line_and_writes_nothing(source: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    conf_before = sorted((ROOT / "conf").rglob("*"))
+    s = str(source)
+    assert "--top-k is 0" in _refusal(["--sweep", s, "--top-k", "0", "--seeds", "2"], capsys)
+    assert "--seeds is 0" in _refusal(["--sweep", s, "--top-k", "1", "--seeds", "0"], capsys)
+    assert "--seeds with --no-retrain" in _refusal(
+        ["--sweep", s, "--top-k", "1", "--seeds", "2", "--no-retrain"], capsys)
+    assert "--top-k 4, but" in _refusal(["--sweep", s, "--top-k", "4", "--seeds", "2"], capsys)
+    assert "sets learning_rate itself" in _refusal(
+        ["--sweep", s, "--top-k", "1", "--seeds", "2", "learning_rate=1"], capsys)
+    # a sweep with no finished run
+    unfinished = write_source(tmp_path / "out" / "source" / "unfinished", tmp_path / "validation.jsonl",
+                              status="running")
+    assert "has no finished run of a config to rank" in _refusal(
+        ["--sweep", str(unfinished), "--top-k", "1", "--seeds", "2"], capsys)
+    # held-out problems that overlap the selection's: the validation file repeats problem 1 as 5
+    repeated = write_validation(tmp_path / "repeated.jsonl",
+                                [*QUESTIONS[:5], QUESTIONS[1], *QUESTIONS[6:]])
+    overlapping = write_source(tmp_path / "out" / "source" / "overlapping", repeated)
+    message = _refusal(["--sweep", str(overlapping), "--top-k", "1", "--seeds", "2"], capsys)
+    assert message.startswith(f"error: 1 of the 4 held-out problems are problems {overlapping}'s "
+                              f"evaluations read (fingerprint {problem_fingerprints(QUESTIONS[1:2])[0]}")
+    # outcome files without per-problem fingerprints cannot show their problems apart
+    unnamed = write_source(tmp_path / "out" / "source" / "unnamed", tmp_path / "validation.jsonl",
+                           fingerprints=False)
+    assert "do not name their problems one by one" in _refusal(
+        ["--sweep", str(unnamed), "--top-k", "1", "--seeds", "2"], capsys)
+    # a confirmation of a confirmation
+    confirmation = confirmation_dir(source, True)
+    shutil.copytree(source, confirmation)
+    ConfirmRecord(source, True, (Finalist(1, "learning_rate=0.001", ("top1",)),), (2, 3), GROUP,
+                  "reward", ()).write(confirmation)
+    assert f"is a confirmation (of {source})" in _refusal(
+        ["--sweep", str(confirmation), "--top-k", "1", "--seeds", "2"], capsys)
+    shutil.rmtree(confirmation)
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")
+                   if not p.is_relative_to(tmp_path / "out" / "source" / "unfinished")
+                   and not p.is_relative_to(tmp_path / "out" / "source" / "overlapping")
+                   and not p.is_relative_to(tmp_path / "out" / "source" / "unnamed")
+                   and p != tmp_path / "repeated.jsonl")
+    assert after == before, "a refusal writes nothing"
+    assert not any(p.name.endswith("-confirm") for p in (tmp_path / "out" / "source").iterdir())
+    assert sorted((ROOT / "conf").rglob("*")) == conf_before
+
+
+def write_confirmation(source: Path, seeds: dict[int, list[list[int]]], retrain: bool = True,
+                       shared: bool = False) -> Path:
+    """A finished confirmation of `source`'s top configs: finalist rank -> each fresh seed's
+    per-problem rewards on the 4 held-out problems."""
+    target = confirmation_dir(source, retrain)
+    labels = ["learning_rate=0.001", "learning_rate=0.0003", "learning_rate=0.01"]
+    fresh = (2, 3)
+    record = ConfirmRecord(source.resolve(), retrain, tuple(
+        Finalist(number, labels[number - 1], (f"top{number}",)) for number in seeds), fresh,
+        GROUP, "reward", ())
+    write_multirun(target, [f"+{GROUP}=top1,top2", "seed=2,3"])
+    record.write(target)
+    held = QUESTIONS[N_EVAL:] if not shared else [QUESTIONS[0], *QUESTIONS[N_EVAL + 1:]]
+    job = 0
+    for number, rows in seeds.items():
+        for seed, problems in zip(fresh, rows, strict=True):
+            run = target / str(job)
+            write_run(run, {"seed": seed}, [], {"status": "completed", "last_step": STEPS[-1]},
+                      choices={GROUP: f"top{number}"})
+            write_outcomes(run, EvalOutcomes(STEPS[-1], 1, problems_digest(held),
+                                             tuple(map(float, problems)), tuple(problems),
+                                             tuple(map(float, problems)), problem_fingerprints(held)),
+                           CONFIRM_DIR)
+            job += 1
+    return target
+
+
+def test_the_confirmed_figures_carry_the_seed_and_problem_variance_and_the_curse_both_noises(
+        source: Path) -> None:
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                         2: [[1, 1, 1, 0], [1, 1, 1, 1]]})
+    record = read_record(target)
+    assert [r.seed for r in confirmed_runs(target, record)] == [2, 3, 2, 3]
+    collection = collect([source])
+    ranking = rank(collection)
+    conf = read_confirmation(target, record, collection, ranking)
+    first, second = conf.figures
+    # the confirmed means: 0.375 and 0.875, each over 2 seeds x 4 problems
+    assert first.confirmed.mean == pytest.approx(0.375) and second.confirmed.mean == pytest.approx(0.875)
+    # its variance, by hand: the larger of the pooled seed variance over both finalists (seed
+    # means 0.5, 0.25 and 0.75, 1.0: 0.03125 on 2 df) and its own (0.03125, 1 df) over 2 seeds,
+    # plus the between-problem variance of its per-problem means (1, .5, 0, 0: var 0.229) less
+    # the seed-by-problem mean square over 2 seeds, over 4 problems
+    p = np.array([[1, 1, 0, 0], [1, 0, 0, 0]], float)
+    residual = p - p.mean(1, keepdims=True) - p.mean(0, keepdims=True) + p.mean()
+    q = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], float)
+    residual_q = q - q.mean(1, keepdims=True) - q.mean(0, keepdims=True) + q.mean()
+    ms_error = (np.sum(residual ** 2) + np.sum(residual_q ** 2)) / 6
+    between = np.var(p.mean(0), ddof=1)
+    variance = 0.03125 / 2 + between / 4 - ms_error / 8
+    assert first.confirmed.variance == pytest.approx(variance)
+    assert conf.seeds.variance == pytest.approx(0.03125) and conf.seeds.df == 2
+    # the difference: selection (0.625: seeds 1.0, 0.25) minus confirmed, on both variances
+    assert first.selection.mean == pytest.approx(0.625)
+    both = first.selection.variance + first.confirmed.variance
+    df = both ** 2 / (first.selection.variance ** 2 / first.selection.df
+                      + first.confirmed.variance ** 2 / first.confirmed.df)
+    half = float(stats.t.ppf(0.975, df)) * math.sqrt(both)
+    assert first.difference.diff == pytest.approx(0.25)
+    assert (first.difference.lo, first.difference.hi) == pytest.approx((0.25 - half, 0.25 + half))
+    assert half > 1.3 * t_quantile(df) * math.sqrt(
+        first.confirmed.variance), "the selection's noise widens it"
+    # the order is not kept: the runner-up confirms higher, and the same comparison says so
+    assert conf.order_kept() is False
+    assert second.confirmed_verdict.reference == "learning_rate=0.001"
+    assert second.confirmed_verdict.diff == pytest.approx(0.5)
+    text = "\n".join(section_lines(conf))
+    assert "| 1 | learning_rate=0.001 | 0.625 [" in text and "| +0.250 [" in text
+    assert "the confirmed means do not keep the selection's order" in text
+
+
+def test_a_confirmation_on_the_selection_s_problems_is_none(source: Path) -> None:
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]]}, shared=True)
+    conf, lines = report_confirmation(target)
+    assert conf.figures == [] and "not a confirmation: 1 of its held-out problems are problems " \
+        "this sweep's evaluations read" in lines[2]
+
+
+def test_the_sweep_s_report_and_the_confirmation_s_carry_the_confirmed_section(source: Path) -> None:
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                         2: [[1, 1, 1, 0], [1, 1, 1, 1]]})
+    mine = build_report(collect([source]), source)
+    theirs = build_report(collect([target]), target)
+    head = mine.index("## Confirmed")
+    assert mine.index("## How sure: comparisons") < head < mine.index("## Main effects")
+    table = mine[head:].split("\n\n")[2]
+    assert table.startswith("| rank | config | selection: late reward") and table in theirs
+    shutil.rmtree(target)
+    assert "## Confirmed" not in build_report(collect([source]), source)
+
+
+def test_the_latest_sweep_is_never_a_confirmation(source: Path) -> None:
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]]})
+    (target / "multirun.yaml").touch()  # written after the source's
+    assert find_latest_sweep(source.parents[1]) == source
+
+
+@pytest.mark.slow
+def test_a_tiny_sweep_confirmed_for_real_and_again_trains_nothing(tmp_path: Path,
+                                                                  tiny_model_dir: Path) -> None:
+    """3 configs, then `confirm --top-k 2 --seeds 2`: 4 runs of seeds no run of the sweep used,
+    each confirmed on toy pairs whose fingerprints none of the sweep's outcome files holds; the
+    Confirmed section; the same command again trains nothing; `--no-retrain` of the best."""
+    out = tmp_path / "out"
+    common = ["model=tiny", "data=toy", "rollout=hf", f"model.path={tiny_model_dir}",
+              "logging.wandb_mode=disabled", f"paths.output_root={out}"]
+    swept = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", "experiment_name=tiny",
+                            "learning_rate=3e-4,1e-3,3e-3", "n_grpo_steps=4", "eval.eval_every=2",
+                            "data.holdout_size=8", *common],
+                           cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    (sweep,) = (out / "tiny").iterdir()
+
+    def confirm(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "analysis", "confirm", "--sweep", str(sweep),
+                               *args, "logging.wandb_mode=disabled", f"paths.output_root={out}"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+    done = confirm("--top-k", "2", "--seeds", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    target = confirmation_dir(sweep, True)
+    runs = confirmed_runs(target, read_record(target))
+    assert len(runs) == 4 and all(r.outcomes is not None for r in runs)
+    assert sorted(r.seed for r in runs) == [1, 1, 2, 2], "the sweep's runs all had seed 0"
+    held = {p for r in runs for p in r.outcomes.problems}
+    evaluated = {p for f in sweep.glob("*/eval_outcomes/*.json") for p in json.loads(f.read_text())["problems"]}
+    assert len(held) == 8 and len(evaluated) == 17 and not held & evaluated
+    assert "## Confirmed" in done.stdout and "| 1 | learning_rate=0.0003 |" not in done.stdout[:0]
+    section = done.stdout[done.stdout.index("## Confirmed"):]
+    assert "each with 2 fresh seeds (1, 2: none of this sweep's runs used them)" in section
+    assert "evaluated on 8 held-out problems (1 response each)" in section
+    assert (target / "confirmed.md").read_text() in done.stdout
+    logged = {r.run_dir.name: (r.run_dir / "metrics.jsonl").read_text() for r in runs}
+    again = confirm("--top-k", "2", "--seeds", "2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "relaunch: 0 to submit, 0 still queued or running (followed), 4 finished (not submitted)" \
+        in again.stdout
+    assert {r.run_dir.name: (r.run_dir / "metrics.jsonl").read_text() for r in runs} == logged
+    # the sweep's own report carries the section
+    assert section.split("\n\n")[2] in build_report(collect([sweep]), sweep)
+    # its own final models, not trained again: the best config's one run
+    own = confirm("--top-k", "1", "--no-retrain")
+    assert own.returncode == 0, own.stderr[-3000:]
+    mine = confirmed_runs(confirmation_dir(sweep, False), read_record(confirmation_dir(sweep, False)))
+    assert [(r.seed, r.status) for r in mine] == [(0, "completed")]
+    assert not (mine[0].run_dir / "metrics.jsonl").exists(), "nothing trained"
+    assert mine[0].outcomes.problems == runs[0].outcomes.problems
