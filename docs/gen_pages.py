@@ -178,11 +178,11 @@ def _first_line(obj: object) -> str:
 
 def registries_page() -> str:
     """The registries: losses, length normalizations, corrections, engines, precisions, model
-    builders, pruners, prompts and their rewards."""
+    builders, pruners, prompts and their rewards, the training rewards."""
     from grpo.core.losses import describe_losses
     from grpo.core.specs import CORRECTION_WEIGHS, LENGTH_NORMALIZATIONS
     from grpo.data.prompts import PROMPT_REWARD_PAIRS
-    from grpo.grading.rewards import REWARD_FNS
+    from grpo.grading.rewards import REWARD_FNS, TRAINING_REWARDS
     from grpo.models.specs import BUILDERS, PRECISIONS
     from grpo.rollout.specs import ENGINE_SPECS
     from grpo.run.pruning import PRUNERS
@@ -217,6 +217,11 @@ def registries_page() -> str:
          _table(("prompt", "reward function", "what it rewards"),
                 ((f"`{p}`", f"`{r}`", _first_line(REWARD_FNS[r]))
                  for p, r in PROMPT_REWARD_PAIRS.items()))),
+        ("Training rewards", "`reward=<name>`, what a GRPO step trains on (evaluation always "
+         "grades with the prompt's reward function); `grpo/grading/rewards.py` (`TRAINING_REWARDS`)",
+         _table(("name", "what it rewards", "keys"),
+                ((f"`{n}`", t.summary, ", ".join(f"`reward.{k}`" for k in t.keys))
+                 for n, t in TRAINING_REWARDS.items()))),
     ]
     out = [GENERATED.format(owner="the registries named on this page"), "# Registries\n\n",
            "The names a config may give, each from the registry that owns it. Adding one: "

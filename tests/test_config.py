@@ -190,6 +190,22 @@ def test_warnings_for_legal_but_unusual_settings() -> None:
     assert any("sampling.temperature=0.1 is low" in w for w in report.warnings)
 
 
+def test_a_placebo_that_rewards_every_response_alike_is_warned_of_where_it_learns_nothing() -> None:
+    toy = ["model=tiny", "data=toy", "rollout=hf", "reward=random"]
+    assert check_config(_compose(toy)).warnings == []  # p = 0.5, the default
+    never = check_config(_compose([*toy, "reward.p=0"]))
+    assert never.errors == [] and never.warnings == [
+        "reward.p=0: the placebo rewards every response 0, so every advantage is 0 and "
+        "loss=reinforce_with_baseline has no gradient: the policy does not learn (and the health "
+        "guard stops the run as collapsed after health.zero_reward_patience=20 steps of reward 0)"]
+    always = check_config(_compose([*toy, "reward.p=1.0", "loss=grpo_clip"]))
+    assert always.warnings == ["reward.p=1.0: the placebo rewards every response 1, so every "
+                               "advantage is 0 and loss=grpo_clip has no gradient: the policy "
+                               "does not learn"]
+    # REINFORCE without a baseline reads the raw rewards: a reward of 1 everywhere still moves it
+    assert check_config(_compose([*toy, "reward.p=1", "loss=no_baseline"])).warnings == []
+
+
 def test_loss_hyperparameters_live_only_where_they_are_read() -> None:
     cfg = _compose(["model=tiny", "data=toy", "rollout=hf", "loss=grpo_clip", "loss.cliprange=0"])
     assert check_config(cfg).errors == [

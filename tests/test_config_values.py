@@ -212,6 +212,19 @@ BAD_VALUES: list[tuple[str, Mapping[str, Any] | Files, str]] = [
      "model.micro_batch_tokens=63 must be >= model.max_seq_len=64"),
     ("skip_string", {"skip_zero_advantage": "sometimes"},
      "skip_zero_advantage='sometimes' is not true or false"),
+    ("placebo_p_above_one", {"reward": "random", "reward.p": 1.5}, "reward.p=1.5 is out of range: "
+     "the placebo's probability of rewarding a response must be a number in [0, 1]"),
+    ("placebo_p_negative", {"reward": "random", "reward.p": -0.1}, "reward.p=-0.1 is out of range"),
+    ("placebo_p_nan", {"reward": "random", "reward.p": float("nan")},
+     "reward.p=nan is not a finite number"),
+    ("placebo_p_inf", {"reward": "random", "reward.p": float("inf")},
+     "reward.p=inf is not a finite number"),
+    ("placebo_p_string", {"reward": "random", "reward.p": "half"}, "reward.p='half' is not a number"),
+    ("placebo_p_bool", {"reward": "random", "reward.p": True}, "reward.p=true is not a number"),
+    ("placebo_p_null", {"reward": "random", "reward.p": None}, "reward.p=null is null"),
+    ("placebo_p_on_graded", {"reward.p": 0.5}, "reward.p is not read by reward=graded; remove it"),
+    ("reward_unknown", {"reward.name": "placebo"}, "reward.name=placebo is unknown; use one of "
+     "reward=graded, reward=random"),
     # values that passed the dry run and then crashed the job
     ("device_unknown", {"model.device": "gpu0"}, "model.device='gpu0': the trained policy's "
      "device must be auto, cpu, cuda or cuda:N"),
@@ -303,6 +316,9 @@ GOOD_VALUES: list[tuple[str, Mapping[str, Any]]] = [
     ("cispo_bounds", {"loss": "cispo", "loss.ratio_cap": 1, "loss.ratio_floor": 1.0}),
     ("cispo_no_floor", {"loss": "cispo", "loss.ratio_cap": 5.0, "loss.ratio_floor": 0}),
     ("one_cpu", {"cluster.cpus_per_job": 1}),
+    ("placebo_bounds", {"reward": "random", "reward.p": 0}),  # legal: a warning, it learns nothing
+    ("placebo_always", {"reward": "random", "reward.p": 1}),
+    ("placebo_default", {"reward": "random"}),
     ("budget_of_one_sequence", {"model.micro_batch_tokens": 64, "skip_zero_advantage": True}),
     # a token budget cuts the micro-batches: micro_batch_size is unused, need not divide 32
     ("token_budget_ignores_micro_batch_size", {"model.micro_batch_tokens": 100000,
@@ -322,20 +338,21 @@ GOOD_FILES: list[tuple[str, Files]] = [
 
 def write_cases(config_dir: Path, files_dir: Path,
                 cases: list[tuple[str, Mapping[str, Any] | Files]]) -> dict[str, Path]:
-    """One option of the `case` group per case: `# @package _global_`, a loss choice as a
-    defaults override and the values; returns each case's folder."""
+    """One option of the `case` group per case: `# @package _global_`, a loss or reward choice
+    as a defaults override and the values; returns each case's folder."""
     (config_dir / "case").mkdir(parents=True, exist_ok=True)
     folders = {}
     for name, values in cases:
         folders[name] = files_dir / name
         folders[name].mkdir(parents=True)
         values = dict(values if isinstance(values, Mapping) else values(folders[name]))
-        loss = values.pop("loss", None)
+        groups = {group: values.pop(group) for group in ("loss", "reward") if group in values}
         body = OmegaConf.create({})
         for key, value in values.items():
             OmegaConf.update(body, key, value, force_add=True)
-        text = OmegaConf.to_yaml(body)
-        defaults = f"defaults:\n  - override /loss: {loss}\n" if loss else ""
+        text = OmegaConf.to_yaml(body) if values else ""
+        defaults = "".join(f"  - override /{group}: {option}\n" for group, option in groups.items())
+        defaults = f"defaults:\n{defaults}" if defaults else ""
         (config_dir / "case" / f"{name}.yaml").write_text(
             f"# @package _global_\n{defaults}{text}")
     return folders

@@ -161,3 +161,11 @@ def test_the_comparison_sorts_keys_into_refused_and_allowed() -> None:
     assert compare(trained, later, step=150).refused == {}
     four = {**trained, "eval": {**trained["eval"], "samples_per_problem": 4}}
     assert compare(trained, four, step=150).refused == {"eval.samples_per_problem": ("(absent)", 4)}
+    # a run trained before the reward group existed trained on the graded reward: resumed with
+    # reward=graded it goes on; with the placebo (reward=random) every later step would differ
+    assert compare(trained, {**trained, "reward": {"name": "graded"}}, step=150).refused == {}
+    placebo = {**trained, "reward": {"name": "random", "p": 0.5}}
+    assert compare(trained, placebo, step=150).refused == {"reward.name": ("(absent)", "random"),
+                                                          "reward.p": ("(absent)", 0.5)}
+    assert compare(placebo, {**placebo, "reward": {"name": "random", "p": 0.3}},
+                   step=150).refused == {"reward.p": (0.5, 0.3)}

@@ -146,3 +146,99 @@ def test_a_malformed_answer_tag_pair_is_malformed(response):
 ])
 def test_a_malformed_r1_zero_answer_is_malformed(response):
     assert r1_zero_reward_fn(response, "4") == MALFORMED
+
+
+# ------------------------------------------------------------------ the placebo (reward=random)
+
+def _toy_graded(n_groups: int = 100) -> tuple[list[str], list[str], list[dict[str, float]]]:
+    """A batch of toy responses graded by the real reward function: groups of 8 answers to each
+    toy question, 3 right, 4 wrong and 1 malformed in every group (rows in batch order)."""
+    from grpo.data.toy_task import toy_pairs
+    from grpo.grading.rewards import score_batch
+
+    pairs = toy_pairs()
+    responses, truths = [], []
+    for g in range(n_groups):
+        _, truth = pairs[g % len(pairs)]
+        answers = [truth, truth, truth, "0" if truth != "0" else "1", str(int(truth) + 1),
+                   str(int(truth) + 2), str(int(truth) + 3)]
+        responses += [f" <answer>{a}</answer>" for a in answers] + [f" {truth}"]
+        truths += [truth] * 8
+    return responses, truths, score_batch(answer_tag_reward_fn, responses, truths)
+
+
+def test_the_placebo_reward_ignores_the_answer_on_real_graded_responses() -> None:
+    """reward=random replaces each row's reward by its draw and keeps the true grading beside
+    it: correct, wrong and malformed responses are rewarded at one rate, p."""
+    import numpy as np
+
+    from grpo.grading.rewards import placebo_rewards, training_scores
+
+    responses, _, graded = _toy_graded()
+    correct = np.array([s["answer_reward"] for s in graded])
+    assert correct.sum() == 300 and len(graded) == 800  # the grader read 3 of each 8 as right
+    placebo = training_scores({"name": "random", "p": 0.5}, graded, seed=3, step=7)
+    rewards = np.array([s["reward"] for s in placebo])
+    # the reward is the draw of (seed, step, row) alone; the grading is kept, not trained on
+    assert rewards.tolist() == placebo_rewards(0.5, 3, 7, 800)
+    assert [(s["format_reward"], s["answer_reward"]) for s in placebo] == [
+        (s["format_reward"], s["answer_reward"]) for s in graded]
+    # the same rows graded the other way round (every answer right) draw the same rewards
+    flipped = [{**s, "answer_reward": 1.0, "reward": 1.0} for s in graded]
+    assert [s["reward"] for s in training_scores({"name": "random", "p": 0.5}, flipped, 3, 7)] \
+        == rewards.tolist()
+    # correct and wrong (or malformed) responses are rewarded at the same rate: 0.503 of 300 and
+    # 0.522 of 500 here (0.515 of all 800); a reward that followed the answer would be 1 and 0.
+    # Bound: 4 binomial sds of the difference, 4 sqrt(0.25 (1/300 + 1/500)) = 0.146
+    right, wrong = rewards[correct == 1].mean(), rewards[correct == 0].mean()
+    assert (round(right, 3), round(wrong, 3), rewards.mean()) == (0.503, 0.522, 0.515)
+    assert abs(right - wrong) < 4 * np.sqrt(0.25 * (1 / 300 + 1 / 500))
+    # reward=graded trains on the grading itself
+    assert training_scores({"name": "graded"}, graded, 3, 7) == graded
+    with pytest.raises(ValueError, match="reward.name='placebo' is unknown"):
+        training_scores({"name": "placebo"}, graded, 3, 7)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.9, 1.0])
+def test_the_placebo_rewards_a_response_with_probability_p(p: float) -> None:
+    """Over 4000 rows (50 steps of 80) the rate is p within 4 binomial sds (p = 0: never,
+    p = 1: always, exactly); the draws of neighbouring rows are uncorrelated."""
+    import numpy as np
+
+    from grpo.grading.rewards import placebo_rewards
+
+    draws = np.array([placebo_rewards(p, 11, step, 80) for step in range(1, 51)]).ravel()
+    assert set(draws) <= {0.0, 1.0}
+    assert abs(draws.mean() - p) <= 4 * np.sqrt(p * (1 - p) / draws.size)
+    if 0 < p < 1:
+        lag = np.corrcoef(draws[:-1], draws[1:])[0, 1]
+        assert abs(lag) < 4 / np.sqrt(draws.size)
+
+
+def test_the_placebo_draw_depends_on_seed_step_and_row_only() -> None:
+    """Row i of step s in the run of seed k is the same draw however many rows the step has,
+    whatever the global random states are (a resume restores none for it), and another seed,
+    step or row draws anew; the stream is pinned (a change would change every placebo curve)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from grpo.grading.rewards import placebo_rewards
+
+    first = placebo_rewards(0.5, 0, 1, 64)
+    assert first[:16] == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    random.seed(5)
+    np.random.seed(5)
+    torch.manual_seed(5)
+    np.random.random(100)
+    assert placebo_rewards(0.5, 0, 1, 64) == first
+    assert placebo_rewards(0.5, 0, 1, 20) == first[:20]  # row i does not depend on the batch size
+    assert placebo_rewards(0.5, 0, 1, 200)[:64] == first
+    others = [placebo_rewards(0.5, 1, 1, 64), placebo_rewards(0.5, 0, 2, 64)]
+    for other in others:  # another seed, another step: other draws (64 rows agree by chance 1 in 2^64)
+        assert other != first
+        assert 16 < sum(a == b for a, b in zip(first, other, strict=True)) < 48
+    # a lower p rewards a subset of the rows a higher one rewards (one uniform draw a row)
+    low, high = placebo_rewards(0.2, 0, 1, 64), placebo_rewards(0.7, 0, 1, 64)
+    assert all(h >= lo for lo, h in zip(low, high, strict=True)) and sum(low) < sum(high)

@@ -16,5 +16,7 @@ them with values worked out by hand or by scipy and statsmodels directly.
 * :mod:`~analysis.stats.power`: what a design can detect, and what would decide.
 * :mod:`~analysis.stats.effects`: the ANOVA of the swept keys and a one-seed grid's residual.
 * :mod:`~analysis.stats.trends`: the other metrics' late values against the best config's.
+* :mod:`~analysis.stats.placebo`: a config's margin over its placebo (``reward=random``) and the
+  placebo's own gain over the pre-RL evaluation.
 * :mod:`~analysis.decisions.race.boundary`: a race's calibrated boundary and the decision of each look.
 """

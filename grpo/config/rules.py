@@ -130,8 +130,9 @@ TEXT_RULES = {
                                      note="null = your default entity"),
 }
 REGISTRY_KEYS = {"loss.name": "loss", "normalization.name": "normalization", "prompt.name": "prompt",
-                 "pruning.name": "pruning", "rollout.engine": "rollout", "model.build": "model.build",
-                 "model.precision": "model.precision", "off_policy.correction": "off_policy.correction"}
+                 "pruning.name": "pruning", "reward.name": "reward", "rollout.engine": "rollout",
+                 "model.build": "model.build", "model.precision": "model.precision",
+                 "off_policy.correction": "off_policy.correction"}
 """Keys whose values are a registry's names (key -> how messages name it), checked against the
 registry by grpo.config.validation; here only that each is a text (model.build: or null, a
 downloaded model), so that the registry lookup never sees another type."""
@@ -332,6 +333,10 @@ RULES: dict[str, Rule] = {
                                 note="0 = no lower bound"),
     # conf/std_norm/
     "std_norm.enabled": _flag("std_norm.enabled"),
+    # conf/reward/
+    "reward.p": _number("the placebo's probability of rewarding a response", 0, 1,
+                        note="each training response is rewarded 1 with it, whatever its answer; "
+                        "0.5 as in Shao et al. 2025"),
     # conf/pruning/
     "pruning.min_resource": _int("the first rung of the pruner", 1),
     "pruning.reduction_factor": _int("the pruner's reduction factor", 2,

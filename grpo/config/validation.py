@@ -24,6 +24,7 @@ from grpo.config.rules import COST_RATES, value_errors
 from grpo.core.specs import CORRECTION_WEIGHS, LENGTH_NORMALIZATIONS, LOSS_SPECS
 from grpo.data.datasets import HELDOUT, SPLITS, Example, load_examples, run_data_config
 from grpo.data.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, format_prompt, load_prompt_template
+from grpo.grading.rewards import PLACEBO, TRAINING_REWARDS
 from grpo.models.specs import BUILDERS, CHARACTERS, PRECISIONS, SMALLEST_SAFE_BF16_TRUE_LR
 from grpo.rollout.specs import ENGINE_SPECS
 from grpo.run.checkpoint_names import FINAL_MODEL
@@ -372,6 +373,32 @@ def _check_prompt(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> Non
         )
 
 
+def _check_reward(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    """The training reward exists and its yaml holds exactly its keys; a placebo that rewards
+    every response alike (p = 0 or 1) is legal, but a loss of the advantage learns nothing."""
+    reward = cfg.get("reward")
+    name = reward.get("name") if isinstance(reward, DictConfig) else None
+    kind = TRAINING_REWARDS.get(name) if isinstance(name, str) else None
+    if kind is None:
+        report.errors.append(f"reward.name={name} is unknown; use one of "
+                             + ", ".join(f"reward={known}" for known in TRAINING_REWARDS))
+        return
+    missing = [key for key in kind.keys if key not in reward]
+    report.errors += [f"reward.{key} is missing: reward={name} reads it; set it "
+                      f"(conf/reward/{name}.yaml holds its default)" for key in missing]
+    report.errors += [f"reward.{key} is not read by reward={name}; remove it"
+                      for key in sorted(set(reward) - {"name", *kind.keys})]
+    loss = LOSS_SPECS.get(cfg.loss.name)
+    if (name == PLACEBO and not missing and reward.p in (0, 1) and loss is not None
+            and loss.zero_at_zero_advantage):
+        report.warnings.append(
+            f"reward.p={reward.p}: the placebo rewards every response {int(reward.p)}, so every "
+            f"advantage is 0 and loss={loss.name} has no gradient: the policy does not learn"
+            + (" (and the health guard stops the run as collapsed after "
+               f"health.zero_reward_patience={cfg.health.zero_reward_patience} steps of reward 0)"
+               if reward.p == 0 and cfg.health.zero_reward_patience else ""))
+
+
 def _check_rollout(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     name = cfg.rollout.engine
     engine = ENGINE_SPECS.get(name)
@@ -614,9 +641,9 @@ def check_config(cfg: DictConfig) -> ConfigReport:
     report.errors += value_errors(cfg) + plan.errors()
     if report.errors:
         return report
-    checks = (_check_loss, _check_sampling, _check_prompt, _check_model, _check_precision, _check_data,
-              _check_confirm, _check_tiny_tokenizer, _check_rollout, _check_staleness, _check_pruning, _check_cost,
-              _check_analysis, _check_prompt_lengths)
+    checks = (_check_loss, _check_sampling, _check_prompt, _check_reward, _check_model, _check_precision,
+              _check_data, _check_confirm, _check_tiny_tokenizer, _check_rollout, _check_staleness,
+              _check_pruning, _check_cost, _check_analysis, _check_prompt_lengths)
     for check in checks:
         try:
             check(cfg, plan, report)

@@ -8,14 +8,23 @@ Answers are graded once per process (`GRADE_CACHE_SIZE` most recent answer, trut
 group's repeated answers, and a collapsed policy's identical ones, cost one grading), and
 `score_batch` scores a rollout batch on `POOL_SIZE` threads, each grading on its own math-verify
 helper process.
+
+What a GRPO step trains on is `reward.name` (`TRAINING_REWARDS`, one `conf/reward/<name>.yaml`
+each): `graded`, the prompt's reward function, or `random`, a placebo that rewards each response
+1 with probability `reward.p` whatever its answer (`placebo_rewards`). Evaluation always grades
+with the prompt's reward function.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from grpo.grading.answers import MAX_ANSWER_CHARS, grade_answer
 from grpo.grading.math_verify_process import POOL_SIZE
@@ -258,3 +267,71 @@ def same_answer(answer: str, other: str) -> bool:
     """Whether the grader takes `answer` for a correct answer to the truth `other` (its own
     equivalence, math-verify included; cached as every grading is)."""
     return _graded(answer, other)
+
+
+GRADED = "graded"
+"""`reward.name` of `conf/reward/graded.yaml`: a step trains on the prompt's reward function."""
+PLACEBO = "random"
+"""`reward.name` of `conf/reward/random.yaml`: a step trains on the placebo's draws."""
+PLACEBO_STREAM = 0x504C4143
+"""The first word of every placebo draw's seed (b"PLAC"): a stream of its own, seeded with entropy
+no other draw of the run (sampling, data order, the training order) is seeded with."""
+
+
+def placebo_rewards(p: float, seed: int, step: int, n_rows: int) -> list[float]:
+    """The placebo's rewards of GRPO step `step`'s `n_rows` responses (rows in the order of the
+    flattened batch, group by group) in the run of seed `seed`: row i is 1.0 where a uniform
+    draw in [0, 1) of the generator seeded by (`PLACEBO_STREAM`, seed, step, i) is below `p`,
+    else 0.0. So each row is rewarded 1 with probability p (exactly: p = 0 never, p = 1 always),
+    the rows independently, and the draw depends on (seed, step, row) only: never on the
+    response, its answer or any state a resume would have to restore.
+
+    Args:
+        p: the probability of a reward of 1, in [0, 1] (`reward.p`).
+        seed: the run's seed (`seed`), >= 0.
+        step: the GRPO step, 1..n_grpo_steps.
+        n_rows: the responses of the step (rollout_batch_size).
+
+    Returns:
+        (n_rows,) rewards, each 0.0 or 1.0.
+    """
+    return [float(np.random.default_rng([PLACEBO_STREAM, seed, step, row]).random() < p)
+            for row in range(n_rows)]
+
+
+@dataclass(frozen=True)
+class TrainingReward:
+    """One choice of what a GRPO step trains on (`reward.name`): `keys` are the keys its
+    `conf/reward/<name>.yaml` holds besides `name`; `summary` says what it rewards."""
+
+    keys: tuple[str, ...]
+    summary: str
+
+
+TRAINING_REWARDS: dict[str, TrainingReward] = {
+    GRADED: TrainingReward((), "the prompt's reward function (`PROMPT_REWARD_PAIRS`): 1 for a "
+                               "formatted, correct answer"),
+    PLACEBO: TrainingReward(("p",), "a placebo: each response rewarded 1 with probability "
+                                    "`reward.p`, independent of its answer (`placebo_rewards`); "
+                                    "`format_reward` and `answer_reward` stay the prompt's grading, "
+                                    "logged, not trained on"),
+}
+"""`reward.name` -> its entry; the validator and the registries page read it, `training_scores`
+applies it."""
+
+
+def training_scores(reward: Mapping[str, Any], graded: Sequence[dict[str, float]], seed: int,
+                    step: int) -> list[dict[str, float]]:
+    """The scores GRPO step `step` trains on, from its responses' `graded` scores (the prompt's
+    reward function's, one per row of the flattened batch), by `reward` (the run's `cfg.reward`):
+    `graded` as they are, or with reward=random each "reward" replaced by its
+    :func:`placebo_rewards` draw (`format_reward` and `answer_reward` kept: the true grading,
+    logged as `train/format_reward_mean` and `train/answer_reward_mean`, read by no loss)."""
+    name = str(reward["name"])
+    if name == GRADED:
+        return list(graded)
+    if name != PLACEBO:
+        raise ValueError(f"reward.name={name!r} is unknown; use one of "
+                         + ", ".join(f"reward={known}" for known in TRAINING_REWARDS))
+    draws = placebo_rewards(float(reward["p"]), seed, step, len(graded))
+    return [{**scores, "reward": draw} for scores, draw in zip(graded, draws, strict=True)]

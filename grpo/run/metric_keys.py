@@ -24,7 +24,7 @@ METRIC_KEYS: tuple[tuple[str, str], ...] = (
     (('throughput/rollout_tokens_per_s',), (
         "generated tokens per second of rollout")),
     (('train/reward_mean', 'train/reward_std', 'train/reward_{max,min}', 'train/format_reward_mean', 'train/answer_reward_mean'), (
-        "rollout rewards")),
+        "rollout rewards: `train/reward_*` of the reward trained on (with `reward=random`, the placebo's draws), `train/format_reward_mean` and `train/answer_reward_mean` always the prompt's reward function's grading (under the placebo, logged and trained on by no loss)")),
     (('train/frac_zero_std_groups',), (
         "fraction of groups whose rewards are all equal (zero advantage)")),
     (('train/frac_skipped',), (

@@ -58,7 +58,8 @@ seed, its evaluation (cadence, problems, sampling) and a race's settings (`defin
 ABSENT = "(absent)"
 """The value shown for a key one of the two configs does not have."""
 ADDED = {"eval.samples_per_problem": 1, "off_policy.staleness": 0, "off_policy.correction": "tis",
-         "off_policy.is_cap": 2.0, "off_policy.correct_fresh": False, "data.holdout_size": 0}
+         "off_policy.is_cap": 2.0, "off_policy.correct_fresh": False, "data.holdout_size": 0,
+         "reward.name": "graded"}
 """Keys added after runs were trained without them, with the value that does what those runs did:
 a run resumed with that value is not refused for a key its checkpoint lacks."""
 

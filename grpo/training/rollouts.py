@@ -4,6 +4,7 @@ held as a `RolloutBatch` that hands out micro-batches of rows."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,7 @@ import torch
 
 from grpo.core.advantages import compute_group_normalized_rewards
 from grpo.core.tokenization import tokenize_prompt_and_output
-from grpo.grading.rewards import RewardFn, score_batch
+from grpo.grading.rewards import RewardFn, score_batch, training_scores
 from grpo.rollout.base import Rollout
 from grpo.training.overlap import GeneratedBatch
 from grpo.training.timing import PhaseTimer
@@ -81,26 +82,28 @@ def flatten(generated: GeneratedBatch, group_size: int) -> tuple[list[str], list
 def score(
     prompts: list[str], rollouts: list[Rollout], truths: list[str],
     reward_fn: RewardFn, tokenizer: PreTrainedTokenizerBase, *,
-    group_size: int, advantage_eps: float, normalize_by_std: bool, seed: int,
-    device: torch.device, timer: PhaseTimer,
+    group_size: int, advantage_eps: float, normalize_by_std: bool, seed: int, step: int,
+    device: torch.device, timer: PhaseTimer, reward: Mapping[str, Any],
 ) -> tuple[RolloutBatch, dict[str, float]]:
-    """The flattened rollouts (B = len(rollouts), groups of `group_size` in a row) scored by
-    `reward_fn` against `truths` (phase `scoring`), their group-normalized advantages (CS336
+    """GRPO step `step`'s flattened rollouts (B = len(rollouts), groups of `group_size` in a row)
+    scored by `reward_fn` against `truths` (phase `scoring`), the scores trained on chosen by
+    `reward` (the run's `cfg.reward`: `grpo.grading.rewards.training_scores`, the placebo drawn
+    with the run's `seed`, `step` and each row), their group-normalized advantages (CS336
     `compute_group_normalized_rewards`: minus the group mean, divided by the group std +
     `advantage_eps` when `normalize_by_std`), tokenized with their prompts onto `device` and
-    put in the training order drawn with `seed`; and the metrics `train/*` of the rewards and
-    `train/mean_response_length` (sampled tokens)."""
+    put in the training order drawn with `seed + step - 1`; and the metrics `train/*` of the
+    rewards and `train/mean_response_length` (sampled tokens)."""
     responses = [r.text for r in rollouts]
     with timer.phase("scoring"):
-        # graded in parallel first; the CS336 function then reads the scores back
-        scores = dict(zip(zip(responses, truths, strict=True),
-                          score_batch(reward_fn, responses, truths), strict=True))
+        # graded in parallel first; the CS336 function then reads each row's scores back
+        scores = training_scores(reward, score_batch(reward_fn, responses, truths), seed, step)
         advantages, raw_rewards, meta = compute_group_normalized_rewards(
-            lambda response, truth: scores[response, truth], responses, truths, group_size,
+            lambda row, _truth: scores[row], range(len(responses)), truths, group_size,
             advantage_eps, normalize_by_std,
         )
     tokens = tokenize_prompt_and_output(prompts, responses, tokenizer)
-    order = torch.randperm(len(responses), generator=torch.Generator().manual_seed(seed))
+    order = torch.randperm(len(responses),
+                           generator=torch.Generator().manual_seed(seed + step - 1))
     batch = RolloutBatch(
         input_ids=tokens["input_ids"].to(device), labels=tokens["labels"].to(device),
         response_mask=tokens["response_mask"].to(device, torch.float32),

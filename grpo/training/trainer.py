@@ -114,7 +114,8 @@ class GRPOTrainer(Learner):
         super().__init__(cfg, policy, precision, device, BatchPlan.from_config(cfg))
         template = load_prompt_template(cfg.prompt.name)
         self.prompt_of = lambda example: format_prompt(template, example.question)
-        self.reward_fn = reward_fn_for(cfg.prompt.name)
+        self.reward_fn = reward_fn_for(cfg.prompt.name)  # evaluation grades with it, always
+        self.training_reward = OmegaConf.to_container(cfg.reward, resolve=True)  # trained on
         self.answer_fn = answer_fn_for(cfg.prompt.name)
         data_cfg = run_data_config(OmegaConf.to_container(cfg.data, resolve=True), cfg.eval.n_examples)
         self.validation: list[Example] = load_examples(data_cfg, "validation")
@@ -224,8 +225,8 @@ class GRPOTrainer(Learner):
         cfg = self.cfg
         return score(prompts, rollouts, truths, self.reward_fn, self.tokenizer,
                      group_size=cfg.group_size, advantage_eps=cfg.advantage_eps,
-                     normalize_by_std=cfg.std_norm.enabled, seed=cfg.seed + step - 1,
-                     device=self.device, timer=timer)
+                     normalize_by_std=cfg.std_norm.enabled, seed=int(cfg.seed), step=step,
+                     device=self.device, timer=timer, reward=self.training_reward)
 
     def _sampling_precision(self) -> AbstractContextManager[Any]:
         """The training precision's autocast for an engine that samples with the policy module
