@@ -225,6 +225,37 @@ BAD_VALUES: list[tuple[str, Mapping[str, Any] | Files, str]] = [
     ("placebo_p_on_graded", {"reward.p": 0.5}, "reward.p is not read by reward=graded; remove it"),
     ("reward_unknown", {"reward.name": "placebo"}, "reward.name=placebo is unknown; use one of "
      "reward=graded, reward=random"),
+    ("zero_variance_unknown", {"zero_variance.name": "drop"},
+     "zero_variance.name=drop is unknown; use one of zero_variance=keep, zero_variance=filter, "
+     "zero_variance=dynamic_sampling"),
+    ("max_rounds_zero", {"zero_variance": "dynamic_sampling", "zero_variance.max_rounds": 0},
+     "zero_variance.max_rounds=0 is out of range: dynamic sampling's extra generation rounds a "
+     "step must be an integer in [1, 100]"),
+    ("max_rounds_string", {"zero_variance": "dynamic_sampling", "zero_variance.max_rounds": "many"},
+     "zero_variance.max_rounds='many' is not a number"),
+    ("max_rounds_nan", {"zero_variance": "dynamic_sampling", "zero_variance.max_rounds": float("nan")},
+     "zero_variance.max_rounds=nan is not an integer"),
+    ("expected_extra_nan", {"zero_variance": "dynamic_sampling",
+                            "zero_variance.expected_extra": float("nan")},
+     "zero_variance.expected_extra=nan is not a finite number"),
+    ("expected_extra_negative", {"zero_variance": "dynamic_sampling",
+                                 "zero_variance.expected_extra": -0.5},
+     "zero_variance.expected_extra=-0.5 is out of range"),
+    ("expected_extra_string", {"zero_variance": "dynamic_sampling",
+                               "zero_variance.expected_extra": "half"},
+     "zero_variance.expected_extra='half' is not a number"),
+    ("expected_extra_above_rounds", {"zero_variance": "dynamic_sampling",
+                                     "zero_variance.max_rounds": 2, "zero_variance.expected_extra": 3},
+     "zero_variance.expected_extra=3 is more than zero_variance.max_rounds=2 extra rounds can "
+     "generate; set it to at most 2"),
+    ("max_rounds_on_filter", {"zero_variance": "filter", "zero_variance.max_rounds": 2},
+     "zero_variance.max_rounds is not read by zero_variance=filter; remove it"),
+    ("retire_nan", {"retire.pass_rate": float("nan")}, "retire.pass_rate=nan is not a finite number"),
+    ("retire_string", {"retire.pass_rate": "high"}, "retire.pass_rate='high' is not a number"),
+    ("retire_zero", {"retire.pass_rate": 0}, "retire.pass_rate=0 is out of range: the pass rate "
+     "that retires a training prompt must be null or a number in (0, 1]"),
+    ("retire_above_one", {"retire.pass_rate": 1.5}, "retire.pass_rate=1.5 is out of range"),
+    ("retire_bool", {"retire.pass_rate": True}, "retire.pass_rate=true is not a number"),
     # values that passed the dry run and then crashed the job
     ("device_unknown", {"model.device": "gpu0"}, "model.device='gpu0': the trained policy's "
      "device must be auto, cpu, cuda or cuda:N"),
@@ -320,6 +351,9 @@ GOOD_VALUES: list[tuple[str, Mapping[str, Any]]] = [
     ("placebo_always", {"reward": "random", "reward.p": 1}),
     ("placebo_default", {"reward": "random"}),
     ("budget_of_one_sequence", {"model.micro_batch_tokens": 64, "skip_zero_advantage": True}),
+    ("zero_variance_bounds", {"zero_variance": "dynamic_sampling", "zero_variance.max_rounds": 100,
+                              "zero_variance.expected_extra": 0, "retire.pass_rate": 1}),
+    ("zero_variance_filter_and_retire", {"zero_variance": "filter", "retire.pass_rate": 0.9}),
     # a token budget cuts the micro-batches: micro_batch_size is unused, need not divide 32
     ("token_budget_ignores_micro_batch_size", {"model.micro_batch_tokens": 100000,
                                                "train_batch_size": 32, "micro_batch_size": 48}),
@@ -338,15 +372,15 @@ GOOD_FILES: list[tuple[str, Files]] = [
 
 def write_cases(config_dir: Path, files_dir: Path,
                 cases: list[tuple[str, Mapping[str, Any] | Files]]) -> dict[str, Path]:
-    """One option of the `case` group per case: `# @package _global_`, a loss or reward choice
-    as a defaults override and the values; returns each case's folder."""
+    """One option of the `case` group per case: `# @package _global_`, a loss, reward or
+    zero_variance choice as a defaults override and the values; returns each case's folder."""
     (config_dir / "case").mkdir(parents=True, exist_ok=True)
     folders = {}
     for name, values in cases:
         folders[name] = files_dir / name
         folders[name].mkdir(parents=True)
         values = dict(values if isinstance(values, Mapping) else values(folders[name]))
-        groups = {group: values.pop(group) for group in ("loss", "reward") if group in values}
+        groups = {group: values.pop(group) for group in ("loss", "reward", "zero_variance") if group in values}
         body = OmegaConf.create({})
         for key, value in values.items():
             OmegaConf.update(body, key, value, force_add=True)

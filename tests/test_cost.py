@@ -81,6 +81,28 @@ def test_an_overlapped_step_costs_the_longer_of_generation_and_training_plus_the
     assert uncorrected.step_seconds == pytest.approx(25.6 + 1.0)
 
 
+def test_dynamic_sampling_prices_its_assumed_extra_generation() -> None:
+    # on-policy REINFORCE: 256 x 0.1 s to generate, 256 x 0.05 s to train, 1 s more
+    keep = job_config("reinforce_with_baseline", epochs=1)
+    assert job_cost(keep, RATES, 1024).step_seconds == pytest.approx(25.6 + 12.8 + 1.0)
+    filtered = job_config("reinforce_with_baseline", epochs=1, zero_variance={"name": "filter"})
+    assert job_cost(filtered, RATES, 1024).step_seconds == pytest.approx(25.6 + 12.8 + 1.0)
+    # dynamic sampling, no assumption given: the worst case, 4 extra rounds of 256 every step
+    worst = job_cost(job_config("reinforce_with_baseline", epochs=1, zero_variance={
+        "name": "dynamic_sampling", "max_rounds": 4, "expected_extra": None}), RATES, 1024)
+    assert worst.step_seconds == pytest.approx(5 * 25.6 + 12.8 + 1.0)
+    assert "steps x 142 s (generation x5: dynamic sampling)" in worst.describe()
+    # half a batch more on average (the toy task's measured figure is in benchmarks.md)
+    assumed = job_cost(job_config("reinforce_with_baseline", epochs=1, zero_variance={
+        "name": "dynamic_sampling", "max_rounds": 4, "expected_extra": 0.5}), RATES, 1024)
+    assert assumed.step_seconds == pytest.approx(1.5 * 25.6 + 12.8 + 1.0)
+    # with overlap the longer of the two: 38.4 s of generation against 12.8 s of training
+    overlapped = job_cost(job_config("reinforce_with_baseline", off_policy={
+        "epochs": 1, "staleness": 1, "correction": "none"}, zero_variance={
+        "name": "dynamic_sampling", "max_rounds": 4, "expected_extra": 0.5}), RATES, 1024)
+    assert overlapped.step_seconds == pytest.approx(1.5 * 25.6 + 1.0)
+
+
 MATCH = {"model.name": "qwen2.5-math-1.5b", "rollout.engine": "vllm", "cluster.gpus_per_job": 2,
          "sampling.max_new_tokens": 1024}
 
@@ -126,6 +148,20 @@ def test_rates_are_the_medians_of_earlier_runs_of_the_same_model_and_sizes(tmp_p
     assert n_runs == 3  # the two matching runs and the one whose metrics are unreadable
     assert rates == pytest.approx({"generate_s": 0.2, "old_log_probs_s": 0.04, "train_s": 0.1,
                                    "step_s": 2.0, "eval_s": 0.12})
+
+
+def test_an_earlier_dynamic_sampling_run_is_priced_per_rollout_generated(tmp_path: Path) -> None:
+    """A run whose steps generated 256 rollouts more than its batch (train/extra_rollouts) spent
+    its rollout and scoring time on 512 rollouts: 0.1 s each, not 0.2."""
+    run = tmp_path / "dapo" / "2025-01-01_00-00-00" / "0"
+    earlier_run(run, 256, 1)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({**row, "train/extra_rollouts": 256.0} if row["step"] else row) + "\n"
+        for row in rows))
+    cfg = OmegaConf.create({"model": {"name": MATCH["model.name"]}, "rollout": {"engine": "vllm"},
+                            "cluster": {"gpus_per_job": 2}, "sampling": {"max_new_tokens": 1024}})
+    assert measured_rates(cfg, tmp_path)[0]["generate_s"] == pytest.approx(0.1)
 
 
 def test_evaluations_are_priced_per_response(tmp_path: Path) -> None:

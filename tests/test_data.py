@@ -150,7 +150,8 @@ def test_sampler_visits_each_example_once_per_epoch() -> None:
     drawn = [ex for _ in range(9) for ex in sampler.next_batch()]  # 36 = 4 epochs
     for epoch in range(4):
         assert sorted(drawn[9 * epoch : 9 * epoch + 9], key=examples.index) == examples
-    assert sampler.state_dict() == {"seed": 0, "epoch": 3, "position": 9, "num_examples": 9}
+    assert sampler.state_dict() == {"seed": 0, "epoch": 3, "position": 9, "num_examples": 9,
+                                    "retired": []}
     assert len(PromptSampler(examples, batch_size=20, seed=0).next_batch()) == 20
 
 

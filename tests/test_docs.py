@@ -164,7 +164,7 @@ def test_the_key_reference_lists_exactly_the_keys_a_config_composes() -> None:
     composed = set()
     options = [[], ["loss=grpo_clip"], ["loss=grpo_clip_higher"], ["loss=cispo"], ["cluster=slurm"],
                ["pruning=successive_halving"], ["rollout=hf_process"], ["reward=random"],
-               ["model=tiny", "data=toy", "rollout=hf"]]
+               ["model=tiny", "data=toy", "rollout=hf"], ["zero_variance=dynamic_sampling"]]
     for overrides in options:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -37,6 +37,8 @@ BUDGET_UNIT = "GPU-hours, or CPU-hours for jobs without a GPU (cluster.gpus_per_
 CHECK_SEEDS = "analysis.check_seeds"
 """The key that gives a one-seed sweep's first configs a second seed, as jobs of the sweep (the
 validating sweeper's check seeds): a sweep's, never swept, never a single run's."""
+MAX_ROUNDS = 100
+"""The most extra generation rounds of dynamic sampling a step may take (`zero_variance.max_rounds`)."""
 MAX_TEMPERATURE = 10.0  # beyond it sampling is uniform noise; far beyond, logits / T underflow
 MIN_POSITIVE_TEMPERATURE = 1e-2  # below it (but not 0) logits / T overflow to inf in bf16
 
@@ -132,7 +134,7 @@ TEXT_RULES = {
 REGISTRY_KEYS = {"loss.name": "loss", "normalization.name": "normalization", "prompt.name": "prompt",
                  "pruning.name": "pruning", "reward.name": "reward", "rollout.engine": "rollout",
                  "model.build": "model.build", "model.precision": "model.precision",
-                 "off_policy.correction": "off_policy.correction"}
+                 "off_policy.correction": "off_policy.correction", "zero_variance.name": "zero_variance"}
 """Keys whose values are a registry's names (key -> how messages name it), checked against the
 registry by grpo.config.validation; here only that each is a text (model.build: or null, a
 downloaded model), so that the registry lookup never sees another type."""
@@ -337,6 +339,15 @@ RULES: dict[str, Rule] = {
     "reward.p": _number("the placebo's probability of rewarding a response", 0, 1,
                         note="each training response is rewarded 1 with it, whatever its answer; "
                         "0.5 as in Shao et al. 2025"),
+    # conf/zero_variance/
+    "zero_variance.max_rounds": _int("dynamic sampling's extra generation rounds a step", 1,
+                                     MAX_ROUNDS, note="zero_variance=filter is 0 extra rounds"),
+    "zero_variance.expected_extra": _number("the extra rollouts a step of dynamic sampling is "
+                                            "priced at, as a fraction of rollout_batch_size", 0,
+                                            MAX_ROUNDS, nullable=True,
+                                            note="null = the worst case, zero_variance.max_rounds"),
+    "retire.pass_rate": _number("the pass rate that retires a training prompt", 0, 1, low_open=True,
+                                nullable=True, note="null = off; ScaleRL retires at 0.9"),
     # conf/pruning/
     "pruning.min_resource": _int("the first rung of the pruner", 1),
     "pruning.reduction_factor": _int("the pruner's reduction factor", 2,

@@ -31,6 +31,7 @@ from grpo.run.checkpoint_names import FINAL_MODEL
 from grpo.run.outcomes import problem_fingerprints, shared_problems
 from grpo.run.pruning import OFF, PRUNERS, PruningSettings
 from grpo.training.batch_plan import BatchPlan
+from grpo.training.zero_variance import MODE_KEYS, ZERO_VARIANCE_MODES, ZeroVariance
 
 if TYPE_CHECKING:  # the tokenizer is loaded only by the check that needs it (`_tokenizer`)
     from transformers import PreTrainedTokenizerBase
@@ -460,6 +461,38 @@ def _check_staleness(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> 
                              "have no sampling distribution to correct; set sampling.temperature > 0")
 
 
+def _check_zero_variance(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    """The zero-variance option is a known one holding exactly its keys, dynamic sampling's price
+    within its bound; a loss of raw rewards is warned that the groups filtered carry a gradient."""
+    group = cfg.get("zero_variance")
+    if group is None:  # a config composed without the group: a run of before it (keep)
+        return
+    name = group.get("name")
+    if name not in ZERO_VARIANCE_MODES:
+        report.errors.append(f"zero_variance.name={name} is unknown; use one of "
+                             + ", ".join(f"zero_variance={known}" for known in ZERO_VARIANCE_MODES))
+        return
+    keys = MODE_KEYS[name]
+    errors = [f"zero_variance.{key} is missing: zero_variance={name} reads it; set it "
+              f"(conf/zero_variance/{name}.yaml holds its default)" for key in keys if key not in group]
+    errors += [f"zero_variance.{key} is not read by zero_variance={name}; remove it"
+               for key in sorted(set(group) - {"name", *keys})]
+    report.errors += errors
+    if errors:
+        return
+    settings = ZeroVariance.from_config(cfg)
+    if settings.expected_extra is not None and settings.expected_extra > settings.max_rounds:
+        report.errors.append(
+            f"zero_variance.expected_extra={settings.expected_extra:g} is more than "
+            f"zero_variance.max_rounds={settings.max_rounds} extra rounds can generate; set it to "
+            f"at most {settings.max_rounds} (null = that worst case)")
+    if settings.filters and "advantages" not in LOSS_SPECS[cfg.loss.name].inputs:
+        report.warnings.append(
+            f"zero_variance={name} with loss={cfg.loss.name}: this loss reads raw rewards, so the "
+            "zero-variance groups filtered (all right or all wrong) carry a gradient; "
+            "zero_variance=keep trains on them")
+
+
 def _check_precision(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     name = cfg.model.get("precision")
     if name not in PRECISIONS:
@@ -643,7 +676,7 @@ def check_config(cfg: DictConfig) -> ConfigReport:
         return report
     checks = (_check_loss, _check_sampling, _check_prompt, _check_reward, _check_model, _check_precision,
               _check_data, _check_confirm, _check_tiny_tokenizer, _check_rollout, _check_staleness,
-              _check_pruning, _check_cost, _check_analysis, _check_prompt_lengths)
+              _check_zero_variance, _check_pruning, _check_cost, _check_analysis, _check_prompt_lengths)
     for check in checks:
         try:
             check(cfg, plan, report)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,13 +176,23 @@ def _load_math(data_cfg: Mapping[str, Any], split: str) -> list[Example]:
     return examples
 
 
+class PromptsExhausted(RuntimeError):
+    """Every training prompt is retired (`PromptSampler.retire`): nothing is left to sample."""
+
+
 class PromptSampler:
     """Endless seeded batches of training examples, resumable exactly from `state_dict()`.
 
     Epoch e visits every example once in the order of a permutation seeded by (seed, e); a batch
     that runs past the end of an epoch continues with the next epoch's permutation. The state is
-    (seed, epoch, position within the epoch), so a restored sampler yields the same batches the
-    original would have yielded next.
+    (seed, epoch, position within the epoch, retired prompts), so a restored sampler yields the
+    same batches the original would have yielded next.
+
+    Retiring solved prompts (ScaleRL's no-positive-resampling): `retire(question, step)` marks a
+    prompt (every example with that question: the toy task's training set repeats each of its
+    questions) as retired by GRPO step `step`; `next_batch(through=s)` passes over the examples of
+    prompts retired at step s or before (their positions are used up all the same, so the order of
+    the others is unchanged), and raises `PromptsExhausted` where no example is left.
     """
 
     def __init__(self, examples: Sequence[Example], batch_size: int, seed: int) -> None:
@@ -195,6 +206,12 @@ class PromptSampler:
         self.epoch = 0
         self.position = 0
         self._order = self._permutation(self.epoch)
+        first: dict[str, int] = {}
+        # each example's prompt: the index of the first example with its question
+        self._prompt = [first.setdefault(e.question, i) for i, e in enumerate(self.examples)]
+        self._first = first
+        self._copies = Counter(self._prompt)
+        self.retired: dict[int, int] = {}  # prompt -> the GRPO step that retired it
 
     def _permutation(self, epoch: int) -> list[int]:
         """Example indices in the order of `epoch` (a str seed hashes deterministically)."""
@@ -202,15 +219,58 @@ class PromptSampler:
         random.Random(f"{self.seed}/{epoch}").shuffle(order)
         return order
 
-    def next_batch(self) -> list[Example]:
-        """The next `batch_size` examples."""
-        batch = []
+    @property
+    def n_prompts(self) -> int:
+        """The distinct training questions (the prompts a run may retire)."""
+        return len(self._copies)
+
+    def live(self, through: int | None = None) -> int:
+        """Examples not retired at GRPO step `through` or before (None: every example)."""
+        if through is None:
+            return len(self.examples)
+        return len(self.examples) - sum(self._copies[p] for p, s in self.retired.items() if s <= through)
+
+    def retire(self, question: str, step: int) -> bool:
+        """Retire the prompt of `question` (a training question) at GRPO step `step`; whether it
+        was not retired before."""
+        prompt = self._first.get(question)
+        if prompt is None:
+            raise ValueError(f"{question[:80]!r} is not a training question of this sampler")
+        if prompt in self.retired:
+            return False
+        self.retired[prompt] = int(step)
+        return True
+
+    def next_batch(self, through: int | None = None) -> list[Example]:
+        """The next `batch_size` examples, passing over those retired at step `through` or
+        before (None: none passed over); `PromptsExhausted`, the state unchanged, where every
+        example is."""
+        if self.live(through) == 0:
+            raise PromptsExhausted(f"every one of the {self.n_prompts} training prompts is retired")
+        if through is None or not self.retired:
+            return self._take(self.batch_size)
+        batch: list[Example] = []
         while len(batch) < self.batch_size:
-            if self.position == len(self._order):
-                self.epoch += 1
-                self.position = 0
-                self._order = self._permutation(self.epoch)
-            take = min(self.batch_size - len(batch), len(self._order) - self.position)
+            self._next_epoch_if_done()
+            index = self._order[self.position]
+            self.position += 1
+            step = self.retired.get(self._prompt[index])
+            if step is None or step > through:
+                batch.append(self.examples[index])
+        return batch
+
+    def _next_epoch_if_done(self) -> None:
+        if self.position == len(self._order):
+            self.epoch += 1
+            self.position = 0
+            self._order = self._permutation(self.epoch)
+
+    def _take(self, n: int) -> list[Example]:
+        """The next `n` examples, none passed over."""
+        batch: list[Example] = []
+        while len(batch) < n:
+            self._next_epoch_if_done()
+            take = min(n - len(batch), len(self._order) - self.position)
             batch.extend(self.examples[i]
                          for i in self._order[self.position : self.position + take])
             self.position += take
@@ -222,19 +282,33 @@ class PromptSampler:
     def __next__(self) -> list[Example]:
         return self.next_batch()
 
-    def state_dict(self) -> dict[str, int]:
-        """{seed, epoch, position, num_examples}: everything needed to continue the sequence."""
+    def state_dict(self) -> dict[str, Any]:
+        """{seed, epoch, position, num_examples, retired}: everything needed to continue the
+        sequence; `retired` lists [prompt, step] pairs (a prompt: the index of the first
+        example with its question), sorted."""
         return {"seed": self.seed, "epoch": self.epoch, "position": self.position,
-                "num_examples": len(self.examples)}
+                "num_examples": len(self.examples),
+                "retired": [[p, s] for p, s in sorted(self.retired.items())]}
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Continue from `state` (from `state_dict()` of a sampler over the same examples)."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from `state` (from `state_dict()` of a sampler over the same examples; one
+        saved before prompts could be retired has no `retired`: none are)."""
         if state["num_examples"] != len(self.examples):
             raise ValueError(
                 f"sampler state is for {state['num_examples']} examples but this sampler has "
                 f"{len(self.examples)}; the training data changed since the checkpoint"
             )
+        retired = {}
+        for entry in state.get("retired", []):
+            ok = (isinstance(entry, Sequence) and not isinstance(entry, str) and len(entry) == 2
+                  and all(isinstance(v, int) and not isinstance(v, bool) for v in entry)
+                  and 0 <= entry[0] < len(self.examples) and self._prompt[entry[0]] == entry[0])
+            if not ok:
+                raise ValueError(f"sampler state retires {entry!r}, which is no [prompt, step] pair "
+                                 "of this training data")
+            retired[entry[0]] = entry[1]
         self.seed = int(state["seed"])
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
         self._order = self._permutation(self.epoch)
+        self.retired = retired

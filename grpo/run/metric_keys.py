@@ -28,7 +28,11 @@ METRIC_KEYS: tuple[tuple[str, str], ...] = (
     (('train/frac_zero_std_groups',), (
         "fraction of groups whose rewards are all equal (zero advantage)")),
     (('train/frac_skipped',), (
-        "fraction of the rollouts left out of the backward (advantage exactly 0, `skip_zero_advantage` on, a loss that is 0 there); 0 when none are")),
+        "fraction of the rollouts left out of the backward (advantage exactly 0, `skip_zero_advantage` on, a loss that is 0 there; or a zero-variance group's, filtered with `zero_variance=filter` or `dynamic_sampling`); 0 when none are")),
+    (('train/generation_rounds', 'train/extra_rollouts'), (
+        "with `zero_variance=dynamic_sampling`: the rounds of generation this step took (1 = its first only, at most 1 + `zero_variance.max_rounds`) and the rollouts they generated beyond `rollout_batch_size` (counted in `time/rollout_s`, which holds every round's generation and grading, and in `throughput/rollout_tokens_per_s`); the `train/*` reward metrics are those of the groups trained, as in verl")),
+    (('train/retired_prompts',), (
+        "with `retire.pass_rate`: the training prompts (distinct questions) retired so far: a prompt retired at step t is not drawn from step t + 1 on (t + 2 with `off_policy.staleness=1`, whose step t + 1 is drawn while t trains)")),
     (('train/loss', 'train/grad_norm', 'train/lr'), (
         "per optimizer step, averaged over the step's optimizer steps; grad norm before clipping")),
     (('train/entropy',), (

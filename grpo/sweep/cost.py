@@ -8,9 +8,13 @@ The cost model (the dry run prints its inputs):
                    [+ held-out problems x confirm.samples_per_problem x eval_s, a confirmation]
     step seconds = generate + train + step_s, with one step of overlap (off_policy.staleness=1)
                    max(generate, train) + step_s, where
-    generate     = rollout_batch_size x generate_s
+    generate     = rollout_batch_size x (1 + extra) x generate_s
     train        = rollout_batch_size x ([old_log_probs_s +] off_policy.epochs x train_s)
 
+`extra` is 0 but with dynamic sampling (`zero_variance=dynamic_sampling`): the extra rollouts a
+step generates, as a fraction of rollout_batch_size, assumed to be `zero_variance.expected_extra`,
+or where that is null the worst case, `zero_variance.max_rounds` full extra rounds every step (the
+toy task's measured figures, from `bench/dynamic_sampling.py`, are in docs/development/benchmarks.md).
 `old_log_probs_s` counts when the loss reads the probability ratio or a stale batch is corrected
 (staleness 1 with off_policy.correction other than none); `step_s` holds the weight sync; evaluations are the step-0
 one, one every eval.eval_every steps and one after the last, each of eval.n_examples examples or
@@ -18,7 +22,7 @@ the validation split, if smaller. The rates come from
 
 1. earlier runs of the same model (`model.name`), engine (`rollout.engine`), GPUs per job and
    `sampling.max_new_tokens` under `paths.output_root`: the medians over their logged GRPO steps
-   of time/rollout_s + time/scoring_s per rollout, time/old_log_probs_s per rollout,
+   of time/rollout_s + time/scoring_s per rollout generated (train/extra_rollouts counted), time/old_log_probs_s per rollout,
    time/train_s per rollout and epoch, the rest of time/step_s (in an overlapped run, the step
    less the trainer's own phases: the wait for the generation, scoring, old log-probs, training,
    evaluation), and time/eval_s per evaluated
@@ -61,6 +65,7 @@ from grpo.run.files import metrics_row, read_yaml
 from grpo.run.outcomes import is_evaluation_step
 from grpo.run.pruning import PruningSettings, ReplayJob, replay
 from grpo.training.batch_plan import config_value
+from grpo.training.zero_variance import ZeroVariance
 
 MATCH_KEYS = ("model.name", "rollout.engine", "cluster.gpus_per_job", "sampling.max_new_tokens")
 """What an earlier run must share with a job for its timings to price the job."""
@@ -139,7 +144,8 @@ def _row_rates(row: Mapping[str, Any], rollouts: float, epochs: float) -> dict[s
          and (v := _number(row[key])) is not None}
     rates = {}
     if row["step"] >= 1 and {"rollout", "scoring", "train", "step"} <= t.keys():
-        rates["generate_s"] = (t["rollout"] + t["scoring"]) / rollouts
+        generated = rollouts + (_number(row.get("train/extra_rollouts")) or 0.0)  # dynamic sampling's
+        rates["generate_s"] = (t["rollout"] + t["scoring"]) / generated
         rates["train_s"] = t["train"] / (epochs * rollouts)
         if t.get("old_log_probs"):
             rates["old_log_probs_s"] = t["old_log_probs"] / rollouts
@@ -202,7 +208,8 @@ def rates_for(cfg: DictConfig) -> Rates:
 class JobCost:
     """One job's estimated cost: `step_seconds` per GRPO step, `eval_seconds` per evaluation
     (of `eval_responses` responses), over `n_steps` steps; priced in `unit` at `per_hour` of them
-    per wall-clock hour."""
+    per wall-clock hour; `extra_generation`: dynamic sampling's assumed extra rollouts a step, as a
+    fraction of rollout_batch_size (0: none)."""
 
     n_steps: int
     eval_every: int
@@ -214,6 +221,7 @@ class JobCost:
     confirm_seconds: float = 0.0
     """The confirmation after the last step (`confirm.enabled`; 0: none)."""
     confirm_responses: str = ""
+    extra_generation: float = 0.0
 
     def evaluations(self, step: int) -> int:
         """Evaluations from the start to the end of GRPO step `step` (the step-0 one included)."""
@@ -240,8 +248,10 @@ class JobCost:
         device = "GPU" if self.unit == "GPU-hours" else "CPU"
         confirm = (f" + a confirmation of {self.confirm_seconds:.3g} s of {self.confirm_responses}"
                    if self.confirm_responses else "")
+        extra = (f" (generation x{1 + self.extra_generation:g}: dynamic sampling)"
+                 if self.extra_generation else "")
         return (f"{self.hours(self.seconds):.2f} {self.unit} ({self.n_steps} steps x "
-                f"{self.step_seconds:.3g} s + {self.evaluations(self.n_steps)} evaluations x "
+                f"{self.step_seconds:.3g} s{extra} + {self.evaluations(self.n_steps)} evaluations x "
                 f"{self.eval_seconds:.3g} s{self.eval_responses and ' of ' + self.eval_responses}"
                 f"{confirm}, {self.per_hour:g} {device}{'s' if self.per_hour != 1 else ''})")
 
@@ -259,7 +269,8 @@ def job_cost(cfg: DictConfig, rates: Rates, n_examples: int, n_heldout: int = 0)
     overlapped = int(cfg.off_policy.get("staleness", 0)) > 0
     corrected = overlapped and CORRECTION_WEIGHS.get(cfg.off_policy.get("correction"), False)
     old_log_probs = LOSS_SPECS[cfg.loss.name].uses_ratio or corrected
-    generate = rollouts * rates.generate_s
+    extra = ZeroVariance.from_config(cfg).extra_generation()
+    generate = rollouts * (1 + extra) * rates.generate_s
     train = rollouts * ((rates.old_log_probs_s if old_log_probs else 0.0)
                         + int(cfg.off_policy.epochs) * rates.train_s)
     step = (max(generate, train) if overlapped else generate + train) + rates.step_s
@@ -268,8 +279,9 @@ def job_cost(cfg: DictConfig, rates: Rates, n_examples: int, n_heldout: int = 0)
     return JobCost(int(cfg.n_grpo_steps), int(cfg.eval.eval_every), step,
                    n_examples * k * rates.eval_s,
                    float(gpus or int(cfg.cluster.cpus_per_job)), "GPU-hours" if gpus else "CPU-hours",
-                   _problems(n_examples, k), n_heldout * confirm_k * rates.eval_s,
-                   f"held-out {_problems(n_heldout, confirm_k)}" if n_heldout else "")
+                   _problems(n_examples, k), confirm_seconds=n_heldout * confirm_k * rates.eval_s,
+                   confirm_responses=f"held-out {_problems(n_heldout, confirm_k)}" if n_heldout else "",
+                   extra_generation=extra)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from grpo.run.run_config import resume_refusal
 from grpo.sweep.cost import estimate
 from grpo.sweep.job_loss import ComposedJob
 from grpo.training.batch_plan import BatchPlan, MicroBatching
+from grpo.training.zero_variance import ZeroVariance
 
 DRY_RUN_DIR_ENV = "GRPO_DRY_RUN_DIR"
 """The run directory a single run's dry run stands for; Hydra makes a throw-away one instead."""
@@ -119,6 +120,11 @@ def describe_job(cfg: DictConfig) -> str:
     training = f"{BatchPlan.from_config(cfg).describe(micro)}, {micro.describe_skip()}"
     if cfg.normalization.name == "microbatch":
         training += ", normalization=microbatch divides by the optimizer step's longest response"
+    zero_variance = ZeroVariance.from_config(cfg)
+    if zero_variance.mode != "keep":
+        training += f", {zero_variance.describe()}"
+    if OmegaConf.select(cfg, "retire.pass_rate", default=None) is not None:
+        training += f", prompts retired at pass rate >= {cfg.retire.pass_rate:g}"
     return f"{training}, n_grpo_steps={cfg.n_grpo_steps} | {resources}"
 
 

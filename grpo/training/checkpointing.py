@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -43,8 +44,9 @@ def check_resume_point(cfg: DictConfig, run_dir: Path, checkpoint: Path, state: 
 
 def restore(checkpoints: CheckpointManager, checkpoint: Path, state: TrainerState, learner: Learner,
             sampler: PromptSampler, health: HealthMonitor) -> None:
-    """Load `checkpoint`'s weights and `state` (optimizer, schedule, data order, health streaks,
-    RNG states) into the run's parts; the learner starts after `state.step`."""
+    """Load `checkpoint`'s weights and `state` (optimizer, schedule, data order and retired
+    prompts, health streaks, RNG states) into the run's parts; the learner starts after
+    `state.step`."""
     checkpoints.load_weights(checkpoint, learner.policy)
     learner.optimizer.load_state_dict(state.optimizer)
     learner.scheduler.load_state_dict(state.scheduler)
@@ -55,10 +57,11 @@ def restore(checkpoints: CheckpointManager, checkpoint: Path, state: TrainerStat
     learner.optimizer_steps = state.optimizer_steps
 
 
-def trainer_state(step: int, learner: Learner, sampler_state: dict[str, int], health: HealthMonitor,
+def trainer_state(step: int, learner: Learner, sampler_state: dict[str, Any], health: HealthMonitor,
                   elapsed_s: float, elapsed_no_eval_s: float, wandb_run_id: str | None) -> TrainerState:
     """What the checkpoint of GRPO step `step` saves beside the weights: `restore`'s state,
-    with the prompt sampler's `sampler_state` and the run's wall-clock so far (seconds)."""
+    with the prompt sampler's `sampler_state` (its retired prompts included) and the run's
+    wall-clock so far (seconds)."""
     return TrainerState(
         step=step, optimizer=learner.optimizer.state_dict(), scheduler=learner.scheduler.state_dict(),
         sampler=sampler_state, rng=rng_state(), elapsed_s=elapsed_s, elapsed_no_eval_s=elapsed_no_eval_s,

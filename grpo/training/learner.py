@@ -15,7 +15,11 @@
      micro_batch_size rollouts, or a model.micro_batch_tokens budget with rollouts grouped by
      length), each weighted by its share of the optimizer step (`grpo_share_train_step`);
      rollouts with advantage exactly 0 are left out of the backward when skip_zero_advantage is
-     on and the loss is 0 there (their entropy is still measured, in an inference forward).
+     on and the loss is 0 there (their entropy is still measured, in an inference forward);
+     the rows of zero-variance groups a batch marks `filtered` (zero_variance=filter or
+     dynamic_sampling, grpo.training.zero_variance) are left out of the backward too, and of
+     the denominators of each optimizer step's loss: an optimizer step left with none takes no
+     step.
 """
 
 from __future__ import annotations
@@ -114,10 +118,12 @@ class Learner:
 
     def left_out(self, batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
         """(len(rows),) bool: the rows left out of the backward (advantage exactly 0, when
-        the micro-batching skips them)."""
+        the micro-batching skips them; a zero-variance group's, when the batch filters them)."""
+        filtered = (batch.filtered[rows] if batch.filtered is not None
+                    else torch.zeros(len(rows), dtype=torch.bool, device=rows.device))
         if not self.micro_batching.skip_zero_advantage:
-            return torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
-        return (batch.advantages[rows] == 0).to(rows.device)  # rows (the order) stay on the CPU
+            return filtered
+        return filtered | (batch.advantages[rows] == 0).to(rows.device)  # rows (the order) stay on the CPU
 
     def learn(self, batch: RolloutBatch, rollouts: Sequence[Rollout], step: int,
               timer: PhaseTimer, staleness: int = 0) -> dict[str, float]:
@@ -216,7 +222,10 @@ class Learner:
         (`BatchPlan.optimizer_step_slices`), each accumulated over its micro-batches; stops at
         a non-finite loss or gradient norm, taking no optimizer step then or after. Returns the
         `train/*` metrics, each the mean over the optimizer steps (loss, gradient norm, lr,
-        token-weighted entropy in nats, ratio statistics, the share of rows left out)."""
+        token-weighted entropy in nats, ratio statistics, the share of rows left out). The
+        loss's denominators (`OptimizerStepTotals`) count the step's rows that are not
+        `filtered`; an optimizer step whose rows are all filtered logs loss and gradient norm 0
+        and takes no optimizer step (nor a schedule step)."""
         cfg = self.cfg
         stats: dict[str, list[float]] = {}
         add = lambda k, v: stats.setdefault(k, []).append(float(v))  # noqa: E731
@@ -226,9 +235,10 @@ class Learner:
         with timer.phase("train"):
             for positions in self.plan.optimizer_step_slices():
                 rows = batch.order[positions]
-                response_lengths = batch.response_mask[rows].sum(dim=1)
-                totals = OptimizerStepTotals(len(rows), max(1, int(response_lengths.sum())),
-                                             max(1, int(response_lengths.max())))
+                counted = rows if batch.filtered is None else rows[~batch.filtered[rows]]
+                response_lengths = batch.response_mask[counted].sum(dim=1)
+                totals = OptimizerStepTotals(max(1, len(counted)), max(1, int(response_lengths.sum())),
+                                             max(1, int(response_lengths.max())) if len(counted) else 1)
                 left_out = self.left_out(batch, rows)
                 add("train/frac_skipped", left_out.float().mean())
                 entropy_sums: list[torch.Tensor] = []
@@ -291,6 +301,11 @@ class Learner:
                     add(f"train/{key}", torch.stack(sums).sum() / torch.stack(ratio_weights[key]).sum())
                 for key, value in (importance_metrics(importance) | behaviour_kl_metrics(drift)).items():
                     add(key, value)
+                if len(counted) == 0:  # every row filtered: nothing in the loss, no step
+                    add("train/loss", 0.0)
+                    add("train/grad_norm", 0.0)
+                    add("train/lr", self.scheduler.get_last_lr()[0])
+                    continue
                 for parameter in self.policy.parameters():
                     if parameter.grad is None:  # every row left out: AdamW must see a zero gradient
                         parameter.grad = torch.zeros_like(parameter)

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from grpo.data.datasets import Example
+from grpo.data.datasets import Example, PromptsExhausted
 from grpo.rollout.base import Rollout, RolloutEngine, SamplingSettings
 
 log = logging.getLogger(__name__)
@@ -67,12 +67,14 @@ class RolloutRequest:
 class GeneratedBatch:
     """A request's rollouts: `groups` (one list of group_size Rollouts per question),
     `policy_version` (GRPO steps the sampling weights had trained), `generate_s` (wall-clock
-    seconds of the generation itself)."""
+    seconds of the generation itself); with a producer's `sample` (dynamic sampling), `request`
+    is the request of the groups it kept and `sampled` what it reports of its rounds."""
 
     request: RolloutRequest
     groups: list[list[Rollout]]
     policy_version: int
     generate_s: float
+    sampled: Any = None  # what a step's `sample` reports beside its groups (dynamic sampling's)
 
     def staleness(self) -> int:
         """GRPO steps between the sampling weights and the weights the batch's step starts from."""
@@ -85,9 +87,13 @@ class RolloutProducer:
     engine: the rollout engine; `version`: GRPO steps its current weights have trained.
     group_size: responses per question.
     staleness: 0 or 1.
-    draw: the request of a step (draws its questions from the prompt sampler).
+    draw: the request of a step (draws its questions from the prompt sampler); None where every
+      training prompt is retired (a step after the last to train: none is generated).
     sampling_context: the context a generation runs in (the training precision's autocast for
       an engine that samples with the policy module itself).
+    sample: how a request becomes the step's (request, groups, report): by default its prompts
+      generated once; dynamic sampling's rounds (`grpo.training.zero_variance.DynamicSampler`)
+      run here, in the worker with staleness 1, on the same weights.
     """
 
     def __init__(
@@ -97,8 +103,9 @@ class RolloutProducer:
         version: int,
         group_size: int,
         staleness: int,
-        draw: Callable[[int], RolloutRequest],
+        draw: Callable[[int], RolloutRequest | None],
         sampling_context: Callable[[], AbstractContextManager[Any]],
+        sample: Callable[[RolloutRequest], tuple[RolloutRequest, list[list[Rollout]], Any]] | None = None,
     ) -> None:
         if staleness not in (0, 1):
             raise ValueError(f"off_policy.staleness must be 0 or 1, got {staleness}")
@@ -108,6 +115,7 @@ class RolloutProducer:
         self.staleness = staleness
         self.draw = draw
         self.sampling_context = sampling_context
+        self.sample = sample or self._generate_once
         self._threads = torch.get_num_threads()
         self._in_flight: tuple[int, Future[GeneratedBatch]] | None = None
 
@@ -128,18 +136,23 @@ class RolloutProducer:
         threading.Thread(target=work, name=f"rollouts-step-{request.step}", daemon=True).start()
         return future
 
+    def _generate_once(self, request: RolloutRequest) -> tuple[RolloutRequest, list[list[Rollout]], None]:
+        return request, self.engine.generate(request.prompts, self.group_size, request.sampling), None
+
     def _generate(self, request: RolloutRequest, version: int) -> GeneratedBatch:
         start = time.perf_counter()
         with self.sampling_context():
-            groups = self.engine.generate(request.prompts, self.group_size, request.sampling)
-        return GeneratedBatch(request, groups, version, time.perf_counter() - start)
+            request, groups, sampled = self.sample(request)
+        return GeneratedBatch(request, groups, version, time.perf_counter() - start, sampled)
 
     def take(self, step: int, n_steps: int) -> tuple[GeneratedBatch, float]:
         """Step `step`'s batch and the seconds the loop waited for it; with staleness 1 this also
         starts generating step+1's batch (before n_steps) with the engine's current weights.
 
         Where step's batch is not in flight (staleness 0, the run's first step) it is drawn
-        and generated here; an engine error (e.g. NonFiniteLogitsError) is raised here.
+        and generated here; an engine error (e.g. NonFiniteLogitsError) is raised here, and
+        PromptsExhausted where every prompt is retired (the trainer stops before that step).
+        Where step+1 has no prompt left to draw, nothing is started (the run ends after `step`).
         """
         start = time.perf_counter()
         if self._in_flight is not None and self._in_flight[0] == step:
@@ -147,10 +160,15 @@ class RolloutProducer:
             self._in_flight = None
         else:
             self._discard_in_flight()
-            batch = self._generate(self.draw(step), self.version)
+            request = self.draw(step)
+            if request is None:
+                raise PromptsExhausted(f"no training prompt is left to draw for step {step}")
+            batch = self._generate(request, self.version)
         waited = time.perf_counter() - start
         if self.staleness and step < n_steps:
-            self._in_flight = (step + 1, self._submit(self.draw(step + 1), self.version))
+            request = self.draw(step + 1)
+            if request is not None:
+                self._in_flight = (step + 1, self._submit(request, self.version))
         return batch, waited
 
     def finish_generation(self) -> float:

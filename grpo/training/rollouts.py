@@ -4,7 +4,7 @@ held as a `RolloutBatch` that hands out micro-batches of rows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from grpo.grading.rewards import RewardFn, score_batch, training_scores
 from grpo.rollout.base import Rollout
 from grpo.training.overlap import GeneratedBatch
 from grpo.training.timing import PhaseTimer
+from grpo.training.zero_variance import is_zero_variance
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -31,7 +32,9 @@ class RolloutBatch:
     importance_weights: (B, T) per-token loss weights of a stale batch (grpo.core.importance) or
     None; behaviour_log_probs: (B, T) the engine's log-probs, NaN where it gave none, when the
     weights are taken in the training forward instead; order: (B,) the seeded permutation in
-    which rows are trained.
+    which rows are trained; filtered: (B,) bool on the CPU, the rows of zero-variance groups left
+    out of the loss and of its denominators (`zero_variance=filter` or `dynamic_sampling`:
+    grpo.training.zero_variance), or None (none are).
     """
 
     input_ids: torch.Tensor
@@ -43,6 +46,7 @@ class RolloutBatch:
     old_log_probs: torch.Tensor | None = None
     importance_weights: torch.Tensor | None = None
     behaviour_log_probs: torch.Tensor | None = None
+    filtered: torch.Tensor | None = None
 
     def lengths(self, index: torch.Tensor) -> list[int]:
         """Tokens of each row of `index` up to and including its last response token (the width
@@ -84,19 +88,24 @@ def score(
     reward_fn: RewardFn, tokenizer: PreTrainedTokenizerBase, *,
     group_size: int, advantage_eps: float, normalize_by_std: bool, seed: int, step: int,
     device: torch.device, timer: PhaseTimer, reward: Mapping[str, Any],
+    filter_zero_variance: bool = False, grades: Sequence[Mapping[str, float]] | None = None,
 ) -> tuple[RolloutBatch, dict[str, float]]:
     """GRPO step `step`'s flattened rollouts (B = len(rollouts), groups of `group_size` in a row)
-    scored by `reward_fn` against `truths` (phase `scoring`), the scores trained on chosen by
+    scored by `reward_fn` against `truths` (phase `scoring`; `grades`: their scores, in order,
+    where they were graded already, by dynamic sampling's rounds), the scores trained on chosen by
     `reward` (the run's `cfg.reward`: `grpo.grading.rewards.training_scores`, the placebo drawn
     with the run's `seed`, `step` and each row), their group-normalized advantages (CS336
     `compute_group_normalized_rewards`: minus the group mean, divided by the group std +
     `advantage_eps` when `normalize_by_std`), tokenized with their prompts onto `device` and
-    put in the training order drawn with `seed + step - 1`; and the metrics `train/*` of the
-    rewards and `train/mean_response_length` (sampled tokens)."""
+    put in the training order drawn with `seed + step - 1`, the rows of zero-variance groups
+    marked `filtered` when `filter_zero_variance`; and the metrics `train/*` of the rewards and
+    `train/mean_response_length` (sampled tokens)."""
     responses = [r.text for r in rollouts]
     with timer.phase("scoring"):
-        # graded in parallel first; the CS336 function then reads each row's scores back
-        scores = training_scores(reward, score_batch(reward_fn, responses, truths), seed, step)
+        # graded in parallel first (or by dynamic sampling's rounds); the CS336 function then
+        # reads each row's scores back
+        graded = score_batch(reward_fn, responses, truths) if grades is None else list(grades)
+        scores = training_scores(reward, graded, seed, step)
         advantages, raw_rewards, meta = compute_group_normalized_rewards(
             lambda row, _truth: scores[row], range(len(responses)), truths, group_size,
             advantage_eps, normalize_by_std,
@@ -111,6 +120,9 @@ def score(
         raw_rewards=torch.as_tensor(raw_rewards, dtype=torch.float32, device=device),
         order=order,
     )
+    if filter_zero_variance:
+        zero = [is_zero_variance(group) for group in raw_rewards.view(-1, group_size).tolist()]
+        batch.filtered = torch.tensor(zero, dtype=torch.bool).repeat_interleave(group_size)
     metrics = {f"train/{k}": float(v) for k, v in meta.items() if _is_number(v)}
     metrics["train/mean_response_length"] = float(np.mean([len(r.token_ids) for r in rollouts]))
     return batch, metrics

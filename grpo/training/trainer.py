@@ -11,12 +11,16 @@ times each):
   1. rollout: sample rollout_batch_size / group_size training questions and group_size responses
      each from the rollout engine (which holds the current policy weights; with
      off_policy.staleness=1 this batch was generated during the previous step, with the weights
-     before it: grpo.training.overlap);
-  2. score: rewards and group-normalized advantages (grpo.training.rollouts);
+     before it: grpo.training.overlap; with zero_variance=dynamic_sampling, more rounds of
+     questions until the step holds groups with non-zero variance: grpo.training.zero_variance);
+  2. score: rewards and group-normalized advantages (grpo.training.rollouts; zero_variance=filter
+     marks the rows of zero-variance groups, left out of the loss and its denominators);
   3. old log-probs and 4. learn: the epochs of micro-batched optimizer steps (grpo.training.learner);
-  5. weight sync into the engine, the health check (grpo.run.health), evaluation every
-     eval.eval_every steps (grpo.training.evaluation), metrics, checkpoint, and a stop where
-     the scheduler sent a signal (grpo.run.preemption).
+  5. weight sync into the engine, the prompts solved retired (retire.pass_rate: never sampled
+     again; a run with every prompt retired ends `completed` after that step, with the reason),
+     the health check (grpo.run.health), evaluation every eval.eval_every steps
+     (grpo.training.evaluation), metrics, checkpoint, and a stop where the scheduler sent a
+     signal (grpo.run.preemption).
 
 With pruning on (`pruning=successive_halving`, grpo.run.pruning) each evaluation is reported to the
 sweep's pruner; a run it stops checkpoints that step and ends as `pruned`. A run launched again
@@ -41,8 +45,16 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from submitit.core.utils import UncompletedJobError
 
-from grpo.data.datasets import HELDOUT, Example, PromptSampler, load_examples, run_data_config
+from grpo.data.datasets import (
+    HELDOUT,
+    Example,
+    PromptSampler,
+    PromptsExhausted,
+    load_examples,
+    run_data_config,
+)
 from grpo.data.prompts import answer_fn_for, format_prompt, load_prompt_template, reward_fn_for
+from grpo.grading.rewards import score_batch
 from grpo.models.loading import load_policy
 from grpo.models.precision import precision_of
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
@@ -72,6 +84,7 @@ from grpo.training.learner import Learner
 from grpo.training.overlap import GeneratedBatch, RolloutProducer, RolloutRequest
 from grpo.training.rollouts import RolloutBatch, flatten, score
 from grpo.training.timing import PhaseTimer, RunClock
+from grpo.training.zero_variance import DynamicSampler, Sampled, ZeroVariance, pass_rate, round_seed
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +141,11 @@ class GRPOTrainer(Learner):
             model_path=str(cfg.model.path), seed=cfg.seed, max_model_len=cfg.model.max_seq_len,
         )
         self.staleness = int(cfg.off_policy.staleness)
-        self._sampler_before: dict[int, dict[str, int]] = {}  # step -> sampler state before its draw
+        self._sampler_before: dict[int, dict[str, Any]] = {}  # step -> sampler state before its draw
+        self.zero_variance = ZeroVariance.from_config(cfg)
+        retire = cfg.get("retire") or {}
+        self.retire_at: float | None = (None if retire.get("pass_rate") is None
+                                        else float(retire.pass_rate))
         self.health = HealthMonitor(cfg.health.zero_reward_patience, cfg.health.min_mean_response_length)
         self.pruning = PruningSettings.from_config(  # the pruner reads what the ranking reads
             cfg.pruning, logged_key(str(cfg.analysis.metric), int(cfg.eval.samples_per_problem)))
@@ -144,6 +161,7 @@ class GRPOTrainer(Learner):
         self.producer = RolloutProducer(
             self.engine, version=self.start_step, group_size=int(cfg.group_size),
             staleness=self.staleness, draw=self._request, sampling_context=self._sampling_precision,
+            sample=self._dynamic_sampler() if self.zero_variance.samples_more else None,
         )
         self.tracker = Tracker(cfg, run_dir, self.wandb_run_id)
 
@@ -161,6 +179,8 @@ class GRPOTrainer(Learner):
             self.trial = RunTrial.attach(self.pruning, self.run_dir, n_steps)
         if self.start_step >= n_steps:
             return self._trained_already()
+        if self._exhausted(self.start_step):  # it ended so before: nothing is left to train
+            return self._trained_already(self._exhausted_reason(self.start_step))
         self._status("running", self.start_step or None)
         clock = RunClock(self.elapsed_offset, self.elapsed_no_eval_offset)
         self.engine.sync_weights(self.policy)
@@ -176,23 +196,37 @@ class GRPOTrainer(Learner):
                               f"at step {step}", err)
                 break
             prompts, rollouts, truths = flatten(generated, self.cfg.group_size)
-            batch, metrics = self._score(prompts, rollouts, truths, step, timer)
+            sampled: Sampled | None = generated.sampled
+            batch, metrics = self._score(prompts, rollouts, truths, step, timer,
+                                         None if sampled is None else sampled.grades)
             metrics.update(self.learn(batch, rollouts, step, timer, generated.staleness()))
             self._sync(step, generated, timer, metrics, initial_sync_s)
+            # after the sync: no generation is in flight that draws from the sampler
+            metrics.update(self._retire(step, generated, batch))
+            exhausted = step < n_steps and self._exhausted(step)
             stop = self.health.check(metrics)
-            if stop is None and is_evaluation_step(step, n_steps, self.cfg.eval.eval_every):
+            if stop is None and (exhausted or is_evaluation_step(step, n_steps, self.cfg.eval.eval_every)):
                 stop = self._evaluation(step, timer, metrics)
-            n_tokens = sum(len(r.token_ids) for r in rollouts)
+            n_tokens = (sum(len(r.token_ids) for r in rollouts) if sampled is None
+                        else sampled.tokens)
             metrics.update({**timer.metrics, "step": step, **clock.step_times(timer, n_tokens)})
-            stop = stop or self._pruned(step, metrics)
+            if sampled is not None:
+                metrics["train/generation_rounds"] = float(sampled.rounds)
+                metrics["train/extra_rollouts"] = float(sampled.rollouts - len(rollouts))
+            stop = stop or (None if exhausted else self._pruned(step, metrics))
             self.metrics_log.append(metrics)
             self._progress(step, n_steps, metrics, clock.now - clock.started)
-            self._checkpoint(step, metrics, stop, watcher)
-            if stop is None and watcher.received and step != n_steps:
+            self._checkpoint(step, metrics, stop, watcher, done=exhausted and stop is None)
+            if stop is None and watcher.received and step != n_steps and not exhausted:
                 return self._stop_for_signal(watcher, step, metrics)
             self.tracker.log(metrics, step)
             if stop is not None:
                 self._stopped(stop[0], step, stop[1], f"at step {step}", stop[1])
+                break
+            if exhausted:
+                reason = self._exhausted_reason(step)
+                log.warning(f"run ends after step {step}: {reason}")
+                self._complete(step, trained_now=True, reason=reason)
                 break
             self._status("running", step)
         else:
@@ -200,13 +234,60 @@ class GRPOTrainer(Learner):
         return self._release()
 
     # ----------------------------------------------------------------------------- phases
-    def _request(self, step: int) -> RolloutRequest:
-        """Draw GRPO step `step`'s questions (remembering the sampler's state before the draw)."""
-        self._sampler_before = {step: self.sampler.state_dict()}
-        questions = self.sampler.next_batch()
-        sampling = self._sampling(self.cfg.sampling.temperature, self.cfg.sampling.top_p,
-                                  seed=self.cfg.seed * 1_000_003 + step - 1)
+    def _request(self, step: int, round_: int = 0) -> RolloutRequest | None:
+        """Draw GRPO step `step`'s questions (remembering the sampler's state before the draw),
+        or those of dynamic sampling's extra round `round_` of it; None where every prompt is
+        retired. Step s passes over the prompts retired at step s - 1 - off_policy.staleness or
+        before: those known when its batch is drawn (with staleness 1 it is drawn while step
+        s - 1 trains), so that a resumed run draws what the first run drew."""
+        if round_ == 0:
+            self._sampler_before = {step: self.sampler.state_dict()}
+        try:
+            questions = self.sampler.next_batch(through=step - 1 - self.staleness)
+        except PromptsExhausted:
+            return None
+        seed = self.cfg.seed * 1_000_003 + step - 1
+        if round_:  # each extra round samples with its own seed
+            seed = round_seed(int(self.cfg.seed), step, round_)
+        sampling = self._sampling(self.cfg.sampling.temperature, self.cfg.sampling.top_p, seed=seed)
         return RolloutRequest(step, questions, [self.prompt_of(q) for q in questions], sampling)
+
+    def _dynamic_sampler(self) -> DynamicSampler:
+        """Dynamic sampling's rounds (grpo.training.zero_variance), on this run's engine, grader
+        and prompt sampler."""
+        group_size = int(self.cfg.group_size)
+        return DynamicSampler(
+            quota=self.plan.questions_per_step, group_size=group_size,
+            max_rounds=self.zero_variance.max_rounds,
+            generate=lambda r: self.engine.generate(r.prompts, group_size, r.sampling),
+            grade=lambda responses, truths: score_batch(self.reward_fn, responses, truths),
+            draw_more=self._request)
+
+    def _retire(self, step: int, generated: GeneratedBatch, batch: RolloutBatch) -> dict[str, float]:
+        """Retire the prompts whose group reached retire.pass_rate at step `step` (every group
+        generated, dynamic sampling's extra rounds included); `train/retired_prompts`, the
+        prompts retired so far. Nothing without retire.pass_rate."""
+        if self.retire_at is None:
+            return {}
+        if generated.sampled is not None:
+            observed = generated.sampled.observed
+        else:
+            rewards = batch.raw_rewards.view(-1, int(self.cfg.group_size)).tolist()
+            observed = [(q.question, pass_rate(r))
+                        for q, r in zip(generated.request.questions, rewards, strict=True)]
+        for question, rate in observed:
+            if rate >= self.retire_at:
+                self.sampler.retire(question, step)
+        return {"train/retired_prompts": float(len(self.sampler.retired))}
+
+    def _exhausted(self, step: int) -> bool:
+        """Whether the draw of step `step` + 1 finds every training prompt retired."""
+        return self.retire_at is not None and self.sampler.live(step - self.staleness) == 0
+
+    def _exhausted_reason(self, step: int) -> str:
+        return (f"every one of the {self.sampler.n_prompts} training prompts was retired by step {step} "
+                f"(retire.pass_rate={self.retire_at:g}): nothing is left to sample, so the run "
+                f"ends after step {step} of n_grpo_steps={self.cfg.n_grpo_steps}")
 
     def _rollout(self, step: int, timer: PhaseTimer) -> GeneratedBatch:
         """Step `step`'s generated batch from the producer: generated now (phase `rollout`), or
@@ -219,14 +300,16 @@ class GRPOTrainer(Learner):
 
     def _score(
         self, prompts: list[str], rollouts: list[Rollout], truths: list[str], step: int,
-        timer: PhaseTimer,
+        timer: PhaseTimer, grades: list[dict[str, float]] | None = None,
     ) -> tuple[RolloutBatch, dict[str, float]]:
-        """Phase `scoring` of step `step` on its flattened rollouts (`grpo.training.rollouts`)."""
+        """Phase `scoring` of step `step` on its flattened rollouts (`grpo.training.rollouts`;
+        `grades`: their scores where dynamic sampling graded them already)."""
         cfg = self.cfg
         return score(prompts, rollouts, truths, self.reward_fn, self.tokenizer,
                      group_size=cfg.group_size, advantage_eps=cfg.advantage_eps,
                      normalize_by_std=cfg.std_norm.enabled, seed=int(cfg.seed), step=step,
-                     device=self.device, timer=timer, reward=self.training_reward)
+                     device=self.device, timer=timer, reward=self.training_reward,
+                     filter_zero_variance=self.zero_variance.filters, grades=grades)
 
     def _sampling_precision(self) -> AbstractContextManager[Any]:
         """The training precision's autocast for an engine that samples with the policy module
@@ -320,19 +403,23 @@ class GRPOTrainer(Learner):
         return ("pruned", reason) if reason is not None else None
 
     def _checkpoint(self, step: int, metrics: dict[str, float], stop: tuple[str, str] | None,
-                    watcher: PreemptionWatcher) -> None:
-        """Checkpoint step `step` after the last step, every checkpoint.checkpoint_every steps,
-        on a signal and before a stop, but never weights that are not sound (a pruned run's
-        are)."""
-        done = step == int(self.cfg.n_grpo_steps)
+                    watcher: PreemptionWatcher, done: bool = False) -> None:
+        """Checkpoint step `step` after the last step (or the last a run trains: `done`), every
+        checkpoint.checkpoint_every steps, on a signal and before a stop, but never weights that
+        are not sound (a pruned run's are)."""
+        done = done or step == int(self.cfg.n_grpo_steps)
         periodic = step % self.cfg.checkpoint.checkpoint_every == 0
         healthy = stop is None or stop[0] == "pruned"
         if not (healthy and (done or periodic or watcher.received or stop is not None)):
             return
-        self.checkpoints.save(self.policy, run_config_text(self.cfg, self.run_dir), trainer_state(
-            step, self,
+        sampler = self.sampler.state_dict()
+        before = self._sampler_before.get(step + 1)
+        if before is not None:
             # a batch drawn for the next step is in flight (staleness 1): a resume draws it again
-            self._sampler_before.get(step + 1, self.sampler.state_dict()),
+            # (the prompts retired since stay retired: that draw passes over them as it did)
+            sampler.update({key: before[key] for key in ("epoch", "position")})
+        self.checkpoints.save(self.policy, run_config_text(self.cfg, self.run_dir), trainer_state(
+            step, self, sampler,
             self.health, metrics["time/elapsed_s"], metrics["time/elapsed_no_eval_s"],
             self.tracker.run_id))
 
@@ -360,11 +447,12 @@ class GRPOTrainer(Learner):
         self._status("completed", n_steps)
         return self._release()
 
-    def _trained_already(self) -> dict[str, Any]:
-        """A run whose checkpoint is at n_grpo_steps already: completed, nothing trained."""
+    def _trained_already(self, reason: str | None = None) -> dict[str, Any]:
+        """A run whose checkpoint is at n_grpo_steps already (or whose prompts were all retired
+        by it: `reason`): completed, nothing trained."""
         if self.previous_status == "completed":  # nothing trains again: no restart to count
             self.restarts -= 1
-        self._complete(self.start_step or None, trained_now=False)
+        self._complete(self.start_step or None, trained_now=False, reason=reason)
         return read_status(self.run_dir)
 
     def _close(self) -> None:
@@ -377,11 +465,11 @@ class GRPOTrainer(Learner):
         self._close()
         return read_status(self.run_dir)
 
-    def _complete(self, last_step: int | None, trained_now: bool) -> None:
-        """Write final_model/ (atomically) and, where the run confirms, its confirmation
-        (`_confirm`), then record `completed`. A restart that finds the run already trained
-        rewrites final_model/ only when it is missing or partial, and confirms only where its
-        confirmation is missing or of other settings."""
+    def _complete(self, last_step: int | None, trained_now: bool, reason: str | None = None) -> None:
+        """Write, where the run confirms, its confirmation (`_confirm`) and final_model/
+        (atomically), then record `completed` (with `reason` where it ends before n_grpo_steps). A
+        restart that finds the run already trained rewrites final_model/ only when it is missing or
+        partial, and confirms only where its confirmation is missing or of other settings."""
         if self.confirms and last_step is not None and not confirmed(
                 self.run_dir, last_step, int(self.cfg.confirm.samples_per_problem)):
             if not trained_now:  # the engine holds the weights it was built with
@@ -394,7 +482,7 @@ class GRPOTrainer(Learner):
             if trained_now or problem is not None:
                 write_final_model(self.policy, self.tokenizer, self.run_dir,
                                   self.precision.weights_dtype)
-        self._status("completed", last_step)
+        self._status("completed", last_step, reason=reason)
         self._finish_trial("completed")
 
     def _finish_trial(self, status: str) -> None:
