@@ -23,7 +23,8 @@ model rarely stops, so responses run to max_new_tokens: the expensive case.
 of `--prompt-tokens` and responses of `--response-tokens` (default sampling.max_new_tokens; with
 `--variable-lengths`, uniform in 1..that), random advantages with `--zero-advantage-fraction` of the
 groups at exactly 0. It times what `GRPOTrainer.learn` runs (old log-probs where the loss reads
-them, then the optimizer steps) `--steps` times on that batch.
+them, the reference policy's with `kl.beta` > 0, then the optimizer steps) `--steps` times on that
+batch, and prints the process's peak resident memory (on a CPU the only memory figure).
 
 MFU counts the model FLOPs the train phase runs (6 N per token forward and backward on trained
 rollouts, 2 N per token for the inference forward of left-out ones, attention 12 L H S^2 and 4 L H
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import tempfile
 from pathlib import Path
@@ -52,7 +54,8 @@ from grpo.training.timing import PhaseTimer
 from grpo.training.trainer import GRPOTrainer, train
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = ("rollout", "rollout_wait", "scoring", "old_log_probs", "train", "weight_sync", "eval")
+PHASES = ("rollout", "rollout_wait", "scoring", "old_log_probs", "reference_log_probs", "train",
+          "weight_sync", "eval")
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
 """Dense bf16 tensor-core peaks (TFLOP/s) by a name in `torch.cuda.get_device_name()`."""
 
@@ -110,11 +113,13 @@ def train_only(cfg: DictConfig, args: argparse.Namespace) -> None:
     """Time `GRPOTrainer.learn` on a synthetic batch `args.steps` times."""
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = GRPOTrainer(cfg, Path(run_dir))
+        reference_mib = sum(p.numel() * p.element_size() for p in trainer.reference.parameters()
+                            ) / 2**20 if trainer.reference is not None else 0.0
         batch = synthetic_batch(cfg, trainer, args)
         records = []
         for step in range(2, args.steps + 2):  # from 2: the stale-weight check is not due
             timer = PhaseTimer(trainer.device)
-            batch.old_log_probs = None
+            batch.old_log_probs = batch.ref_log_probs = None
             metrics = trainer.learn(batch, [], step, timer)
             records.append({**metrics, **timer.metrics})
         epochs = int(cfg.off_policy.epochs)
@@ -128,7 +133,7 @@ def train_only(cfg: DictConfig, args: argparse.Namespace) -> None:
           f"+ {'up to ' if args.variable_lengths else ''}{args.response_tokens or cfg.sampling.max_new_tokens}"
           f" response each), zero-advantage groups {args.zero_advantage_fraction:.0%}, "
           f"left out: {statistics.mean(r['train/frac_skipped'] for r in rest):.0%}")
-    print_phases(records, ("old_log_probs", "train"))
+    print_phases(records, ("old_log_probs", "reference_log_probs", "train"))
     peak = args.peak_tflops or peak_tflops()
     for phase, phase_flops, processed in (("train", flops, epochs * tokens),
                                           ("old_log_probs", old_flops, computed)):
@@ -139,6 +144,8 @@ def train_only(cfg: DictConfig, args: argparse.Namespace) -> None:
             print(f"{phase}: {processed / statistics.median(seconds):,.0f} tokens/s, "
                   f"{achieved:.3f} TFLOP/s{mfu}")
     print_memory(records)
+    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MiB "
+          f"(the process's, weights of the reference included: {reference_mib:.1f} MiB)")
 
 
 def peak_tflops() -> float | None:

@@ -52,6 +52,11 @@ ACCEPTED: dict[tuple[str, str], str] = {
     ("optimizer.eps", "huge"): "Adam's steps shrink to nothing: the weights barely move",
     ("advantage_eps", "huge"): "every advantage is about 0: the weights barely move",
     ("off_policy.is_cap", "huge"): "untruncated importance weights",
+    ("kl.beta", "huge"): "the KL term outweighs the reward: the policy is held near the initial "
+                         "weights",
+    ("overlong.penalty_factor", "huge"): "read only with overlong.buffer > 0 (the presets' 0); "
+                                         "then the length penalty outweighs the reward",
+    ("model.parameters", "huge"): "the dry run's memory estimate is that large",
     ("health.min_mean_response_length", "huge"): "every step is too short: the run stops as "
                                                 "collapsed after health.zero_reward_patience steps",
     **{(f"model.cost.{rate}", "huge"): "the dry run's estimate is that large (and over any budget)"

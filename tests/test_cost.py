@@ -16,7 +16,15 @@ from omegaconf import OmegaConf
 
 from analysis.readers.synthetic import write_run
 from grpo.run.pruning import PruningSettings
-from grpo.sweep.cost import JobCost, Rates, job_cost, measured_rates, replayed
+from grpo.sweep.cost import (
+    JobCost,
+    Rates,
+    job_cost,
+    measured_rates,
+    memory_lines,
+    replayed,
+    trainer_memory,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RATES = Rates(generate_s=0.1, old_log_probs_s=0.02, train_s=0.05, step_s=1.0, eval_s=0.1, source="test")
@@ -205,6 +213,70 @@ def preset_hours(epochs: int, n_steps: int, n_evals: int) -> float:
     cost = OmegaConf.load(ROOT / "conf" / "model" / "qwen2.5-math-1.5b.yaml").cost
     step = 256 * (cost.generate_s + cost.old_log_probs_s) + epochs * 256 * cost.train_s + cost.step_s
     return (n_steps * step + n_evals * 1024 * cost.eval_s) / 3600 * 2
+
+
+def test_the_kl_term_costs_a_forward_per_rollout_and_a_copy_of_the_weights() -> None:
+    # the reference's forward over the batch, priced as the old-log-prob pass: 256 x 0.02 s more
+    without, kl_on = (job_cost(job_config(kl={"beta": beta}), RATES, 1024) for beta in (0.0, 0.04))
+    assert kl_on.step_seconds - without.step_seconds == pytest.approx(256 * 0.02)
+    ratio_free = job_cost(job_config("reinforce_with_baseline", kl={"beta": 0.04}), RATES, 1024)
+    assert ratio_free.step_seconds == pytest.approx(256 * (0.1 + 0.02 + 2 * 0.05) + 1.0)
+    # memory: Qwen2.5-Math-1.5B's 1,543,714,304 parameters in bf16-mixed: fp32 weights,
+    # gradients and AdamW's two moments, 16 bytes a parameter; the reference is one bf16 copy,
+    # 2 bytes a parameter (no gradients, no optimizer state)
+    preset = OmegaConf.load(ROOT / "conf" / "model" / "qwen2.5-math-1.5b.yaml")
+    n = preset.parameters
+    assert n == 1_543_714_304
+    cfg = lambda beta, **model: OmegaConf.create({  # noqa: E731
+        "model": {"precision": preset.precision, "parameters": n} | model,
+        "optimizer": {"use_8bit": False}, "kl": {"beta": beta}})
+    plain, kl = trainer_memory(cfg(0.0)), trainer_memory(cfg(0.04))
+    assert (plain.weights_gib, plain.gradients_gib, plain.optimizer_gib, plain.reference_gib) == \
+        pytest.approx((4 * n / 2**30, 4 * n / 2**30, 8 * n / 2**30, 0.0))
+    assert kl.total_gib - plain.total_gib == pytest.approx(2 * n / 2**30) == pytest.approx(2.876, abs=1e-3)
+    assert kl.describe() == ("25.9 GiB before activations (1.54e+09 parameters: weights 5.75 + "
+                             "gradients 5.75 + AdamW state 11.5 GiB; the KL term's reference 2.88 "
+                             "GiB: a copy of the weights, no gradients or optimizer state)")
+    # on the CPU presets (32-true) the copy is fp32; bf16-true: bf16 weights and state
+    assert trainer_memory(cfg(0.1, precision="32-true")).reference_gib == pytest.approx(4 * n / 2**30)
+    assert trainer_memory(cfg(0.1, precision="bf16-true")).total_gib == pytest.approx(10 * n / 2**30)
+    lines = memory_lines([cfg(0.0), cfg(0.04), cfg(0.1)])
+    assert lines == [f"trainer memory of job #0: {plain.describe()}",
+                     f"trainer memory of jobs #1, #2: {kl.describe()}"]
+    assert memory_lines([cfg(0.0)] * 2) == [f"trainer memory: {plain.describe()}"]
+
+
+def test_the_presets_parameter_counts_are_their_models(tiny_model_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from grpo.models.rehearsal import QWEN25_MATH_15B, rehearsal_config
+
+    def count(config: Qwen2Config) -> int:
+        with torch.device("meta"):
+            return sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+
+    counts = {"qwen2.5-math-1.5b": count(Qwen2Config(**QWEN25_MATH_15B)),
+              "qwen-rehearsal": count(rehearsal_config()),
+              "tiny": sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model_dir).parameters())}
+    for name, n in counts.items():
+        assert OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml").parameters == n, name
+
+
+def test_the_dry_run_prices_a_kl_sweep(tmp_path: Path) -> None:
+    out = launch("-m", "+experiment=toy", "kl.beta=0,0.04", "dry_run=true",
+                 f"paths.output_root={tmp_path}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    job0, job1 = (next(x for x in lines if x.startswith(f"job #{j} ")) for j in (0, 1))
+    assert "KL to the initial policy (kl.beta=0.04: a reference model)" in job1
+    assert "KL to the initial policy" not in job0
+    # 64 rollouts x 0.0001 s of the reference's forward more a step (conf/model/tiny.yaml)
+    seconds = [float(re.search(r"600 steps x ([0-9.]+) s", job)[1]) for job in (job0, job1)]
+    assert seconds[1] - seconds[0] == pytest.approx(64 * 0.0001, abs=1e-4)
+    memory = [x for x in lines if x.startswith("trainer memory of job #")]
+    assert len(memory) == 2 and "reference" not in memory[0]
+    assert "the KL term's reference 0.000464 GiB" in memory[1]  # 124,672 fp32 parameters
 
 
 def test_the_dry_run_prices_the_off_policy_sweep_and_a_budget_refuses_it(

@@ -322,6 +322,13 @@ def _check_sampling(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> N
             f"sampling.min_new_tokens={low} must be <= sampling.max_new_tokens={high}; lower "
             "sampling.min_new_tokens"
         )
+    buffer = OmegaConf.select(cfg, "overlong.buffer", default=0)
+    if buffer > high:
+        report.errors.append(
+            f"overlong.buffer={buffer} must be <= sampling.max_new_tokens={high}: the punishment "
+            "runs over the last overlong.buffer tokens before the limit; lower overlong.buffer "
+            "(0 = off)"
+        )
 
 
 def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:

@@ -1,4 +1,5 @@
-"""Group-normalized rewards (GRPO advantages, DeepSeekMath eq. 28 / Dr. GRPO eq. 31)."""
+"""Group-normalized rewards (GRPO advantages, DeepSeekMath eq. 28 / Dr. GRPO eq. 31), and DAPO's
+soft overlong punishment, a length penalty added to the rewards before they are normalized."""
 
 from __future__ import annotations
 
@@ -79,3 +80,35 @@ def compute_group_normalized_rewards(
         "frac_zero_std_groups": zero_std.float().mean().item(),
     }
     return advantages.reshape(-1), raw_rewards, metadata
+
+
+def soft_overlong_punishment(
+    response_lengths: torch.Tensor, max_length: int, buffer: int, penalty_factor: float = 1.0,
+) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), times `penalty_factor`.
+
+    With L_max = `max_length` and L_cache = `buffer`, a response of |y| tokens gets
+
+        R_length(y) = 0                               if |y| <= L_max - L_cache
+                      ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max
+                      -1                              if L_max < |y|
+
+    a linear penalty over the last `buffer` tokens before the limit (-1 at the limit, where a
+    response cut at max_new_tokens ends); verl's `overlong_buffer.len` and `penalty_factor`.
+
+    Args:
+        response_lengths: (batch_size,) response lengths in tokens (ints or floats).
+        max_length: L_max, the longest response (sampling.max_new_tokens), tokens.
+        buffer: L_cache in 0..max_length, tokens; 0 = no penalty.
+        penalty_factor: the penalty's scale (> 0): R_length * penalty_factor is returned.
+
+    Returns:
+        (batch_size,) float32 penalties in [-penalty_factor, 0].
+    """
+    if not 0 <= buffer <= max_length:
+        raise ValueError(f"the overlong buffer must be in 0..max_length={max_length}, got {buffer}")
+    lengths = response_lengths.to(torch.float32)
+    if buffer == 0:
+        return torch.zeros_like(lengths)
+    penalty = ((max_length - buffer) - lengths) / buffer
+    return penalty.clamp(min=-1.0, max=0.0) * penalty_factor

@@ -278,6 +278,26 @@ def compute_cispo_loss(
         capped = (ratio > ratio_cap) | (ratio < ratio_floor)
     loss = -weight * adv * policy_log_probs
     return loss, {"capped": capped, "cap_fraction": capped.float().mean()}
+def compute_reference_kl(policy_log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi_theta || pi_ref) on tokens sampled from the policy
+    (Schulman 2020; TRL's GRPO `beta` term, verl's `kl_loss_type: low_var_kl` without its clamp):
+
+        kl_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1   (>= 0, 0 where they agree)
+
+    Its gradient with respect to logp_t is 1 - exp(ref_t - logp_t); none flows into
+    `ref_log_probs`. The trainer adds `kl.beta * kl_t` to each token's loss before the length
+    normalization (`grpo.core.train_step`).
+
+    Args:
+        policy_log_probs: (batch_size, sequence_length) log-probs of the policy being trained.
+        ref_log_probs: (batch_size, sequence_length) log-probs of the same tokens under the
+            reference policy (the initial weights, frozen).
+
+    Returns:
+        (batch_size, sequence_length) per-token KL estimate, nats.
+    """
+    log_ratio = ref_log_probs.detach() - policy_log_probs
+    return torch.exp(log_ratio) - log_ratio - 1.0
 
 
 _UNIMPLEMENTED = sorted(set(LOSS_SPECS) - set(POLICY_LOSSES))

@@ -22,7 +22,11 @@ rollout batch is the same however it is split into equal-size micro-batches.
 left-out zero-advantage sequences): each micro-batch contributes its share of the optimizer
 step, measured against `OptimizerStepTotals` (every sequence of the step, its response tokens,
 its longest response), so the step's gradient is the same whatever the partition, for every
-normalization; "microbatch" there divides by the longest response of the optimizer step.
+normalization; "microbatch" there divides by the longest response of the optimizer step. A
+sequence left out of the loss altogether (DAPO's overlong filter: a response cut at
+max_new_tokens) is in no micro-batch and not counted in the totals either, so it is out of every
+denominator too. The KL term to the reference policy (`kl_coef` > 0) is added to each token's
+loss before the normalization, so it is normalized as the policy-gradient loss is.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 
 import torch
 
-from grpo.core.losses import LossType, compute_policy_gradient_loss
+from grpo.core.losses import LossType, compute_policy_gradient_loss, compute_reference_kl
 from grpo.core.masking import masked_normalize
 from grpo.core.specs import LENGTH_NORMALIZATIONS, LengthNormalization
 
@@ -76,10 +80,14 @@ def _backward(
     cliprange: float | None,
     hyperparameters: dict[str, Any],
     importance_weights: torch.Tensor | None = None,
+    ref_log_probs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The per-token loss, times `importance_weights` where given, reduced by
+    """The per-token loss, times `importance_weights` where given, plus `kl_coef` times the k3
+    KL to the reference where `ref_log_probs` are given (not importance-weighted), reduced by
     `reduce(per_token, bool mask)` to the micro-batch loss, back-propagated; the loss and the
-    detached metadata (ratio statistics with old_log_probs)."""
+    detached metadata (ratio statistics with old_log_probs, "kl_to_reference" with
+    ref_log_probs)."""
     per_token, loss_metadata = compute_policy_gradient_loss(
         policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange,
         response_mask=response_mask, **hyperparameters,
@@ -87,11 +95,21 @@ def _backward(
     if importance_weights is not None:
         per_token = per_token * importance_weights.detach()
     mask = response_mask.bool()
+    kl = None
+    if ref_log_probs is not None:
+        kl = compute_reference_kl(policy_log_probs, ref_log_probs)
+        per_token = per_token + kl_coef * kl
+    elif kl_coef:
+        raise ValueError(f"kl_coef={kl_coef} needs ref_log_probs (the reference policy's log-probs)")
     loss = reduce(per_token, mask)
     loss.backward()
     metadata = {k: v.detach() for k, v in loss_metadata.items() if v.dim() == 0}
     if old_log_probs is not None:
         metadata.update(_ratio_metadata(policy_log_probs, old_log_probs, mask, loss_metadata))
+    if kl is not None:
+        with torch.no_grad():  # a micro-batch without response tokens logs 0
+            metadata["kl_to_reference"] = masked_normalize(
+                kl.detach(), mask, normalize_constant=mask.sum().clamp(min=1))
     return loss, metadata
 
 
@@ -245,6 +263,8 @@ def grpo_share_train_step(
     length_normalization: LengthNormalization = "mean",
     normalize_constant: float | None = None,
     importance_weights: torch.Tensor | None = None,
+    ref_log_probs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
     **hyperparameters: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`grpo_microbatch_train_step` for micro-batches of any size: back-propagate this
@@ -268,9 +288,16 @@ def grpo_share_train_step(
         length_normalization, normalize_constant: as in `grpo_microbatch_train_step`.
         importance_weights: (micro_batch_size, sequence_length) per-token weights of the loss,
             held constant (grpo.core.importance: rollouts sampled by stale weights); None = 1.
+        ref_log_probs: (micro_batch_size, sequence_length) log-probs of the reference policy
+            (the initial weights): `kl_coef` times their k3 KL (`grpo.core.losses.
+            compute_reference_kl`) is added to each token's loss before the length
+            normalization; None = no KL term (then `kl_coef` must be 0).
+        kl_coef: the KL term's weight beta (`kl.beta`; TRL's `beta`, verl's `kl_loss_coef`).
+            The term is not 0 at zero advantage: with kl_coef > 0 no row may be left out.
 
     Returns:
-        loss (0-dim, back-propagated) and metadata, as `grpo_microbatch_train_step` returns them.
+        loss (0-dim, back-propagated) and metadata, as `grpo_microbatch_train_step` returns them,
+        plus "kl_to_reference" (the token mean of the KL estimate, nats) with ref_log_probs.
     """
     _check_shapes(policy_log_probs, response_mask, length_normalization, normalize_constant)
     if min(totals.sequences, totals.response_tokens, totals.longest_response) < 1:
@@ -283,4 +310,5 @@ def grpo_share_train_step(
         )
 
     return _backward(policy_log_probs, response_mask, loss_type, reduce, raw_rewards, advantages,
-                     old_log_probs, cliprange, hyperparameters, importance_weights)
+                     old_log_probs, cliprange, hyperparameters, importance_weights, ref_log_probs,
+                     kl_coef)

@@ -31,7 +31,7 @@ GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 
 def load_policy(
-    model_cfg: Mapping[str, Any], device: str | torch.device
+    model_cfg: Mapping[str, Any], device: str | torch.device, dtype: torch.dtype | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load the policy model and its tokenizer from `model_cfg.path` onto `device`.
 
@@ -49,6 +49,9 @@ def load_policy(
       max_seq_len: longest prompt + response in tokens; must not exceed the model's
         `max_position_embeddings`.
 
+    `dtype`: the parameters' dtype, where not the precision's parameter dtype (the KL term's
+    reference, `load_reference`).
+
     Returns (model, tokenizer). The model is in eval mode (call `.train()` for updates) and its
     `generation_config.pad_token_id` is the tokenizer's pad id. The tokenizer pads on the left
     (`padding_side="left"`), as batched `generate` needs; code that builds prompt + response
@@ -57,7 +60,7 @@ def load_policy(
     """
     name = model_cfg.get("name", "model")
     path = resolve_model_path(model_cfg)
-    kwargs: dict[str, Any] = {"dtype": precision_of(model_cfg).parameter_dtype,
+    kwargs: dict[str, Any] = {"dtype": dtype or precision_of(model_cfg).parameter_dtype,
                               "local_files_only": True}
     if model_cfg.get("attn_implementation") is not None:
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
@@ -82,6 +85,16 @@ def load_policy(
     tokenizer = load_tokenizer(path)
     model.generation_config.pad_token_id = tokenizer_pad_id(tokenizer)
     return model.to(device).eval(), tokenizer
+
+
+def load_reference(model_cfg: Mapping[str, Any], device: str | torch.device) -> PreTrainedModel:
+    """The reference policy of the KL term (`kl.beta` > 0): the initial weights, loaded again
+    from `model_cfg.path` (never from a checkpoint, so a resumed run has the same reference),
+    in the dtype the policy computes in (`Precision.weights_dtype`: bf16 under `bf16-mixed`, so
+    one more copy of the weights at half their fp32 size), frozen: eval mode, no gradients,
+    no optimizer state."""
+    reference, _ = load_policy(model_cfg, device, precision_of(model_cfg).weights_dtype)
+    return reference.requires_grad_(False)
 
 
 def resolve_model_path(model_cfg: Mapping[str, Any]) -> Path:

@@ -17,18 +17,24 @@ METRIC_KEYS: tuple[tuple[str, str], ...] = (
         "GRPO steps done: 0 is the evaluation of the initial (pre-RL) policy, before any update (`eval/*` only; not repeated on resume), then 1..n_grpo_steps")),
     (('time/elapsed_s', 'time/elapsed_no_eval_s'), (
         "wall-clock seconds since the run started (continuing across resumes), with and without evaluation; GPU-hours use the first, wall-clock axes and comparisons the second")),
-    (('time/{rollout,scoring,old_log_probs,train,weight_sync,eval,step}_s',), (
-        "seconds per phase of this step (`old_log_probs` only on steps that compute them: the loss reads the ratio, or the stale-weight check runs)")),
+    (('time/{rollout,scoring,old_log_probs,reference_log_probs,train,weight_sync,eval,step}_s',), (
+        "seconds per phase of this step (`old_log_probs` only on steps that compute them: the loss reads the ratio, or the stale-weight check runs; `reference_log_probs`, the reference policy's forward over the batch, only with `kl.beta > 0`)")),
     (('memory/{phase}_peak_gb',), (
         "peak CUDA memory per phase (GPU runs)")),
     (('throughput/rollout_tokens_per_s',), (
         "generated tokens per second of rollout")),
     (('train/reward_mean', 'train/reward_std', 'train/reward_{max,min}', 'train/format_reward_mean', 'train/answer_reward_mean'), (
-        "rollout rewards: `train/reward_*` of the reward trained on (with `reward=random`, the placebo's draws), `train/format_reward_mean` and `train/answer_reward_mean` always the prompt's reward function's grading (under the placebo, logged and trained on by no loss)")),
+        "rollout rewards: `train/reward_*` of the reward trained on (with `reward=random`, the placebo's draws; the soft overlong punishment included with `overlong.buffer > 0`), `train/format_reward_mean` and `train/answer_reward_mean` always the prompt's reward function's grading (under the placebo, logged and trained on by no loss)")),
     (('train/frac_zero_std_groups',), (
         "fraction of groups whose rewards are all equal (zero advantage)")),
+    (('train/frac_truncated',), (
+        "fraction of the rollouts cut at `sampling.max_new_tokens` (no EOS or stop string): those `overlong.filter` leaves out of the loss")),
+    (('train/overlong_penalty_mean',), (
+        "with `overlong.buffer > 0`: the mean soft overlong punishment added to the rollouts' rewards (<= 0; `-overlong.penalty_factor` at `sampling.max_new_tokens`); `train/reward_*` include it")),
+    (('train/kl_to_reference',), (
+        "with `kl.beta > 0`: k3 estimate of KL(pi || pi_ref), nats, to the initial weights, as a token mean over the rollouts trained, averaged over the step's optimizer steps; `kl.beta` times it per token is in `train/loss`")),
     (('train/frac_skipped',), (
-        "fraction of the rollouts left out of the backward (advantage exactly 0, `skip_zero_advantage` on, a loss that is 0 there; or a zero-variance group's, filtered with `zero_variance=filter` or `dynamic_sampling`); 0 when none are")),
+        "fraction of the rollouts left out of the backward (advantage exactly 0, `skip_zero_advantage` on, a loss that is 0 there; or a zero-variance group's, filtered with `zero_variance=filter` or `dynamic_sampling`; or a response cut at `sampling.max_new_tokens`, with `overlong.filter`); 0 when none are")),
     (('train/generation_rounds', 'train/extra_rollouts'), (
         "with `zero_variance=dynamic_sampling`: the rounds of generation this step took (1 = its first only, at most 1 + `zero_variance.max_rounds`) and the rollouts they generated beyond `rollout_batch_size` (counted in `time/rollout_s`, which holds every round's generation and grading, and in `throughput/rollout_tokens_per_s`); the `train/*` reward metrics are those of the groups trained, as in verl")),
     (('train/retired_prompts',), (

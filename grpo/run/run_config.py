@@ -44,8 +44,8 @@ MAY_CHANGE = (
     "n_grpo_steps", "dry_run", "experiment_name", "logging.", "cluster.", "paths.", "health.",
     "checkpoint.checkpoint_every", "checkpoint.keep_last", "checkpoint.save_final_model",
     "checkpoint.allow_fresh_start", "checkpoint.allow_metrics_gap", "eval.n_saved_samples",
-    "rollout.stale_check_every", "pruning.", "budget.", "model.cost.", "analysis.", "confirm.",
-    "zero_variance.expected_extra",
+    "rollout.stale_check_every", "pruning.", "budget.", "model.cost.", "model.parameters",
+    "analysis.", "confirm.", "zero_variance.expected_extra",
 )
 """Keys (a trailing `.`: every key under it) whose value a resume may change: none of them
 changes the weights, the sampled rollouts or the evaluation of the steps already trained (a
@@ -60,7 +60,9 @@ ABSENT = "(absent)"
 """The value shown for a key one of the two configs does not have."""
 ADDED = {"eval.samples_per_problem": 1, "off_policy.staleness": 0, "off_policy.correction": "tis",
          "off_policy.is_cap": 2.0, "off_policy.correct_fresh": False, "data.holdout_size": 0,
-         "reward.name": "graded", "zero_variance.name": "keep", "retire.pass_rate": None}
+         "reward.name": "graded", "zero_variance.name": "keep", "retire.pass_rate": None,
+         "overlong.filter": False, "overlong.buffer": 0, "overlong.penalty_factor": 1.0,
+         "kl.beta": 0.0}
 """Keys added after runs were trained without them, with the value that does what those runs did:
 a run resumed with that value is not refused for a key its checkpoint lacks."""
 

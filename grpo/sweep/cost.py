@@ -9,14 +9,16 @@ The cost model (the dry run prints its inputs):
     step seconds = generate + train + step_s, with one step of overlap (off_policy.staleness=1)
                    max(generate, train) + step_s, where
     generate     = rollout_batch_size x (1 + extra) x generate_s
-    train        = rollout_batch_size x ([old_log_probs_s +] off_policy.epochs x train_s)
+    train        = rollout_batch_size x ([old_log_probs_s +] [old_log_probs_s +] off_policy.epochs x train_s)
 
 `extra` is 0 but with dynamic sampling (`zero_variance=dynamic_sampling`): the extra rollouts a
 step generates, as a fraction of rollout_batch_size, assumed to be `zero_variance.expected_extra`,
 or where that is null the worst case, `zero_variance.max_rounds` full extra rounds every step (the
 toy task's measured figures, from `bench/dynamic_sampling.py`, are in docs/development/benchmarks.md).
 `old_log_probs_s` counts when the loss reads the probability ratio or a stale batch is corrected
-(staleness 1 with off_policy.correction other than none); `step_s` holds the weight sync; evaluations are the step-0
+(staleness 1 with off_policy.correction other than none), and once more with a KL term to the
+initial policy (`kl.beta` > 0: the reference's forward over the batch, one forward as the
+old-log-prob pass is); `step_s` holds the weight sync; evaluations are the step-0
 one, one every eval.eval_every steps and one after the last, each of eval.n_examples examples or
 the validation split, if smaller. The rates come from
 
@@ -31,6 +33,11 @@ the validation split, if smaller. The rates come from
 2. else the model preset's `model.cost` (conf/model/<name>.yaml), whose comments say where each
    figure was measured; its per-rollout figures scale with sampling.max_new_tokens over
    `model.cost.max_new_tokens`.
+
+The trainer's memory besides activations (`trainer_memory`, printed by the dry run) is counted
+from the model preset's `model.parameters`: weights, gradients and AdamW's two moments in the
+precision's parameter dtype, and with `kl.beta` > 0 the frozen reference, one more copy of the
+weights (in the dtype the policy computes in) without gradients or optimizer state.
 
 GPU-hours = seconds / 3600 x cluster.gpus_per_job. A job without GPUs is priced in CPU-hours
 (x cluster.cpus_per_job), and a budget in GPU-hours does not limit it.
@@ -61,6 +68,7 @@ from grpo.config.rules import BUDGET_UNIT
 from grpo.config.rules import COST_RATES as RATES
 from grpo.config.validation import load_heldout, load_splits
 from grpo.core.specs import CORRECTION_WEIGHS, LOSS_SPECS
+from grpo.models.specs import PRECISIONS
 from grpo.run.files import metrics_row, read_yaml
 from grpo.run.outcomes import is_evaluation_step
 from grpo.run.pruning import PruningSettings, ReplayJob, replay
@@ -151,7 +159,8 @@ def _row_rates(row: Mapping[str, Any], rollouts: float, epochs: float) -> dict[s
             rates["old_log_probs_s"] = t["old_log_probs"] / rollouts
         # an overlapped step waited rollout_wait for a generation that ran beside it
         waited = t.get("rollout_wait", t["rollout"])
-        phases = waited + t["scoring"] + t["train"] + t.get("old_log_probs", 0) + t.get("eval", 0)
+        phases = (waited + t["scoring"] + t["train"] + t.get("old_log_probs", 0)
+                  + t.get("reference_log_probs", 0) + t.get("eval", 0))
         rates["step_s"] = max(0.0, t["step"] - phases)
     responses = _number(row.get("eval/n_responses", row.get("eval/n_examples")))
     if t.get("eval") and responses:
@@ -270,9 +279,9 @@ def job_cost(cfg: DictConfig, rates: Rates, n_examples: int, n_heldout: int = 0)
     corrected = overlapped and CORRECTION_WEIGHS.get(cfg.off_policy.get("correction"), False)
     old_log_probs = LOSS_SPECS[cfg.loss.name].uses_ratio or corrected
     extra = ZeroVariance.from_config(cfg).extra_generation()
+    forwards = int(old_log_probs) + int(bool(config_value(cfg, "kl.beta")))  # old, reference
     generate = rollouts * (1 + extra) * rates.generate_s
-    train = rollouts * ((rates.old_log_probs_s if old_log_probs else 0.0)
-                        + int(cfg.off_policy.epochs) * rates.train_s)
+    train = rollouts * (forwards * rates.old_log_probs_s + int(cfg.off_policy.epochs) * rates.train_s)
     step = (max(generate, train) if overlapped else generate + train) + rates.step_s
     gpus = int(cfg.cluster.gpus_per_job)
     confirm_k = int(cfg.confirm.samples_per_problem) if n_heldout else 0
@@ -282,6 +291,65 @@ def job_cost(cfg: DictConfig, rates: Rates, n_examples: int, n_heldout: int = 0)
                    _problems(n_examples, k), confirm_seconds=n_heldout * confirm_k * rates.eval_s,
                    confirm_responses=f"held-out {_problems(n_heldout, confirm_k)}" if n_heldout else "",
                    extra_generation=extra)
+
+
+GIB = 2**30
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+"""Bytes per element of the precisions' dtypes (`grpo.models.specs.PRECISIONS`)."""
+
+
+@dataclass(frozen=True)
+class TrainerMemory:
+    """The trainer's memory besides activations, GiB, for `parameters` parameters: the policy's
+    weights, their gradients and AdamW's two moments, and the frozen reference of the KL term
+    (0 without one)."""
+
+    parameters: float
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    reference_gib: float
+
+    @property
+    def total_gib(self) -> float:
+        return self.weights_gib + self.gradients_gib + self.optimizer_gib + self.reference_gib
+
+    def describe(self) -> str:
+        """``25.9 GiB before activations (1.54e+09 parameters: weights 5.75 + gradients 5.75 +
+        AdamW state 11.5 GiB; the KL term's reference 2.88 GiB: ...)``."""
+        reference = (f"; the KL term's reference {self.reference_gib:.3g} GiB: a copy of the "
+                     "weights, no gradients or optimizer state" if self.reference_gib else "")
+        return (f"{self.total_gib:.3g} GiB before activations ({self.parameters:.3g} parameters: "
+                f"weights {self.weights_gib:.3g} + gradients {self.gradients_gib:.3g} + AdamW "
+                f"state {self.optimizer_gib:.3g} GiB{reference})")
+
+
+def trainer_memory(cfg: DictConfig) -> TrainerMemory | None:
+    """The memory of `cfg`'s trainer besides activations (see the module docstring); None where
+    the model preset gives no `model.parameters`."""
+    parameters = _number(config_value(cfg, "model.parameters"))
+    if not parameters:
+        return None
+    precision = PRECISIONS[cfg.model.precision]
+    weight = DTYPE_BYTES[precision.parameter_dtype] * parameters / GIB
+    state = 2 * (1 if cfg.optimizer.use_8bit else DTYPE_BYTES[precision.parameter_dtype])
+    computes_in = precision.autocast_dtype or precision.parameter_dtype
+    reference = DTYPE_BYTES[computes_in] * parameters / GIB if config_value(cfg, "kl.beta") else 0.0
+    return TrainerMemory(parameters, weight, weight, state * parameters / GIB, reference)
+
+
+def memory_lines(cfgs: Sequence[DictConfig]) -> list[str]:
+    """The dry run's lines of the trainer's memory (`trainer_memory`) of jobs `cfgs` (job #i is
+    cfgs[i]): one line where every job needs the same, else one per distinct need with its jobs."""
+    needs: dict[str, list[int]] = {}
+    for num, cfg in enumerate(cfgs):
+        memory = trainer_memory(cfg)
+        if memory is not None:
+            needs.setdefault(memory.describe(), []).append(num)
+    if len(needs) == 1 and len(next(iter(needs.values()))) == len(cfgs):
+        return [f"trainer memory: {need}" for need in needs]
+    return [f"trainer memory of job{'s' if len(nums) > 1 else ''} {', '.join(f'#{n}' for n in nums)}: "
+            f"{need}" for need, nums in needs.items()]
 
 
 @dataclass(frozen=True)

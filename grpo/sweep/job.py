@@ -26,7 +26,7 @@ from grpo.core.specs import LOSS_SPECS
 from grpo.run.files import RunDirError, is_disk_full, read_status
 from grpo.run.pruning import OFF
 from grpo.run.run_config import resume_refusal
-from grpo.sweep.cost import estimate
+from grpo.sweep.cost import estimate, memory_lines
 from grpo.sweep.job_loss import ComposedJob
 from grpo.training.batch_plan import BatchPlan, MicroBatching
 from grpo.training.zero_variance import ZeroVariance
@@ -110,8 +110,8 @@ def assign_job_ports() -> dict[str, str]:
 
 def describe_job(cfg: DictConfig) -> str:
     """One line: the batch plan (gradient accumulation or token budget, optimizer steps), whether
-    zero-advantage sequences are left out, the divisor of the `microbatch` normalization, and the
-    resources."""
+    zero-advantage sequences are left out, the divisor of the `microbatch` normalization, the
+    overlong filter and punishment and the KL term where on, and the resources."""
     cluster = cfg.cluster
     resources = f"{cluster.name}: {cluster.gpus_per_job} GPU, {cluster.cpus_per_job} CPU"
     if cluster.name == "slurm":
@@ -125,6 +125,14 @@ def describe_job(cfg: DictConfig) -> str:
         training += f", {zero_variance.describe()}"
     if OmegaConf.select(cfg, "retire.pass_rate", default=None) is not None:
         training += f", prompts retired at pass rate >= {cfg.retire.pass_rate:g}"
+    overlong = cfg.get("overlong", {})
+    if overlong.get("filter", False):
+        training += ", responses cut at sampling.max_new_tokens left out of the loss"
+    if overlong.get("buffer", 0):
+        training += (f", overlong punishment over the last {overlong.buffer} of "
+                     f"{cfg.sampling.max_new_tokens} tokens")
+    if cfg.get("kl", {}).get("beta", 0):
+        training += f", KL to the initial policy (kl.beta={cfg.kl.beta}: a reference model)"
     return f"{training}, n_grpo_steps={cfg.n_grpo_steps} | {resources}"
 
 
@@ -161,6 +169,8 @@ def price_single_run(cfg: DictConfig, run_dir: Path) -> str | None:
     if cfg.dry_run:
         print(f"dry run: 1 job, nothing started (run directory: {run_dir})\n"
               f"job {describe_job(cfg)}; ~{cost.jobs[0].describe()}\ncost rates: {rates[0].describe()}")
+        for line in memory_lines([cfg]):
+            print(line)
     return cost.over_budget(cfg.budget.gpu_hours)
 
 

@@ -187,7 +187,8 @@ class MicroBatching:
         micro-batch and pay little padding. None: fixed `size`.
     skip_zero_advantage: sequences with advantage exactly 0 are left out of the backward pass and
         of the old-log-prob pass (still counted in the normalization): `skip_zero_advantage` is
-        on and the loss is 0 at zero advantage.
+        on, the loss is 0 at zero advantage and no KL term to the reference is added to it
+        (`kl.beta` = 0: the KL term is not 0 at zero advantage).
 
     The trainer weights each micro-batch by its share of the optimizer step
     (`grpo.core.train_step.grpo_share_train_step`), so the gradient is the same either way.
@@ -200,10 +201,12 @@ class MicroBatching:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], zero_at_zero_advantage: bool) -> MicroBatching:
         """The micro-batching of a run config (`micro_batch_size`, `model.micro_batch_tokens`,
-        `skip_zero_advantage`) whose loss is, or is not, 0 at zero advantage (the loss registry's
-        `zero_at_zero_advantage`)."""
+        `skip_zero_advantage`, `kl.beta`) whose loss is, or is not, 0 at zero advantage (the loss
+        registry's `zero_at_zero_advantage`); a KL term (`kl.beta` > 0) makes it not 0 there."""
+        kl_term = bool(config_value(cfg, "kl.beta"))
         return cls(config_value(cfg, "micro_batch_size"), config_value(cfg, "model.micro_batch_tokens"),
-                   bool(config_value(cfg, "skip_zero_advantage")) and zero_at_zero_advantage)
+                   bool(config_value(cfg, "skip_zero_advantage")) and zero_at_zero_advantage
+                   and not kl_term)
 
     def split(self, lengths: list[int]) -> list[list[int]]:
         """Positions 0..len(lengths)-1 grouped into micro-batches, given each sequence's length

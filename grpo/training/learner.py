@@ -16,10 +16,14 @@
      length), each weighted by its share of the optimizer step (`grpo_share_train_step`);
      rollouts with advantage exactly 0 are left out of the backward when skip_zero_advantage is
      on and the loss is 0 there (their entropy is still measured, in an inference forward);
-     the rows of zero-variance groups a batch marks `filtered` (zero_variance=filter or
-     dynamic_sampling, grpo.training.zero_variance) are left out of the backward too, and of
-     the denominators of each optimizer step's loss: an optimizer step left with none takes no
-     step.
+     the rows a batch marks `filtered` (a zero-variance group's with zero_variance=filter or
+     dynamic_sampling, grpo.training.zero_variance; a response cut at max_new_tokens with
+     overlong.filter, DAPO's overlong filtering) are left out of the backward too, and of the
+     denominators of each optimizer step's loss: an optimizer step left with none takes no
+     step. With kl.beta > 0 the reference policy's log-probs (a frozen copy of the initial
+     weights, `reference`) are computed once per rollout batch (phase `reference_log_probs`) and
+     kl.beta times the k3 KL to them is added to each token's loss (then no zero-advantage row
+     is left out: the term is not 0 there).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step
 from grpo.models.precision import Precision
 from grpo.rollout.base import Rollout, RolloutEngine
 from grpo.rollout.specs import ENGINE_SPECS
-from grpo.training.batch_plan import BatchPlan, MicroBatching
+from grpo.training.batch_plan import BatchPlan, MicroBatching, config_value
 from grpo.training.behaviour import (
     behaviour_kl_metrics,
     behaviour_kl_sums,
@@ -62,16 +66,22 @@ class Learner:
     optimizer is built first, so that a missing optimizer package fails before an engine
     loads); `start_step` the GRPO steps done when this process started (0, or the resumed
     checkpoint's step: the stale-weight check runs on the first step after it);
-    `optimizer_steps` the optimizer steps of the whole run. `GRPOTrainer` is a Learner that
-    also runs the loop.
+    `optimizer_steps` the optimizer steps of the whole run; `reference` the frozen initial
+    policy of the KL term (needed with kl.beta > 0, else None: no reference model at all).
+    `GRPOTrainer` is a Learner that also runs the loop.
     """
 
     engine: RolloutEngine
 
     def __init__(self, cfg: DictConfig, policy: torch.nn.Module, precision: Precision,
-                 device: torch.device, plan: BatchPlan) -> None:
+                 device: torch.device, plan: BatchPlan,
+                 reference: torch.nn.Module | None = None) -> None:
         self.cfg = cfg
         self.policy = policy
+        self.kl_coef = float(config_value(cfg, "kl.beta") or 0.0)
+        if (self.kl_coef > 0) != (reference is not None):
+            raise ValueError(f"kl.beta={self.kl_coef} needs a reference policy exactly when it is > 0")
+        self.reference = reference
         self.precision = precision
         self.device = device
         self.plan = plan
@@ -116,14 +126,24 @@ class Learner:
         return [rows[torch.tensor(part, device=rows.device)]
                 for part in self.micro_batching.split(batch.lengths(rows))] if len(rows) else []
 
-    def left_out(self, batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
-        """(len(rows),) bool: the rows left out of the backward (advantage exactly 0, when
-        the micro-batching skips them; a zero-variance group's, when the batch filters them)."""
-        filtered = (batch.filtered[rows] if batch.filtered is not None
-                    else torch.zeros(len(rows), dtype=torch.bool, device=rows.device))
+    def skipped(self, batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
+        """(len(rows),) bool: the rows whose advantage is exactly 0, when the micro-batching
+        leaves them out of the backward (they still count in the normalization)."""
         if not self.micro_batching.skip_zero_advantage:
             return filtered
         return filtered | (batch.advantages[rows] == 0).to(rows.device)  # rows (the order) stay on the CPU
+
+    @staticmethod
+    def filtered(batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
+        """(len(rows),) bool: the rows a filter marks (zero-variance groups, responses cut at
+        max_new_tokens), out of the loss and of every denominator of its normalization."""
+        if batch.filtered is None:
+            return torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
+        return batch.filtered[rows].to(rows.device)
+
+    def left_out(self, batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
+        """(len(rows),) bool: the rows left out of the backward: `skipped` or `filtered`."""
+        return self.skipped(batch, rows) | self.filtered(batch, rows)
 
     def learn(self, batch: RolloutBatch, rollouts: Sequence[Rollout], step: int,
               timer: PhaseTimer, staleness: int = 0) -> dict[str, float]:
@@ -132,8 +152,26 @@ class Learner:
         `rollouts`: the stale-weight check, the importance weights), then the epochs of
         optimizer steps; their metrics. bench/step_time.py calls it on synthetic batches."""
         metrics = self._old_log_probs(batch, rollouts, step, timer, staleness)
+        self._reference_log_probs(batch, timer)
         metrics.update(self._train(batch, timer, staleness))
         return metrics
+
+    def _reference_log_probs(self, batch: RolloutBatch, timer: PhaseTimer) -> None:
+        """Phase `reference_log_probs` (with a KL term only): the reference policy's log-probs
+        of the sampled responses, micro-batch by micro-batch in training order, into
+        batch.ref_log_probs (0 on the rows left out of the loss); once per rollout batch, for
+        every epoch."""
+        if self.reference is None:
+            return
+        ref_log_probs = torch.zeros_like(batch.response_mask)
+        rows = batch.order[~self.left_out(batch, batch.order)]
+        with timer.phase("reference_log_probs"), torch.inference_mode():
+            for index in self._split(batch, rows):
+                mb = batch.rows(index)
+                with self.precision.autocast(self.device):
+                    lp = label_log_probs(self.reference(mb["input_ids"]).logits, mb["labels"])
+                ref_log_probs[index, : lp.shape[1]] = lp.float()
+        batch.ref_log_probs = ref_log_probs
 
     def _raw_sampling(self) -> bool:
         """Whether rollouts are sampled from the raw distribution: temperature 1, no top-p, no
@@ -235,10 +273,12 @@ class Learner:
         with timer.phase("train"):
             for positions in self.plan.optimizer_step_slices():
                 rows = batch.order[positions]
-                counted = rows if batch.filtered is None else rows[~batch.filtered[rows]]
+                # the rows the normalization counts: every one but those a filter leaves out
+                counted = rows[~self.filtered(batch, rows)]
                 response_lengths = batch.response_mask[counted].sum(dim=1)
+                longest = int(response_lengths.max()) if len(counted) else 0
                 totals = OptimizerStepTotals(max(1, len(counted)), max(1, int(response_lengths.sum())),
-                                             max(1, int(response_lengths.max())) if len(counted) else 1)
+                                             max(1, longest))
                 left_out = self.left_out(batch, rows)
                 add("train/frac_skipped", left_out.float().mean())
                 entropy_sums: list[torch.Tensor] = []
@@ -270,6 +310,7 @@ class Learner:
                         raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
                         old_log_probs=mb.get("old_log_probs"),
                         importance_weights=weights,
+                        ref_log_probs=mb.get("ref_log_probs"), kl_coef=self.kl_coef,
                         length_normalization=cfg.normalization.name,
                         normalize_constant=cfg.sampling.max_new_tokens, **self.loss_hyperparameters,
                     )
@@ -278,7 +319,8 @@ class Learner:
                     entropy_sums.append(masked_normalize(out["token_entropy"].detach(), mb["response_mask"]))
                     entropy_tokens.append(tokens)
                     sequences = (mb["response_mask"].sum(dim=1) > 0).sum()
-                    for key in ("mean_ratio", "clip_fraction", "approx_kl", "cap_fraction"):
+                    for key in ("mean_ratio", "clip_fraction", "approx_kl", "cap_fraction",
+                                "kl_to_reference"):
                         if key in meta:
                             weight = (sequences if key == "clip_fraction" and self.loss.sequence_ratio
                                       else tokens)

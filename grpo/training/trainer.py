@@ -13,9 +13,12 @@ times each):
      off_policy.staleness=1 this batch was generated during the previous step, with the weights
      before it: grpo.training.overlap; with zero_variance=dynamic_sampling, more rounds of
      questions until the step holds groups with non-zero variance: grpo.training.zero_variance);
-  2. score: rewards and group-normalized advantages (grpo.training.rollouts; zero_variance=filter
-     marks the rows of zero-variance groups, left out of the loss and its denominators);
-  3. old log-probs and 4. learn: the epochs of micro-batched optimizer steps (grpo.training.learner);
+  2. score: rewards (with overlong.buffer > 0 DAPO's soft overlong punishment added) and
+     group-normalized advantages (grpo.training.rollouts; zero_variance=filter marks the rows of
+     zero-variance groups, overlong.filter those cut at max_new_tokens, left out of the loss and
+     its denominators);
+  3. old log-probs (and with kl.beta > 0 the reference policy's) and 4. learn: the epochs of
+     micro-batched optimizer steps (grpo.training.learner);
   5. weight sync into the engine, the prompts solved retired (retire.pass_rate: never sampled
      again; a run with every prompt retired ends `completed` after that step, with the reason),
      the health check (grpo.run.health), evaluation every eval.eval_every steps
@@ -55,7 +58,7 @@ from grpo.data.datasets import (
 )
 from grpo.data.prompts import answer_fn_for, format_prompt, load_prompt_template, reward_fn_for
 from grpo.grading.rewards import score_batch
-from grpo.models.loading import load_policy
+from grpo.models.loading import load_policy, load_reference
 from grpo.models.precision import precision_of
 from grpo.rollout.base import NonFiniteLogitsError, Rollout, SamplingSettings
 from grpo.rollout.engines import build_engine
@@ -82,7 +85,7 @@ from grpo.training.checkpointing import check_resume_point, restore, trainer_sta
 from grpo.training.evaluation import CONFIRM_STREAM, evaluate, evaluation_seed, save_samples
 from grpo.training.learner import Learner
 from grpo.training.overlap import GeneratedBatch, RolloutProducer, RolloutRequest
-from grpo.training.rollouts import RolloutBatch, flatten, score
+from grpo.training.rollouts import Overlong, RolloutBatch, flatten, score
 from grpo.training.timing import PhaseTimer, RunClock
 from grpo.training.zero_variance import DynamicSampler, Sampled, ZeroVariance, pass_rate, round_seed
 
@@ -124,7 +127,10 @@ class GRPOTrainer(Learner):
             **OmegaConf.to_container(cfg.model, resolve=True), "build": None,
             "path": str(Path(str(self.policy_from)) / FINAL_MODEL)}
         policy, self.tokenizer = load_policy(model_cfg, device)
-        super().__init__(cfg, policy, precision, device, BatchPlan.from_config(cfg))
+        # the KL term's reference: the initial weights from model.path, also on a resume
+        reference = load_reference(cfg.model, device) if float(cfg.kl.beta) > 0 else None
+        super().__init__(cfg, policy, precision, device, BatchPlan.from_config(cfg), reference)
+        self.overlong = Overlong.from_config(cfg)
         template = load_prompt_template(cfg.prompt.name)
         self.prompt_of = lambda example: format_prompt(template, example.question)
         self.reward_fn = reward_fn_for(cfg.prompt.name)  # evaluation grades with it, always
@@ -309,7 +315,8 @@ class GRPOTrainer(Learner):
                      group_size=cfg.group_size, advantage_eps=cfg.advantage_eps,
                      normalize_by_std=cfg.std_norm.enabled, seed=int(cfg.seed), step=step,
                      device=self.device, timer=timer, reward=self.training_reward,
-                     filter_zero_variance=self.zero_variance.filters, grades=grades)
+                     filter_zero_variance=self.zero_variance.filters, grades=grades,
+                     overlong=self.overlong)
 
     def _sampling_precision(self) -> AbstractContextManager[Any]:
         """The training precision's autocast for an engine that samples with the policy module

@@ -72,7 +72,7 @@ from grpo.run.run_config import (
     sweepable,
     trained_config,
 )
-from grpo.sweep.cost import ESTIMATE_FILE_ENV, SweepEstimate, estimate, write_estimate
+from grpo.sweep.cost import ESTIMATE_FILE_ENV, SweepEstimate, estimate, memory_lines, write_estimate
 from grpo.sweep.hydra_compat import (
     BasicSweeper,
     SweepComposer,
@@ -598,7 +598,7 @@ class ValidatingSweeper(BasicSweeper):
             print("\n".join(f"{line}; ~{job.describe()}"
                             for line, job in zip(lines, cost.jobs, strict=True)))
             print("\n".join(f"cost rates: {r.describe()}" for r in dict.fromkeys(rates)))
-            print("\n".join(cost.lines()))
+            print("\n".join([*memory_lines(cfgs), *cost.lines()]))
             if os.environ.get(ESTIMATE_FILE_ENV):
                 cost.write(Path(os.environ[ESTIMATE_FILE_ENV]))
         refusal = cost.over_budget(budget, None if race is None else race.max_seeds)
