@@ -177,10 +177,12 @@ def _first_line(obj: object) -> str:
 
 
 def registries_page() -> str:
-    """The registries: losses, length normalizations, corrections, engines, precisions, model
-    builders, pruners, prompts and their rewards, the training rewards."""
+    """The registries: losses, length normalizations, std scopes, corrections, engines,
+    precisions, model builders, pruners, prompts and their rewards, the training rewards."""
+    import yaml
+
     from grpo.core.losses import describe_losses
-    from grpo.core.specs import CORRECTION_WEIGHS, LENGTH_NORMALIZATIONS
+    from grpo.core.specs import CORRECTION_WEIGHS, LENGTH_NORMALIZATIONS, STD_SCOPES
     from grpo.data.prompts import PROMPT_REWARD_PAIRS
     from grpo.grading.rewards import REWARD_FNS, TRAINING_REWARDS
     from grpo.models.specs import BUILDERS, PRECISIONS
@@ -188,12 +190,23 @@ def registries_page() -> str:
     from grpo.run.pruning import PRUNERS
 
     options = {(o.group, o.name): o.about for o in group_options(CONF)}
+    std_options = {path.stem: yaml.safe_load(path.read_text())
+                   for path in sorted((CONF / "std_norm").glob("*.yaml"))}
+    by_scope = {scope: [name for name, values in std_options.items()
+                        if values.get("enabled") and values.get("scope") == scope]
+                for scope in STD_SCOPES}
     sections: list[tuple[str, str, str]] = [
         ("Losses", "`loss=<name>`; `grpo/core/specs.py` (`LOSS_SPECS`), implemented in "
          "`grpo/core/losses.py` (`python -m grpo.core.losses` prints this table)", describe_losses() + "\n"),
         ("Length normalizations", "`normalization=<name>`; `grpo/core/specs.py`",
          _table(("name", "what"), ((f"`{n}`", options.get(("normalization", n), ""))
                                    for n in LENGTH_NORMALIZATIONS))),
+        ("Std scopes", "`std_norm.scope`, read where `std_norm.enabled`; `grpo/core/specs.py` "
+         "(`STD_SCOPES`), implemented in `grpo/core/advantages.py`",
+         _table(("name", "option", "what"),
+                ((f"`{n}`", ", ".join(f"`std_norm={o}`" for o in by_scope[n]),
+                  " ".join(options.get(("std_norm", o), "") for o in by_scope[n]))
+                 for n in STD_SCOPES))),
         ("Importance corrections", "`off_policy.correction`; `grpo/core/specs.py`",
          _table(("name", "weighs stale tokens"), ((f"`{n}`", "yes" if w else "no")
                                                   for n, w in CORRECTION_WEIGHS.items()))),

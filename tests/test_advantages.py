@@ -1,8 +1,10 @@
-"""Group-normalized rewards: hand-computed advantages, zero-variance groups, metadata, errors."""
+"""Group-normalized rewards: hand-computed advantages, zero-variance groups, metadata, errors; the
+batch std (std_norm=batch) against its definition."""
 
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -100,3 +102,64 @@ def test_advantage_eps_is_added_to_the_group_std():
     a = 0.5 / (math.sqrt(0.5) + 0.5)
     torch.testing.assert_close(advantages, torch.tensor([a, -a]))
     assert a == pytest.approx(0.414214, abs=1e-6)
+
+
+# three groups of 4 whose rewards are not 0/1 only: the batch std (0.4122, of all 12 raw rewards)
+# differs from every group's std, from the std of the group-centred rewards (0.3615: it leaves out
+# the spread between the groups' means) and from the population std (0.3947); the last group is
+# all equal
+BATCH_TABLE = {f"b{i}": (r, 1.0, r) for i, r in enumerate(
+    [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.5, 0.0, 0.2, 0.2, 0.2, 0.2])}
+BATCH_RESPONSES = list(BATCH_TABLE)
+
+
+def batch_std_reference(rewards: list[float], group_size: int, eps: float) -> list[float]:
+    """TRL's scale_rewards="batch" from its definition: each reward minus its group's mean, over
+    the unbiased std of every reward of the batch plus eps; an all-equal group 0."""
+    scale = statistics.stdev(rewards) + eps
+    out = []
+    for start in range(0, len(rewards), group_size):
+        group = rewards[start:start + group_size]
+        mean = sum(group) / group_size
+        out += [0.0 if len(set(group)) == 1 else (r - mean) / scale for r in group]
+    return out
+
+
+def test_batch_std_divides_by_the_std_of_every_raw_reward_of_the_batch():
+    rewards = [BATCH_TABLE[r][0] for r in BATCH_RESPONSES]
+    eps = 1e-3
+    advantages, raw, meta = compute_group_normalized_rewards(
+        table_reward_fn(BATCH_TABLE), BATCH_RESPONSES, ["gt"] * 12, 4, eps, True, std_scope="batch")
+    expected = batch_std_reference(rewards, 4, eps)
+    torch.testing.assert_close(advantages, torch.tensor(expected))
+    assert statistics.stdev(rewards) == pytest.approx(0.412219, abs=1e-6)
+    # group 1: (1 - 0.25) / (0.412219 + 1e-3)
+    assert advantages[0].item() == pytest.approx(0.75 / 0.413219, rel=1e-5)
+    assert raw.tolist() == pytest.approx(rewards) and meta["frac_zero_std_groups"] == pytest.approx(1 / 3)
+    # the inputs tell the alternatives apart: the group std, the std of the group-centred
+    # rewards, the population std
+    by_group, _, _ = compute_group_normalized_rewards(
+        table_reward_fn(BATCH_TABLE), BATCH_RESPONSES, ["gt"] * 12, 4, eps, True)
+    centred, _, _ = compute_group_normalized_rewards(
+        table_reward_fn(BATCH_TABLE), BATCH_RESPONSES, ["gt"] * 12, 4, eps, False)
+    assert statistics.stdev(centred.tolist()) == pytest.approx(0.361499, abs=1e-6)
+    for wrong in (by_group, centred / (statistics.stdev(centred.tolist()) + eps),
+                  centred / (statistics.pstdev(rewards) + eps)):
+        assert not torch.allclose(wrong, advantages, rtol=1e-3)
+
+
+def test_batch_std_is_ignored_without_the_std_normalization_and_the_default_is_cs336s():
+    args = (table_reward_fn(BATCH_TABLE), BATCH_RESPONSES, ["gt"] * 12, 4, 1e-6)
+    mean_only, _, _ = compute_group_normalized_rewards(*args, False)
+    assert torch.equal(compute_group_normalized_rewards(*args, False, std_scope="batch")[0], mean_only)
+    assert torch.equal(compute_group_normalized_rewards(*args, True)[0],
+                       compute_group_normalized_rewards(*args, True, std_scope="group")[0])
+    with pytest.raises(ValueError, match="unknown std_scope 'global'"):
+        compute_group_normalized_rewards(*args, True, std_scope="global")
+
+
+def test_batch_std_of_a_batch_of_equal_rewards_gives_zero_advantages_never_nan():
+    table = {f"x{i}": (0.1, 1.0, 0.0) for i in range(6)}
+    advantages, _, _ = compute_group_normalized_rewards(
+        table_reward_fn(table), list(table), ["gt"] * 6, 3, 0.0, True, std_scope="batch")
+    assert advantages.tolist() == [0.0] * 6

@@ -174,7 +174,7 @@ def test_a_one_seed_sweep_borrows_an_earlier_multi_seed_sweeps_variance(tmp_path
     assert (f"inflated x3.67 to its upper 95% confidence bound ({own.variance:.3g} measured): this "
             "sweep runs settings that change the seed variance and that sweep did not "
             "(loss.name=no_baseline, normalization.name=mean, std_norm.enabled=True, "
-            "learning_rate=1e-05, off_policy.epochs=1)") in seeds.text
+            "std_norm.scope=group, learning_rate=1e-05, off_policy.epochs=1)") in seeds.text
     # the command line names it too, for a sweep that recorded nothing
     plain = write_sweep(tmp_path / "plain", {"learning_rate": (1e-5, 3e-5)}, rng=3)
     assert rank(collect([plain])).uncertainty.seeds.source == "none"

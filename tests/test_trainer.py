@@ -278,6 +278,53 @@ def test_nonfinite_loss_stops_every_later_optimizer_step(tiny_model_dir: Path, t
         assert torch.equal(p, after_each_step[0][name]), name
 
 
+def test_the_batch_std_is_taken_once_over_the_rollout_batch_before_it_is_cut_into_steps(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """std_norm=batch off-policy (2 epochs of 4 optimizer steps of 16 rollouts): the advantages
+    are the rollout batch's, normalized once by the std of all 64 rewards, and every micro-batch
+    of every optimizer step trains on them (the real train step, watched as it is called)."""
+    import statistics
+
+    import torch
+
+    from grpo.training import learner
+    from grpo.training.rollouts import flatten as _flatten
+    from grpo.training.timing import PhaseTimer
+    from grpo.training.trainer import GRPOTrainer
+
+    cfg = toy_config(tiny_model_dir, "n_grpo_steps=1", "std_norm=batch", "loss=grpo_clip",
+                     "off_policy.epochs=2", "train_batch_size=16", "micro_batch_size=8",
+                     "logging.wandb_mode=disabled")
+    trainer = GRPOTrainer(cfg, tmp_path)
+    timer = PhaseTimer(trainer.device)
+    prompts, rollouts, truths = _flatten(trainer._rollout(1, timer), cfg.group_size)
+    batch, _ = trainer._score(prompts, rollouts, truths, 1, timer)
+    rewards = batch.raw_rewards.tolist()
+    scale = statistics.stdev(rewards) + cfg.advantage_eps  # the std of all 64 raw rewards
+    expected = []
+    for start in range(0, 64, 8):
+        group = rewards[start:start + 8]
+        expected += [0.0 if len(set(group)) == 1 else (r - sum(group) / 8) / scale for r in group]
+    torch.testing.assert_close(batch.advantages, torch.tensor(expected))
+    # the optimizer steps' own stds differ from it: a normalization after the cut would show
+    steps = [[rewards[i] for i in batch.order[start:start + 16].tolist()] for start in range(0, 64, 16)]
+    assert max(abs(statistics.stdev(step) - statistics.stdev(rewards)) for step in steps) > 0.01
+
+    seen: list[torch.Tensor] = []
+    real_step = learner.grpo_share_train_step
+
+    def watched(*args, **kwargs):
+        seen.append(kwargs["advantages"].detach().flatten().clone())
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(learner, "grpo_share_train_step", watched)
+    trainer._old_log_probs(batch, rollouts, 1, timer, staleness=0)
+    metrics = trainer._train(batch, timer, staleness=0)
+    assert metrics["train/optimizer_steps_this_grpo_step"] == 8 and len(seen) == 16
+    in_order = torch.tensor(expected)[batch.order]
+    torch.testing.assert_close(torch.cat(seen), torch.cat([in_order, in_order]))
+
+
 def test_stale_weight_check_every_n_steps_and_on_the_first_step_after_a_resume(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:

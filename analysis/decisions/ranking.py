@@ -47,6 +47,7 @@ from analysis.stats.levels import ALPHA
 from analysis.stats.sources import seed_variance
 from analysis.stats.variance import PROBLEM_SET_SEPARATOR, ConfigData, SeedVariance, lent
 from grpo.run.outcomes import LATE_EVALS, late_steps, problems_digest
+from grpo.run.run_config import ADDED
 
 Criterion = Literal["late_eval_reward", "best_eval_reward", "final_eval_reward"]
 CRITERIA: tuple[Criterion, ...] = ("late_eval_reward", "best_eval_reward", "final_eval_reward")
@@ -134,8 +135,8 @@ class Design:
         return None
 
 
-SEED_VARIANCE_KEYS = ("loss.name", "normalization.name", "std_norm.enabled", "learning_rate",
-                      "off_policy.epochs")
+SEED_VARIANCE_KEYS = ("loss.name", "normalization.name", "std_norm.enabled", "std_norm.scope",
+                      "learning_rate", "off_policy.epochs")
 """The config keys that change a run's seed variance, measured (the seed sd grows from 0.040 to
 0.214 with the learning rate on real runs, ``bench/seed_noise.py``) or expected (the loss, the
 length and std normalizations, the off-policy epochs): a borrowed variance is taken as it is only
@@ -144,8 +145,15 @@ for settings its source ran (:func:`borrow_variance`)."""
 
 def training_text(values: Mapping[str, Any]) -> str:
     """A run's :data:`SEED_VARIANCE_KEYS` in words (``loss.name=grpo_clip, ...``): what
-    :attr:`Design.training` holds, for a finished run or a job about to launch."""
-    return ", ".join(f"{key}={values.get(key)}" for key in SEED_VARIANCE_KEYS)
+    :attr:`Design.training` holds, for a finished run or a job about to launch. A key a run was
+    trained before (absent, or NaN in a frame) reads as the value that does what such runs did
+    (``grpo.run.run_config.ADDED``: ``std_norm.scope=group``)."""
+    def value(key: str) -> Any:
+        found = values.get(key)
+        absent = found is None or (isinstance(found, float) and math.isnan(found))
+        return ADDED[key] if absent and key in ADDED else found
+
+    return ", ".join(f"{key}={value(key)}" for key in SEED_VARIANCE_KEYS)
 
 
 def planned_design(cfgs: Sequence[Any]) -> tuple[Design, int]:

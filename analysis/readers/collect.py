@@ -14,7 +14,7 @@ A sweep directory ``<outputs>/<experiment>/<timestamp>/`` holds:
   - ``.hydra/config.yaml``: the run's config (``experiment_name``, ``seed``,
     ``learning_rate``, ``n_grpo_steps``, ``rollout_batch_size``, ``train_batch_size``,
     ``micro_batch_size``, ``group_size``, ``loss.name``, ``normalization.name``,
-    ``std_norm.enabled``, ``off_policy.epochs``, ``prompt.name``, ``model.name``,
+    ``std_norm.enabled``, ``std_norm.scope``, ``off_policy.epochs``, ``prompt.name``, ``model.name``,
     ``data.name``, ``cluster.gpus_per_job``, ``eval.temperature``, the evaluated problems'
     keys, ``analysis.seed_variance_from``; interpolations are resolved on read);
   - ``.hydra/overrides.yaml``: the job's overrides, a YAML list of ``key=value`` strings;
@@ -131,6 +131,7 @@ HYPERPARAMS = (
     "loss.name",
     "normalization.name",
     "std_norm.enabled",
+    "std_norm.scope",
     "off_policy.epochs",
     "off_policy.staleness",
     "prompt.name",

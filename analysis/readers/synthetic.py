@@ -30,7 +30,7 @@ BASE_CONFIG: dict[str, Any] = {
     "group_size": 8,
     "loss": {"name": "grpo_clip"},
     "normalization": {"name": "mean"},
-    "std_norm": {"enabled": True},
+    "std_norm": {"enabled": True, "scope": "group"},
     "off_policy": {"epochs": 1},
     "prompt": {"name": "r1_zero"},
     "model": {"name": "qwen2.5-math-1.5b"},

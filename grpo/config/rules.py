@@ -134,7 +134,8 @@ TEXT_RULES = {
 REGISTRY_KEYS = {"loss.name": "loss", "normalization.name": "normalization", "prompt.name": "prompt",
                  "pruning.name": "pruning", "reward.name": "reward", "rollout.engine": "rollout",
                  "model.build": "model.build", "model.precision": "model.precision",
-                 "off_policy.correction": "off_policy.correction", "zero_variance.name": "zero_variance"}
+                 "off_policy.correction": "off_policy.correction", "zero_variance.name": "zero_variance",
+                 "std_norm.scope": "std_norm.scope"}
 """Keys whose values are a registry's names (key -> how messages name it), checked against the
 registry by grpo.config.validation; here only that each is a text (model.build: or null, a
 downloaded model), so that the registry lookup never sees another type."""

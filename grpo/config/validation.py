@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig, OmegaConf
 
 from grpo.config.rules import COST_RATES, value_errors
-from grpo.core.specs import CORRECTION_WEIGHS, LENGTH_NORMALIZATIONS, LOSS_SPECS
+from grpo.core.specs import CORRECTION_WEIGHS, LENGTH_NORMALIZATIONS, LOSS_SPECS, STD_SCOPES
 from grpo.data.datasets import HELDOUT, SPLITS, Example, load_examples, run_data_config
 from grpo.data.prompts import PLACEHOLDER, PROMPT_REWARD_PAIRS, format_prompt, load_prompt_template
 from grpo.grading.rewards import PLACEBO, TRAINING_REWARDS
@@ -373,6 +373,20 @@ def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
         )
 
 
+def _check_std_norm(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
+    if cfg.std_norm.scope not in STD_SCOPES:
+        report.errors.append(
+            f"std_norm.scope={cfg.std_norm.scope} is unknown; choose one of "
+            f"{', '.join(STD_SCOPES)} (std_norm=on: group, std_norm=batch: batch)"
+        )
+    elif cfg.std_norm.scope != "group" and not cfg.std_norm.enabled:
+        report.errors.append(
+            f"std_norm.scope={cfg.std_norm.scope} names the rewards whose std divides the "
+            "advantages, but std_norm.enabled=false divides by none; choose "
+            f"std_norm={cfg.std_norm.scope} (enabled, {cfg.std_norm.scope} std) or std_norm=off"
+        )
+
+
 def _check_prompt(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     if cfg.prompt.name not in PROMPT_REWARD_PAIRS:
         report.errors.append(
@@ -681,9 +695,10 @@ def check_config(cfg: DictConfig) -> ConfigReport:
     report.errors += value_errors(cfg) + plan.errors()
     if report.errors:
         return report
-    checks = (_check_loss, _check_sampling, _check_prompt, _check_reward, _check_model, _check_precision,
-              _check_data, _check_confirm, _check_tiny_tokenizer, _check_rollout, _check_staleness,
-              _check_zero_variance, _check_pruning, _check_cost, _check_analysis, _check_prompt_lengths)
+    checks = (_check_loss, _check_std_norm, _check_sampling, _check_prompt, _check_reward, _check_model,
+              _check_precision, _check_data, _check_confirm, _check_tiny_tokenizer, _check_rollout,
+              _check_staleness, _check_zero_variance, _check_pruning, _check_cost, _check_analysis,
+              _check_prompt_lengths)
     for check in checks:
         try:
             check(cfg, plan, report)

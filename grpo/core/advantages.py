@@ -1,5 +1,22 @@
 """Group-normalized rewards (GRPO advantages, DeepSeekMath eq. 28 / Dr. GRPO eq. 31), and DAPO's
-soft overlong punishment, a length penalty added to the rewards before they are normalized."""
+soft overlong punishment, a length penalty added to the rewards before they are normalized.
+
+Each response's advantage is its reward minus its group's mean; with the std normalization on
+(`normalize_by_std`, `std_norm.enabled`) it is then divided by a standard deviation + eps, whose
+scope is `std_scope` (`std_norm.scope`, `grpo.core.specs.STD_SCOPES`):
+
+- "group" (GRPO, CS336's reference): the unbiased std of the response's own group's rewards;
+- "batch" (TRL's `scale_rewards="batch"`, ScaleRL's batch-level normalization): the unbiased std
+  of the raw rewards of the whole rollout batch, one number for every response. TRL's
+  `GRPOTrainer._generate_and_score_completions` computes `rewards.std()` on the raw rewards
+  gathered over the batch, and this follows it (rather than the std of the group-centred rewards,
+  as REINFORCE++'s global normalization takes it, after re-centring on the batch mean): it is the
+  reward's own scale in the batch, for 0/1 rewards sqrt(p (1 - p) n / (n - 1)) at the batch's
+  accuracy p, whatever the groups, while the group-centred std leaves out the spread between
+  questions and shrinks as questions differ in difficulty. The trainer normalizes the rollout
+  batch once, before it is cut into optimizer steps, so that every step of every epoch divides by
+  the same batch std.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from grpo.core.specs import STD_SCOPES, StdScope
 
 RewardFn = Callable[[str, Any], dict[str, float]]
 
@@ -18,6 +37,8 @@ def compute_group_normalized_rewards(
     group_size: int,
     advantage_eps: float,
     normalize_by_std: bool,
+    *,
+    std_scope: StdScope = "group",
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Score every rollout and normalize the rewards within each group of `group_size`.
 
@@ -25,6 +46,11 @@ def compute_group_normalized_rewards(
     r - mean(group), divided by (std(group) + advantage_eps) when `normalize_by_std` (std is the
     unbiased sample std, as `torch.std`). A group whose rewards are all equal (including any group
     of size 1) gets advantage exactly 0, never NaN or a rounding residue.
+
+    The CS336 function, its arguments and results as the assignment's; one keyword beside them:
+    `std_scope="batch"` divides by (std(every reward of the batch) + advantage_eps) instead, the
+    unbiased std of the raw rewards over all rollout_batch_size responses (module docstring);
+    ignored without `normalize_by_std`.
 
     Args:
         reward_fn: (response, ground_truth) -> dict with float "reward", "format_reward" and
@@ -34,6 +60,7 @@ def compute_group_normalized_rewards(
         group_size: responses per question.
         advantage_eps: added to the group std before dividing.
         normalize_by_std: divide by the group std (GRPO) or only subtract the mean (Dr. GRPO).
+        std_scope: "group" (the default: the assignment's function) or "batch".
 
     Returns:
         advantages: (rollout_batch_size,) float32 group-normalized rewards.
@@ -45,6 +72,8 @@ def compute_group_normalized_rewards(
     n = len(rollout_responses)
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if std_scope not in STD_SCOPES:
+        raise ValueError(f"unknown std_scope {std_scope!r}; expected one of {STD_SCOPES}")
     if n == 0 or n % group_size != 0:
         raise ValueError(
             f"the number of rollout responses ({n}) must be a positive multiple of "
@@ -67,7 +96,8 @@ def compute_group_normalized_rewards(
     zero_std = grouped.amax(dim=1) == grouped.amin(dim=1)  # (n_groups,)
     centered = grouped - grouped.mean(dim=1, keepdim=True)
     if normalize_by_std and group_size > 1:
-        centered = centered / (grouped.std(dim=1, keepdim=True) + advantage_eps)
+        std = grouped.std(dim=1, keepdim=True) if std_scope == "group" else raw_rewards.std()
+        centered = centered / (std + advantage_eps)
     advantages = torch.where(zero_std.unsqueeze(1), torch.zeros_like(centered), centered)
 
     metadata = {

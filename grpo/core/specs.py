@@ -94,6 +94,12 @@ LengthNormalization = Literal["mean", "constant", "microbatch", "token"]
 (`grpo.core.train_step`'s docstring)."""
 LENGTH_NORMALIZATIONS: tuple[str, ...] = get_args(LengthNormalization)
 
+StdScope = Literal["group", "batch"]
+"""`std_norm.scope`: over which rewards the standard deviation that divides the group-centred
+rewards is taken, when `std_norm.enabled` (`grpo.core.advantages`' docstring): each response's
+group (GRPO) or the whole rollout batch (TRL's `scale_rewards="batch"`)."""
+STD_SCOPES: tuple[str, ...] = get_args(StdScope)
+
 CORRECTION_WEIGHS: dict[str, bool] = {"tis": True, "none": False}
 """`off_policy.correction` name -> whether it weighs the stale tokens (False: w = 1, nothing is
 computed for it); `grpo.core.importance.CORRECTIONS` holds the functions."""

@@ -62,7 +62,7 @@ ADDED = {"eval.samples_per_problem": 1, "off_policy.staleness": 0, "off_policy.c
          "off_policy.is_cap": 2.0, "off_policy.correct_fresh": False, "data.holdout_size": 0,
          "reward.name": "graded", "zero_variance.name": "keep", "retire.pass_rate": None,
          "overlong.filter": False, "overlong.buffer": 0, "overlong.penalty_factor": 1.0,
-         "kl.beta": 0.0}
+         "kl.beta": 0.0, "std_norm.scope": "group"}
 """Keys added after runs were trained without them, with the value that does what those runs did:
 a run resumed with that value is not refused for a key its checkpoint lacks."""
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from grpo.core.advantages import compute_group_normalized_rewards, soft_overlong_punishment
+from grpo.core.specs import StdScope
 from grpo.core.tokenization import tokenize_prompt_and_output
 from grpo.grading.rewards import RewardFn, score_batch, training_scores
 from grpo.rollout.base import Rollout
@@ -115,7 +116,7 @@ def score(
     prompts: list[str], rollouts: list[Rollout], truths: list[str],
     reward_fn: RewardFn, tokenizer: PreTrainedTokenizerBase, *,
     group_size: int, advantage_eps: float, normalize_by_std: bool, seed: int, step: int,
-    device: torch.device, timer: PhaseTimer, reward: Mapping[str, Any],
+    device: torch.device, timer: PhaseTimer, reward: Mapping[str, Any], std_scope: StdScope = "group",
     filter_zero_variance: bool = False, grades: Sequence[Mapping[str, float]] | None = None,
     overlong: Overlong | None = None,
 ) -> tuple[RolloutBatch, dict[str, float]]:
@@ -126,8 +127,9 @@ def score(
     with the run's `seed`, `step` and each row), plus the soft overlong punishment of their
     sampled lengths where `overlong.buffer` > 0 (added to the placebo's draw too: it is part of
     the recipe, not of the answer), their group-normalized advantages (CS336
-    `compute_group_normalized_rewards`: minus the group mean, divided by the group std +
-    `advantage_eps` when `normalize_by_std`), tokenized with their prompts onto `device` and
+    `compute_group_normalized_rewards`: minus the group mean, divided by the std of the group, or
+    of the whole batch with `std_scope="batch"`, + `advantage_eps` when `normalize_by_std`: once,
+    over all B rollouts, before the learner cuts them into optimizer steps), tokenized with their prompts onto `device` and
     put in the training order drawn with `seed + step - 1`; marked `filtered`: the rows of
     zero-variance groups when `filter_zero_variance`, those cut at max_new_tokens with
     `overlong.filter`; and the metrics `train/*` of the rewards (the punishment included),
@@ -149,7 +151,7 @@ def score(
                                                                         strict=True)]
         advantages, raw_rewards, meta = compute_group_normalized_rewards(
             lambda row, _truth: scores[row], range(len(responses)), truths, group_size,
-            advantage_eps, normalize_by_std,
+            advantage_eps, normalize_by_std, std_scope=std_scope,
         )
     tokens = tokenize_prompt_and_output(prompts, responses, tokenizer)
     order = torch.randperm(len(responses),

@@ -313,10 +313,10 @@ class GRPOTrainer(Learner):
         cfg = self.cfg
         return score(prompts, rollouts, truths, self.reward_fn, self.tokenizer,
                      group_size=cfg.group_size, advantage_eps=cfg.advantage_eps,
-                     normalize_by_std=cfg.std_norm.enabled, seed=int(cfg.seed), step=step,
-                     device=self.device, timer=timer, reward=self.training_reward,
-                     filter_zero_variance=self.zero_variance.filters, grades=grades,
-                     overlong=self.overlong)
+                     normalize_by_std=cfg.std_norm.enabled, std_scope=cfg.std_norm.scope,
+                     seed=int(cfg.seed), step=step, device=self.device, timer=timer,
+                     reward=self.training_reward, filter_zero_variance=self.zero_variance.filters,
+                     grades=grades, overlong=self.overlong)
 
     def _sampling_precision(self) -> AbstractContextManager[Any]:
         """The training precision's autocast for an engine that samples with the policy module
