@@ -1,18 +1,24 @@
 """Micro-batches of any size (grpo.core.train_step.grpo_share_train_step): the optimizer step's
 gradient is the same whatever the partition, and whichever zero-advantage sequences are left out
-for the losses that are 0 at zero advantage; the registry's flag is checked numerically."""
+for the losses that are 0 at zero advantage, for every length normalization (the prompt-level one
+with the rows of a prompt's group split across micro-batches); the registry's flag is checked
+numerically; the prompt-level normalization against its definition."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from grpo import POLICY_LOSSES, grpo_microbatch_train_step
-from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step
+from grpo import LENGTH_NORMALIZATIONS, POLICY_LOSSES, grpo_microbatch_train_step
+from grpo.core.train_step import grpo_share_train_step, optimizer_step_totals
 
 B, T = 8, 7
 LENGTHS = [7, 1, 4, 6, 2, 7, 3, 5]  # response tokens per sequence: unequal, so normalizations differ
-NORMALIZATIONS = ["mean", "constant", "microbatch", "token"]
+# the prompt each row answers: the step's rows are shuffled one by one, so a prompt's rows are
+# scattered and every partition below splits some group across micro-batches; groups of 3, 3 and
+# 2 rows holding 7+1+7=15, 4+2+5=11 and 6+3=9 tokens
+PROMPTS = torch.tensor([0, 0, 1, 2, 1, 0, 2, 1])
+NORMALIZATIONS = list(LENGTH_NORMALIZATIONS)
 HYPERPARAMETERS = {"grpo_clip": {"cliprange": 0.2},
                    "grpo_clip_higher": {"cliprange_low": 0.2, "cliprange_high": 0.28},
                    # ranges the off-policy batch's ratios cross (test_the_bounds_bind_off_policy)
@@ -44,8 +50,9 @@ def step_gradient(loss_type: str, normalization: str, data: dict, micro_batches:
     """d(optimizer-step loss)/d(log-probs) and the step's loss, the rows trained in
     `micro_batches`; `counted` (default: every row) are the rows the step's totals count."""
     counted = list(range(B)) if counted is None else counted
-    lengths = data["mask"][counted].sum(dim=1)
-    totals = OptimizerStepTotals(len(counted), int(lengths.sum()), int(lengths.max()))
+    totals, counted_prompt_tokens = optimizer_step_totals(data["mask"][counted], PROMPTS[counted])
+    prompt_tokens = torch.zeros(B)
+    prompt_tokens[counted] = counted_prompt_tokens
     leaf = data["log_probs"].clone().requires_grad_(True)
     step_loss = 0.0
     for rows in micro_batches:
@@ -54,7 +61,8 @@ def step_gradient(loss_type: str, normalization: str, data: dict, micro_batches:
             leaf[index], data["mask"][index], loss_type, totals,
             raw_rewards=data["raw_rewards"][index], advantages=data["advantages"][index],
             old_log_probs=data["old_log_probs"][index], length_normalization=normalization,
-            normalize_constant=T, **HYPERPARAMETERS.get(loss_type, {}),
+            normalize_constant=T, prompt_tokens=prompt_tokens[index],
+            **HYPERPARAMETERS.get(loss_type, {}),
         )
         step_loss += loss.item()
     return leaf.grad, step_loss
@@ -74,7 +82,7 @@ def test_the_step_gradient_is_the_same_for_every_partition(loss_type, normalizat
         assert loss == pytest.approx(whole_loss, rel=1e-6, abs=1e-7), name
 
 
-@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("normalization", [n for n in NORMALIZATIONS if n != "prompt"])
 @pytest.mark.parametrize("loss_type", list(POLICY_LOSSES))
 def test_one_micro_batch_of_the_whole_step_is_the_cs336_step(loss_type, normalization):
     data = batch(off_policy=True)
@@ -166,3 +174,71 @@ def test_the_bounds_bind_off_policy():
         old_log_probs=data["old_log_probs"], **HYPERPARAMETERS["cispo"])
     assert 0 < gspo["clip_fraction"].item() < 1
     assert 0 < cispo["cap_fraction"].item() < 1
+def test_the_step_totals_count_each_prompts_tokens_over_the_whole_step():
+    mask = batch(off_policy=False)["mask"]
+    totals, prompt_tokens = optimizer_step_totals(mask, PROMPTS)
+    assert (totals.sequences, totals.response_tokens, totals.longest_response, totals.prompts) == (
+        8, 35, 7, 3)
+    assert prompt_tokens.tolist() == [15, 15, 11, 9, 11, 15, 9, 11]
+    # the ids are labels, not positions: any integers, in any order
+    _, relabelled = optimizer_step_totals(mask, PROMPTS * 7 + 40)
+    assert relabelled.tolist() == prompt_tokens.tolist()
+    # a step that holds part of a group counts the part it holds
+    part, part_tokens = optimizer_step_totals(mask[[0, 2, 3]], PROMPTS[[0, 2, 3]])
+    assert part.prompts == 3 and part_tokens.tolist() == [7, 4, 6]
+
+
+def prompt_level_reference(per_token: torch.Tensor, mask: torch.Tensor,
+                           prompts: torch.Tensor) -> torch.Tensor:
+    """ScaleRL's prompt-level average from its definition: for each prompt, the sum of the
+    per-token losses of all of its responses' tokens over their number; the mean over prompts."""
+    means = []
+    for prompt in sorted(set(prompts.tolist())):
+        rows = [i for i in range(len(prompts)) if prompts[i] == prompt]
+        tokens = [(i, t) for i in rows for t in range(mask.shape[1]) if mask[i, t]]
+        means.append(sum(per_token[i, t] for i, t in tokens) / len(tokens))
+    return sum(means) / len(means)
+
+
+def test_prompt_normalization_is_the_mean_over_prompts_of_each_prompts_token_mean():
+    data = batch(off_policy=False)
+    grads = {}
+    for normalization in ("prompt", "token", "mean"):
+        grads[normalization], loss = step_gradient("reinforce_with_baseline", normalization, data,
+                                                   PARTITIONS["unequal, reordered"])
+        if normalization == "prompt":
+            prompt_loss = loss
+    leaf = data["log_probs"].clone().requires_grad_(True)
+    per_token = -data["advantages"] * leaf  # REINFORCE with baseline: -A log pi, each token
+    reference = prompt_level_reference(per_token, data["mask"], PROMPTS)
+    reference.backward()
+    torch.testing.assert_close(grads["prompt"], leaf.grad, rtol=1e-6, atol=1e-8)
+    assert prompt_loss == pytest.approx(reference.item(), rel=1e-6)
+    # the inputs tell the axes apart: one mean over every token (token), the mean of each
+    # sequence's mean (mean) and the mean over prompts of each prompt's sequence means all differ
+    assert not torch.allclose(grads["token"], grads["prompt"], rtol=1e-3)
+    assert not torch.allclose(grads["mean"], grads["prompt"], rtol=1e-3)
+    leaf = data["log_probs"].clone().requires_grad_(True)
+    per_token = -data["advantages"] * leaf
+    per_sequence = [(per_token[i] * data["mask"][i]).sum() / data["mask"][i].sum() for i in range(B)]
+    by_prompt = [torch.stack([per_sequence[i] for i in range(B) if PROMPTS[i] == p]).mean()
+                 for p in range(3)]
+    torch.stack(by_prompt).mean().backward()
+    assert not torch.allclose(leaf.grad, grads["prompt"], rtol=1e-3)
+
+
+def test_prompt_normalization_needs_the_optimizer_steps_counts():
+    data = batch(off_policy=False)
+    leaf = data["log_probs"].clone().requires_grad_(True)
+    with pytest.raises(ValueError, match="use grpo_share_train_step with optimizer_step_totals"):
+        grpo_microbatch_train_step(leaf, data["mask"], 1, "reinforce_with_baseline",
+                                   advantages=data["advantages"], length_normalization="prompt")
+    totals, prompt_tokens = optimizer_step_totals(data["mask"], PROMPTS)
+    args = (leaf, data["mask"], "reinforce_with_baseline", totals)
+    with pytest.raises(ValueError, match=r"needs prompt_tokens of shape \(8,\)"):
+        grpo_share_train_step(*args, advantages=data["advantages"], length_normalization="prompt")
+    without_prompts = type(totals)(totals.sequences, totals.response_tokens, totals.longest_response)
+    with pytest.raises(ValueError, match="needs totals.prompts"):
+        grpo_share_train_step(leaf, data["mask"], "reinforce_with_baseline", without_prompts,
+                              advantages=data["advantages"], length_normalization="prompt",
+                              prompt_tokens=prompt_tokens)

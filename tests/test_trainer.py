@@ -387,15 +387,18 @@ def test_stale_weight_check_compares_the_common_prefix_of_sampled_and_retokenize
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", [("loss=grpo_clip",), ("loss=gspo",),
-                                  ("loss=cispo", "loss.ratio_cap=1.05")],
-                         ids=["grpo_clip", "gspo", "cispo"])
+                                  ("loss=cispo", "loss.ratio_cap=1.05"),
+                                  ("loss=grpo_clip", "normalization=prompt")],
+                         ids=["grpo_clip", "gspo", "cispo", "grpo_clip-prompt"])
 def test_token_budgets_and_left_out_zero_advantage_rows_give_the_same_update(
         tiny_model_dir: Path, tmp_path: Path, loss: tuple[str, ...]) -> None:
     # one GRPO step of 4 optimizer steps (2 epochs x 2), from the same rollouts: fixed
     # micro-batches of 8, every row trained, against left-out zero-advantage rows and
     # micro-batches packed by a token budget (unequal sizes): the same weights within fp32 rounding
     # (GSPO: a sequence's ratio is its own, whatever micro-batch holds it; CISPO with a cap that
-    # binds on these ratios)
+    # binds on these ratios). With normalization=prompt the 64 shuffled rows put parts of a group
+    # in each optimizer step and micro-batch, and the divisors are the optimizer step's per-prompt
+    # token counts
     common = ("n_grpo_steps=1", "rollout_batch_size=64", "train_batch_size=32", "off_policy.epochs=2",
               *loss, "sampling.temperature=1.0", "logging.wandb_mode=disabled",
               "checkpoint.checkpoint_every=1")

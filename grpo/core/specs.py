@@ -89,7 +89,7 @@ LOSS_SPECS: dict[str, LossSpec] = {spec.name: spec for spec in (
 )}
 """The losses by name, in the order of the docs; `grpo.core.losses.POLICY_LOSSES` implements each."""
 
-LengthNormalization = Literal["mean", "constant", "microbatch", "token"]
+LengthNormalization = Literal["mean", "constant", "microbatch", "token", "prompt"]
 """`normalization.name`: how a sequence's per-token losses become the optimized scalar
 (`grpo.core.train_step`'s docstring)."""
 LENGTH_NORMALIZATIONS: tuple[str, ...] = get_args(LengthNormalization)

@@ -15,18 +15,26 @@ Length normalizations (how a sequence's per-token losses become the scalar that 
   further division by gradient_accumulation_steps). Without it, this micro-batch's own token count
   is used and the result is divided by gradient_accumulation_steps.
 
+- "prompt" (ScaleRL's prompt-level average): each prompt's responses averaged together over all
+  of their response tokens (the masked sum of the prompt's sequences divided by their response
+  tokens), then the mean over the prompts. In an optimizer step that holds part of a group (rows
+  are shuffled one by one), a prompt is the part the step holds: its response tokens and the
+  number of prompts are counted over the whole optimizer-step batch (`optimizer_step_totals`),
+  so only `grpo_share_train_step` computes it; `grpo_microbatch_train_step` refuses it.
+
 With "mean", "constant" and "token" (given batch_response_tokens), the accumulated gradient of a
 rollout batch is the same however it is split into equal-size micro-batches.
 
 `grpo_share_train_step` is the trainer's path for micro-batches of unequal size (token budgets,
 left-out zero-advantage sequences): each micro-batch contributes its share of the optimizer
 step, measured against `OptimizerStepTotals` (every sequence of the step, its response tokens,
-its longest response), so the step's gradient is the same whatever the partition, for every
-normalization; "microbatch" there divides by the longest response of the optimizer step. A
-sequence left out of the loss altogether (DAPO's overlong filter: a response cut at
-max_new_tokens) is in no micro-batch and not counted in the totals either, so it is out of every
-denominator too. The KL term to the reference policy (`kl_coef` > 0) is added to each token's
-loss before the normalization, so it is normalized as the policy-gradient loss is.
+its longest response, its prompts and each one's response tokens), so the step's gradient is the
+same whatever the partition, for every normalization; "microbatch" there divides by the longest
+response of the optimizer step. A sequence left out of the loss altogether (a filter's: a
+zero-variance group's, or DAPO's overlong filter, a response cut at max_new_tokens) is in no
+micro-batch and not counted in the totals either, so it is out of every denominator too. The KL
+term to the reference policy (`kl_coef` > 0) is added to each token's loss before the
+normalization, so it is normalized as the policy-gradient loss is.
 """
 
 from __future__ import annotations
@@ -55,15 +63,23 @@ def _normalized_loss(
     normalize_constant: float | None,
     longest: float | torch.Tensor,
     total_tokens: float | torch.Tensor,
+    prompt_tokens: torch.Tensor | None = None,
+    prompts: int | None = None,
 ) -> torch.Tensor:
     """The micro-batch loss (0-dim) from (batch_size, sequence_length) per-token losses:
     "mean", "constant" and "microbatch" divide the micro-batch mean of the per-sequence values by
     `batch_divisor` ("microbatch" divides each sequence by `longest` tokens first); "token"
-    divides the masked sum by `total_tokens`."""
+    divides the masked sum by `total_tokens`; "prompt" divides each sequence's masked sum by
+    `prompt_tokens` (batch_size,), its prompt's response tokens in the optimizer step, and their
+    sum by `prompts`, the optimizer step's number of prompts."""
     if length_normalization == "mean":
         return _sequence_masked_mean(per_token, mask).mean() / batch_divisor
     if length_normalization == "token":
         return masked_normalize(per_token, mask, normalize_constant=total_tokens)
+    if length_normalization == "prompt":
+        assert prompt_tokens is not None and prompts is not None  # _check_prompt_totals
+        per_sequence = masked_normalize(per_token, mask, dim=1) / prompt_tokens.to(per_token.dtype)
+        return per_sequence.sum() / prompts
     divisor = normalize_constant if length_normalization == "constant" else longest
     per_sequence = masked_normalize(per_token, mask, dim=1, normalize_constant=divisor)
     return per_sequence.mean() / batch_divisor
@@ -130,6 +146,19 @@ def _check_shapes(policy_log_probs: torch.Tensor, response_mask: torch.Tensor,
             "length_normalization='constant' needs normalize_constant (the maximum generation "
             "length in tokens)"
         )
+
+
+def _check_prompt_totals(totals: OptimizerStepTotals, prompt_tokens: torch.Tensor | None,
+                         batch_size: int) -> None:
+    """Refuse "prompt" without the optimizer step's prompts and each row's prompt tokens."""
+    if totals.prompts is None or totals.prompts < 1:
+        raise ValueError("length_normalization='prompt' needs totals.prompts, the optimizer "
+                         "step's number of prompts (optimizer_step_totals counts them)")
+    if prompt_tokens is None or prompt_tokens.shape != (batch_size,):
+        shape = None if prompt_tokens is None else tuple(prompt_tokens.shape)
+        raise ValueError("length_normalization='prompt' needs prompt_tokens of shape "
+                         f"({batch_size},), each row's prompt's response tokens in the optimizer "
+                         f"step, got {shape}")
 
 
 def _ratio_metadata(policy_log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor,
@@ -199,7 +228,8 @@ def grpo_microbatch_train_step(
             for "grpo_clip"/"grpo_no_clip"; when given (any loss type) the ratio statistics are
             logged.
         cliprange: clip eps for "grpo_clip".
-        length_normalization: "mean", "constant", "microbatch" or "token" (module docstring).
+        length_normalization: "mean", "constant", "microbatch" or "token" (module docstring;
+            "prompt" is refused: it needs `grpo_share_train_step`).
         normalize_constant: divisor in tokens for "constant" (the max generation length); ignored
             by the other modes.
         batch_response_tokens: response tokens in the whole optimizer-step batch, for "token";
@@ -223,6 +253,12 @@ def grpo_microbatch_train_step(
         )
     if batch_response_tokens is not None and batch_response_tokens <= 0:
         raise ValueError(f"batch_response_tokens must be positive, got {batch_response_tokens}")
+    if length_normalization == "prompt":
+        raise ValueError(
+            "length_normalization='prompt' divides by each prompt's response tokens in the whole "
+            "optimizer step, which one micro-batch does not know: use grpo_share_train_step "
+            "with optimizer_step_totals"
+        )
 
 
     def reduce(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -243,12 +279,33 @@ def grpo_microbatch_train_step(
 @dataclass(frozen=True)
 class OptimizerStepTotals:
     """What one optimizer step holds, each micro-batch's share is measured against: its
-    sequences (every one, left-out ones included), their response tokens, and the longest
-    response among them (tokens)."""
+    sequences (every one, left-out ones included), their response tokens, the longest
+    response among them (tokens), and, for "prompt", the number of distinct prompts among them
+    (None where not counted)."""
 
     sequences: int
     response_tokens: int
     longest_response: int
+    prompts: int | None = None
+
+
+def optimizer_step_totals(response_mask: torch.Tensor,
+                          prompt_ids: torch.Tensor) -> tuple[OptimizerStepTotals, torch.Tensor]:
+    """The totals of the optimizer step whose sequences (every one, left-out ones included) have
+    `response_mask` (n_sequences, sequence_length) and answer prompts `prompt_ids` (n_sequences,)
+    integer ids (a group's responses share one), and each sequence's prompt's response tokens in
+    the step: (n_sequences,) float, the sum of the response tokens of the step's sequences of
+    that prompt (at least 1: a prompt whose responses in the step are all empty contributes 0)."""
+    if prompt_ids.shape != response_mask.shape[:1] or len(prompt_ids) == 0:
+        raise ValueError(f"prompt_ids {tuple(prompt_ids.shape)} must give one prompt id to each "
+                         f"of the {response_mask.shape[0]} sequences (at least one)")
+    lengths = response_mask.sum(dim=1)
+    _, inverse = torch.unique(prompt_ids.to(lengths.device), return_inverse=True)
+    per_prompt = torch.zeros(int(inverse.max()) + 1, dtype=lengths.dtype, device=lengths.device)
+    per_prompt.index_add_(0, inverse, lengths)
+    totals = OptimizerStepTotals(len(lengths), max(1, int(lengths.sum())),
+                                 max(1, int(lengths.max())), prompts=len(per_prompt))
+    return totals, per_prompt[inverse].clamp(min=1)
 
 
 def grpo_share_train_step(
@@ -265,6 +322,7 @@ def grpo_share_train_step(
     importance_weights: torch.Tensor | None = None,
     ref_log_probs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
+    prompt_tokens: torch.Tensor | None = None,
     **hyperparameters: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`grpo_microbatch_train_step` for micro-batches of any size: back-propagate this
@@ -272,11 +330,12 @@ def grpo_share_train_step(
 
     With v_i a sequence's value (its masked mean for "mean", masked sum / `normalize_constant`
     for "constant", masked sum / `totals.longest_response` for "microbatch"), the optimizer step's
-    loss is sum_i v_i / `totals.sequences` ("token": the masked sum / `totals.response_tokens`);
-    the micro-batch contributes its own terms. The micro-batches' gradients therefore add up to
-    the same gradient whatever the partition, and a sequence whose loss is 0 (a zero advantage,
-    for a loss that is a multiple of it) may be left out of every micro-batch while still counted
-    in `totals`. Split into equal micro-batches, each gives exactly what
+    loss is sum_i v_i / `totals.sequences` ("token": the masked sum / `totals.response_tokens`;
+    "prompt": sum_i (masked sum_i / `prompt_tokens`_i) / `totals.prompts`, the mean over the
+    step's prompts of each one's token mean); the micro-batch contributes its own terms. The
+    micro-batches' gradients therefore add up to the same gradient whatever the partition, and a
+    sequence whose loss is 0 (a zero advantage, for a loss that is a multiple of it) may be left
+    out of every micro-batch while still counted in `totals`. Split into equal micro-batches, each gives exactly what
     `grpo_microbatch_train_step` gives with gradient_accumulation_steps = their count (but for
     "microbatch", whose divisor there is the micro-batch's longest response).
 
@@ -284,7 +343,8 @@ def grpo_share_train_step(
         policy_log_probs, response_mask: (micro_batch_size, sequence_length), as in
             `grpo_microbatch_train_step`; raw_rewards, advantages: (micro_batch_size, 1);
             old_log_probs, cliprange, hyperparameters: likewise.
-        totals: the optimizer step's sequences, response tokens and longest response.
+        totals: the optimizer step's sequences, response tokens and longest response (and its
+            prompts, for "prompt").
         length_normalization, normalize_constant: as in `grpo_microbatch_train_step`.
         importance_weights: (micro_batch_size, sequence_length) per-token weights of the loss,
             held constant (grpo.core.importance: rollouts sampled by stale weights); None = 1.
@@ -294,6 +354,8 @@ def grpo_share_train_step(
             normalization; None = no KL term (then `kl_coef` must be 0).
         kl_coef: the KL term's weight beta (`kl.beta`; TRL's `beta`, verl's `kl_loss_coef`).
             The term is not 0 at zero advantage: with kl_coef > 0 no row may be left out.
+        prompt_tokens: (micro_batch_size,) for "prompt": each row's prompt's response tokens in
+            the whole optimizer step (`optimizer_step_totals`); ignored by the other modes.
 
     Returns:
         loss (0-dim, back-propagated) and metadata, as `grpo_microbatch_train_step` returns them,
@@ -302,11 +364,14 @@ def grpo_share_train_step(
     _check_shapes(policy_log_probs, response_mask, length_normalization, normalize_constant)
     if min(totals.sequences, totals.response_tokens, totals.longest_response) < 1:
         raise ValueError(f"an optimizer step needs sequences and response tokens, got {totals}")
+    if length_normalization == "prompt":
+        _check_prompt_totals(totals, prompt_tokens, len(response_mask))
 
     def reduce(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return _normalized_loss(
             per_token, mask, length_normalization, totals.sequences / len(mask), normalize_constant,
             longest=totals.longest_response, total_tokens=totals.response_tokens,
+            prompt_tokens=prompt_tokens, prompts=totals.prompts,
         )
 
     return _backward(policy_log_probs, response_mask, loss_type, reduce, raw_rewards, advantages,

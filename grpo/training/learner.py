@@ -13,7 +13,8 @@
   4. training: off_policy.epochs epochs over the rollout batch in optimizer steps of
      train_batch_size rollouts, each accumulated over micro-batches (`MicroBatching`:
      micro_batch_size rollouts, or a model.micro_batch_tokens budget with rollouts grouped by
-     length), each weighted by its share of the optimizer step (`grpo_share_train_step`);
+     length), each weighted by its share of the optimizer step (`grpo_share_train_step`, against
+     `optimizer_step_totals`: the step's sequences, tokens, prompts and each prompt's tokens);
      rollouts with advantage exactly 0 are left out of the backward when skip_zero_advantage is
      on and the loss is 0 there (their entropy is still measured, in an inference forward);
      the rows a batch marks `filtered` (a zero-variance group's with zero_variance=filter or
@@ -39,7 +40,7 @@ from grpo.core.importance import CORRECTIONS
 from grpo.core.log_probs import get_response_log_probs, label_log_probs, sampling_log_probs
 from grpo.core.losses import POLICY_LOSSES
 from grpo.core.masking import masked_normalize
-from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step
+from grpo.core.train_step import OptimizerStepTotals, grpo_share_train_step, optimizer_step_totals
 from grpo.models.precision import Precision
 from grpo.rollout.base import Rollout, RolloutEngine
 from grpo.rollout.specs import ENGINE_SPECS
@@ -275,10 +276,14 @@ class Learner:
                 rows = batch.order[positions]
                 # the rows the normalization counts: every one but those a filter leaves out
                 counted = rows[~self.filtered(batch, rows)]
-                response_lengths = batch.response_mask[counted].sum(dim=1)
-                longest = int(response_lengths.max()) if len(counted) else 0
-                totals = OptimizerStepTotals(max(1, len(counted)), max(1, int(response_lengths.sum())),
-                                             max(1, longest))
+                step_prompt_tokens = torch.ones(len(batch.order), device=batch.response_mask.device)
+                if len(counted):
+                    # the batch is flattened group by group: row r answers prompt r // group_size
+                    totals, prompt_tokens = optimizer_step_totals(batch.response_mask[counted],
+                                                                  counted // self.plan.group_size)
+                    step_prompt_tokens[counted.to(prompt_tokens.device)] = prompt_tokens
+                else:  # every row filtered: no micro-batch reads the totals, no step is taken
+                    totals = OptimizerStepTotals(1, 1, 1, prompts=1)
                 left_out = self.left_out(batch, rows)
                 add("train/frac_skipped", left_out.float().mean())
                 entropy_sums: list[torch.Tensor] = []
@@ -309,7 +314,7 @@ class Learner:
                         out["log_probs"], mb["response_mask"], self.loss.name, totals,
                         raw_rewards=mb["raw_rewards"], advantages=mb["advantages"],
                         old_log_probs=mb.get("old_log_probs"),
-                        importance_weights=weights,
+                        importance_weights=weights, prompt_tokens=step_prompt_tokens[index],
                         ref_log_probs=mb.get("ref_log_probs"), kl_coef=self.kl_coef,
                         length_normalization=cfg.normalization.name,
                         normalize_constant=cfg.sampling.max_new_tokens, **self.loss_hyperparameters,
