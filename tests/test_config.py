@@ -288,6 +288,18 @@ def test_dry_run_lists_nine_jobs_with_gradient_accumulation(tmp_path: Path) -> N
     assert not list(tmp_path.rglob("*")), "a dry run wrote files"
 
 
+def test_the_dry_run_says_what_the_batch_std_and_the_prompt_level_average_divide_by() -> None:
+    from grpo.sweep.job import describe_job
+
+    base = ["model=tiny", "data=toy", "rollout=hf"]
+    plain = describe_job(_compose(base))
+    assert "std_norm" not in plain and "normalization=" not in plain
+    both = describe_job(_compose([*base, "std_norm=batch", "normalization=prompt"]))
+    assert (", normalization=prompt averages each prompt's response tokens in the optimizer step, "
+            "then the prompts, std_norm=batch divides by the reward std of all 64 rollouts") in both
+    assert check_config(_compose([*base, "std_norm=batch", "normalization=prompt"])).errors == []
+
+
 def test_missing_model_path_is_refused_before_submission(tmp_path: Path) -> None:
     out = launch("-m", "off_policy.epochs=1,2", "model.path=/nonexistent/Qwen", "data=toy",
                  "rollout=hf", f"paths.output_root={tmp_path}")

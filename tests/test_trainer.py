@@ -227,6 +227,23 @@ def test_default_toy_run_learns(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert last - first >= 0.45 and last >= 0.7
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("option", ["std_norm=batch", "normalization=prompt"])
+def test_a_short_toy_run_learns_with_the_batch_std_and_the_prompt_level_average(
+        tiny_model_dir: Path, tmp_path: Path, option: str) -> None:
+    """150 steps of the default toy run with the batch std or the prompt-level average raise the
+    greedy eval reward from the pre-RL model's 0.28 by >= 0.2 (measured on 2 cores: 0.56 and 0.84
+    at step 150, 0.56 and 0.68 at step 100; the default config reads 0.40 at step 100)."""
+    cfg = toy_config(tiny_model_dir, option, "n_grpo_steps=150", "eval.eval_every=150",
+                     "logging.wandb_mode=disabled")
+    assert train(cfg, tmp_path)["status"] == "completed"
+    evals = [r for r in read_metrics(tmp_path) if "eval/reward" in r]
+    first, last = evals[0]["eval/reward"], evals[-1]["eval/reward"]
+    print(f"\n{option}: eval/reward {first:.3f} -> {last:.3f} ({cfg.n_grpo_steps} steps)")
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == 150
+    assert last - first >= 0.2
+
+
 def test_micro_batch_rows_are_trimmed_after_the_last_response_token() -> None:
     import torch
 

@@ -110,9 +110,9 @@ def assign_job_ports() -> dict[str, str]:
 
 def describe_job(cfg: DictConfig) -> str:
     """One line: the batch plan (gradient accumulation or token budget, optimizer steps), whether
-    zero-advantage sequences are left out, the divisor of the `microbatch` normalization
-    and of `std_norm=batch`, the overlong filter and punishment and the KL term where on, and
-    the resources."""
+    zero-advantage sequences are left out, the divisor of the `microbatch` and `prompt`
+    normalizations and of `std_norm=batch`, the overlong filter and punishment and the KL term
+    where on, and the resources."""
     cluster = cfg.cluster
     resources = f"{cluster.name}: {cluster.gpus_per_job} GPU, {cluster.cpus_per_job} CPU"
     if cluster.name == "slurm":
@@ -134,6 +134,9 @@ def describe_job(cfg: DictConfig) -> str:
                      f"{cfg.sampling.max_new_tokens} tokens")
     if cfg.get("kl", {}).get("beta", 0):
         training += f", KL to the initial policy (kl.beta={cfg.kl.beta}: a reference model)"
+    if cfg.normalization.name == "prompt":
+        training += (", normalization=prompt averages each prompt's response tokens in the "
+                     "optimizer step, then the prompts")
     if cfg.std_norm.enabled and cfg.std_norm.scope == "batch":
         training += (f", std_norm=batch divides by the reward std of all "
                      f"{cfg.rollout_batch_size} rollouts")
