@@ -235,6 +235,9 @@ BAD_VALUES: list[tuple[str, Mapping[str, Any] | Files, str]] = [
     ("placebo_p_bool", {"reward": "random", "reward.p": True}, "reward.p=true is not a number"),
     ("placebo_p_null", {"reward": "random", "reward.p": None}, "reward.p=null is null"),
     ("placebo_p_on_graded", {"reward.p": 0.5}, "reward.p is not read by reward=graded; remove it"),
+    ("placebo_with_dynamic_sampling", {"reward": "random", "zero_variance": "dynamic_sampling"},
+     "reward=random with zero_variance=dynamic_sampling: dynamic sampling picks the groups a step "
+     "trains on by the graded reward"),
     ("reward_unknown", {"reward.name": "placebo"}, "reward.name=placebo is unknown; use one of "
      "reward=graded, reward=random"),
     ("zero_variance_unknown", {"zero_variance.name": "drop"},
@@ -382,6 +385,7 @@ GOOD_VALUES: list[tuple[str, Mapping[str, Any]]] = [
     ("placebo_bounds", {"reward": "random", "reward.p": 0}),  # legal: a warning, it learns nothing
     ("placebo_always", {"reward": "random", "reward.p": 1}),
     ("placebo_default", {"reward": "random"}),
+    ("placebo_with_filter", {"reward": "random", "zero_variance": "filter"}),
     ("batch_std_and_prompt_level", {"std_norm.scope": "batch", "normalization.name": "prompt"}),
     ("prompt_level_with_budget_and_skip", {"normalization.name": "prompt", "train_batch_size": 32,
                                            "model.micro_batch_tokens": 64, "skip_zero_advantage": True}),

@@ -410,6 +410,13 @@ def _check_reward(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> Non
                       f"(conf/reward/{name}.yaml holds its default)" for key in missing]
     report.errors += [f"reward.{key} is not read by reward={name}; remove it"
                       for key in sorted(set(reward) - {"name", *kind.keys})]
+    zero_variance = cfg.get("zero_variance")
+    if (name == PLACEBO and isinstance(zero_variance, DictConfig)
+            and zero_variance.get("name") == "dynamic_sampling"):
+        report.errors.append(
+            "reward=random with zero_variance=dynamic_sampling: dynamic sampling picks the groups a "
+            "step trains on by the graded reward, which a placebo must not read; use "
+            "zero_variance=keep or zero_variance=filter (which read the placebo's own draws)")
     loss = LOSS_SPECS.get(cfg.loss.name)
     if (name == PLACEBO and not missing and reward.p in (0, 1) and loss is not None
             and loss.zero_at_zero_advantage):

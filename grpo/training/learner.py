@@ -131,8 +131,8 @@ class Learner:
         """(len(rows),) bool: the rows whose advantage is exactly 0, when the micro-batching
         leaves them out of the backward (they still count in the normalization)."""
         if not self.micro_batching.skip_zero_advantage:
-            return filtered
-        return filtered | (batch.advantages[rows] == 0).to(rows.device)  # rows (the order) stay on the CPU
+            return torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
+        return (batch.advantages[rows] == 0).to(rows.device)  # rows (the order) stay on the CPU
 
     @staticmethod
     def filtered(batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
