@@ -119,7 +119,7 @@ def test_tiny_on_toy_brings_the_cpu_recipe_and_the_data_option_holds_data_only()
     assert recipe_values(cfg) == TOY_RECIPE and cfg.prompt.name == "toy"
     assert (cfg.sampling.max_new_tokens, cfg.eval.eval_every, cfg.eval.temperature) == (8, 50, 0.0)
     assert cfg.hydra.runtime.choices.recipe == "tiny_toy"
-    assert set(cfg.data) == {"name", "max_operand", "train_size"}
+    assert set(cfg.data) == {"name", "max_operand", "train_size", "holdout_size"}
     preset = _compose(["+experiment=toy"])
     assert recipe_values(preset) == TOY_RECIPE
     assert (preset.model.name, preset.data.name, preset.rollout.engine) == ("tiny", "toy", "hf")

@@ -132,7 +132,14 @@ def test_leaving_out_zero_advantage_sequences_keeps_the_gradient(loss_type, norm
     # the totals must still count them: counting only the trained rows changes the gradient
     # (for every normalization: "microbatch"'s longest response is a left-out one here)
     miscounted, _ = step_gradient(loss_type, normalization, data, [KEPT], counted=KEPT)
-    assert not torch.allclose(miscounted, full, rtol=1e-4)
+    # ("prompt": a miscount moves the divisor of the trained rows of the left-out rows' prompt)
+    sharing = [row for row in KEPT if PROMPTS[row] in PROMPTS[ZERO_ADVANTAGE_ROWS]]
+    if normalization == "prompt" and bool((full[sharing] == 0).all()):
+        # GSPO's clip off-policy cuts row 0, the one trained row of prompt 0 (rows 1 and 5 are
+        # left out): its divisor weighs nothing here, the other losses' and modes' show it
+        assert (loss_type, off_policy, sharing) == ("gspo", True, [0])
+    else:
+        assert not torch.allclose(miscounted, full, rtol=1e-4)
 
 
 def test_no_baseline_is_not_zero_at_zero_advantage_and_must_not_be_skipped():
