@@ -175,9 +175,9 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     """Launch (or resume) the confirmation of a sweep's pick, then print its Confirmed section."""
     from analysis.outputs.confirm import check_counts, confirm_and_report
 
-    check_counts(args.top_k, args.seeds, not args.no_retrain)  # before the sweep is read
+    check_counts(args.top_k, args.seeds, not args.no_retrain, args.placebo)  # before the sweep is read
     status = confirm_and_report(args.sweep, args.top_k, args.seeds, not args.no_retrain,
-                                args.overrides, args.dry_run)
+                                args.overrides, args.dry_run, args.placebo)
     if status:
         sys.exit(status)
 
@@ -285,6 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--seeds", type=int,
                      help="fresh seeds a finalist is trained with (none of the sweep's runs used "
                           "them); not with --no-retrain")
+    sub.add_argument("--placebo", action="store_true",
+                     help="also train the best finalist's config on reward=random (a placebo) with "
+                          "the same fresh seeds: the report says how far each finalist stands "
+                          "above it; not with --no-retrain")
     sub.add_argument("--no-retrain", action="store_true",
                      help="evaluate the sweep's own final models on the held-out problems alone "
                           "(removes the problems' part of the winner's curse, not the seeds')")

@@ -208,6 +208,8 @@ def confirm_last(chain: Chain, user: UserOverrides, dry_run: bool) -> int:
     head = f"confirm {chain.stages[-1].experiment}'s pick"
     what = (f"its top {confirm.top_k} config(s) trained again with {confirm.seeds} fresh seed(s) "
             "each" if confirm.retrain else f"the final models of its top {confirm.top_k} config(s)")
+    if confirm.placebo:
+        what += ", beside the best one's config trained on reward=random (a placebo arm)"
     sweep = _last_sweep(chain, user)
     if dry_run or sweep is None:
         print(f"{head}: {what}, evaluated on held-out problems (`python -m analysis confirm`; "
@@ -217,7 +219,7 @@ def confirm_last(chain: Chain, user: UserOverrides, dry_run: bool) -> int:
     allowed = [line for line in user.lines if not refused_overrides([line], sweep)]
     try:
         return confirm_and_report(sweep, confirm.top_k, confirm.seeds, confirm.retrain, allowed,
-                                  dry_run=False)
+                                  dry_run=False, placebo=confirm.placebo)
     except ValueError as error:
         print(f"error: {head}: {error}", file=sys.stderr)
         return 2

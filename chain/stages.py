@@ -17,18 +17,20 @@ from grpo.training.batch_plan import CONFIG_KEYS
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 STAGE_KEYS = ("experiment", "decides", "off_policy_only", "study", "race_max_seeds")
-CONFIRM_KEYS = ("top_k", "seeds", "retrain")
+CONFIRM_KEYS = ("top_k", "seeds", "retrain", "placebo")
 
 
 @dataclass(frozen=True)
 class ConfirmStage:
     """The chain's optional last stage: its last stage's top ``top_k`` configs confirmed
     (``python -m analysis confirm``) with ``seeds`` fresh seeds each (``retrain``), or its own
-    final models on the held-out problems alone (not ``retrain``)."""
+    final models on the held-out problems alone (not ``retrain``); with ``placebo``, beside the
+    best one's config trained on ``reward=random`` with the same seeds."""
 
     top_k: int
     seeds: int | None
     retrain: bool = True
+    placebo: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,22 +128,25 @@ def load_chain(name: str, conf_dir: Path = CONF_DIR) -> Chain:
 
 
 def _confirm(data: object, path: Path) -> ConfirmStage | None:
-    """The `confirm` mapping ({top_k, seeds} or {top_k, retrain: false}), checked as `python -m
-    analysis confirm` checks its options."""
+    """The `confirm` mapping ({top_k, seeds[, placebo: true]} or {top_k, retrain: false}),
+    checked as `python -m analysis confirm` checks its options."""
     if data is None:
         return None
     from analysis.outputs.confirm import check_counts
 
     if not isinstance(data, dict) or set(data) - set(CONFIRM_KEYS):
         raise ValueError(f"{path}: `confirm` must be a mapping of {', '.join(CONFIRM_KEYS)}")
-    retrain = data.get("retrain", True)
-    if not isinstance(retrain, bool):
-        raise ValueError(f"{path}: confirm.retrain must be true or false, not {retrain!r}")
+    retrain, placebo = data.get("retrain", True), data.get("placebo", False)
+    for key, value in (("retrain", retrain), ("placebo", placebo)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{path}: confirm.{key} must be true or false, not {value!r}")
     try:
-        check_counts(data.get("top_k"), data.get("seeds"), retrain)
+        check_counts(data.get("top_k"), data.get("seeds"), retrain, placebo)
     except ValueError as error:
-        raise ValueError(f"{path}: confirm: {str(error).replace('--top-k', 'top_k').replace('--seeds', 'seeds').replace('--no-retrain', 'retrain: false')}") from None
-    return ConfirmStage(int(data["top_k"]), data.get("seeds"), retrain)
+        words = (str(error).replace('--top-k', 'top_k').replace('--seeds', 'seeds')
+                 .replace('--no-retrain', 'retrain: false').replace('--placebo', 'placebo: true'))
+        raise ValueError(f"{path}: confirm: {words}") from None
+    return ConfirmStage(int(data["top_k"]), data.get("seeds"), retrain, placebo)
 
 
 def _budgets(data: object, stages: list[Stage], path: Path) -> tuple[tuple[str, float], ...]:

@@ -18,11 +18,12 @@ from scipy import stats
 from analysis.__main__ import main
 from analysis.decisions.confirm import read_confirmation
 from analysis.decisions.ranking import rank
-from analysis.outputs.confirm import GROUP, plan_confirmation
+from analysis.outputs.confirm import GROUP, check_counts, plan_confirmation, same_confirmation
 from analysis.outputs.confirmed import report_confirmation, section_lines
 from analysis.outputs.report import build_report
 from analysis.readers.collect import collect, find_latest_sweep
 from analysis.readers.confirmation import (
+    PLACEBO_OPTION,
     ConfirmRecord,
     Finalist,
     confirmation_dir,
@@ -31,6 +32,7 @@ from analysis.readers.confirmation import (
 )
 from analysis.readers.synthetic import write_multirun, write_run
 from analysis.stats.comparisons import t_quantile
+from analysis.stats.critical import welch_df
 from grpo.data.datasets import Example
 from grpo.run.outcomes import (
     CONFIRM_DIR,
@@ -185,25 +187,35 @@ def test_bad_input_is_one_line_and_writes_nothing(source: Path, tmp_path: Path,
     assert sorted((ROOT / "conf").rglob("*")) == conf_before
 
 
+PLACEBO_ARM = Finalist(1, "learning_rate=0.001 on reward=random (placebo)", (PLACEBO_OPTION,))
+
+
 def write_confirmation(source: Path, seeds: dict[int, list[list[int]]], retrain: bool = True,
-                       shared: bool = False) -> Path:
+                       shared: bool = False, placebo: list[list[int]] | None = None,
+                       placebo_curves: list[list[float]] | None = None) -> Path:
     """A finished confirmation of `source`'s top configs: finalist rank -> each fresh seed's
-    per-problem rewards on the 4 held-out problems."""
+    per-problem rewards on the 4 held-out problems; with `placebo`, its placebo arm's (rank 0
+    below), whose runs log `placebo_curves`: each seed's evaluations at steps 0, 10 and 20."""
     target = confirmation_dir(source, retrain)
     labels = ["learning_rate=0.001", "learning_rate=0.0003", "learning_rate=0.01"]
     fresh = (2, 3)
     record = ConfirmRecord(source.resolve(), retrain, tuple(
         Finalist(number, labels[number - 1], (f"top{number}",)) for number in seeds), fresh,
-        GROUP, "reward", ())
-    write_multirun(target, [f"+{GROUP}=top1,top2", "seed=2,3"])
+        GROUP, "reward", (), PLACEBO_ARM if placebo is not None else None)
+    options = [f"top{number}" for number in seeds] + ([PLACEBO_OPTION] if placebo else [])
+    write_multirun(target, [f"+{GROUP}={','.join(options)}", "seed=2,3"])
     record.write(target)
     held = QUESTIONS[N_EVAL:] if not shared else [QUESTIONS[0], *QUESTIONS[N_EVAL + 1:]]
     job = 0
-    for number, rows in seeds.items():
-        for seed, problems in zip(fresh, rows, strict=True):
+    arms = {**seeds, **({0: placebo} if placebo is not None else {})}
+    for number, rows in arms.items():
+        for index, (seed, problems) in enumerate(zip(fresh, rows, strict=True)):
             run = target / str(job)
-            write_run(run, {"seed": seed}, [], {"status": "completed", "last_step": STEPS[-1]},
-                      choices={GROUP: f"top{number}"})
+            curve = ([{"step": step, "eval/reward": value, "time/elapsed_s": float(step + 1)}
+                      for step, value in zip((0, *STEPS), placebo_curves[index], strict=True)]
+                     if number == 0 and placebo_curves else [])
+            write_run(run, {"seed": seed}, curve, {"status": "completed", "last_step": STEPS[-1]},
+                      choices={GROUP: f"top{number}" if number else PLACEBO_OPTION})
             write_outcomes(run, EvalOutcomes(STEPS[-1], 1, problems_digest(held),
                                              tuple(map(float, problems)), tuple(problems),
                                              tuple(map(float, problems)), problem_fingerprints(held)),
@@ -254,6 +266,66 @@ def test_the_confirmed_figures_carry_the_seed_and_problem_variance_and_the_curse
     text = "\n".join(section_lines(conf))
     assert "| 1 | learning_rate=0.001 | 0.625 [" in text and "| +0.250 [" in text
     assert "the confirmed means do not keep the selection's order" in text
+
+
+def test_a_placebo_arm_is_the_best_config_on_reward_random_with_the_same_fresh_seeds(
+        source: Path) -> None:
+    plan = plan_confirmation(source, 2, 2, True, [], placebo=True)
+    record = plan.record
+    assert record.placebo == PLACEBO_ARM
+    assert f"+{GROUP}=top1,top2,{PLACEBO_OPTION}" in record.arguments and "seed=2,3" in record.arguments
+    option = plan.options[PLACEBO_OPTION]
+    assert "- override /reward: random\n" in option and "learning_rate: 0.001\n" in option
+    assert "n_grpo_steps: 20\n" in option and "seed:" not in option
+    assert "/reward:" not in plan.options["top1"], "the finalist itself trains on its own reward"
+    # the record keeps it; a command without --placebo is another confirmation
+    (source.parent / "elsewhere").mkdir()
+    record.write(source.parent / "elsewhere")
+    assert read_record(source.parent / "elsewhere") == record
+    without = plan_confirmation(source, 2, 2, True, []).record
+    assert without.placebo is None
+    assert same_confirmation(record, without) == "its placebo arm were True, this command's False"
+    with pytest.raises(ValueError, match="--placebo with --no-retrain: a placebo arm is trained"):
+        check_counts(1, None, False, placebo=True)
+
+
+def test_each_finalist_stands_above_its_placebo_and_the_placebo_s_gain_is_run_by_run(
+        source: Path) -> None:
+    # held-out seed means: finalist 1 0.5, 0.25; finalist 2 1.0, 1.0; the placebo 0.0, 0.0
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                         2: [[1, 1, 1, 1], [1, 1, 1, 1]]},
+                                placebo=[[0, 0, 0, 0], [0, 0, 0, 0]],
+                                placebo_curves=[[0.25, 0.5, 0.25], [0.0, 0.5, 0.5]])
+    conf, lines = report_confirmation(target)
+    placebo = conf.placebo
+    assert len(conf.figures) == 2, "the placebo is no finalist: not ranked, not compared"
+    assert placebo.confirmed.mean == pytest.approx(0.0) and placebo.alpha == pytest.approx(0.025)
+    # the pair rule, by hand: the pool over the three arms' seeds (0.03125 + 0 + 0) / 3 on 3 df
+    # against the pair's own (v_c + v_p) / 2 on its Welch df (2 seeds: shrunk toward 1), the
+    # larger; an own variance of 0 never is: finalist 1 rests on its own, finalist 2 on the pool
+    pool = 0.03125 / 3
+    for rank, v_config, mean, by_own in ((1, 0.03125, 0.375, True), (2, 0.0, 1.0, False)):
+        own = v_config / 2
+        variance, df = (own, float(welch_df(v_config, 2, 0.0, 2))) if by_own else (pool, 3)
+        assert (own >= pool > 0) == by_own
+        margin = placebo.margins[rank]
+        assert margin.diff == pytest.approx(mean)
+        assert margin.se == pytest.approx(math.sqrt(variance)) and margin.df == pytest.approx(df)
+        half = float(stats.t.ppf(1 - 0.025 / 2, df)) * margin.se
+        assert (margin.lo, margin.hi) == pytest.approx((margin.diff - half, margin.diff + half))
+    assert placebo.margins[2].above and not placebo.margins[1].above
+    # the gain: each run's late value (the mean of its evaluations after step 0) minus its step 0:
+    # 0.375 - 0.25 and 0.5 - 0.0; on the larger of the late values' variance and the gains' own
+    gain = placebo.gain
+    assert gain.diff == pytest.approx(0.3125) and gain.df == 1
+    assert gain.se == pytest.approx(math.sqrt(max(np.var([0.375, 0.5], ddof=1),
+                                                  np.var([0.125, 0.5], ddof=1)) / 2))
+    text = "\n".join(lines)
+    assert "Placebo: learning_rate=0.001 on reward=random (placebo)" in text
+    assert "97.5%, Bonferroni over the 2 finalists" in text
+    assert "- learning_rate=0.0003: +1.000 [" in text and "above the placebo" in text
+    assert "- learning_rate=0.001: +0.375 [" in text and "not shown above the placebo" in text
+    assert "gain over the pre-RL evaluation" in text and "+0.312 [" in text
 
 
 def test_a_confirmation_on_the_selection_s_problems_is_none(source: Path) -> None:

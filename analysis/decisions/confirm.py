@@ -17,19 +17,28 @@ curse as measured), and whether the confirmed runs keep the selection's order.
   confirmed runs (Tukey-Kramer over the finalists, each pair on its own seed variance where larger:
   ``pair_variance``), and whether the confirmed means keep the selection's order.
 
+* **Placebo** (``--placebo``): the best finalist's config trained on ``reward=random`` with the
+  same fresh seeds, confirmed on the same held-out problems; each finalist's margin above it
+  (:func:`analysis.stats.placebo.above_placebo`, on the seed variance pooled over the finalists'
+  and the placebo's confirmed runs, each pair's own where larger, at ``alpha`` / k for k finalists:
+  Bonferroni), and the placebo's own gain over the pre-RL evaluation
+  (:func:`analysis.stats.placebo.gain_over_pre_rl`: each of its runs' late value on its evaluation
+  problems minus its step-0 evaluation, paired run by run, on the placebo's own seed variance).
+
 A confirmation whose held-out problems share a fingerprint with a problem any evaluation of the
 source sweep read, or whose fresh seeds one of its runs used, is said to be none (no figure).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from analysis.decisions.ranking import Ranking
-from analysis.readers.collect import Collection
+from analysis.decisions.ranking import Ranking, run_values_at
+from analysis.readers.collect import Collection, collect
 from analysis.readers.confirmation import (
     ConfirmedRun,
     ConfirmRecord,
@@ -37,6 +46,7 @@ from analysis.readers.confirmation import (
     confirmed_runs,
     selection_fingerprints,
 )
+from analysis.readers.run_rows import EVAL_REWARD
 from analysis.stats.comparisons import (
     Comparison,
     Difference,
@@ -47,6 +57,8 @@ from analysis.stats.comparisons import (
     estimate,
     problem_error,
 )
+from analysis.stats.levels import ALPHA
+from analysis.stats.placebo import PlaceboInterval, above_placebo, gain_over_pre_rl
 from analysis.stats.variance import ConfigData, SeedVariance
 from grpo.run.outcomes import shared_problems
 
@@ -72,6 +84,24 @@ class Figures:
 
 
 @dataclass(frozen=True)
+class PlaceboFigures:
+    """A confirmation's placebo arm (``arm``): its confirmed estimate on the held-out problems
+    (None: no confirmed run yet), each finalist's margin above it (finalist rank -> interval;
+    None where none can be given: the finalist or the placebo has no usable seed variance), each
+    at 1 - ``alpha`` two-sided with ``alpha`` = 0.05 / k for k finalists, its own gain over the
+    pre-RL evaluation (None: fewer than 2 of its runs have ended), and its runs without a
+    confirmed figure (in words)."""
+
+    arm: Finalist
+    confirmed: Estimate | None
+    margins: dict[int, PlaceboInterval | None]
+    gain: PlaceboInterval | None
+    alpha: float
+    n_runs: int = 0
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Confirmation:
     """What a confirmation (``target``, its ``record``) measured of its source sweep's pick; or,
     where it cannot be read as one, why (``refusal``: problems or seeds of the selection)."""
@@ -87,6 +117,7 @@ class Confirmation:
     refusal: str = ""
     notes: tuple[str, ...] = ()
     data_name: str = ""
+    placebo: PlaceboFigures | None = None
 
     @property
     def finished(self) -> bool:
@@ -142,7 +173,7 @@ def read_confirmation(target: Path, record: ConfirmRecord, collection: Collectio
         return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
             f"not a confirmation with fresh seeds: this sweep's runs used seed {reused[0]}"))
     u = ranking.uncertainty
-    by_finalist = {f.rank: [r for r in runs if r.finalist.rank == f.rank] for f in record.finalists}
+    by_finalist = {f.rank: [r for r in runs if r.finalist == f] for f in record.finalists}
     configs = {f.rank: _config(f.label, by_finalist[f.rank], metric) for f in record.finalists}
     present = [c for c in configs.values() if c is not None]
     if not present:
@@ -178,8 +209,56 @@ def read_confirmation(target: Path, record: ConfirmRecord, collection: Collectio
             tuple(f"`{r.run_dir.name}` (seed {r.seed}): {r.problem}" for r in by_finalist[f.rank]
                   if r.outcomes is None)))
     first = next(r.outcomes for r in runs if r.outcomes is not None)
+    placebo = (_placebo(target, record, runs, configs, metric)
+               if record.placebo is not None else None)
     return Confirmation(target, record, figures, seeds, comparisons, len(first.reward),
-                        first.samples_per_problem, tuple(used), data_name=data)
+                        first.samples_per_problem, tuple(used), data_name=data, placebo=placebo)
+
+
+def _placebo(target: Path, record: ConfirmRecord, runs: list[ConfirmedRun],
+             configs: dict[int, ConfigData | None], metric: str) -> PlaceboFigures:
+    """The placebo arm's figures (:class:`PlaceboFigures`) from the confirmation's runs: its
+    held-out figure and each finalist's margin above it; its gain over the pre-RL evaluation from
+    the confirmation's own collection (its runs' late value and step-0 evaluation)."""
+    arm = record.placebo
+    assert arm is not None
+    own = [r for r in runs if r.finalist == arm]
+    missing = tuple(f"`{r.run_dir.name}` (seed {r.seed}): {r.problem}" for r in own
+                    if r.outcomes is None)
+    alpha = ALPHA / len(record.finalists)
+    placebo = _config(arm.label, own, metric)
+    if placebo is None:
+        return PlaceboFigures(arm, None, {}, _gain(target, own, arm.label), alpha, len(own), missing)
+    present = [c for c in configs.values() if c is not None]
+    seeds = SeedVariance.pooled([*present, placebo])
+    confirmed = estimate(placebo, seeds, problem_error([placebo]))
+    margins = {rank: above_placebo(c, placebo, seeds, alpha) if c is not None else None
+               for rank, c in configs.items()}
+    return PlaceboFigures(arm, confirmed, margins, _gain(target, own, arm.label), alpha,
+                          len(own), missing)
+
+
+def _gain(target: Path, own: list[ConfirmedRun], label: str) -> PlaceboInterval | None:
+    """The placebo's gain over the pre-RL evaluation (:func:`gain_over_pre_rl`) over its runs
+    that have a late value and a step-0 evaluation, read as the confirmation's collection reads
+    them (the late criterion of the ranking: :func:`analysis.decisions.ranking.run_values_at`),
+    on the placebo's own seed variance of the late values; None with fewer than 2 such runs."""
+    if len([r for r in own if r.status == "completed"]) < 2:
+        return None
+    collection = collect([target], borrowed=False)
+    frame = collection.runs
+    wanted = {r.run_dir.resolve() for r in own if r.status == "completed"}
+    ids = [row.run_id for row in frame.itertuples() if Path(row.run_dir).resolve() in wanted]
+    values = run_values_at(collection, math.inf)
+    steps = collection.steps
+    start = steps[(steps["step"] == 0) & steps["run_id"].isin(ids)].groupby("run_id")[EVAL_REWARD].first()
+    pairs = [(float(values.loc[i, "late_eval_reward"]), float(start[i])) for i in ids
+             if i in values.index and i in start.index
+             and np.isfinite(values.loc[i, "late_eval_reward"]) and np.isfinite(start[i])]
+    if len(pairs) < 2:
+        return None
+    late = ConfigData(label, np.array([p[0] for p in pairs]))
+    return gain_over_pre_rl(late, [p[1] for p in pairs], SeedVariance.pooled([late]))
 
 
 def _seed_variance(configs: list[ConfigData], record: ConfirmRecord,

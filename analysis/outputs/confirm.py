@@ -1,6 +1,7 @@
 """Confirm a sweep's pick on problems and seeds that played no part in choosing it:
 
-    python -m analysis confirm --sweep S --top-k N --seeds M [--no-retrain] [--dry-run] [overrides]
+    python -m analysis confirm --sweep S --top-k N --seeds M [--placebo] [--no-retrain] [--dry-run]
+        [overrides]
 
 Every figure a sweep's report prints of its winner was measured on the problems and the seeds that
 chose it, and so reads high (the winner's curse: the pick of the best of 9 equal configs reads
@@ -17,6 +18,12 @@ promote and the chain pick by) again:
 * **not trained again** (``--no-retrain``): S's own final models of the finalists are evaluated on
   the held-out problems alone (``confirm.policy_from``): cheaper, and it removes the problems'
   part of the curse, not the seeds'.
+
+With ``--placebo`` (retraining only) a placebo arm is trained beside the finalists: the best
+finalist's config on ``reward=random`` (each response rewarded 1 with probability ``reward.p``,
+whatever its answer), with the same fresh seeds, evaluated on the same held-out problems; the
+Confirmed section then says how far each finalist stands above it and what it gained by itself
+over the pre-RL evaluation (:mod:`analysis.stats.placebo`).
 
 The confirmation is a sweep of its own beside S (``<S>-confirm``, ``<S>-confirm-no-retrain``:
 :func:`analysis.readers.confirmation.confirmation_dir`), launched as any sweep through
@@ -51,6 +58,7 @@ from analysis.decisions.ranking import rank
 from analysis.outputs.promote import carried_settings
 from analysis.readers.collect import CONFIRM_RECORD, LABEL, collect, run_values
 from analysis.readers.confirmation import (
+    PLACEBO_OPTION,
     ConfirmRecord,
     Finalist,
     confirmation_dir,
@@ -61,6 +69,7 @@ from analysis.readers.jobs import override_key
 from grpo.config.keys import PROMOTED_GROUP
 from grpo.config.rules import SEED_MAX
 from grpo.data.datasets import HELDOUT, Example, load_examples, run_data_config
+from grpo.grading.rewards import PLACEBO
 from grpo.run.checkpoint_names import FINAL_MODEL
 from grpo.run.files import atomic_write_text, subdir
 from grpo.run.launching import launch_sweep
@@ -84,9 +93,13 @@ SETTINGS = ("confirm.n_examples", "confirm.samples_per_problem")
 PLAIN = re.compile(r"[\w.+\-/]+")
 
 
-def check_counts(top_k: int, seeds: int | None, retrain: bool) -> None:
-    """Refuse (ValueError, naming the option) ``--top-k`` or ``--seeds`` out of range, asked
-    before the sweep is read."""
+def check_counts(top_k: int, seeds: int | None, retrain: bool, placebo: bool = False) -> None:
+    """Refuse (ValueError, naming the option) ``--top-k`` or ``--seeds`` out of range, or
+    ``--placebo`` without retraining, asked before the sweep is read."""
+    if placebo and not retrain:
+        raise ValueError("--placebo with --no-retrain: a placebo arm is trained (on reward=random, "
+                         "with the fresh seeds), there is no final model of it to evaluate; drop "
+                         "one of the two")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"--top-k is {top_k}; give how many configs of the sweep's ranking to "
                          "confirm, at least 1 (its best first)")
@@ -152,10 +165,10 @@ def heldout_problems(run_dir: Path, overrides: Sequence[str]) -> list[Example]:
 
 
 def plan_confirmation(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
-                      overrides: Sequence[str]) -> Plan:
-    """The confirmation of ``sweep``'s top ``top_k`` configs (module docstring); ValueError, in
-    one line, for each refusal. Reads only."""
-    check_counts(top_k, seeds, retrain)
+                      overrides: Sequence[str], placebo: bool = False) -> Plan:
+    """The confirmation of ``sweep``'s top ``top_k`` configs, with a placebo arm where
+    ``placebo`` (module docstring); ValueError, in one line, for each refusal. Reads only."""
+    check_counts(top_k, seeds, retrain, placebo)
     errors = refused_overrides(overrides, sweep)
     if errors:
         raise ValueError("; ".join(errors))
@@ -233,6 +246,7 @@ def plan_confirmation(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
                 "seed": seed, "confirm.policy_from": str(run_dir.resolve()),
                 "checkpoint.save_final_model": False})
         finalists.append(Finalist(number, label, tuple(names)))
+    arm = _placebo_arm(sweep, chosen[0], sources[chosen[0]][0], collection, options) if placebo else None
     target = confirmation_dir(sweep, retrain)
     experiment = str(trained["experiment_name"].iloc[0])
     arguments = ("--config-dir", str((target / "conf").resolve()),
@@ -242,7 +256,7 @@ def plan_confirmation(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
                  f"experiment_name={_quoted(experiment)}",
                  f"hydra.sweep.dir={_quoted(str(target.resolve()))}", *overrides)
     record = ConfirmRecord(sweep.resolve(), retrain, tuple(finalists), fresh, GROUP,
-                           collection.metric, arguments)
+                           collection.metric, arguments, arm)
     old = read_record(target) if target.is_dir() else None
     if old is not None and (why := same_confirmation(old, record)) is not None:
         raise ValueError(f"{target} holds another confirmation of {sweep} ({why}); run the "
@@ -253,11 +267,27 @@ def plan_confirmation(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
     return Plan(target, record, options, heldout)
 
 
+def _placebo_arm(sweep: Path, label: str, run_dir: Path, collection, options: dict[str, str]
+                 ) -> Finalist:
+    """The placebo arm of ``sweep``'s best config ``label`` (its run ``run_dir``): its option
+    file added to ``options`` (the config with ``reward=random``, ``reward.p`` its yaml's), and
+    the arm as the record names it. ValueError where that config is a placebo already."""
+    if run_values(run_dir, ["reward.name"])["reward.name"] == PLACEBO:
+        raise ValueError(f"--placebo: {sweep}'s best config {label} trains on reward={PLACEBO} "
+                         "already: it is a placebo itself, with nothing to stand above; drop "
+                         "--placebo")
+    options[PLACEBO_OPTION] = _option(
+        run_dir, collection, label, f"the placebo arm of rank 1 of {sweep}: {label} trained on "
+        f"reward={PLACEBO}", groups={"reward": PLACEBO})
+    return Finalist(1, f"{label} on reward={PLACEBO} (placebo)", (PLACEBO_OPTION,))
+
+
 def _option(run_dir: Path, collection, label: str, about: str,
-            extra: dict[str, object] | None = None) -> str:
+            extra: dict[str, object] | None = None, groups: dict[str, str] | None = None) -> str:
     """A finalist's option file: what its source run (``run_dir``) carries
     (:func:`analysis.outputs.promote.carried_settings`), its config's values, S's measurement
-    settings (:data:`MEASURED`) and ``extra``."""
+    settings (:data:`MEASURED`), ``extra`` values and ``groups`` choices (the placebo's
+    ``reward``: its yaml's keys replace the run's own of that group)."""
     settings = carried_settings(run_dir, CONF_DIR, collection.label_keys)
     for key, value in collection.configs[label].items():
         if key in collection.group_keys:
@@ -266,6 +296,9 @@ def _option(run_dir: Path, collection, label: str, about: str,
             settings.values[key] = value
     settings.values.update({k: v for k, v in run_values(run_dir, MEASURED).items() if v is not None})
     settings.values.update(extra or {})
+    for group, option in (groups or {}).items():
+        settings.override[group] = option
+        settings.values = {k: v for k, v in settings.values.items() if not k.startswith(group + ".")}
     return (f"# @package _global_\n# {about}\n# carried from {run_dir}\n" + settings.to_yaml())
 
 
@@ -276,6 +309,7 @@ def same_confirmation(old: ConfirmRecord, new: ConfirmRecord) -> str | None:
             ("finalists", "; ".join(f.label for f in old.finalists),
              "; ".join(f.label for f in new.finalists)),
             ("seeds", old.seeds, new.seeds), ("retraining", old.retrain, new.retrain),
+            ("placebo arm", old.placebo is not None, new.placebo is not None),
             ("settings", _settings(old.arguments), _settings(new.arguments))):
         if mine != theirs:
             return f"its {what} were {mine}, this command's {theirs}"
@@ -304,13 +338,15 @@ def launch_confirmation(plan: Plan, dry_run: bool) -> int:
 
 
 def confirm_and_report(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
-                       overrides: Sequence[str], dry_run: bool) -> int:
+                       overrides: Sequence[str], dry_run: bool, placebo: bool = False) -> int:
     """Plan, launch (or resume) and, once its runs have ended, report the confirmation of
-    ``sweep`` (the Confirmed section, also written to ``<C>/report.md``); its exit status.
-    ValueError for a refusal (nothing written)."""
-    plan = plan_confirmation(sweep, top_k, seeds, retrain, overrides)
+    ``sweep`` (the Confirmed section, also written to ``<C>/report.md``), with a placebo arm
+    where ``placebo``; its exit status. ValueError for a refusal (nothing written)."""
+    plan = plan_confirmation(sweep, top_k, seeds, retrain, overrides, placebo)
     how = (f"trained again with fresh seeds {', '.join(map(str, plan.record.seeds))}" if retrain
            else "its own final models, not trained again")
+    if plan.record.placebo is not None:
+        how += f", beside a placebo arm ({plan.record.placebo.label})"
     print(f"confirmation of {sweep}: {plan.target} ({how}; {len(plan.heldout)} held-out "
           f"problems, none of them evaluated by {sweep})", flush=True)
     status = launch_confirmation(plan, dry_run)

@@ -74,7 +74,10 @@ def section_lines(conf: Confirmation) -> list[str]:
                   f"{f.selection_verdict.describe() if f.selection_verdict else MISSING}; confirmed "
                   f"{f.confirmed_verdict.describe() if f.confirmed_verdict else MISSING}"
                   for f in verdicts]
+    if conf.placebo is not None:
+        lines += ["", *_placebo_lines(conf, metric)]
     missing = [line for f in conf.figures for line in f.missing]
+    missing += list(conf.placebo.missing) if conf.placebo is not None else []
     if missing:
         lines += ["", "Runs without a confirmed figure (the finalist's figure is over the "
                       "others; one that stopped early reads its config high):",
@@ -84,6 +87,37 @@ def section_lines(conf: Confirmation) -> list[str]:
                       "the held-out ones are not trained on: the difference holds that "
                       "generalization gap as well as the winner's curse (on MATH both are "
                       "validation problems no run trains on)."]
+    return lines
+
+
+def _placebo_lines(conf: Confirmation, metric: str) -> list[str]:
+    """The placebo arm's lines: its confirmed figure, each finalist's margin above it, and its
+    own gain over the pre-RL evaluation."""
+    placebo = conf.placebo
+    assert placebo is not None
+    head = (f"Placebo: {placebo.arm.label}, the best finalist's config trained with the same fresh "
+            "seeds on a reward that carries no information (each response rewarded 1 with "
+            "probability reward.p, whatever its answer), evaluated on the same held-out problems: ")
+    lines = [head + (f"confirmed {metric} {_figure(placebo.confirmed)}."
+                     if placebo.confirmed is not None else "no confirmed run yet.")]
+    k = len(conf.record.finalists)
+    if placebo.confirmed is not None:
+        lines += ["", f"Each finalist above its placebo (its confirmed {metric} minus the "
+                      f"placebo's, on the pair's seed variance; {level_text(placebo.alpha)}"
+                      + (f", Bonferroni over the {k} finalists" if k > 1 else "") + "):"]
+        for f in conf.figures:
+            margin = placebo.margins.get(f.finalist.rank)
+            lines.append(f"- {f.finalist.label}: " + (
+                f"{margin.describe()}: " + ("above the placebo" if margin.above
+                                            else "not shown above the placebo")
+                if margin is not None else "no interval (a seed variance is missing: 2 or more "
+                "seeds each give one)"))
+    gain = placebo.gain
+    lines += ["", "The placebo's own gain over the pre-RL evaluation (each of its runs' late "
+                  f"{metric} on its evaluation problems minus its step-0 evaluation, run by run; "
+                  f"{level_text(ALPHA)}): " + (
+                      f"{gain.describe()}" if gain is not None
+                      else "none yet (2 or more of its runs must complete)") + "."]
     return lines
 
 
@@ -122,10 +156,12 @@ def summary_line(conf: Confirmation) -> str:
     best: Figures = conf.figures[0]
     how = (f"{len(conf.record.seeds)} fresh seed{'s' if len(conf.record.seeds) != 1 else ''}"
            if conf.record.retrain else "its own runs")
+    margin = conf.placebo.margins.get(best.finalist.rank) if conf.placebo is not None else None
     return (f"{best.finalist.label}: confirmed {conf.record.metric} "
             f"{best.confirmed.describe()} on {conf.n_problems} held-out problems, {how}; "
             f"selection {best.selection.describe()}; selection − confirmed "
-            f"{best.difference.describe()}")
+            f"{best.difference.describe()}"
+            + (f"; above its placebo {margin.describe()}" if margin is not None else ""))
 
 
 def selection_ranking(collection: Collection, ranking: Ranking | None = None) -> Ranking:

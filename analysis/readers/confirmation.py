@@ -3,7 +3,8 @@
 A confirmation (``python -m analysis confirm``, :mod:`analysis.outputs.confirm`) is a sweep of its
 own beside the sweep it confirms, ``<S>-confirm`` (``<S>-confirm-no-retrain`` for S's own final
 models), holding ``confirm.json`` (:class:`ConfirmRecord`: the sweep it confirms, each finalist's
-rank, label and config options, the fresh seeds, the launch's arguments) and one run directory
+rank, label and config options, the fresh seeds, the launch's arguments, the placebo arm where
+there is one) and one run directory
 per job, each with its final policy's outcomes on the held-out problems in
 ``confirm_outcomes/step_XXXXXX.json`` (:data:`grpo.run.outcomes.CONFIRM_DIR`). Nothing else reads
 those files: a confirmation's problems play no part in any ranking, race, pruner, promote or
@@ -30,6 +31,8 @@ FORMAT = "grpo-confirm/1"
 SUFFIXES = {True: "-confirm", False: "-confirm-no-retrain"}
 """The confirmation's directory beside the sweep it confirms, by whether it trains again."""
 MAX_RECORD_BYTES = 1 << 20
+PLACEBO_OPTION = "placebo"
+"""The option of a confirmation's group that runs its placebo arm (``--placebo``)."""
 
 
 def confirmation_dir(sweep: Path, retrain: bool) -> Path:
@@ -54,7 +57,9 @@ class ConfirmRecord:
     """``confirm.json``: the sweep confirmed (``source``), whether its finalists are trained again
     with fresh ``seeds`` (``retrain``) or its own final models evaluated, the finalists, the config
     group that holds their options (``group``: ``promoted/confirm``), the metric the selection
-    read and the launch's ``arguments`` (the same command again launches the same ones)."""
+    read, the launch's ``arguments`` (the same command again launches the same ones) and the
+    placebo arm (``--placebo``: the best finalist's config trained on ``reward=random`` with the
+    same fresh seeds, option :data:`PLACEBO_OPTION`; None: none)."""
 
     source: Path
     retrain: bool
@@ -63,21 +68,32 @@ class ConfirmRecord:
     group: str
     metric: str
     arguments: tuple[str, ...]
+    placebo: Finalist | None = None
 
     def to_json(self) -> str:
         return json.dumps({
             "format": FORMAT, "source": str(self.source), "retrain": self.retrain,
-            "finalists": [{"rank": f.rank, "label": f.label, "options": list(f.options)}
-                          for f in self.finalists],
+            "finalists": [_finalist_json(f) for f in self.finalists],
             "seeds": list(self.seeds), "group": self.group, "metric": self.metric,
-            "arguments": list(self.arguments)}, indent=1) + "\n"
+            "arguments": list(self.arguments),
+            "placebo": None if self.placebo is None else _finalist_json(self.placebo)},
+            indent=1) + "\n"
 
     def write(self, sweep: Path) -> None:
         atomic_write_text(sweep / CONFIRM_RECORD, self.to_json())
 
     def option_finalist(self) -> dict[str, Finalist]:
-        """Each option of the group -> the finalist it runs."""
-        return {option: f for f in self.finalists for option in f.options}
+        """Each option of the group -> the finalist (or the placebo arm) it runs."""
+        arms = (*self.finalists, *([self.placebo] if self.placebo is not None else []))
+        return {option: f for f in arms for option in f.options}
+
+
+def _finalist_json(finalist: Finalist) -> dict[str, Any]:
+    return {"rank": finalist.rank, "label": finalist.label, "options": list(finalist.options)}
+
+
+def _finalist(data: Any) -> Finalist:
+    return Finalist(int(data["rank"]), str(data["label"]), tuple(str(o) for o in data["options"]))
 
 
 def read_record(sweep: Path) -> ConfirmRecord | None:
@@ -88,13 +104,14 @@ def read_record(sweep: Path) -> ConfirmRecord | None:
         return None
     try:
         data = read_json(path, MAX_RECORD_BYTES)
-        finalists = tuple(Finalist(int(f["rank"]), str(f["label"]),
-                                   tuple(str(o) for o in f["options"])) for f in data["finalists"])
+        finalists = tuple(_finalist(f) for f in data["finalists"])
         if data.get("format") != FORMAT or not finalists:
             raise ValueError("not a confirmation's record")
+        placebo = data.get("placebo")
         return ConfirmRecord(Path(str(data["source"])), bool(data["retrain"]), finalists,
                              tuple(int(s) for s in data["seeds"]), str(data["group"]),
-                             str(data["metric"]), tuple(str(a) for a in data["arguments"]))
+                             str(data["metric"]), tuple(str(a) for a in data["arguments"]),
+                             None if placebo is None else _finalist(placebo))
     except (RunFileError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path} is unreadable or not a confirmation's record ({error}); move "
                          "the directory away and confirm again") from None
