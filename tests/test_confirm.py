@@ -304,11 +304,11 @@ def test_each_finalist_stands_above_its_placebo_and_the_placebo_s_gain_is_run_by
     # against the pair's own (v_c + v_p) / 2 on its Welch df (2 seeds: shrunk toward 1), the
     # larger; an own variance of 0 never is: finalist 1 rests on its own, finalist 2 on the pool
     pool = 0.03125 / 3
-    for rank, v_config, mean, by_own in ((1, 0.03125, 0.375, True), (2, 0.0, 1.0, False)):
+    for number, v_config, mean, by_own in ((1, 0.03125, 0.375, True), (2, 0.0, 1.0, False)):
         own = v_config / 2
         variance, df = (own, float(welch_df(v_config, 2, 0.0, 2))) if by_own else (pool, 3)
         assert (own >= pool > 0) == by_own
-        margin = placebo.margins[rank]
+        margin = placebo.margins[number]
         assert margin.diff == pytest.approx(mean)
         assert margin.se == pytest.approx(math.sqrt(variance)) and margin.df == pytest.approx(df)
         half = float(stats.t.ppf(1 - 0.025 / 2, df)) * margin.se
