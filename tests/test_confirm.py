@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 
 from analysis.__main__ import main
@@ -404,3 +406,24 @@ def test_a_tiny_sweep_confirmed_for_real_and_again_trains_nothing(tmp_path: Path
     assert [(r.seed, r.status) for r in mine] == [(0, "completed")]
     assert not (mine[0].run_dir / "metrics.jsonl").exists(), "nothing trained"
     assert mine[0].outcomes.problems == runs[0].outcomes.problems
+    # with a placebo arm: another confirmation than the first, refused beside it in one line
+    refused = confirm("--top-k", "2", "--seeds", "2", "--placebo")
+    assert refused.returncode != 0 and "its placebo arm were False, this command's True" in refused.stderr
+    target.rename(target.with_name(f"{target.name}-first"))
+    placebo = confirm("--top-k", "1", "--seeds", "2", "--placebo")
+    assert placebo.returncode == 0, placebo.stderr[-3000:]
+    record = read_record(target)
+    arms = confirmed_runs(target, record)
+    assert sorted((r.finalist == record.placebo, r.seed) for r in arms) == [
+        (False, 1), (False, 2), (True, 1), (True, 2)]
+    assert all(r.outcomes is not None and r.outcomes.problems == runs[0].outcomes.problems
+               for r in arms), "the placebo is confirmed on the same held-out problems"
+    trained = {r.finalist == record.placebo: yaml.safe_load((r.run_dir / ".hydra" / "config.yaml")
+                                                             .read_text())["reward"]["name"]
+               for r in arms}
+    assert trained == {False: "graded", True: "random"}
+    text = placebo.stdout[placebo.stdout.index("## Confirmed"):]
+    best = record.finalists[0].label
+    assert f"Placebo: {best} on reward=random (placebo)" in text and f"- {best}: " in text
+    gain = text[text.index("gain over the pre-RL evaluation"):]
+    assert re.search(r"\): [+-]\d\.\d{3} \[", gain), gain
