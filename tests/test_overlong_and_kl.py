@@ -88,7 +88,8 @@ def test_the_punishment_is_added_to_the_rewards_before_the_advantages(
     overlong = Overlong(max_new_tokens=8, filter=filtered, buffer=4, penalty_factor=1.0)
     batch, metrics = score(prompts, rollouts, truths, reward_fn_for("toy"),
                            load_tokenizer(tiny_model_dir), group_size=4, advantage_eps=1e-6,
-                           normalize_by_std=True, seed=0, device=torch.device("cpu"),
+                           normalize_by_std=True, seed=0, step=1, reward={"name": "graded"},
+                           device=torch.device("cpu"),
                            timer=PhaseTimer(torch.device("cpu")), overlong=overlong)
     # graded 1, 1, 0, 0; punished over lengths 5..8 (L_max - L_cache = 4): 0, -1/4, -3/4, -1
     shaped = torch.tensor([1.0, 0.75, -0.75, -1.0])
@@ -102,7 +103,8 @@ def test_the_punishment_is_added_to_the_rewards_before_the_advantages(
     # without a buffer the rewards are the grader's
     plain, metrics = score(prompts, rollouts, truths, reward_fn_for("toy"),
                            load_tokenizer(tiny_model_dir), group_size=4, advantage_eps=1e-6,
-                           normalize_by_std=True, seed=0, device=torch.device("cpu"),
+                           normalize_by_std=True, seed=0, step=1, reward={"name": "graded"},
+                           device=torch.device("cpu"),
                            timer=PhaseTimer(torch.device("cpu")), overlong=Overlong(8))
     assert plain.raw_rewards.tolist() == [1.0, 1.0, 0.0, 0.0]
     assert "train/overlong_penalty_mean" not in metrics and plain.filtered is None

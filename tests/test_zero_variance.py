@@ -49,7 +49,8 @@ def _batch(tokenizer, groups: list[int], filter_zero_variance: bool) -> RolloutB
             rollouts.append(Rollout(text, tokenizer(text, add_special_tokens=False)["input_ids"]))
             truths.append(answer)
     batch, _ = score(prompts, rollouts, truths, reward_fn_for("toy"), tokenizer, group_size=4,
-                     advantage_eps=1e-6, normalize_by_std=True, seed=0, device=CPU,
+                     advantage_eps=1e-6, normalize_by_std=True, seed=0, step=1,
+                     reward={"name": "graded"}, device=CPU,
                      timer=PhaseTimer(CPU), filter_zero_variance=filter_zero_variance)
     return batch
 
