@@ -46,6 +46,9 @@ ACCEPTED: dict[tuple[str, str], str] = {
     ("cluster.mail_user", "null"): "no mail at the detached driver's end",
     ("analysis.seed_variance_from", "null"): "no seed variance borrowed (the default)",
     ("analysis.assumed_seed_sd", "null"): "no power in the dry run, which says how to get it (the default)",
+    ("confirm.policy_from", "null"): "the run trains its own policy (the default; a confirmation "
+                                     "without retraining names a run's final model)",
+    ("retire.pass_rate", "null"): "no prompt is retired (the default)",
     ("prompt.stop", "empty"): "no stop sequence: responses end at EOS or max_new_tokens",
     ("learning_rate", "huge"): "the first update diverges: the health guard stops the run as diverged",
     ("optimizer.weight_decay", "huge"): "the weights blow up: the run stops as diverged",
