@@ -319,6 +319,13 @@ def test_weights_in_the_training_forward_of_a_stale_batch(tiny_model_dir: Path) 
     assert "train/is_weight_mean" not in stale and "train/behaviour_kl" not in stale
 
 
+def token_entropy(policy: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+    """(B, T) the entropy in nats of the policy's next-token distribution at each position."""
+    with torch.no_grad():
+        log_p = torch.log_softmax(policy(batch.input_ids).logits.float(), dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)
+
+
 def loss_terms(policy: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
     """(B,) the sum over each row's response tokens of its log-probs."""
     return reference_log_probs(policy, batch).sum(dim=1)
@@ -342,6 +349,15 @@ def test_the_normalizations_read_the_whole_steps_tokens_and_longest_response(
     assert lengths.sum() == 22 and lengths.max() == 7
     metrics = learner._train(batch, PhaseTimer(CPU), staleness=0)
     assert metrics["train/loss"] == pytest.approx(float(expected), rel=1e-5)
+    # one row an optimizer step (learning rate 0: the same weights throughout): each divides by
+    # its own length under every normalization, row 4's single token by 1; a step of a left-out
+    # row alone has loss 0; train/loss is the mean over the six steps
+    single = make_learner(tiny_model_dir, f"normalization={normalization}", "learning_rate=0.0",
+                          "train_batch_size=1", "micro_batch_size=1")
+    metrics = single._train(make_batch(), PhaseTimer(CPU), staleness=0)
+    assert metrics["train/optimizer_steps_this_grpo_step"] == 6
+    assert metrics["train/loss"] == pytest.approx(float((per_row / lengths).mean()), rel=1e-5)
+    assert metrics["train/frac_skipped"] == pytest.approx(2 / 6)
 
 
 def test_no_baseline_reads_each_rows_raw_reward(tiny_model_dir: Path) -> None:
@@ -383,6 +399,15 @@ def test_ratio_statistics_are_token_means_over_the_trained_rows_then_over_optimi
             steps.append(mean_over(value, keep))
         assert metrics[f"train/{key}"] == pytest.approx(sum(steps) / 2, rel=1e-4, abs=1e-6), key
     assert metrics["train/clip_fraction"] > 0  # rows 2 (A < 0, r 0.74) and 4 (A > 0, r 1.65)
+    # train/entropy: the token mean of the policy's entropy over every row of each step, the
+    # left-out ones included (measured in an inference forward), then the mean over the steps
+    entropy = token_entropy(learner.policy, batch)
+    steps = []
+    for rows in (ORDER[:3], ORDER[3:]):
+        keep = torch.zeros_like(mask)
+        keep[rows] = batch.response_mask[rows]
+        steps.append(mean_over(entropy, keep))
+    assert metrics["train/entropy"] == pytest.approx(sum(steps) / 2, rel=1e-5)
     assert metrics["train/mean_ratio_first_microbatch"] == pytest.approx(math.exp(0.1), rel=1e-5)
     assert metrics["train/optimizer_steps_this_grpo_step"] == 2 == metrics["train/optimizer_steps"]
     assert metrics["train/nonfinite_weights"] == 0.0
@@ -393,6 +418,7 @@ def test_an_on_policy_step_without_old_log_probs_logs_ratio_one(tiny_model_dir: 
     metrics = learner._train(make_batch(), PhaseTimer(CPU), staleness=0)
     assert (metrics["train/mean_ratio"], metrics["train/clip_fraction"], metrics["train/approx_kl"]) == (
         1.0, 0.0, 0.0)
+    assert metrics["train/mean_ratio_first_microbatch"] == 1.0
     off = make_learner(tiny_model_dir, "loss=reinforce_with_baseline", "off_policy.epochs=2")
     assert "train/mean_ratio" not in off._train(make_batch(), PhaseTimer(CPU), staleness=0)
 

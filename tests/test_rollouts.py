@@ -59,6 +59,10 @@ def test_rows_are_trimmed_after_their_last_response_token_with_per_row_columns()
     assert picked["old_log_probs"].tolist() == [[-12.0, -13.0, -14.0], [-0.0, -1.0, -2.0]]
     assert picked["importance_weights"][1].tolist() == pytest.approx([0.0, 0.1, 0.2])
     assert batch.rows(torch.tensor([1]))["response_mask"].tolist() == [[0, 0, 1, 1, 1]]
+    # a row without a response token (only special tokens were sampled) keeps the full width
+    batch.response_mask[2] = 0
+    assert batch.rows(torch.tensor([2]))["input_ids"].tolist() == [[12, 13, 14, 15, 16, 17]]
+    assert batch.lengths(torch.tensor([2, 0])) == [0, 3]
     plain = RolloutBatch(batch.input_ids, batch.labels, batch.response_mask, batch.advantages,
                          batch.raw_rewards, batch.order)
     assert plain.rows(torch.tensor([0])).keys() == {"input_ids", "labels", "response_mask",
@@ -121,3 +125,10 @@ def test_score_gives_group_normalized_advantages_the_training_order_and_the_resp
     plain, _ = score(prompts, rollouts, truths, reward_fn_for("toy"), tokenizer, group_size=3,
                      advantage_eps=1e-6, normalize_by_std=False, seed=11, device=CPU, timer=timer)
     assert plain.advantages.tolist() == pytest.approx([2 / 3, -1 / 3, -1 / 3, 0, 0, 0], abs=1e-6)
+
+
+def test_only_single_numbers_of_the_reward_metadata_become_metrics() -> None:
+    from grpo.training.rollouts import _is_number
+
+    assert _is_number(1) and _is_number(0.5) and _is_number(torch.tensor(2.0))
+    assert not _is_number(torch.zeros(2)) and not _is_number("0.5") and not _is_number([1.0])
