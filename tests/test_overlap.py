@@ -354,3 +354,34 @@ def test_without_overlap_each_step_is_drawn_and_generated_when_taken(tiny_model_
     batch, _ = stale.take(3, 3)
     assert drawn == [1, 2, 1, 2, 3] and batch.request.step == 3 and stale._in_flight is None
     stale.close()
+
+
+def test_the_generation_in_flight_runs_in_a_daemon_thread_and_batches_are_frozen(
+        tiny_model_dir: Path) -> None:
+    """A generation left behind must not hold the process at exit (a daemon thread, named for
+    its step); a request or a generated batch cannot be changed after the fact."""
+    import dataclasses
+
+    policy, tokenizer = _tiny_policy(tiny_model_dir)
+    release = threading.Event()
+
+    @contextmanager
+    def held() -> Iterator[None]:
+        if threading.current_thread().name.startswith("rollouts"):
+            release.wait(30)
+        yield
+
+    engine = HFRolloutEngine(policy, tokenizer, batch_size=16, max_model_len=64)
+    producer = RolloutProducer(engine, version=0, group_size=2, staleness=1, draw=_request,
+                               sampling_context=held)
+    try:
+        batch, _ = producer.take(1, 3)
+        worker = [t for t in threading.enumerate() if t.name == "rollouts-step-2"]
+        assert len(worker) == 1 and worker[0].daemon
+    finally:
+        release.set()
+        producer.close()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        batch.policy_version = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        batch.request.step = 2  # type: ignore[misc]
