@@ -451,3 +451,76 @@ def test_the_token_budget_packs_rows_by_their_length_up_to_the_last_response_tok
     finally:
         hook.remove()
     assert shapes == [(2, 6), (2, 4), (2, 8)]
+
+
+def test_a_nonfinite_gradient_with_a_finite_loss_takes_no_step(tiny_model_dir: Path) -> None:
+    """A NaN in the accumulated gradient (here planted before the step) with a finite loss: no
+    optimizer step, the weights unchanged and finite."""
+    learner = make_learner(tiny_model_dir)
+    before = {name: p.detach().clone() for name, p in learner.policy.named_parameters()}
+    first = next(learner.policy.parameters())
+    first.grad = torch.full_like(first, math.nan)
+    metrics = learner._train(make_batch(), PhaseTimer(CPU), staleness=0)
+    assert math.isfinite(metrics["train/loss"]) and math.isnan(metrics["train/grad_norm"])
+    assert metrics["train/optimizer_steps_this_grpo_step"] == 0
+    assert metrics["train/nonfinite_weights"] == 0.0
+    for name, p in learner.policy.named_parameters():
+        assert torch.equal(p, before[name]), name
+
+
+def gradient_norm(module: torch.nn.Module) -> float:
+    return float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in module.parameters()
+                                if p.grad is not None)))
+
+
+@pytest.mark.parametrize("max_norm", ["0.001", "null"])
+def test_the_gradient_is_the_steps_and_is_clipped_before_the_update(
+        tiny_model_dir: Path, max_norm: str) -> None:
+    """train/grad_norm is the norm of the gradient of the step's loss computed here by autograd
+    ("token": the sum over the step's 22 tokens of -A log p / 22), before clipping; the optimizer
+    steps on the gradient clipped to optimizer.max_grad_norm (none with null), and the weights move."""
+    learner = make_learner(tiny_model_dir, "normalization=token", f"optimizer.max_grad_norm={max_norm}")
+    batch = make_batch()
+    reference = copy.deepcopy(learner.policy)
+    logits = reference(batch.input_ids).logits.float()
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, batch.labels[..., None])[..., 0]
+    (-(torch.tensor(ADVANTAGES)[:, None] * lp * batch.response_mask).sum() / 22).backward()
+    norm = gradient_norm(reference)
+    at_step: list[float] = []
+    learner.optimizer.register_step_pre_hook(lambda *_: at_step.append(gradient_norm(learner.policy)))
+    before = {name: p.detach().clone() for name, p in learner.policy.named_parameters()}
+    metrics = learner._train(batch, PhaseTimer(CPU), staleness=0)
+    assert metrics["train/grad_norm"] == pytest.approx(norm, rel=1e-4)
+    assert at_step == [pytest.approx(norm if max_norm == "null" else 0.001, rel=1e-4)]
+    moved = max(float((p.detach() - before[name]).abs().max()) for name, p in learner.policy.named_parameters())
+    assert moved == pytest.approx(float(learner.cfg.learning_rate), rel=0.05)  # Adam's first step
+
+
+def test_an_uncorrected_stale_batch_logs_its_drift_but_gets_no_weights(tiny_model_dir: Path) -> None:
+    learner = make_learner(tiny_model_dir, "loss=grpo_clip", "off_policy.staleness=1",
+                           "off_policy.correction=none")
+    batch = make_batch()
+    proximal = reference_log_probs(learner.policy, batch)
+    shift = row_offsets([-0.3, 0.2, 1.0, -0.3, -1.0, -0.3])
+    metrics = learner._old_log_probs(batch, rollouts_of(batch, proximal + shift), 2, PhaseTimer(CPU),
+                                     staleness=1)
+    assert batch.importance_weights is None and "train/is_weight_mean" not in metrics
+    log_ratio = -shift.expand_as(proximal)
+    assert metrics == {"train/behaviour_kl": pytest.approx(
+        mean_over(torch.expm1(log_ratio) - log_ratio, trained(batch)), rel=1e-4)}
+
+
+def test_correct_fresh_weights_in_the_training_forward_without_a_drift(tiny_model_dir: Path) -> None:
+    """correct_fresh with a ratio-free loss on raw sampling: a fresh batch's weights are taken in
+    the training forward; no behaviour KL at staleness 0."""
+    learner = make_learner(tiny_model_dir, "off_policy.correct_fresh=true")
+    assert learner.weights_in_train_pass and learner.correction is not None
+    batch = make_batch()
+    proximal = reference_log_probs(learner.policy, batch)
+    shift = row_offsets([-0.3, 0.2, 1.0, -0.3, -1.0, -0.3])
+    assert learner._old_log_probs(batch, rollouts_of(batch, proximal + shift), 2, PhaseTimer(CPU),
+                                  staleness=0) == {}
+    metrics = learner._train(batch, PhaseTimer(CPU), staleness=0)
+    weights = expected_weights(proximal, proximal + shift, 2.0)
+    assert metrics["train/is_weight_mean"] == pytest.approx(mean_over(weights, trained(batch)), rel=1e-5)
+    assert "train/behaviour_kl" not in metrics
