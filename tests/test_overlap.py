@@ -359,7 +359,8 @@ def test_without_overlap_each_step_is_drawn_and_generated_when_taken(tiny_model_
 def test_the_generation_in_flight_runs_in_a_daemon_thread_and_batches_are_frozen(
         tiny_model_dir: Path) -> None:
     """A generation left behind must not hold the process at exit (a daemon thread, named for
-    its step); a request or a generated batch cannot be changed after the fact."""
+    its step); `finish_generation` waits for it and says how long; a request or a generated
+    batch cannot be changed after the fact."""
     import dataclasses
 
     policy, tokenizer = _tiny_policy(tiny_model_dir)
@@ -378,6 +379,9 @@ def test_the_generation_in_flight_runs_in_a_daemon_thread_and_batches_are_frozen
         batch, _ = producer.take(1, 3)
         worker = [t for t in threading.enumerate() if t.name == "rollouts-step-2"]
         assert len(worker) == 1 and worker[0].daemon
+        threading.Timer(0.3, release.set).start()
+        assert 0.3 <= producer.finish_generation() < 30  # the seconds it waited for the generation
+        assert producer.finish_generation() < 0.3
     finally:
         release.set()
         producer.close()
