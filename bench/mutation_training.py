@@ -209,7 +209,8 @@ def _write(copy_root: Path, relative: str, source: str) -> None:
     shutil.rmtree(path.parent / "__pycache__", ignore_errors=True)
 
 
-def check(modules: list[str], per_module: int, seed: int, out: Path | None) -> dict:
+def check(modules: list[str], per_module: int, seed: int, out: Path | None,
+          lines: set[int] | None = None) -> dict:
     _preload()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
@@ -222,6 +223,8 @@ def check(modules: list[str], per_module: int, seed: int, out: Path | None) -> d
             points = mutation_points(ast.parse(original))
             sample = sorted(random.Random(f"{seed}-{name}").sample(points, min(per_module, len(points))),
                             key=lambda m: (m.line, m.index, m.kind))
+            if lines:  # a rerun of the sampled mutants on these lines only
+                sample = [m for m in sample if m.line in lines]
             _write(copy_root, relative, ast.unparse(ast.parse(original)))
             verdict, baseline = run_tests(copy_root, args, 900, logs / f"{name}-baseline.log")
             if verdict != "passed":
@@ -257,6 +260,8 @@ def main() -> None:
     parser.add_argument("--per-module", type=int, default=20, help="mutants sampled per module")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--lines", type=int, nargs="+", default=None,
+                        help="run only the sampled mutants on these lines (one module)")
     parser.add_argument("--list", choices=list(TARGETS), default=None,
                         help="print a module's mutation points and exit")
     args = parser.parse_args()
@@ -264,7 +269,7 @@ def main() -> None:
         for m in mutation_points(ast.parse((ROOT / TARGETS[args.list][0]).read_text())):
             print(f"line {m.line:4d} {m.description}")
         return
-    check(args.modules, args.per_module, args.seed, args.json)
+    check(args.modules, args.per_module, args.seed, args.json, set(args.lines or ()))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,9 @@ def test_engine_values_fill_the_response_and_no_further() -> None:
     torch.testing.assert_close(aligned, torch.tensor([[NAN, NAN, -0.4, -0.5], [NAN] * 4,
                                                       [NAN, -0.8, NAN, NAN]]), equal_nan=True)
     assert torch.isnan(engine_log_probs(labels, mask, [Rollout("a", [4], None)] * 3)).all()
+    # one-token rollouts only
+    one = engine_log_probs(labels[2:], mask[2:], [Rollout("c", [8], [-0.8])])
+    torch.testing.assert_close(one, torch.tensor([[NAN, -0.8, NAN, NAN]]), equal_nan=True)
     # a longer sampled response than the trainer's: only the trainer's response positions
     long = engine_log_probs(labels[2:], mask[2:], [Rollout("c", [8, 0, 0], [-0.8, -0.2, -0.3])])
     torch.testing.assert_close(long, torch.tensor([[NAN, -0.8, NAN, NAN]]), equal_nan=True)

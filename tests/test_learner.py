@@ -524,3 +524,18 @@ def test_correct_fresh_weights_in_the_training_forward_without_a_drift(tiny_mode
     weights = expected_weights(proximal, proximal + shift, 2.0)
     assert metrics["train/is_weight_mean"] == pytest.approx(mean_over(weights, trained(batch)), rel=1e-5)
     assert "train/behaviour_kl" not in metrics
+
+
+def test_learn_runs_the_old_log_prob_pass_only_where_needed_then_trains(tiny_model_dir: Path) -> None:
+    """`learn` with its defaults (a fresh batch, as bench/step_time.py calls it): a ratio-free loss
+    and no check due need no old-log-prob pass; GRPO-Clip does."""
+    learner = make_learner(tiny_model_dir)
+    timer = PhaseTimer(CPU)
+    metrics = learner.learn(make_batch(), [], 2, timer)
+    assert "time/old_log_probs_s" not in timer.metrics and "time/train_s" in timer.metrics
+    assert metrics["train/optimizer_steps"] == 1 and "train/behaviour_kl" not in metrics
+    clip = make_learner(tiny_model_dir, "loss=grpo_clip")
+    timer = PhaseTimer(CPU)
+    batch = make_batch()
+    clip.learn(batch, [], 2, timer)
+    assert "time/old_log_probs_s" in timer.metrics and batch.old_log_probs is not None
