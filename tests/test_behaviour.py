@@ -74,6 +74,9 @@ def test_the_on_policy_check_stops_above_its_bounds_only() -> None:
         check_on_policy({"rollout/engine_logprob_abs_diff": 0.01, "rollout/outside_trainer_nucleus": 0.051})
     with pytest.raises(LogProbMismatchError, match=r"nucleus for 20\.0%"):
         check_on_policy({"rollout/outside_trainer_nucleus": 0.2})
+    # a difference at its bound is not named; the share over its bound is
+    with pytest.raises(LogProbMismatchError, match=r"nucleus for 20\.0%"):
+        check_on_policy({"rollout/engine_logprob_abs_diff": 0.1, "rollout/outside_trainer_nucleus": 0.2})
     # both over: the difference is named
     with pytest.raises(LogProbMismatchError, match="by 0.500 nats"):
         check_on_policy({"rollout/engine_logprob_abs_diff": 0.5, "rollout/outside_trainer_nucleus": 0.5})
