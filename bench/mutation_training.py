@@ -20,6 +20,26 @@ own time) under a time limit: a failing test (or the limit) kills the mutant. Th
 Surviving mutants are printed with their line, so that each can be judged: a mutant is
 equivalent only where one can say why no input tells it apart (e.g. `x > 0` -> `x >= 0` where x
 is never 0). The figures: killed / sampled, and killed / (sampled - equivalent) once judged.
+
+Measured (seed 0, 25 a module, all points where a module has fewer; 2 shared cores; the test
+files as `TARGETS` lists them), killed / sampled, then of the non-equivalent mutants:
+
+    module      points  killed   non-equivalent   before (issue 61's sample, quick tier)
+    learner        106   24/25   24/24  100%      55%
+    behaviour       72   24/25   24/24  100%      91%
+    importance       6    6/6     6/6   100%      75%
+    rollouts        25   21/25   21/21  100%      85%
+    overlap         31   24/25   24/25   96%      76%
+
+The equivalent survivors: learner line 77 `warmup > 0` -> `warmup > 1` (with warmup_steps=1
+min(1, (s + 1) / 1) is 1, the constant rate); behaviour line 48 `max(..., default=0)` -> 1 (with
+no usable rollout a width of 1 gives the same all-NaN tensor as the early return); rollouts lines
+60-61 `unsqueeze(-1)` -> `unsqueeze(1)` (the same on a 1-D tensor), lines 96-97 `zip(...,
+strict=True)` -> False (score_batch returns one score per response, and
+compute_group_normalized_rewards refuses responses and truths of unequal length either way).
+The one survivor that is not equivalent: overlap line 52, CLOSE_WAIT_S 60 -> 120 (a tuning
+constant that the close test sets to 0.5 s). All five: 99 of the 100 non-equivalent mutants of
+the sample killed. The five quick test files together: 48 tests, 45 s in one process here.
 """
 
 from __future__ import annotations
