@@ -175,3 +175,20 @@ def test_the_behaviour_kl_is_k3_of_pi_old_over_pi_behaviour_on_the_compared_toke
         (math.exp(0.5) - 1.5 + math.exp(-1.0) + math.exp(-0.2) - 0.8) / 3)
     assert behaviour_kl_metrics([behaviour_kl_sums(proximal, behaviour, mask * 0)]) == {}
     assert behaviour_kl_metrics([]) == {}
+
+
+def test_a_cap_in_0_1_truncates_and_a_weight_at_the_cap_is_not_capped() -> None:
+    """cap 1: the raw weights 2 and 0.5 become 1 and 0.5; a token both policies give the same
+    log-prob (raw weight exactly 1) and one without an engine value keep weight 1 uncapped: the
+    cap bites only above it. cap 0.5 is accepted too, and any cap <= 0 refused."""
+    proximal = torch.log(torch.tensor([[0.5, 0.25, 0.3, 0.2]]))
+    behaviour = torch.log(torch.tensor([[0.25, 0.5, 0.3, float("nan")]]))
+    weights, capped = truncated_importance_weights(proximal, behaviour, cap=1.0)
+    torch.testing.assert_close(weights, torch.tensor([[1.0, 0.5, 1.0, 1.0]]))
+    assert capped.tolist() == [[True, False, False, False]]
+    weights, capped = truncated_importance_weights(proximal, behaviour, cap=0.5)
+    torch.testing.assert_close(weights, torch.tensor([[0.5, 0.5, 0.5, 0.5]]))
+    assert capped.tolist() == [[True, False, True, True]]
+    for cap in (0.0, -1.0):
+        with pytest.raises(ValueError, match="must be > 0"):
+            truncated_importance_weights(proximal, behaviour, cap=cap)

@@ -288,3 +288,104 @@ def test_correct_fresh_weights_the_batches_of_a_staleness_0_run(tiny_model_dir: 
             assert all(r["train/is_capped_fraction"] == 0 for r in rows)
         else:
             assert not any("train/is_weight_mean" in r for r in rows)
+
+
+def test_the_next_steps_request_is_drawn_in_flight_and_taken_not_drawn_again(tiny_model_dir: Path) -> None:
+    """Staleness 1, a run resumed after step 4 (version 4), 7 steps: take(5) generates step 5 at
+    once (nothing in flight after a restart) and starts step 6 with the same weights; take(6)
+    takes that very batch (not drawn again: the sampler would skip a step's questions) and starts
+    7 with the weights synced after step 5; take(7), the last, starts nothing. The loop waited
+    for step 5's generation, not for step 6's, which ended during the sync."""
+    policy, tokenizer = _tiny_policy(tiny_model_dir)
+    engine = HFRolloutEngine(policy, tokenizer, batch_size=16, max_model_len=64)
+    drawn: list[int] = []
+
+    def draw(step: int) -> RolloutRequest:
+        drawn.append(step)
+        return _request(step)
+
+    producer = RolloutProducer(engine, version=4, group_size=2, staleness=1, draw=draw,
+                               sampling_context=nullcontext)
+    try:
+        first, waited = producer.take(5, 7)
+        assert drawn == [5, 6]
+        assert (first.request.step, first.policy_version, first.staleness()) == (5, 4, 0)
+        assert [len(group) for group in first.groups] == [2, 2]
+        assert 60 > waited >= first.generate_s > 0
+        producer.sync(policy, 5)
+        assert producer.version == 5 and producer.finish_generation() >= 0
+        second, waited = producer.take(6, 7)
+        assert drawn == [5, 6, 7]
+        assert (second.request.step, second.policy_version, second.staleness()) == (6, 4, 1)
+        assert second.request.prompts == _request(6).prompts
+        assert 60 > second.generate_s > waited >= 0
+        producer.sync(policy, 6)
+        third, _ = producer.take(7, 7)
+        assert drawn == [5, 6, 7] and producer._in_flight is None
+        assert (third.request.step, third.policy_version, third.staleness()) == (7, 5, 1)
+    finally:
+        producer.close()
+
+
+def test_without_overlap_each_step_is_drawn_and_generated_when_taken(tiny_model_dir: Path) -> None:
+    policy, tokenizer = _tiny_policy(tiny_model_dir)
+    engine = HFRolloutEngine(policy, tokenizer, batch_size=16, max_model_len=64)
+    drawn: list[int] = []
+
+    def draw(step: int) -> RolloutRequest:
+        drawn.append(step)
+        return _request(step)
+
+    with pytest.raises(ValueError, match="staleness must be 0 or 1"):
+        RolloutProducer(engine, version=0, group_size=2, staleness=2, draw=draw, sampling_context=nullcontext)
+    producer = RolloutProducer(engine, version=0, group_size=2, staleness=0, draw=draw,
+                               sampling_context=nullcontext)
+    batch, waited = producer.take(1, 3)
+    assert drawn == [1] and producer._in_flight is None
+    assert (batch.request.step, batch.policy_version, batch.staleness()) == (1, 0, 0)
+    assert 60 > waited >= batch.generate_s > 0
+    producer.sync(policy, 1)
+    batch, _ = producer.take(2, 3)
+    assert drawn == [1, 2] and (batch.policy_version, batch.staleness()) == (1, 0)
+    # a batch in flight for another step than the one taken is dropped, the step drawn now
+    stale = RolloutProducer(engine, version=0, group_size=2, staleness=1, draw=draw,
+                            sampling_context=nullcontext)
+    stale.take(1, 3)
+    batch, _ = stale.take(3, 3)
+    assert drawn == [1, 2, 1, 2, 3] and batch.request.step == 3 and stale._in_flight is None
+    stale.close()
+
+
+def test_the_generation_in_flight_runs_in_a_daemon_thread_and_batches_are_frozen(
+        tiny_model_dir: Path) -> None:
+    """A generation left behind must not hold the process at exit (a daemon thread, named for
+    its step); `finish_generation` waits for it and says how long; a request or a generated
+    batch cannot be changed after the fact."""
+    import dataclasses
+
+    policy, tokenizer = _tiny_policy(tiny_model_dir)
+    release = threading.Event()
+
+    @contextmanager
+    def held() -> Iterator[None]:
+        if threading.current_thread().name.startswith("rollouts"):
+            release.wait(30)
+        yield
+
+    engine = HFRolloutEngine(policy, tokenizer, batch_size=16, max_model_len=64)
+    producer = RolloutProducer(engine, version=0, group_size=2, staleness=1, draw=_request,
+                               sampling_context=held)
+    try:
+        batch, _ = producer.take(1, 3)
+        worker = [t for t in threading.enumerate() if t.name == "rollouts-step-2"]
+        assert len(worker) == 1 and worker[0].daemon
+        threading.Timer(0.3, release.set).start()
+        assert 0.3 <= producer.finish_generation() < 30  # the seconds it waited for the generation
+        assert producer.finish_generation() < 0.3
+    finally:
+        release.set()
+        producer.close()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        batch.policy_version = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        batch.request.step = 2  # type: ignore[misc]
