@@ -178,7 +178,7 @@ def shrunk_df(df: ArrayLike, lo: ArrayLike, hi: ArrayLike, power: float) -> np.n
 ANOVA_SHRINK = 2
 """The power by which :func:`anova_df` shrinks Satterthwaite's df of the pool towards the
 smallest config's df (:func:`shrunk_df`): one config 10x noisier than the other two of a key calls
-the key significant in 6.7% / 6.2% of equal sweeps of 2 / 3 seeds unshrunk, 4.2% / 4.7% shrunk
+the key significant in 6.9% / 6.2% of equal sweeps of 2 / 3 seeds unshrunk, 4.2% / 4.7% shrunk
 by 2 (``bench/main_effect_calibration.py``, docs/explanations/how-sure.md)."""
 
 

@@ -333,8 +333,9 @@ def box_df(projection: np.ndarray, run_variance: np.ndarray) -> float:
     Mehrotra's (1997) correction of Brown and Forsythe's test (statsmodels'
     ``anova_oneway(use_var="bf").df[0]``; for a balanced grid's main effect
     :func:`analysis.stats.critical.mehrotra_df`). One key of 3 levels, one 10x noisier: the F on
-    the key's 2 df calls equal levels different in 6.1% of 5-seed sweeps, on Box's 5.2%
-    (``bench/main_effect_calibration.py``). Rounded down to a tenth."""
+    the key's 2 df calls equal levels different in 6.1% of 5-seed sweeps, on Box's df (and the
+    shrunk denominator df, :func:`analysis.stats.critical.anova_df`) 4.7%
+    (``bench/main_effect_ratio_scan.py``). Rounded down to a tenth."""
     a_sigma = projection * run_variance[None, :]
     df = float(np.trace(a_sigma)) ** 2 / float((a_sigma * a_sigma.T).sum())
     return math.floor(round(10 * df, 6)) / 10
