@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from monte_carlo import Cells, grid_sweep, rate  # noqa: E402
 
 from analysis.stats.comparisons import compare_pair  # noqa: E402
+from analysis.stats.critical import pooled_df  # noqa: E402
 from analysis.stats.effects import main_effects  # noqa: E402
 from analysis.stats.levels import ALPHA  # noqa: E402
 from analysis.stats.variance import SeedVariance  # noqa: E402
@@ -61,8 +62,11 @@ def rates(cells: Cells, n: int, sweeps: int, step: float, seed: int) -> str:
         effects = main_effects(frame, keys, pooled, replicated=True)
         pair = ([compare_pair(*configs, "best", None, pooled, 2, ALPHA).verdict in ("better", "worse")]
                 if len(configs) == 2 else [])
-        for term in effects.terms:  # the same F; before: on the pool's summed df
-            got = [term.p < ALPHA, float(special.fdtrc(term.df, pooled.df, term.f)) < ALPHA, *pair]
+        variances = [float(np.var(c.seed_values, ddof=1)) for c in configs]
+        before = float(pooled_df(variances, [c.n_seeds - 1 for c in configs]))
+        for term in effects.terms:  # the same F; before: on (its df, the pool's Satterthwaite df)
+            got = [term.p < ALPHA, float(special.fdtrc(term.df, before, term.f)) < ALPHA,
+                   float(special.fdtrc(term.df, pooled.df, term.f)) < ALPHA, *pair]
             for rule, hit in zip(found.setdefault(term.name, tuple([] for _ in got)), got, strict=True):
                 rule.append(hit)
     return "; ".join(f"{name}: " + " / ".join(rate(r) for r in rules) for name, rules in found.items())
@@ -78,8 +82,12 @@ def designs() -> list[tuple[str, Cells, list[tuple[int, float]], int]]:
         ("pair, one better by 2.5 / 2.5 / 2 sd", [((0,), 1.0), ((1,), 1.0)],
          [(2, 2.5), (3, 2.5), (5, 2.0)], 1),
         ("one key of 9, 3 at 0.3x", [((i,), 0.3 if i < 3 else 1.0) for i in range(9)], null, 1),
-        ("one key of 3, one at 10x", [((i,), 10.0 if i == 0 else 1.0) for i in range(3)],
+        *((f"one key of 3, one at {r:g}x", [((i,), r if i == 0 else 1.0) for i in range(3)],
+           [(2, 0.0), (3, 0.0), (5, 0.0)], 2) for r in (10.0, 4.0, 2.0, 100.0)),
+        ("one key of 3, one at 0.1x", [((i,), 0.1 if i == 0 else 1.0) for i in range(3)],
          [(2, 0.0), (3, 0.0), (5, 0.0)], 1),
+        ("one key of 3, power: one level 3 / 2.5 / 2 sd apart", [((i,), 1.0) for i in range(3)],
+         [(2, 3.0 / 2), (3, 2.5 / 2), (5, 2.0 / 2)], 1),
         ("3x3, the first key's level 0 at 0.3x", [(c, 0.3 if c[0] == 0 else 1.0) for c in grid],
          null, 1),
         ("3x3, all equal", [(c, 1.0) for c in grid], null, 1),

@@ -10,14 +10,15 @@ hold ``alpha`` with every config equal and with a tied best pair at each seed-sd
 ``SD_RATIOS``. Here, on other random numbers than the calibration's, two configs tie for the
 best with seed sd 1 and 1/ratio, the others (where there are more) far behind, so they leave at
 the first look that can tell and the tied pair races on alone; and, a case the calibration does
-not simulate, every one of 9 configs tied, alternately of seed sd 1 and 1/ratio (``all tied``).
+simulates at 1/100 only (``ALL_TIED_RATIO``), every one of 9 configs tied, alternately of seed sd
+1 and 1/ratio (``all tied``).
 For each design and ratio: the share of the truly best configs that leave at some look at the
 race's level, at Bonferroni's ``alpha / max_seeds``, and the level a look would need for that
 share to be ``alpha`` (bisection on common random numbers; the race's level where it holds
 there). ± is the Monte Carlo error (binomial over the truly best configs; those of a race are
 not independent, so it is a little optimistic).
 
-Usage: nice -n 10 python bench/race_unequal.py [--races 2000]   (about 5 min on 2 shared cores)
+Usage: nice -n 10 python bench/race_unequal.py [--races 2000] [--configs 9]   (about 5 min on 2 shared cores)
 """
 
 from __future__ import annotations
@@ -80,11 +81,15 @@ def main() -> None:
     """Print one row a design and ratio."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--races", type=int, default=2000)
+    parser.add_argument("--configs", type=int, nargs="*", default=(),
+                        help="only the designs of these many configs")
     args = parser.parse_args()
     print(f"| configs | max_seeds | wave 1 variance | truly best | seed sds | level | a truly best "
           f"config left | at Bonferroni's alpha / max_seeds | level that would hold {ALPHA:g} |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for k, max_seeds, first_look, all_tied in DESIGNS:
+        if args.configs and k not in args.configs:
+            continue
         level = boundary(k, max_seeds, ALPHA, first_look).level
         for ratio in SD_RATIOS:
             started = time.time()

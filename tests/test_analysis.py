@@ -653,8 +653,9 @@ def test_seeds_that_measure_a_variance_of_0_do_not_ask_for_a_second_seed(tmp_pat
 def test_the_main_effects_section_says_its_variance_leaves_out_a_floor(tmp_path: Path) -> None:
     """A config whose two seeds gave one value (no learning) beside two whose seeds vary: the
     ANOVA's seed variance is the varying configs' (2 df, not 3), tested on Satterthwaite's df of
-    it (their variances 0.03125 and 0.0703: (0.03125 + 0.0703)^2 / (0.03125^2 + 0.0703^2) = 1.74,
-    down to a tenth 1.7), and the report says both."""
+    it (their variances 0.03125 and 0.0703: (0.03125 + 0.0703)^2 / (0.03125^2 + 0.0703^2) = 1.74)
+    shrunk towards one config's 1 (1 + (1.74 - 1)^2 = 1.55, down to a tenth 1.5) and the key on
+    Box's numerator df (1.9 of its 2, the floor at the pool's variance), and the report says so."""
     sweep = tmp_path / "sweep"
     write_multirun(sweep, ["learning_rate=1e-05,0.0003,0.001", "seed=0,1"])
     rewards = {1e-5: (0.25, 0.25), 3e-4: (0.5, 0.75), 1e-3: (0.25, 0.625)}
@@ -662,12 +663,16 @@ def test_the_main_effects_section_says_its_variance_leaves_out_a_floor(tmp_path:
         evals = [{"step": s, "eval/reward": 0.25 if s == 0 else rewards[lr][seed]} for s in (0, 10)]
         write_run(sweep / str(job), {"learning_rate": lr, "seed": seed}, evals, {"status": "completed"})
     ranking = rank(collect([sweep]))
-    assert ranking.uncertainty.seeds.df == 3 and ranking.effects.error.df == 1.7
+    assert ranking.uncertainty.seeds.df == 3 and ranking.effects.error.df == 1.5
+    (term,) = ranking.effects.terms
     text = build_report(collect([sweep]), sweep, ranking=ranking)
-    assert ("each F against the seed variance (seeds, 1.7 df; the ANOVA's seed variance leaves out 1 "
+    assert ("each F against the seed variance (seeds, 1.5 df; the ANOVA's seed variance leaves out 1 "
             "config whose seeds all gave one value (a floor or ceiling: learning_rate=1e-05): "
-            "pooled over the 2 whose seeds vary, on their 2 df; tested on Satterthwaite's 1.7 df of "
-            "that pool, not its 2: the configs' seed variances differ (Brown and Forsythe's test))") in text
+            "pooled over the 2 whose seeds vary, on their 2 df; tested on 1.5 df, not the pool's 2: "
+            "the configs' seed variances differ (Brown and Forsythe's test: Satterthwaite's df of "
+            "the pool shrunk towards one config's, and Box's numerator df where they differ))") in text
+    assert term.tested_df == 1.9
+    assert "| learning_rate | 2 (tested on 1.9: Box's, the configs' spreads differ) |" in text
 
 
 def test_the_main_effects_section_names_the_configs_it_leaves_out(tmp_path: Path) -> None:

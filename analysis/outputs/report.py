@@ -349,7 +349,10 @@ def _effects(ranking: Ranking) -> list[str]:
         "averages over the other keys, so it has power where a cell-against-cell comparison has "
         "little. Also in `main_effects.csv`.", "",
         markdown_table(["term", "df", "sum of squares", "F", "p"],
-                       [[t.name, f"{t.df:g}", f"{t.sum_sq:.3g}", f"{t.f:.2f}", fmt_p(t.p)]
+                       [[t.name, f"{t.df:g}" + (f" (tested on {t.numerator_df:g}: Box's, the "
+                                                 "configs' spreads differ)"
+                                                 if t.numerator_df != t.df else ""),
+                         f"{t.sum_sq:.3g}", f"{t.f:.2f}", fmt_p(t.p)]
                         for t in effects.terms]), "",
         "Each level's least-squares effect (sum-to-zero contrasts of the fitted model: in an "
         "unbalanced grid not its marginal mean minus the grand mean), with a 95% interval.", "",

@@ -158,9 +158,59 @@ def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike, n_b: 
     n_a, n_b = np.asarray(n_a), np.asarray(n_b)
     df = (a + b) ** 2 / (a ** 2 / (n_a - 1) + b ** 2 / (n_b - 1))
     lo, hi = np.minimum(n_a, n_b) - 1, n_a + n_b - 2
-    shrunk = lo + (hi - lo) * np.clip((df - lo) / (hi - lo), 0, 1) ** TWO_SEED_SHRINK
-    df = np.where(lo == 1, shrunk, df)
+    df = np.where(lo == 1, shrunk_df(df, lo, hi, TWO_SEED_SHRINK), df)
     return _tenth_below(df) if floored else df
+
+
+def shrunk_df(df: ArrayLike, lo: ArrayLike, hi: ArrayLike, power: float) -> np.ndarray:
+    """A Satterthwaite df ``df`` between its bounds ``lo`` (one config's df alone) and ``hi``
+    (the configs' summed df) shrunk towards ``lo``: lo + (hi - lo) x ((df - lo) / (hi - lo))^``power``
+    (``df`` where hi <= lo). An estimated df comes out large where the few-df variances it rests
+    on happen to be alike, which is also where the noisier config's variance, and so the test's
+    denominator, happens to be small: the test on it is liberal. The one shrink of
+    :func:`welch_df` (2 seeds) and :func:`anova_df`; elementwise over arrays."""
+    df, lo, hi = (np.asarray(x, dtype=float) for x in (df, lo, hi))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.clip((df - lo) / (hi - lo), 0, 1)
+    return np.where(hi > lo, lo + (hi - lo) * share ** power, df)
+
+
+ANOVA_SHRINK = 2
+"""The power by which :func:`anova_df` shrinks Satterthwaite's df of the pool towards the
+smallest config's df (:func:`shrunk_df`): one config 10x noisier than the other two of a key calls
+the key significant in 6.9% / 6.2% of equal sweeps of 2 / 3 seeds unshrunk, 4.2% / 4.7% shrunk
+by 2 (``bench/main_effect_calibration.py``, docs/explanations/how-sure.md)."""
+
+
+def anova_df(variances: ArrayLike, dfs: ArrayLike) -> np.ndarray:
+    """The denominator df of the main effects' F tests (``analysis.stats.effects.anova_error``)
+    over configs of seed variances ``variances`` (last axis) on ``dfs``: Satterthwaite's df of their
+    pool (:func:`pooled_df`, unrounded) shrunk by :func:`shrunk_df` at :data:`ANOVA_SHRINK` towards
+    the smallest df of a config that varies (its bound where that config's variance outweighs the
+    others'), up from there to their sum; rounded down to a tenth; NaN where no config varies.
+    The one rule the ANOVA and the power stated before launch
+    (``analysis.stats.power.power_main_effect``) read."""
+    s2 = np.asarray(variances, dtype=float)
+    nu = np.broadcast_to(np.asarray(dfs, dtype=float), s2.shape)
+    varying = (s2 > 0) & (nu > 0)
+    lo = np.where(varying, nu, np.inf).min(axis=-1)
+    hi = np.where(varying, nu, 0.0).sum(axis=-1)
+    return _tenth_below(shrunk_df(pooled_df(s2, nu, floored=False), lo, hi, ANOVA_SHRINK))
+
+
+def mehrotra_df(level_variances: ArrayLike) -> np.ndarray:
+    """The numerator df of a key's F test in a balanced grid (Box's approximation: Mehrotra's
+    1997 correction of Brown and Forsythe's test), from ``level_variances`` (last axis: a level's
+    seed variance, the mean of its configs'; equal runs a level): ((L - 1) sum V)^2 /
+    ((L^2 - 2L) sum V^2 + (sum V)^2) over the L levels. L - 1 where the levels' variances are
+    equal, towards 1 as one level's outweighs the others'. The closed form of
+    ``analysis.stats.effects.box_df`` for a balanced grid's main effect, which the power stated
+    before launch reads; unrounded, elementwise over the leading axes."""
+    v = np.asarray(level_variances, dtype=float)
+    levels = v.shape[-1]
+    total = v.sum(axis=-1)
+    return ((levels - 1) * total) ** 2 / ((levels ** 2 - 2 * levels) * (v ** 2).sum(axis=-1)
+                                          + total ** 2)
 
 
 def pair_seed_variance(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike,
@@ -181,7 +231,7 @@ def pair_seed_variance(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayL
     return np.where(by_own, own, pool), by_own
 
 
-def pooled_df(variances: ArrayLike, dfs: ArrayLike) -> np.ndarray:
+def pooled_df(variances: ArrayLike, dfs: ArrayLike, floored: bool = True) -> np.ndarray:
     """Satterthwaite's df of a seed variance pooled over configs, sum_j nu_j s_j^2 / sum_j nu_j,
     from each config's own variance ``variances`` (s_j^2, one a config along the last axis) on
     ``dfs`` (nu_j = its seeds - 1; configs of one seed have 0 and count for nothing):
@@ -193,15 +243,14 @@ def pooled_df(variances: ArrayLike, dfs: ArrayLike) -> np.ndarray:
     :func:`welch_df` shrinks it towards 1, this does not). Over a balanced grid the F of a main effect
     against the pool on this df is Brown and Forsythe's (1974) test of equal means under unequal
     variances (statsmodels' ``anova_oneway(use_var="bf")``, its ``df2``, for one key). NaN where
-    no config varies. The one rule for the main effects' df: the ANOVA
-    (``analysis.stats.effects.anova_error``) and the power stated before launch
-    (``analysis.stats.power.power_main_effect``) read it."""
+    no config varies; unrounded where ``floored`` is False. The main effects test on it shrunk
+    (:func:`anova_df`)."""
     s2 = np.asarray(variances, dtype=float)
     weighted = np.asarray(dfs, dtype=float) * s2
     squares = (weighted * s2).sum(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         df = np.where(squares > 0, weighted.sum(axis=-1) ** 2 / squares, math.nan)
-    return _tenth_below(df)
+    return _tenth_below(df) if floored else df
 
 
 def _tenth_below(df: ArrayLike) -> np.ndarray:

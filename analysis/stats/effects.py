@@ -37,7 +37,7 @@ import pandas as pd
 from scipy import special
 
 from analysis.names.formatting import format_value, sort_key
-from analysis.stats.critical import pooled_df, t_quantile
+from analysis.stats.critical import anova_df, t_quantile
 from analysis.stats.levels import ALPHA
 from analysis.stats.variance import ConfigData, SeedVariance, df_text
 
@@ -48,13 +48,21 @@ VALUE = "value"
 @dataclass(frozen=True)
 class Term:
     """One row of the ANOVA table: a key (or an interaction ``a × b``), its degrees of freedom,
-    sum of squares, F and p against the seed variance."""
+    sum of squares, F and p against the seed variance; ``tested_df`` the numerator df the p rests
+    on (Box's, :func:`box_df`, where the configs' own seed variances are the error term and
+    differ; else ``df``)."""
 
     name: str
     df: float
     sum_sq: float
     f: float
     p: float
+    tested_df: float = math.nan
+
+    @property
+    def numerator_df(self) -> float:
+        """The numerator df of the F test: ``tested_df``, or ``df`` where that is not set."""
+        return self.df if math.isnan(self.tested_df) else self.tested_df
 
 
 @dataclass(frozen=True)
@@ -86,13 +94,13 @@ class MainEffects:
 
     def frame(self) -> pd.DataFrame:
         """``main_effects.csv``: one row per level (``term``, ``level``, ``effect``, ``ci_low``,
-        ``ci_high``, ``runs``) after one row per term (``term``, ``df``, ``sum_sq``, ``F``,
-        ``p_value``), with the error term's source and df on every row."""
-        rows = [{"term": t.name, "df": t.df, "sum_sq": t.sum_sq, "F": t.f, "p_value": t.p}
-                for t in self.terms]
+        ``ci_high``, ``runs``) after one row per term (``term``, ``df``, ``tested_df`` the
+        numerator df its p rests on, ``sum_sq``, ``F``, ``p_value``), with the error term's source and df on every row."""
+        rows = [{"term": t.name, "df": t.df, "tested_df": t.numerator_df, "sum_sq": t.sum_sq,
+                 "F": t.f, "p_value": t.p} for t in self.terms]
         rows += [{"term": e.key, "level": e.level, "effect": e.effect, "ci_low": e.lo,
                   "ci_high": e.hi, "runs": e.n_runs} for e in self.levels]
-        columns = ["term", "level", "df", "sum_sq", "F", "p_value", "effect", "ci_low", "ci_high",
+        columns = ["term", "level", "df", "tested_df", "sum_sq", "F", "p_value", "effect", "ci_low", "ci_high",
                    "runs", "error_source", "error_df", "model"]
         return pd.DataFrame(rows).assign(error_source=self.error.source, error_df=self.error.df,
                                          model=self.model).reindex(columns=columns)
@@ -236,12 +244,18 @@ def main_effects(frame: pd.DataFrame, keys: Sequence[str], error: SeedVariance,
     else:  # as many parameters as runs with two or more keys: nothing to test a key with
         return None
     names = {f"C(f{i}, Sum)": key for i, key in enumerate(keys)}
+    spread = run_variances(coded, keys, error)
     terms = []
     for term, row in table.iterrows():
         name = " × ".join(names[part] for part in str(term).split(":"))
-        terms.append(_term(name, float(row["df"]), float(row["sum_sq"]), error))
+        box = (box_df(_type2_projection(fit, str(term)), spread)
+               if spread is not None and fit.df_resid > 0 else math.nan)
+        terms.append(_term(name, float(row["df"]), float(row["sum_sq"]), error, box))
     if cell_test is not None:
-        terms.append(_term(" × ".join(keys) + " (cell means against the additive model)", *cell_test, error))
+        box = (box_df(_cell_means_projection(coded, fit, len(keys)), spread)
+               if spread is not None else math.nan)
+        terms.append(_term(" × ".join(keys) + " (cell means against the additive model)",
+                           *cell_test, error, box))
     cov = fit.cov_params(scale=error.variance).to_numpy()
     params = list(fit.params.index)
     half_width = t_quantile(error.df)
@@ -268,10 +282,78 @@ def main_effects(frame: pd.DataFrame, keys: Sequence[str], error: SeedVariance,
     return MainEffects(terms, levels, error, model, missing)
 
 
-def _term(name: str, df: float, sum_sq: float, error: SeedVariance) -> Term:
-    """A row of the ANOVA table: its F against ``error`` and the p-value on their df."""
+def _term(name: str, df: float, sum_sq: float, error: SeedVariance, box: float = math.nan) -> Term:
+    """A row of the ANOVA table: its F against ``error`` and the p-value on (``box``, the error's
+    df), ``box`` Box's numerator df (:func:`box_df`; the term's ``df`` where NaN or larger)."""
     f = sum_sq / df / error.variance
-    return Term(name, df, sum_sq, f, float(special.fdtrc(df, error.df, f)))
+    tested = df if math.isnan(box) else min(box, df)
+    return Term(name, df, sum_sq, f, float(special.fdtrc(tested, error.df, f)),
+                math.nan if tested == df else tested)
+
+
+def _factors(column: str) -> frozenset[str]:
+    """The factors of a design column named as statsmodels names it (``C(f0, Sum)[S.a]:C(f1,
+    Sum)[S.x]``: {``C(f0, Sum)``, ``C(f1, Sum)``}; the intercept none)."""
+    if column == "Intercept":
+        return frozenset()
+    return frozenset(part.split("[")[0] for part in column.split(":"))
+
+
+def _projection(x: np.ndarray) -> np.ndarray:
+    """(runs, runs): the orthogonal projection onto the columns of ``x`` (full column rank)."""
+    q, _ = np.linalg.qr(x)
+    return q @ q.T
+
+
+def _type2_projection(fit, term: str) -> np.ndarray:  # noqa: ANN001 -- statsmodels' results
+    """(runs, runs): A with the term's type II sum of squares y'Ay (``anova_lm(typ=2)``): the
+    projection onto the columns of every term not containing ``term`` (a row name of the ANOVA
+    table) and ``term``'s, less the projection onto the former."""
+    exog, columns = np.asarray(fit.model.exog), list(fit.model.exog_names)
+    own = _factors(term)
+    small = [j for j, c in enumerate(columns) if not _factors(c) >= own]
+    big = small + [j for j, c in enumerate(columns) if _factors(c) == own]
+    return _projection(exog[:, big]) - _projection(exog[:, small])
+
+
+def _cell_means_projection(coded: pd.DataFrame, additive, n_keys: int) -> np.ndarray:  # noqa: ANN001
+    """(runs, runs): A with the interaction's sum of squares of :func:`_cell_means_test` y'Ay:
+    the projection onto the cells (each run's cell mean) less the additive fit's."""
+    cell = coded[[f"f{i}" for i in range(n_keys)]].astype(str).agg("|".join, axis=1).to_numpy()
+    means = (cell[:, None] == cell[None, :]).astype(float)
+    means /= means.sum(axis=1, keepdims=True)
+    return means - _projection(np.asarray(additive.model.exog))
+
+
+def box_df(projection: np.ndarray, run_variance: np.ndarray) -> float:
+    """Box's (1954) numerator df of a sum of squares y'Ay (``projection`` A, (runs, runs)) where
+    run i has seed variance ``run_variance[i]`` (Sigma diagonal): tr(A Sigma)^2 / tr((A Sigma)^2),
+    the df of the chi-square whose first two moments the sum of squares has; the term's df where
+    the variances are equal, towards 1 as one config's outweighs the others'. For one key it is
+    Mehrotra's (1997) correction of Brown and Forsythe's test (statsmodels'
+    ``anova_oneway(use_var="bf").df[0]``; for a balanced grid's main effect
+    :func:`analysis.stats.critical.mehrotra_df`). One key of 3 levels, one 10x noisier: the F on
+    the key's 2 df calls equal levels different in 6.1% of 5-seed sweeps, on Box's df (and the
+    shrunk denominator df, :func:`analysis.stats.critical.anova_df`) 4.7%
+    (``bench/main_effect_ratio_scan.py``). Rounded down to a tenth."""
+    a_sigma = projection * run_variance[None, :]
+    df = float(np.trace(a_sigma)) ** 2 / float((a_sigma * a_sigma.T).sum())
+    return math.floor(round(10 * df, 6)) / 10
+
+
+def run_variances(coded: pd.DataFrame, keys: Sequence[str], error: SeedVariance) -> np.ndarray | None:
+    """(runs,): each run's seed variance as the ANOVA's Box df (:func:`box_df`) reads it where
+    ``error`` is the sweep's own seeds (``anova_error``'s): its config's own sample variance, or
+    ``error``'s pool where its config cannot measure one (one seed, or every seed one value: the
+    pool leaves those out); None for any other error term (one variance for every run)."""
+    if error.source != "seeds":
+        return None
+    def own(values: pd.Series) -> float:
+        seeds = SeedVariance.pooled([ConfigData("cell", values.to_numpy(float))])
+        return seeds.variance if seeds.usable else error.variance
+
+    groups = coded.groupby([f"f{i}" for i in range(len(keys))], observed=True)[VALUE]
+    return groups.transform(own).to_numpy(float)
 
 
 def anova_error(error: SeedVariance, coded: pd.DataFrame, keys: Sequence[str]) -> SeedVariance:
@@ -309,13 +391,14 @@ def anova_error(error: SeedVariance, coded: pd.DataFrame, keys: Sequence[str]) -
             f"{'s' if len(flat) != 1 else ''} whose seeds all gave one value (a floor or ceiling: "
             f"{'; '.join(flat)}): pooled over the {len(varying)} whose seeds vary, on their "
             f"{df_text(pool.df)} df"), error.inflation)
-    df = float(pooled_df([seeds.variance for seeds in own if seeds.usable],
-                         [seeds.df for seeds in own if seeds.usable]))
+    df = float(anova_df([seeds.variance for seeds in own if seeds.usable],
+                        [seeds.df for seeds in own if seeds.usable]))
     if not df < error.df:
         return error
     return SeedVariance(error.variance, df, error.source, error.text, (
-        *error.notes, f"tested on Satterthwaite's {df_text(df)} df of that pool, not its "
-        f"{df_text(error.df)}: the configs' seed variances differ (Brown and Forsythe's test)"),
+        *error.notes, f"tested on {df_text(df)} df, not the pool's {df_text(error.df)}: the "
+        "configs' seed variances differ (Brown and Forsythe's test: Satterthwaite's df of the pool "
+        "shrunk towards one config's, and Box's numerator df where they differ)"),
         error.inflation)
 
 

@@ -16,10 +16,11 @@ import numpy as np
 from scipy import special
 
 from analysis.stats.critical import (
+    anova_df,
     mcb_critical,
     mcb_critical_values,
+    mehrotra_df,
     pair_seed_variance,
-    pooled_df,
     welch_df,
 )
 from analysis.stats.levels import ALPHA, POWER
@@ -194,12 +195,15 @@ def power_main_effect(diff: float, sd: float, levels: int, runs_per_level: float
     noncentrality runs_per_level x diff^2 / (2 sd^2) (the levels' squared deviations, diff^2 / 2,
     times the runs a level mean averages, over the seed variance ``sd``^2; ``scipy.stats.ncf``).
     With ``cells`` (> 0: the configs whose seeds the pool averages, each on ``df`` / ``cells``)
-    the test is on Satterthwaite's df of the pool (:func:`~analysis.stats.critical.pooled_df`),
-    which varies with the configs' sample variances even where their seed sd is one: the power
-    is then the mean over :data:`DRAWS` fixed draws of those variances of the noncentral
-    chi-square's chance to pass (levels - 1) x pool x the F's critical value on that draw's df
-    (the key's sum of squares is independent of the configs' variances); on the pooled df it
-    states 80% where the test has 39% (3 configs x 2 seeds; ``bench/main_effect_power.py``)."""
+    the test is on the df the ANOVA reads from the configs' sample variances
+    (:func:`~analysis.stats.critical.anova_df`, Satterthwaite's df of the pool shrunk, and Box's
+    numerator df, :func:`~analysis.stats.critical.mehrotra_df` of the levels' mean variances,
+    the cells dealt to the levels in turn), which vary with those variances even where their seed
+    sd is one: the power is then the mean over :data:`DRAWS` fixed draws of those variances of
+    the noncentral chi-square's chance to pass (levels - 1) x pool x the F's critical value on
+    that draw's df (the key's sum of squares is independent of the configs' variances); on the
+    pooled df it states 80% where the test has 39% (3 configs x 2 seeds;
+    ``bench/main_effect_power.py``)."""
     from scipy import stats
 
     ncp = runs_per_level * diff ** 2 / (2 * sd ** 2)
@@ -218,10 +222,13 @@ power's Monte Carlo error under 0.8 points)."""
 def _passing_sums(levels: int, cells: int, nu: float) -> np.ndarray:
     """(DRAWS,): the key's sum of squares over the seed variance that passes the F test on each
     of :data:`DRAWS` fixed draws of ``cells`` configs' sample variances on ``nu`` df each (seed
-    variance 1): (levels - 1) x the pool x the F's critical value on Satterthwaite's df."""
+    variance 1): (levels - 1) x the pool x the F's critical value on that draw's df (Box's
+    numerator df, the shrunk Satterthwaite denominator df: the ANOVA's)."""
     s2 = np.random.default_rng(0).chisquare(nu, (DRAWS, cells)) / nu
-    satterthwaite = pooled_df(s2, np.full(cells, nu))
-    return (levels - 1) * s2.mean(axis=1) * special.fdtri(levels - 1, satterthwaite, 1 - ALPHA)
+    denominator = anova_df(s2, np.full(cells, nu))
+    by_level = np.stack([s2[:, level::levels].mean(axis=1) for level in range(levels)], axis=1)
+    numerator = np.minimum(np.floor(np.round(10 * mehrotra_df(by_level), 6)) / 10, levels - 1)
+    return (levels - 1) * s2.mean(axis=1) * special.fdtri(numerator, denominator, 1 - ALPHA)
 
 
 def detectable_main_effect(sd: float, levels: int, runs_per_level: float, df: float,
