@@ -102,12 +102,14 @@ def test_score_gives_group_normalized_advantages_the_training_order_and_the_resp
     prompts, rollouts, truths = flatten(generated(), 3)
     timer = PhaseTimer(CPU)
     batch, metrics = score(prompts, rollouts, truths, reward_fn_for("toy"), tokenizer, group_size=3,
-                           advantage_eps=1e-6, normalize_by_std=True, seed=11, device=CPU, timer=timer)
+                           advantage_eps=1e-6, normalize_by_std=True, seed=9, step=3,
+                           reward={"name": "graded"}, device=CPU, timer=timer)
     std = statistics.stdev([1.0, 0.0, 0.0])
     expected = [(r - 1 / 3) / (std + 1e-6) for r in (1.0, 0.0, 0.0)] + [0.0] * 3
     assert batch.advantages.tolist() == pytest.approx(expected, rel=1e-5)
     assert batch.advantages.shape == batch.raw_rewards.shape == (6,)
     assert batch.raw_rewards.tolist() == [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    # the order of step 3 of seed 9: drawn with seed + step - 1
     assert batch.order.tolist() == torch.randperm(6, generator=torch.Generator().manual_seed(11)).tolist()
     assert metrics["train/mean_response_length"] == pytest.approx(20 / 6)
     assert metrics["train/reward_mean"] == pytest.approx(4 / 6)
@@ -123,7 +125,8 @@ def test_score_gives_group_normalized_advantages_the_training_order_and_the_resp
     assert batch.old_log_probs is None and batch.importance_weights is None
     # without the std: only the group mean is subtracted
     plain, _ = score(prompts, rollouts, truths, reward_fn_for("toy"), tokenizer, group_size=3,
-                     advantage_eps=1e-6, normalize_by_std=False, seed=11, device=CPU, timer=timer)
+                     advantage_eps=1e-6, normalize_by_std=False, seed=9, step=3,
+                     reward={"name": "graded"}, device=CPU, timer=timer)
     assert plain.advantages.tolist() == pytest.approx([2 / 3, -1 / 3, -1 / 3, 0, 0, 0], abs=1e-6)
 
 
