@@ -110,7 +110,7 @@ PYTEST := $(PY) -m pytest -o console_output_style=times \
 
 # The suite in two tiers that together are every test: `make test` before each commit, `make
 # test-slow` for the rest; CI (.ci/run) runs both
-test: $(STAMP) ## the quick tier: every test not marked slow (about 3 minutes; make test-slow runs the rest, CI both)
+test: $(STAMP) ## the quick tier: every test not marked slow (its time: docs/development/testing.md; make test-slow runs the rest, CI both)
 	$(PYTEST) -m "not slow"
 
 test-slow: $(STAMP) ## the slow tier (-m slow): training runs, resume, fault injection, sweeps, SLURM

@@ -460,8 +460,9 @@ class ValidatingSweeper(BasicSweeper):
                  "find (a config that far below leaves the set that could be the best; the pair "
                  "rule's variance and df averaged over the sample variances), then the smallest "
                  "difference between two levels of each swept key that its main effect's F test finds at 5% (the other levels at their "
-                 "mean; noncentral F, a balanced grid; with seeds on Satterthwaite's df of the "
-                 "configs' pooled variance, as the analysis tests it)"]
+                 "mean; noncentral F, a balanced grid; with seeds on the df the analysis tests it "
+                 "on: Box's numerator df and Satterthwaite's df of the configs' pool shrunk "
+                 "towards one config's)"]
         for n in sorted({seeds, 2, 3}):
             here = " (this sweep)" if n == seeds else ""
             se = sd * (2 / n) ** 0.5
