@@ -13,10 +13,11 @@ import importlib.util
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -331,6 +332,19 @@ def _check_sampling(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> N
         )
 
 
+def _option_keys(group: str, name: str, section: Any, keys: Sequence[str],
+                 report: ConfigReport) -> list[str]:
+    """The rule of every config group's option: its yaml holds exactly the `keys` option `name`
+    of `group` reads (besides `name`), `section` being that group's composed values; one error
+    a missing or an unread key, appended to `report`. Returns the missing keys."""
+    missing = [key for key in keys if key not in section]
+    report.errors += [f"{group}.{key} is missing: {group}={name} reads it; set it "
+                      f"(conf/{group}/{name}.yaml holds its default)" for key in missing]
+    report.errors += [f"{group}.{key} is not read by {group}={name}; remove it"
+                      for key in sorted(set(section) - {"name", *keys})]
+    return missing
+
+
 def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
     name = cfg.loss.name
     loss = LOSS_SPECS.get(name)
@@ -342,12 +356,7 @@ def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
             f"normalization={cfg.normalization.name} is unknown; choose one of "
             f"{', '.join(LENGTH_NORMALIZATIONS)}"
         )
-    for key in loss.hyperparameters:
-        if key not in cfg.loss:  # its value's range is grpo.config.rules'
-            report.errors.append(
-                f"loss.{key} is missing: loss={name} reads it; set it (conf/loss/{name}.yaml "
-                "holds its default)"
-            )
+    _option_keys("loss", name, cfg.loss, loss.hyperparameters, report)  # ranges: grpo.config.rules
     if plan.group_size < 2 and "advantages" in loss.inputs:
         report.errors.append(
             f"group_size={plan.group_size} gives no advantage signal: loss={name} reads "
@@ -355,8 +364,6 @@ def _check_loss(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> None:
             "so every advantage is 0 and nothing is learned; set group_size >= 2 (or "
             "loss=no_baseline, which reads raw rewards)"
         )
-    for key in sorted(set(cfg.loss) - {"name", *loss.hyperparameters}):
-        report.errors.append(f"loss.{key} is not read by loss={name}; remove it")
     if plan.off_policy and not loss.uses_ratio:
         report.warnings.append(
             f"{plan.optimizer_steps_per_grpo_step} optimizer steps per rollout batch "
@@ -405,11 +412,7 @@ def _check_reward(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> Non
         report.errors.append(f"reward.name={name} is unknown; use one of "
                              + ", ".join(f"reward={known}" for known in TRAINING_REWARDS))
         return
-    missing = [key for key in kind.keys if key not in reward]
-    report.errors += [f"reward.{key} is missing: reward={name} reads it; set it "
-                      f"(conf/reward/{name}.yaml holds its default)" for key in missing]
-    report.errors += [f"reward.{key} is not read by reward={name}; remove it"
-                      for key in sorted(set(reward) - {"name", *kind.keys})]
+    missing = _option_keys("reward", name, reward, kind.keys, report)
     zero_variance = cfg.get("zero_variance")
     if (name == PLACEBO and isinstance(zero_variance, DictConfig)
             and zero_variance.get("name") == "dynamic_sampling"):
@@ -500,13 +503,9 @@ def _check_zero_variance(cfg: DictConfig, plan: BatchPlan, report: ConfigReport)
         report.errors.append(f"zero_variance.name={name} is unknown; use one of "
                              + ", ".join(f"zero_variance={known}" for known in ZERO_VARIANCE_MODES))
         return
-    keys = MODE_KEYS[name]
-    errors = [f"zero_variance.{key} is missing: zero_variance={name} reads it; set it "
-              f"(conf/zero_variance/{name}.yaml holds its default)" for key in keys if key not in group]
-    errors += [f"zero_variance.{key} is not read by zero_variance={name}; remove it"
-               for key in sorted(set(group) - {"name", *keys})]
-    report.errors += errors
-    if errors:
+    before = len(report.errors)
+    _option_keys("zero_variance", name, group, MODE_KEYS[name], report)
+    if len(report.errors) > before:
         return
     settings = ZeroVariance.from_config(cfg)
     if settings.expected_extra is not None and settings.expected_extra > settings.max_rounds:
@@ -556,11 +555,7 @@ def _check_pruning(cfg: DictConfig, plan: BatchPlan, report: ConfigReport) -> No
         report.errors.append(f"pruning.name={name} is unknown; use pruning=off or one of "
                              + ", ".join(f"pruning={known}" for known in PRUNERS))
         return
-    missing = [key for key in kind.keys if key not in pruning]
-    report.errors += [f"pruning.{key} is missing: pruning={name} reads it; set it "
-                      f"(conf/pruning/{name}.yaml holds its default)" for key in missing]
-    report.errors += [f"pruning.{key} is not read by pruning={name}; remove it"
-                      for key in sorted(set(pruning) - {"name", *kind.keys})]
+    missing = _option_keys("pruning", name, pruning, kind.keys, report)
     if missing:
         return
     settings = PruningSettings.from_config(pruning)
