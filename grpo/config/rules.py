@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpo.run.outcomes import OUTCOME_METRICS
 from grpo.run.pruning import RESOURCES
-from grpo.training.batch_plan import MAX_INT
+from grpo.training.batch_plan import MAX_INT, config_value
 
 SEED_MAX = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
 BUDGET_UNIT = "GPU-hours, or CPU-hours for jobs without a GPU (cluster.gpus_per_job=0)"
@@ -464,7 +464,7 @@ def _alias_of_ruled(tree: dict, key: str, rule: Rule) -> bool:
     """Whether `key`'s value is another key's (`${eval.n_examples}`) whose rule allows the same
     values: that key's line says what is wrong with it, once (not twice, for the value and its
     alias)."""
-    value = _raw(tree, key)
+    value = config_value(tree, key)  # unresolved: the alias as written
     found = _ALIAS.fullmatch(value) if isinstance(value, str) else None
     source = RULES.get(found[1]) if found is not None and found[1] != key else None
 
@@ -472,16 +472,6 @@ def _alias_of_ruled(tree: dict, key: str, rule: Rule) -> bool:
         return r.kind, r.low, r.high, r.low_open, r.high_open, r.nullable, r.length
 
     return source is not None and bounds(source) == bounds(rule)
-
-
-def _raw(tree: dict, key: str) -> Any:
-    """The unresolved value at dotted `key` of `tree` (None where there is none)."""
-    node: Any = tree
-    for name in key.split("."):
-        if not isinstance(node, dict) or name not in node:
-            return None
-        node = node[name]
-    return node
 
 
 def value_errors(cfg: DictConfig) -> list[str]:
