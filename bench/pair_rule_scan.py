@@ -1,9 +1,10 @@
 """The pair rule's false verdicts where seed spread and seed counts differ (issue 59, remaining
-item 3): a numpy-vectorised copy of ``analysis.stats.comparisons.pair_test`` (the pair's seed
-variance ``analysis.stats.critical.pair_seed_variance``: the larger of the sweep's pool and the
-pair's own, the own on ``welch_df``, the pool on its summed df; two-sided t at 5%, which is the
-verdict of ``compare_pair`` for a family of 2), checked p-value for p-value against
-``pair_test`` on the first ``--check`` sweeps of every row.
+item 3): ``analysis.stats.comparisons.pair_test`` vectorised over sweeps (the pool and the
+two configs' variances computed here; the pair's variance and df read from the one rule,
+``analysis.stats.critical.pair_rule``; two-sided t at 5%, which is the verdict of
+``compare_pair`` for a family of 2), checked p-value for p-value against ``pair_test`` on the
+first ``--check`` sweeps of every row. Then the power of each row at equal and unequal spread:
+a better than b by 3 standard errors of their difference (sqrt(sd_a^2 / n_a + sd_b^2 / n_b)).
 
 Designs (all configs of one mean; the pair compared is configs a and b):
 
@@ -28,10 +29,18 @@ from scipy import special
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.stats.comparisons import pair_test  # noqa: E402
-from analysis.stats.critical import pair_seed_variance, welch_df  # noqa: E402
+from analysis.stats.critical import pair_rule  # noqa: E402
 from analysis.stats.variance import ConfigData, SeedVariance  # noqa: E402
 
 RATIOS = (1.0, 2.0, 4.0, 10.0, 100.0)
+POWER_RATIOS = (1.0, 4.0)
+"""The sd ratios of the power rows: equal spread, and the ratio of the worst false rate."""
+SHIFT = 3.0
+"""The power rows' difference, in standard errors of the difference of a's and b's means."""
+ROWS = [("pair", 2, 2, 0), ("pair", 3, 3, 0), ("pair", 5, 5, 0),
+        ("2 beside", 2, 3, 0), ("2 beside", 2, 5, 0), ("2 beside", 2, 3, 3), ("2 beside", 2, 5, 3),
+        ("3 beside", 3, 5, 3)]
+"""(design, a's seeds, b's seeds, configs beside b of its seeds and spread)."""
 
 
 def p_values(a: np.ndarray, b: np.ndarray, others: list[np.ndarray]) -> np.ndarray:
@@ -43,9 +52,7 @@ def p_values(a: np.ndarray, b: np.ndarray, others: list[np.ndarray]) -> np.ndarr
     pool = squares / pool_df
     va, vb = a.var(axis=1, ddof=1), b.var(axis=1, ddof=1)
     na, nb = a.shape[1], b.shape[1]
-    variance, own = pair_seed_variance(va, na, vb, nb, pool)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        df = np.where(own, welch_df(va, na, vb, nb), pool_df)
+    variance, df, _ = pair_rule(va, na, vb, nb, pool, pool_df)
     t = (a.mean(axis=1) - b.mean(axis=1)) / np.sqrt(variance * (1 / na + 1 / nb))
     return 2 * special.stdtr(df, -np.abs(t))
 
@@ -70,18 +77,33 @@ def main() -> None:
     print(f"{args.sweeps} sweeps a cell; the share called better or worse (± {se:.2f} at 5%)\n")
     print("| design | seeds (a; b) | others in the pool | " + " | ".join(f"sd 1 and {1 / r:g}" for r in RATIOS) + " |")
     print("| --- | --- | --- | " + " | ".join("---" for _ in RATIOS) + " |")
-    rows = [("pair", 2, 2, 0), ("pair", 3, 3, 0), ("pair", 5, 5, 0),
-            ("2 beside", 2, 3, 0), ("2 beside", 2, 5, 0), ("2 beside", 2, 3, 3), ("2 beside", 2, 5, 3),
-            ("3 beside", 3, 5, 3)]
-    for name, na, nb, others in rows:
+    for name, na, nb, others in ROWS:
         cells = []
         for ratio in RATIOS:
-            a = rng.standard_normal((args.sweeps, na))
-            b = rng.standard_normal((args.sweeps, nb)) / ratio
-            rest = [rng.standard_normal((args.sweeps, nb)) / ratio for _ in range(others)]
+            a, b, rest = draw(rng, args.sweeps, na, nb, others, ratio)
             check(a, b, rest, args.check)
             cells.append(f"{100 * np.mean(p_values(a, b, rest) < 0.05):.2f}%")
         print(f"| {name} | {na}; {nb} | {others} | " + " | ".join(cells) + " |", flush=True)
+    print(f"\npower: a better than b by {SHIFT:g} standard errors of the difference\n")
+    print("| design | seeds (a; b) | others in the pool | "
+          + " | ".join(f"sd 1 and {1 / r:g}" for r in POWER_RATIOS) + " |")
+    print("| --- | --- | --- | " + " | ".join("---" for _ in POWER_RATIOS) + " |")
+    for name, na, nb, others in ROWS:
+        cells = []
+        for ratio in POWER_RATIOS:
+            a, b, rest = draw(rng, args.sweeps, na, nb, others, ratio)
+            a += SHIFT * math.sqrt(1 / na + 1 / (nb * ratio ** 2))
+            cells.append(f"{100 * np.mean(p_values(a, b, rest) < 0.05):.2f}%")
+        print(f"| {name} | {na}; {nb} | {others} | " + " | ".join(cells) + " |", flush=True)
+
+
+def draw(rng: np.random.Generator, sweeps: int, na: int, nb: int, others: int,
+         ratio: float) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """One cell's seed values, all of mean 0: a (sweeps, na) of sd 1, b (sweeps, nb) and
+    ``others`` more of b's shape, of sd 1 / ``ratio``."""
+    a = rng.standard_normal((sweeps, na))
+    b = rng.standard_normal((sweeps, nb)) / ratio
+    return a, b, [rng.standard_normal((sweeps, nb)) / ratio for _ in range(others)]
 
 
 if __name__ == "__main__":

@@ -46,11 +46,10 @@ from scipy import special
 from analysis.names.formatting import DIFFERENCE_SPAN, fmt_difference_interval
 from analysis.stats.critical import (
     mcb_critical,
-    pair_seed_variance,
+    pair_rule,
     t_quantile,
     tukey_critical,
     tukey_p,
-    welch_df,
 )
 from analysis.stats.levels import ALPHA, level_text, p_text
 from analysis.stats.power import Resolution, resolve
@@ -249,9 +248,9 @@ def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[fl
     docs/explanations/how-sure.md)."""
     if a.n_seeds > 1 and b.n_seeds > 1:
         var_a, var_b = (float(np.var(c.seed_values, ddof=1)) for c in (a, b))
-        variance, own = pair_seed_variance(var_a, a.n_seeds, var_b, b.n_seeds, seeds.variance)
-        if own:
-            return float(variance), float(welch_df(var_a, a.n_seeds, var_b, b.n_seeds))
+        variance, df, _ = pair_rule(var_a, a.n_seeds, var_b, b.n_seeds, seeds.variance,
+                                    seeds.df)
+        return float(variance), float(df)
     return seeds.variance, float(seeds.df)
 
 

@@ -231,6 +231,22 @@ def pair_seed_variance(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayL
     return np.where(by_own, own, pool), by_own
 
 
+def pair_rule(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike, n_b: ArrayLike,
+              pool: ArrayLike, pool_df: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pair rule of two configs of seed variances ``variance_a`` and ``variance_b`` over
+    ``n_a`` and ``n_b`` (>= 2) seeds beside the sweep's pooled ``pool`` on ``pool_df``: the
+    per-seed variance a comparison of the two rests on (:func:`pair_seed_variance`), the df it
+    is tested on, and whether it rests on the pair's own variance: the own on :func:`welch_df`,
+    the pool on ``pool_df``. Elementwise over arrays (0-d arrays for scalars). The one rule
+    the comparisons (``analysis.stats.comparisons.pair_variance``), the race's simulated look
+    (``analysis.decisions.race.boundary.look``) and the power stated before launch
+    (``analysis.stats.power.pair_power``) read."""
+    variance, by_own = pair_seed_variance(variance_a, n_a, variance_b, n_b, pool)
+    with np.errstate(invalid="ignore", divide="ignore"):  # no own variance: NaN, on the pool
+        welch = welch_df(variance_a, n_a, variance_b, n_b)
+    return variance, np.where(by_own, welch, np.asarray(pool_df, dtype=float)), by_own
+
+
 def pooled_df(variances: ArrayLike, dfs: ArrayLike, floored: bool = True) -> np.ndarray:
     """Satterthwaite's df of a seed variance pooled over configs, sum_j nu_j s_j^2 / sum_j nu_j,
     from each config's own variance ``variances`` (s_j^2, one a config along the last axis) on

@@ -20,6 +20,7 @@ from analysis.stats.critical import (
     mcb_critical,
     mcb_critical_values,
     mehrotra_df,
+    pair_rule,
     pair_seed_variance,
     welch_df,
 )
@@ -87,7 +88,7 @@ def pair_power(diff: float, seeds: int, family: int, variances: tuple[float, flo
     ``seeds`` - 1 df) and of the rest's (on its df), of the chance that the difference of means,
     normal about ``diff`` with variance (v_a + v_b) / seeds and independent of them, passes Hsu's
     critical value times the standard error the pair rule takes on that draw
-    (:func:`~analysis.stats.critical.pair_seed_variance`: the pair's own variance on its
+    (:func:`~analysis.stats.critical.pair_rule`: the pair's own variance on its
     :func:`~analysis.stats.critical.welch_df` where that is at least the pool, else the pool on
     its df). The power thus averages over the df the rule will use (at 2 seeds Welch's df shrunk
     towards 1, 1.0-1.9, or the pool's) and over the variance beside it, not the noncentral t at
@@ -104,9 +105,7 @@ def pair_power(diff: float, seeds: int, family: int, variances: tuple[float, flo
     else:
         pool_df = 2 * nu + rest_df
         pool = (nu * (s_a + s_b) + rest_df * rest_variance * drawn[2]) / pool_df
-    variance, by_own = pair_seed_variance(s_a, seeds, s_b, seeds, pool)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        df = np.where(by_own, welch_df(s_a, seeds, s_b, seeds), pool_df)
+    variance, df, _ = pair_rule(s_a, seeds, s_b, seeds, pool, pool_df)
     critical = mcb_critical_values((round(math.sqrt(0.5), 6),) * max(family - 1, 1), df, alpha)
     margin = diff - critical * np.sqrt(variance * 2 / seeds)  # the mean difference must pass it
     spread = math.sqrt((var_a + var_b) / seeds)

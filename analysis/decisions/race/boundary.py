@@ -39,8 +39,8 @@ and 6.3% of races); it sets the level of 9 configs and 5 seeds: 0.0157 with a wa
 and 0.0185 without, its bisection another minute and a half. Equal configs then leave in about
 3% where 5% is allowed (`bench/race_unequal.py`, docs/how-to/racing.md).
 
-A look's pair rule is the comparisons' own (`analysis.stats.critical.pair_seed_variance`: the
-larger of the pool and the pair's own, the own on `welch_df`), read, not copied.
+A look's pair rule is the comparisons' own (`analysis.stats.critical.pair_rule`: the larger of
+the pool and the pair's own, the own on `welch_df`), read, not copied.
 
 Wave 1 has one seed a config: its look can leave a config out only with a seed variance from
 elsewhere (a borrowed one, or a grid's additive residual). `first_look` says whether it has one;
@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.stats.comparisons import SweepComparisons
-from analysis.stats.critical import mcb_critical, pair_seed_variance, welch_df
+from analysis.stats.critical import mcb_critical, pair_rule
 
 SIMS = 4000
 """Simulated races of the calibration: the rate's Monte Carlo error is about 0.1 point."""
@@ -175,15 +175,12 @@ def look(values: np.ndarray, alive: np.ndarray, level: float, first_look: bool) 
         squares = ((values - means[:, None, :]) ** 2).sum(axis=1)
         pooled = (squares * alive).sum(axis=1) / np.maximum(n_alive * (seeds - 1), 1)
         spread = squares / (seeds - 1)
-        # the pair rule (analysis.stats.critical.pair_seed_variance, the comparisons' own): a
-        # pair's own variance where at least the pool, on its Welch df; else the pool on its df
-        variance, by_own = pair_seed_variance(spread[:, :, None], seeds, spread[:, None, :],
-                                              seeds, pooled[:, None, None])
-        by_own &= pairs
-        variance = np.where(by_own, variance, pooled[:, None, None])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            welch = welch_df(spread[:, :, None], seeds, spread[:, None, :], seeds)
-        df = np.where(by_own, welch, (n_alive * (seeds - 1.0))[:, None, None])
+        # the pair rule (analysis.stats.critical.pair_rule, the comparisons' own): a pair's
+        # own variance where at least the pool, on its Welch df; else the pool on its df
+        pool_df = (n_alive * (seeds - 1.0))[:, None, None]
+        variance, df, _ = pair_rule(spread[:, :, None], seeds, spread[:, None, :], seeds,
+                                    pooled[:, None, None], pool_df)
+        df = np.where(pairs, df, pool_df)  # a config with itself or one out: never decided
     se = np.sqrt(variance * 2 / seeds)
     with np.errstate(invalid="ignore", divide="ignore"):
         needed = np.where(pairs, -diff / se, np.nan)
