@@ -221,7 +221,8 @@ def difference(a: Estimate, b: Estimate) -> Difference:
 @dataclass(frozen=True)
 class PairTest:
     """``a`` minus ``b``: the difference, its unadjusted 95% interval, standard error and
-    two-sided p-value on ``df`` degrees of freedom (the pair's variance: :func:`pair_variance`)."""
+    two-sided p-value on ``df`` degrees of freedom (the pair's variance: :func:`pair_variance`;
+    ``own``: the pair's own variance, not the sweep's)."""
 
     diff: float
     lo: float
@@ -229,12 +230,22 @@ class PairTest:
     se: float
     p_value: float
     df: float
+    own: bool = False
 
 
 def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[float, float]:
-    """The seed variance (and its df) a comparison of ``a`` and ``b`` rests on, per seed: the
+    """:func:`pair_source`'s variance and df."""
+    return pair_source(a, b, seeds)[:2]
+
+
+def pair_source(a: ConfigData, b: ConfigData,
+                seeds: SeedVariance) -> tuple[float, float, bool]:
+    """The seed variance (its df, and whether it is the pair's own) a comparison of ``a`` and
+    ``b`` rests on, per seed: the
     difference's standard error is sqrt(variance x (1 / n_a + 1 / n_b)). The sweep's ``seeds``
-    (usable), or the two configs' own where that is at least as large: Welch's, the variance of
+    (usable; where the seed counts differ, on no more df than the pair's Welch df), or the two
+    configs' own where that is at least as large (:func:`~analysis.stats.critical.pair_rule`,
+    the one rule): Welch's, the variance of
     the difference s_a^2 / n_a + s_b^2 / n_b over (1 / n_a + 1 / n_b), on the
     Welch-Satterthwaite df (:func:`~analysis.stats.critical.welch_df`: Games-Howell's, rounded
     down to a tenth), between the smaller config's n - 1 and n_a + n_b - 2. Seed variances differ across a learning-rate sweep
@@ -245,13 +256,15 @@ def pair_variance(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> tuple[fl
     (2 equal configs x 3 seeds of seed sd 0.04 and 0.001: 11% false on 4 df). The larger of the
     two, the pair's own on Welch's df, holds both at 5% and costs power only where the pair's
     own estimate happens to be the larger (``bench/unequal_variance_calibration.py``,
-    docs/explanations/how-sure.md)."""
+    docs/explanations/how-sure.md); the pool's df capped where the counts differ costs a 2-seed
+    config's comparisons with configs of more seeds most of their power at equal spread
+    (``bench/pair_rule_scan.py``)."""
     if a.n_seeds > 1 and b.n_seeds > 1:
         var_a, var_b = (float(np.var(c.seed_values, ddof=1)) for c in (a, b))
-        variance, df, _ = pair_rule(var_a, a.n_seeds, var_b, b.n_seeds, seeds.variance,
-                                    seeds.df)
-        return float(variance), float(df)
-    return seeds.variance, float(seeds.df)
+        variance, df, own = pair_rule(var_a, a.n_seeds, var_b, b.n_seeds, seeds.variance,
+                                      seeds.df)
+        return float(variance), float(df), bool(own)
+    return seeds.variance, float(seeds.df), False
 
 
 def pair_test(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> PairTest | None:
@@ -260,11 +273,11 @@ def pair_test(a: ConfigData, b: ConfigData, seeds: SeedVariance) -> PairTest | N
     if not seeds.usable or not comparable(a, b):
         return None
     diff = a.mean - b.mean
-    variance, df = pair_variance(a, b, seeds)
+    variance, df, own = pair_source(a, b, seeds)
     se = math.sqrt(variance * (1 / a.n_seeds + 1 / b.n_seeds))
     half = t_quantile(df) * se
     p = float(2 * special.stdtr(df, -abs(diff / se)))
-    return PairTest(diff, diff - half, diff + half, se, p, df)
+    return PairTest(diff, diff - half, diff + half, se, p, df, own)
 
 
 @dataclass(frozen=True)
@@ -362,14 +375,19 @@ class Comparison:
     """The configs of the Tukey family the adjusted p-value is taken over."""
     seed_df: float = math.nan
     """The df of the sweep's seed variance (the report's seed-variance line); ``df`` differs
-    where the pair rests on its own variance, on Welch's df."""
+    where the pair rests on its own variance, on Welch's df, or on the sweep's at no more than
+    Welch's df (seed counts that differ: :func:`~analysis.stats.critical.pair_rule`)."""
+    own_variance: bool = False
+    """Whether the pair rests on its own variance (else the sweep's)."""
 
     @property
     def own_df_text(self) -> str:
-        """``, on the pair's own variance (1.2 df)`` where the verdict's df is not the seed
-        variance's, else empty."""
+        """``, on the pair's own variance (1.2 df)`` (or ``, on the seed variance at the pair's
+        own df (3.6 df)``) where the verdict's df is not the seed variance's, else empty."""
         if math.isnan(self.seed_df) or self.df == self.seed_df or not self.se > 0:
             return ""
+        if not self.own_variance:
+            return f", on the seed variance at the pair's own df ({df_text(self.df)} df)"
         return f", on the pair's own variance ({df_text(self.df)} df)"
 
     @functools.cached_property
@@ -484,7 +502,7 @@ def compare_pair(a: ConfigData, b: ConfigData, role: str, step: int | None, seed
     half = tukey_critical(k, test.df, alpha) * test.se
     verdict = ("not distinguishable" if abs(diff) <= half else "better" if diff > 0 else "worse")
     return Comparison(**{**common, "df": test.df}, diff=diff, lo=diff - half, hi=diff + half,
-                      se=test.se, p_value=test.p_value, verdict=verdict)
+                      se=test.se, p_value=test.p_value, verdict=verdict, own_variance=test.own)
 
 
 def equal_variance_test(configs: Sequence[ConfigData]) -> str:

@@ -15,6 +15,7 @@ from numpy.typing import ArrayLike
 from scipy import special
 
 from analysis.stats.levels import ALPHA
+from analysis.stats.variance import IDENTICAL
 
 
 @functools.lru_cache(maxsize=256)
@@ -236,15 +237,28 @@ def pair_rule(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike, n_b:
     """The pair rule of two configs of seed variances ``variance_a`` and ``variance_b`` over
     ``n_a`` and ``n_b`` (>= 2) seeds beside the sweep's pooled ``pool`` on ``pool_df``: the
     per-seed variance a comparison of the two rests on (:func:`pair_seed_variance`), the df it
-    is tested on, and whether it rests on the pair's own variance: the own on :func:`welch_df`,
-    the pool on ``pool_df``. Elementwise over arrays (0-d arrays for scalars). The one rule
-    the comparisons (``analysis.stats.comparisons.pair_variance``), the race's simulated look
+    is tested on, and whether it rests on the pair's own variance: the own on :func:`welch_df`
+    (w); the pool on ``pool_df``, or on min(``pool_df``, w) where the seed counts differ. The
+    pool weights each config by its df, so it underweights the config of fewer seeds: where
+    that config's variance comes out small by chance (its t then large) the pool exceeds the
+    pair's own and, on the pool's many df, two equal configs (2 seeds of sd 1 beside 5-seed
+    configs of sd 0.25) were called different in 10.8% of sweeps; on no more than the pair's
+    own df, 5.1% at most beside configs of 3 or 5 seeds (``bench/pair_rule_scan.py``,
+    docs/explanations/how-sure.md). Equal seed counts (the race's looks, the power stated
+    before launch) rest on the pool's df as before; so does a pair neither config of which
+    varies (both variances at most ``analysis.stats.variance.IDENTICAL``: w is then 0 / 0, or
+    rounding's). Elementwise over arrays (0-d arrays for scalars). The one rule the
+    comparisons (``analysis.stats.comparisons.pair_variance``), the race's simulated look
     (``analysis.decisions.race.boundary.look``) and the power stated before launch
     (``analysis.stats.power.pair_power``) read."""
     variance, by_own = pair_seed_variance(variance_a, n_a, variance_b, n_b, pool)
     with np.errstate(invalid="ignore", divide="ignore"):  # no own variance: NaN, on the pool
         welch = welch_df(variance_a, n_a, variance_b, n_b)
-    return variance, np.where(by_own, welch, np.asarray(pool_df, dtype=float)), by_own
+    pool_df = np.asarray(pool_df, dtype=float)
+    capped = ((np.asarray(n_a) != np.asarray(n_b))
+              & ((np.asarray(variance_a) > IDENTICAL) | (np.asarray(variance_b) > IDENTICAL)))
+    on_pool = np.where(capped, np.fmin(pool_df, welch), pool_df)
+    return variance, np.where(by_own, welch, on_pool), by_own
 
 
 def pooled_df(variances: ArrayLike, dfs: ArrayLike, floored: bool = True) -> np.ndarray:
