@@ -1,7 +1,8 @@
 """Critical values and quantiles of the distributions the comparisons use: Student's t, Tukey's
 studentized range, and the one-sided Dunnett (multivariate t) value of Hsu's comparisons with the
-best, by quadrature; Welch's degrees of freedom of a pair of configs (:func:`welch_df`), which
-the comparisons, the power stated before launch and the race's simulated look read alike; and
+best, by quadrature; Welch's degrees of freedom of a pair of configs (:func:`welch_df`) and the
+pair rule on them (:func:`pair_rule`), which the comparisons, the power stated before launch and
+the race's simulated look read alike; and
 Satterthwaite's of a pooled seed variance (:func:`pooled_df`), which the main effects are tested
 on."""
 
@@ -151,9 +152,9 @@ def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike, n_b: 
     equal pairs different at sd ratios 10-20 (2.1% at 1); shrunk, 1.3-4.9% at ratios 1-100
     (``bench/unequal_variance_calibration.py --two-seeds``). Rounded down to a tenth (so that
     critical values cache) unless ``floored`` is False; elementwise over arrays (a 0-d array for
-    scalars). The one rule for a pair's own df: the pair rule
-    (``analysis.stats.comparisons.pair_variance``), the race's simulated look
-    (``analysis.decisions.race.boundary.look``) and the power stated before launch read it."""
+    scalars). The one rule for a pair's own df: the pair rule (:func:`pair_rule`, which the
+    comparisons, the race's simulated look and the power stated before launch read) and
+    ``analysis.stats.power.own_df`` read it."""
     a = np.asarray(variance_a, dtype=float) / n_a
     b = np.asarray(variance_b, dtype=float) / n_b
     n_a, n_b = np.asarray(n_a), np.asarray(n_b)
