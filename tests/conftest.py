@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -106,10 +107,38 @@ def grouped_node_id(item: pytest.Item, group: str) -> None:
         item._nodeid = suffixed
 
 
+SHARED_ENV = "GRPO_TEST_SHARED"
+"""A folder where concurrent test sessions (CI's two tiers, run side by side) make the models and
+the reference run once between them, under the same flocks the workers of one session use;
+unset, each session makes its own in its temporary folder."""
+
+
 def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's temporary folder, shared by all xdist workers (each has its own below)."""
+    """The folder all xdist workers of this session (and, with `GRPO_TEST_SHARED`, every session
+    given the same folder) share: the session's temporary folder by default."""
+    if os.environ.get(SHARED_ENV):
+        folder = Path(os.environ[SHARED_ENV]).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+SLURM_LOCK = ROOT / ".cache" / "slurm-tests.lock"
+"""Held (flock) by each SLURM test while it runs: the test cluster's 2 CPUs hold one test's jobs at
+a time, and CI runs the quick and the slow tier side by side, each with SLURM tests."""
+
+
+@pytest.fixture(autouse=True)
+def one_slurm_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A SLURM test (marked `slurm`) waits for any other session's SLURM test on this checkout to
+    end: within a session they run one after another on one worker already (their xdist group)."""
+    if request.node.get_closest_marker("slurm") is None:
+        yield
+        return
+    SLURM_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(SLURM_LOCK):
+        yield
 
 
 @pytest.fixture(scope="session")

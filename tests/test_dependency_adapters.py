@@ -138,6 +138,20 @@ def test_a_moved_override_application_names_hydra_and_its_version(monkeypatch: p
             composer.compose("config", ["seed=4", "loss=no_baseline"])
 
 
+def test_the_command_line_is_read_as_hydra_reads_it_once_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["-m", "--config-name", "config", "learning_rate=1e-4,3e-4", "+experiment=toy"]
+    args = hydra_compat.command_line(argv)
+    assert args.multirun and not args.help and args.config_name == "config"
+    assert args.overrides == ["learning_rate=1e-4,3e-4", "+experiment=toy"]
+    assert not hydra_compat.command_line(["seed=1"]).multirun
+    assert hydra_compat.command_line(list(argv)) is args  # parsed once, whoever asks again
+    import hydra._internal.utils
+
+    monkeypatch.delattr(hydra._internal.utils, "get_args_parser")
+    with pytest.raises(hydra_compat.HydraInternalsMoved, match=r"hydra-core .*get_args_parser moved"):
+        hydra_compat.command_line(["seed=2"])
+
+
 def test_interpolations_are_parsed_once_and_resolved_against_each_config() -> None:
     import omegaconf.base
     from omegaconf import OmegaConf

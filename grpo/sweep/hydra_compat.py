@@ -14,7 +14,9 @@ one sweep with Hydra once for each set of overrides that shape the defaults list
 job's value overrides to a copy as Hydra's config loader applies them
 (`ConfigLoaderImpl._apply_overrides_to_config`, internal); `interpolations_parsed_once()` has
 OmegaConf parse each interpolation's text once while a sweep's jobs are checked
-(`omegaconf.base.parse`, internal). Any of them missing or changed raises
+(`omegaconf.base.parse`, internal); `command_line()` reads a command line with Hydra's own
+parser and `args_parser()` gives that parser for its help text
+(`hydra._internal.utils.get_args_parser`). Any of them missing or changed raises
 `HydraInternalsMoved`, naming hydra-core's (or omegaconf's) version; tests/test_dependency_adapters.py exercises
 each one.
 
@@ -82,7 +84,7 @@ def __getattr__(name: str) -> Any:
 
 _basic_sweeper()  # at import: a moved BasicSweeper is named here, not at the first sweep
 
-__all__ = ["BasicSweeper", "HydraInternalsMoved", "SweepComposer", "get_job_batch",
+__all__ = ["BasicSweeper", "HydraInternalsMoved", "SweepComposer", "command_line", "get_job_batch",
            "group_chooser", "interpolations_parsed_once", "preset_overrides", "split_into_jobs"]
 
 COMMAND_LINE = "the command line"
@@ -294,17 +296,35 @@ def interpolations_parsed_once(maxsize: int = 1024) -> Iterator[None]:
         base.parse = parse
 
 
+def _hydra_parser() -> argparse.ArgumentParser:
+    """A new `hydra._internal.utils.get_args_parser()`."""
+    try:
+        from hydra._internal.utils import get_args_parser
+
+        return get_args_parser()
+    except (ImportError, AttributeError) as err:
+        raise HydraInternalsMoved("hydra._internal.utils.get_args_parser", err) from err
+
+
+@lru_cache(maxsize=8)
+def _command_line(argv: tuple[str, ...]) -> argparse.Namespace:
+    args, _ = _hydra_parser().parse_known_args(list(argv))
+    return args
+
+
+def command_line(argv: Sequence[str]) -> argparse.Namespace:
+    """Hydra's own reading of the command line `argv` (its flags: `multirun`, `help`,
+    `config_name`, ..., and `overrides`), parsed once a process however many checks ask for it;
+    shared, to be read, not changed."""
+    return _command_line(tuple(argv))
+
+
 def args_parser(script: str) -> argparse.ArgumentParser:
     """Hydra's command-line parser of the app `script` (`launch.py`;
     `hydra._internal.utils.get_args_parser`), its lazy help texts made plain, as they read for
     `python <script>`, so that `format_help()` works (the documentation's page of the command
     lines prints it)."""
-    try:
-        from hydra._internal.utils import get_args_parser
-
-        parser = get_args_parser()
-    except (ImportError, AttributeError) as err:
-        raise HydraInternalsMoved("hydra._internal.utils.get_args_parser", err) from err
+    parser = _hydra_parser()
     parser.prog = f"python {script}"
     argv0, sys.argv[0] = sys.argv[0], script  # the completion help names the running script
     try:

@@ -33,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpo.sweep.hydra_compat import (
     SweepComposer,
+    command_line,
     group_chooser,
     group_option,
     group_overrides,
@@ -122,10 +123,9 @@ def compose_single_run(argv: Sequence[str], config_dir: Path, config_name: str) 
     """A single run's command line (not `-m`) composed by `compose_job` (Hydra's config included);
     None for `-m`, help, or arguments Hydra cannot compose (left for Hydra to report)."""
     from hydra import initialize_config_dir
-    from hydra._internal.utils import get_args_parser
     from hydra.core.global_hydra import GlobalHydra
 
-    args, _ = get_args_parser().parse_known_args(list(argv))
+    args = command_line(argv)
     if args.multirun or args.help or args.hydra_help or args.shell_completion or args.config_dir:
         return None
     with initialize_config_dir(config_dir=str(Path(config_dir).absolute()), version_base="1.3"):

@@ -29,6 +29,8 @@ from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from grpo.sweep.hydra_compat import command_line
+
 ADDED = " (Hydra would add it and nothing would read it)"
 # config groups of conf/ that are no part of a job's config, and what reads them
 NOT_JOB_GROUPS = {"chain": "a chain of studies, run by `python -m chain --chain NAME` "
@@ -191,9 +193,7 @@ def check_overrides(overrides: Sequence[str], config_dir: Path, config_name: str
 
 def refuse_unknown_overrides(argv: Sequence[str], config_dir: Path, config_name: str) -> None:
     """Exit with status 2 and one line per unknown override of ``argv`` (Hydra's arguments)."""
-    from hydra._internal.utils import get_args_parser
-
-    args, _ = get_args_parser().parse_known_args(list(argv))
+    args = command_line(argv)
     if args.help or args.hydra_help or args.shell_completion or args.config_dir:
         return  # Hydra prints help; an extra config dir is searched by Hydra alone
     errors = check_overrides(args.overrides, config_dir, args.config_name or config_name)
