@@ -427,3 +427,92 @@ def test_a_tiny_sweep_confirmed_for_real_and_again_trains_nothing(tmp_path: Path
     assert f"Placebo: {best} on reward=random (placebo)" in text and f"- {best}: " in text
     gain = text[text.index("gain over the pre-RL evaluation"):]
     assert re.search(r"\): [+-]\d\.\d{3} \[", gain), gain
+
+
+RECORD_EDITS = [
+    # (what is done to confirm.json, what the one-line error names)
+    (lambda d: d.__setitem__("placebo", "placebo"),
+     "its placebo is 'placebo', not a mapping of rank, label and options"),
+    (lambda d: d.__setitem__("placebo", [PLACEBO_OPTION]),
+     "its placebo is ['placebo'], not a mapping of rank, label and options"),
+    (lambda d: d["placebo"].__setitem__("options", ["top1"]),
+     "a placebo arm is rank 1's config on option 'placebo' of a confirmation that trains again"),
+    (lambda d: d["placebo"].__setitem__("rank", 2), "its placebo is {'rank': 2,"),
+    (lambda d: d["finalists"][0].__setitem__("rank", "1"), "its finalists[0].rank is '1', not a whole number"),
+    (lambda d: d["finalists"][1].__setitem__("rank", 1), "its finalists' ranks are [1, 1], not 1..2 in order"),
+    (lambda d: d["finalists"][0].__setitem__("rank", math.nan), "its finalists[0].rank is nan, not a whole number"),
+    (lambda d: d.__setitem__("seeds", ["2", "3"]), "its seeds[0] is '2', not a whole number"),
+    (lambda d: d.__setitem__("seeds", [math.nan, 3]), "its seeds[0] is nan, not a whole number"),
+    (lambda d: d.__setitem__("seeds", [2, 2]), "its seeds are [2, 2]: one twice"),
+    (lambda d: d.__setitem__("retrain", "false"), "its retrain is 'false', not true or false"),
+    (lambda d: d.__setitem__("metric", "accuracy"), "its metric is 'accuracy', not one of reward,"),
+    (lambda d: d.__setitem__("group", "promoted/other"), "its group is 'promoted/other'"),
+    (lambda d: d.pop("finalists"), "its finalists is missing"),
+    (lambda d: (d.pop("placebo"), d.__setitem__("arguments", [f"+{GROUP}=top1,top2,placebo"])),
+     "its arguments launch options ['placebo', 'top1', 'top2'] of promoted/confirm, its "
+     "finalists and placebo name ['top1', 'top2']"),
+]
+
+
+@pytest.mark.parametrize(("edit", "error"), RECORD_EDITS)
+def test_an_edited_record_is_refused_in_one_line_naming_the_file_and_the_field(
+        source: Path, edit, error: str, capsys: pytest.CaptureFixture) -> None:
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                         2: [[1, 1, 1, 0], [1, 1, 1, 1]]},
+                                placebo=[[0, 0, 0, 0], [0, 0, 0, 0]])
+    path = target / "confirm.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError) as refused:
+        read_record(target)
+    message = str(refused.value)
+    assert message.startswith(f"{path} is unreadable or not a confirmation's record (")
+    assert error in message and "\n" not in message, message
+    # the command that would resume it says so in one line, and writes nothing
+    before = path.read_text()
+    assert error in _refusal(["--sweep", str(source), "--top-k", "2", "--seeds", "2", "--placebo"],
+                             capsys)
+    assert path.read_text() == before
+    # the sweep's report says it where the section would be, not silently nothing
+    report = build_report(collect([source]), source)
+    assert f"## Confirmed\n\n{message}\n" in report
+
+
+@pytest.mark.parametrize("edit", [lambda d: d.pop("placebo"), lambda d: d.__setitem__("placebo", None)])
+def test_a_record_that_lost_its_placebo_arm_gives_no_figure_of_its_runs(source: Path, edit) -> None:
+    """The placebo's runs are there, the record names no placebo: the section says the record
+    does not describe its runs (never the finalists' figures with the placebo silently gone); a
+    record without the placebo entry where none ran (written before it) reads as none."""
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]]},
+                                placebo=[[0, 0, 0, 0], [0, 0, 0, 0]])
+    path = target / "confirm.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    assert read_record(target).placebo is None
+    conf, lines = report_confirmation(target)
+    assert conf.figures == [] and conf.placebo is None
+    assert lines[2] == (f"`{target}`: not the confirmation its confirm.json says: 2 of its runs ran "
+                        "an option none of its finalists nor its placebo arm names (`2` ran "
+                        "promoted/confirm=placebo; the record was edited after the launch?); it is "
+                        "no confirmation of this sweep's pick.")
+    shutil.rmtree(target)
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]]})
+    data = json.loads(path.read_text())
+    data.pop("placebo")
+    path.write_text(json.dumps(data))
+    conf, _ = report_confirmation(target)
+    assert conf.placebo is None and conf.figures[0].confirmed.mean == pytest.approx(0.375)
+
+
+def test_a_finalist_the_sweep_does_not_rank_gives_no_figure(source: Path) -> None:
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]]})
+    path = target / "confirm.json"
+    data = json.loads(path.read_text())
+    data["finalists"][0]["label"] = "learning_rate=0.5"
+    path.write_text(json.dumps(data))
+    conf, lines = report_confirmation(target)
+    assert conf.figures == [] and lines[2].startswith(
+        f"`{target}`: not a confirmation of this sweep's pick: its finalist learning_rate=0.5 is "
+        "no config of this sweep")

@@ -38,13 +38,14 @@ from pathlib import Path
 import numpy as np
 
 from analysis.decisions.ranking import Ranking, run_values_at
-from analysis.readers.collect import Collection, collect
+from analysis.readers.collect import CONFIRM_RECORD, Collection, collect
 from analysis.readers.confirmation import (
     ConfirmedRun,
     ConfirmRecord,
     Finalist,
     confirmed_runs,
     selection_fingerprints,
+    stray_runs,
 )
 from analysis.readers.run_rows import EVAL_REWARD
 from analysis.stats.comparisons import (
@@ -172,6 +173,19 @@ def read_confirmation(target: Path, record: ConfirmRecord, collection: Collectio
     if reused:
         return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
             f"not a confirmation with fresh seeds: this sweep's runs used seed {reused[0]}"))
+    strays = stray_runs(target, record)
+    if strays:
+        return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
+            f"not the confirmation its {CONFIRM_RECORD} says: {len(strays)} of its runs ran an "
+            f"option none of its finalists nor its placebo arm names ({strays[0]}; the record "
+            "was edited after the launch?)"))
+    unranked = [f.label for f in record.finalists if f.label not in ranking.table.index]
+    if unranked:
+        return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
+            f"not a confirmation of this sweep's pick: its finalist {unranked[0]} is "
+            + ("no config this sweep ranks now" if unranked[0] in collection.configs else
+               "no config of this sweep")
+            + f" (its {CONFIRM_RECORD} names {len(unranked)} such)"))
     u = ranking.uncertainty
     by_finalist = {f.rank: [r for r in runs if r.finalist == f] for f in record.finalists}
     configs = {f.rank: _config(f.label, by_finalist[f.rank], metric) for f in record.finalists}

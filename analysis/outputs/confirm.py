@@ -58,6 +58,7 @@ from analysis.decisions.ranking import rank
 from analysis.outputs.promote import carried_settings
 from analysis.readers.collect import CONFIRM_RECORD, LABEL, collect, run_values
 from analysis.readers.confirmation import (
+    GROUP,
     PLACEBO_OPTION,
     ConfirmRecord,
     Finalist,
@@ -66,7 +67,6 @@ from analysis.readers.confirmation import (
     selection_fingerprints,
 )
 from analysis.readers.jobs import override_key
-from grpo.config.keys import PROMOTED_GROUP
 from grpo.config.rules import SEED_MAX
 from grpo.data.datasets import HELDOUT, Example, load_examples, run_data_config
 from grpo.grading.rewards import PLACEBO
@@ -77,9 +77,6 @@ from grpo.run.outcomes import problem_fingerprints, shared_problems
 from grpo.run.run_config import defines_config
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-GROUP = f"{PROMOTED_GROUP}/confirm"
-"""The config group of a confirmation's finalists, in ``<C>/conf/``: a promoted group, so that its
-configs are named by the values their options set (:mod:`analysis.names.config_names`)."""
 MEASURED = ("n_grpo_steps", "eval.eval_every", "eval.n_examples", "eval.samples_per_problem",
             "eval.temperature", "eval.top_p", "health.zero_reward_patience",
             "health.min_mean_response_length", "analysis.metric")
