@@ -61,9 +61,11 @@ def write_validation(path: Path, problems: list[Example]) -> Path:
 
 
 def write_source(sweep: Path, validation: Path, right: dict[str, list[list[int]]] = RIGHT,
-                 status: str = "completed", fingerprints: bool = True) -> Path:
+                 status: str = "completed", fingerprints: bool = True,
+                 reward: str | None = None) -> Path:
     """A finished sweep of 3 learning rates x 2 seeds (0, 1) on MATH-format data, each run's two
-    late evaluations with per-problem outcomes over the first N_EVAL validation problems."""
+    late evaluations with per-problem outcomes over the first N_EVAL validation problems; every
+    run trained on ``reward`` (None: the config's default, written as no reward section)."""
     write_multirun(sweep, [f"learning_rate={','.join(right)}", "seed=0,1"])
     evaluated = [Example(e.question, e.answer) for e in QUESTIONS[:N_EVAL]]
     job = 0
@@ -74,7 +76,7 @@ def write_source(sweep: Path, validation: Path, right: dict[str, list[list[int]]
                     "n_grpo_steps": STEPS[-1], "model": {"name": "sim"},
                     "data": {"name": "math", "validation_path": str(validation)},
                     "eval": {"n_examples": N_EVAL, "eval_every": 10, "samples_per_problem": 1},
-                    "cluster": {"gpus_per_job": 0}}
+                    "cluster": {"gpus_per_job": 0}, **({"reward": {"name": reward}} if reward else {})}
             reward = sum(problems) / len(problems)
             rows = [{"step": 0, "eval/reward": 0.0, "time/elapsed_s": 1.0}]
             if status == "completed":
@@ -516,3 +518,21 @@ def test_a_finalist_the_sweep_does_not_rank_gives_no_figure(source: Path) -> Non
     assert conf.figures == [] and lines[2].startswith(
         f"`{target}`: not a confirmation of this sweep's pick: its finalist learning_rate=0.5 is "
         "no config of this sweep")
+
+
+def test_a_placebo_of_a_best_config_already_on_the_random_reward_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A sweep whose every run trained on reward=random: its best config is a placebo itself;
+    --placebo is refused in one line writing nothing, a confirmation without it is planned."""
+    validation = write_validation(tmp_path / "validation.jsonl", QUESTIONS)
+    sweep = write_source(tmp_path / "out" / "source" / "random", validation, reward="random")
+    before = sorted(tmp_path.rglob("*"))
+    message = _refusal(["--sweep", str(sweep), "--top-k", "2", "--seeds", "2", "--placebo"], capsys)
+    assert message == (f"error: --placebo: {sweep}'s best config learning_rate=0.001 trains on "
+                       "reward=random already: it is a placebo itself, with nothing to stand "
+                       "above; drop --placebo")
+    assert sorted(tmp_path.rglob("*")) == before
+    assert plan_confirmation(sweep, 2, 2, True, []).record.placebo is None
+    # on the default reward (no reward section written) the same sweep has its placebo arm
+    graded = write_source(tmp_path / "out" / "source" / "graded", validation)
+    assert plan_confirmation(graded, 1, 2, True, [], placebo=True).record.placebo == PLACEBO_ARM
