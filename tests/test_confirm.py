@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -536,3 +537,39 @@ def test_a_placebo_of_a_best_config_already_on_the_random_reward_is_refused(
     # on the default reward (no reward section written) the same sweep has its placebo arm
     graded = write_source(tmp_path / "out" / "source" / "graded", validation)
     assert plan_confirmation(graded, 1, 2, True, [], placebo=True).record.placebo == PLACEBO_ARM
+
+
+def test_the_same_confirmation_by_another_path_resumes_and_any_other_is_refused(
+        source: Path, capsys: pytest.CaptureFixture) -> None:
+    """A confirmation of the top 2 with 2 fresh seeds in place: the same command, also with the
+    sweep spelt through a link or a relative path, plans the same record into the same
+    directory (it resumes); a changed --top-k, --seeds, --placebo or confirm setting is another
+    confirmation, refused in one line, the record untouched; --no-retrain is its own directory."""
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                         2: [[1, 1, 1, 0], [1, 1, 1, 1]]})
+    before = (target / "confirm.json").read_text()
+    old = read_record(target)
+    link = source.parent / "latest"
+    link.symlink_to(source.name)
+    relative = Path(os.path.relpath(source))
+    for spelt in (source, link, relative):
+        plan = plan_confirmation(spelt, 2, 2, True, [])
+        assert plan.target == target and plan.record.source == source.resolve()
+        assert same_confirmation(old, plan.record) is None
+    assert not (source.parent / "latest-confirm").exists()
+    for args, why in ((["--top-k", "1", "--seeds", "2"], "its finalists were learning_rate=0.001; "
+                       "learning_rate=0.0003, this command's learning_rate=0.001"),
+                      (["--top-k", "3", "--seeds", "2"], "its finalists were learning_rate=0.001; "
+                       "learning_rate=0.0003, this command's learning_rate=0.001; "
+                       "learning_rate=0.0003; learning_rate=0.01"),
+                      (["--top-k", "2", "--seeds", "3"], "its seeds were (2, 3), this command's (2, 3, 4)"),
+                      (["--top-k", "2", "--seeds", "2", "--placebo"],
+                       "its placebo arm were False, this command's True"),
+                      (["--top-k", "2", "--seeds", "2", "confirm.n_examples=2"],
+                       "its settings were {}, this command's {'confirm.n_examples': '2'}")):
+        for spelt in (source, link):
+            message = _refusal(["--sweep", str(spelt), *args], capsys)
+            assert message == (f"error: {target} holds another confirmation of {spelt} ({why}); "
+                               "run the command it was made with, or move it away to confirm anew")
+    assert (target / "confirm.json").read_text() == before
+    assert confirmation_dir(link, False) == confirmation_dir(source, False) != target

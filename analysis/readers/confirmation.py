@@ -47,7 +47,9 @@ configs are named by the values their options set (:mod:`analysis.names.config_n
 
 def confirmation_dir(sweep: Path, retrain: bool) -> Path:
     """Where the confirmation of ``sweep`` is: ``<sweep>-confirm`` (fresh seeds, trained again)
-    or ``<sweep>-confirm-no-retrain`` (the sweep's own final models)."""
+    or ``<sweep>-confirm-no-retrain`` (the sweep's own final models), beside the directory
+    ``sweep`` names (its links followed: a sweep spelt through a link has the one confirmation)."""
+    sweep = sweep.resolve()
     return sweep.parent / f"{sweep.name}{SUFFIXES[retrain]}"
 
 
