@@ -26,7 +26,7 @@ from analysis.decisions.ranking import BEST_CRITERION, launch_variance, planned_
 from analysis.outputs.promote import promote
 from analysis.readers.collect import collect
 from analysis.readers.synthetic import write_multirun, write_run
-from chain.__main__ import budget_lines
+from chain.__main__ import budget_lines, confirm_last
 from chain.__main__ import main as chain_main
 from chain.plan import StagePlan, UserOverrides, compose_stage, plan_stage, winner_lookup
 from chain.stages import ConfirmStage, load_chain
@@ -111,6 +111,18 @@ def test_chain_follows_the_assignment() -> None:
      "confirm: seeds is 0; give how many fresh seeds"),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  top_k: 1\n  seeds: 2\n  retrain: false\n",
      "confirm: seeds with retrain: false: the sweep's own final models are evaluated"),
+    *((f"stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  {body}\n", error)
+      for body, error in (
+          ("top_k: -1\n  seeds: 2", "confirm: top_k is -1; give how many configs"),
+          ("top_k: x\n  seeds: 2", "confirm: top_k is x; give how many configs"),
+          ("top_k: .nan\n  seeds: 2", "confirm: top_k is nan; give how many configs"),
+          ("top_k: 1\n  seeds: x", "confirm: seeds is x; give how many fresh seeds each finalist "
+           "is trained with, a whole number at least 1"),
+          ("top_k: 1\n  seeds: .nan", "confirm: seeds is nan; give how many fresh seeds"),
+          ("top_k: 1\n  seeds: 2.5", "confirm: seeds is 2.5; give how many fresh seeds"),
+          ("top_k: 1\n  seeds: 2\n  placebo: 'yes'", "confirm.placebo must be true or false, not 'yes'"),
+          ("top_k: 1\n  retrain: false\n  placebo: true", "confirm: placebo: true with retrain: "
+           "false: a placebo arm is trained"))),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  top: 1\n",
      "`confirm` must be a mapping of top_k, seeds, retrain"),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirms: {}\n",
@@ -137,6 +149,116 @@ def test_a_chain_may_end_with_a_confirmation_of_its_last_stage(tmp_path: Path) -
         "confirm:\n  top_k: 1\n  retrain: false\n")
     assert load_chain("c", tmp_path).confirm == ConfirmStage(1, None, False)
     assert load_chain("cs336").confirm is None, "the assignment's chain ends at its last study"
+
+
+def toy_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confirm: str) -> None:
+    """`python -m chain --chain t`: lr_sweep alone, then its pick confirmed (``confirm``: the
+    yaml's block), the chain's yaml read from ``tmp_path``."""
+    (tmp_path / "conf" / "chain").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment").symlink_to(ROOT / "conf" / "experiment")
+    (tmp_path / "conf" / "chain" / "t.yaml").write_text(
+        f"stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n{confirm}")
+    monkeypatch.setattr("chain.__main__.load_chain", lambda name: load_chain(name, tmp_path / "conf"))
+
+
+TOY = (*CPU, "data.holdout_size=8", "n_grpo_steps=4", "eval.eval_every=2", "eval.n_examples=16",
+       "logging.wandb_mode=disabled")
+
+
+def finished_toy_sweep(out: Path, rewards: Mapping[float, float]) -> Path:
+    """A finished lr_sweep of the tiny model on the toy task (:data:`TOY`), one seed a learning
+    rate: each run's config composed as its job's, its evaluations at steps 0, 2, 4 (the late
+    ones ``rewards[lr]``) with per-problem outcomes naming the 16 validation pairs."""
+    from hydra import compose, initialize_config_dir
+
+    from grpo.data.datasets import load_examples, run_data_config
+    from grpo.run.outcomes import (
+        EvalOutcomes,
+        problem_fingerprints,
+        problems_digest,
+        write_outcomes,
+    )
+
+    sweep = out / "lr_sweep" / "2025-01-01_00-00-00"
+    write_multirun(sweep, [f"learning_rate={','.join(map(str, rewards))}"])
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        for job, (lr, reward) in enumerate(rewards.items()):
+            cfg = compose("config", overrides=["+experiment=lr_sweep", *TOY, f"learning_rate={lr}",
+                                               f"paths.output_root={out}"], return_hydra_config=True)
+            run = sweep / str(job)
+            (run / ".hydra").mkdir(parents=True)
+            plain = OmegaConf.to_container(cfg, resolve=False)
+            choices = plain.pop("hydra")["runtime"]["choices"]
+            OmegaConf.save(OmegaConf.create(plain), run / ".hydra" / "config.yaml")
+            OmegaConf.save(OmegaConf.create([f"learning_rate={lr}"]), run / ".hydra" / "overrides.yaml")
+            OmegaConf.save(OmegaConf.create({"hydra": {"runtime": {"choices": choices}}}),
+                           run / ".hydra" / "hydra.yaml")
+            evaluated = load_examples(run_data_config(
+                OmegaConf.to_container(cfg.data, resolve=True), 16), "validation")
+            rows = []
+            for step, value in ((0, 0.0), (2, reward), (4, reward)):
+                rows.append({"step": step, "eval/reward": value, "time/elapsed_s": 1.0 + step})
+                right = round(value * len(evaluated))
+                write_outcomes(run, EvalOutcomes(
+                    step, 1, problems_digest(evaluated),
+                    (1.0,) * right + (0.0,) * (len(evaluated) - right),
+                    problems=problem_fingerprints(evaluated)))
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (run / "status.json").write_text(json.dumps(
+                {"status": "completed", "last_step": 4, "n_grpo_steps": 4}))
+    return sweep
+
+
+def test_a_confirm_stage_without_held_out_problems_is_refused_before_any_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    toy_chain(tmp_path, monkeypatch, "  top_k: 1\n  seeds: 2\n")
+    out = tmp_path / "out"
+    for dry in ([], ["dry_run=true"]):
+        assert chain_main(["--chain", "t", *CPU, f"paths.output_root={out}", *dry]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            "error: the chain's confirm block confirms lr_sweep's pick on held-out problems, but "
+            "its toy data holds out no pair (data.holdout_size=0): give data.holdout_size=N on "
+            "the chain's command line (each stage then keeps N pairs out of its training and "
+            "evaluation), or drop `confirm` from the chain's yaml", "nothing was run"]
+        assert not out.exists()
+
+
+def test_the_chain_s_dry_run_of_its_confirm_stage_is_the_confirmation_s_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture) -> None:
+    """Before its last stage has run, the dry run says what the confirm stage will do; once it
+    has finished, it is the confirmation's own dry run: the finalists, fresh seeds and held-out
+    problems the report will show, its jobs priced; nothing written."""
+    from analysis.outputs.confirm import plan_confirmation
+
+    toy_chain(tmp_path, monkeypatch, "  top_k: 2\n  seeds: 2\n  placebo: true\n")
+    out = tmp_path / "out"
+    args = ["--chain", "t", *TOY, f"paths.output_root={out}", "dry_run=true"]
+    assert confirm_last(load_chain("t", tmp_path / "conf"), UserOverrides.parse(args[2:]), True) == 0
+    assert ("confirm lr_sweep's pick: its top 2 config(s) trained again with 2 fresh seed(s) each "
+            "(4 runs, and 2 of the best one's config trained on reward=random: a placebo arm), "
+            "evaluated on held-out problems (`python -m analysis confirm`; planned and priced once "
+            "lr_sweep has finished)") in capfd.readouterr().out.splitlines()
+    sweep = finished_toy_sweep(out, {3e-4: 0.25, 1e-3: 0.75, 3e-3: 0.5})
+    before = sorted(out.rglob("*"))
+    assert chain_main(args) == 0
+    lines = capfd.readouterr().out.splitlines()
+    record = plan_confirmation(sweep, 2, 2, True, [], placebo=True).record
+    assert [f.label for f in record.finalists] == ["learning_rate=0.001", "learning_rate=0.003"]
+    assert record.seeds == (1, 2), "the sweep's runs had seed 0"
+    head = lines.index(f"stage 1/1 lr_sweep: finished: {sweep} (3 runs: 3 completed)")
+    assert lines[head + 1].startswith("confirm lr_sweep's pick: its top 2 config(s) trained again "
+                                      "with 2 fresh seed(s) each (4 runs, and 2 of")
+    assert lines[head + 1].endswith("not passed on to it (it trains and measures each finalist as "
+                                    "lr_sweep did): model=tiny data=toy rollout=hf "
+                                    "data.holdout_size=8 n_grpo_steps=4 eval.eval_every=2 "
+                                    "eval.n_examples=16")
+    assert lines[head + 2] == (
+        f"confirmation of {sweep}: {sweep}-confirm (trained again with fresh seeds 1, 2, beside a "
+        "placebo arm (learning_rate=0.001 on reward=random (placebo)); 8 held-out problems, none "
+        f"of them evaluated by {sweep})")
+    assert "+promoted/confirm=top1,top2,placebo seed=1,2 " in lines[head + 3]
+    assert "dry run: 6 jobs, nothing submitted" in lines
+    assert sorted(out.rglob("*")) == before, "a dry run writes nothing"
 
 
 def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:

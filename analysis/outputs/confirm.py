@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from analysis.decisions.race.looks import still_in
 from analysis.decisions.ranking import rank
@@ -91,8 +91,9 @@ PLAIN = re.compile(r"[\w.+\-/]+")
 
 
 def check_counts(top_k: int, seeds: int | None, retrain: bool, placebo: bool = False) -> None:
-    """Refuse (ValueError, naming the option) ``--top-k`` or ``--seeds`` out of range, or
-    ``--placebo`` without retraining, asked before the sweep is read."""
+    """Refuse (ValueError, naming the option) ``--top-k`` or ``--seeds`` that is no whole number
+    or out of range, or ``--placebo`` without retraining, asked before the sweep is read (also
+    for the chain's ``confirm`` block, whose yaml may give any value)."""
     if placebo and not retrain:
         raise ValueError("--placebo with --no-retrain: a placebo arm is trained (on reward=random, "
                          "with the fresh seeds), there is no final model of it to evaluate; drop "
@@ -103,9 +104,11 @@ def check_counts(top_k: int, seeds: int | None, retrain: bool, placebo: bool = F
     if not retrain and seeds is not None:
         raise ValueError("--seeds with --no-retrain: the sweep's own final models are evaluated, "
                          "with the seeds they trained with; drop --seeds, or --no-retrain")
-    if retrain and (seeds is None or isinstance(seeds, bool) or seeds < 1):
+    if retrain and (isinstance(seeds, bool) or not isinstance(seeds, int) or not
+                    1 <= seeds <= SEED_MAX):
         raise ValueError(f"--seeds is {seeds}; give how many fresh seeds each finalist is trained "
-                         "with, at least 1 (2 or more give the confirmed figure an interval)")
+                         "with, a whole number at least 1 (2 or more give the confirmed figure an "
+                         "interval)")
 
 
 def refused_overrides(overrides: Sequence[str], sweep: Path) -> list[str]:
@@ -152,7 +155,12 @@ def heldout_problems(run_dir: Path, overrides: Sequence[str]) -> list[Example]:
     """The held-out problems a confirmation of the run in ``run_dir`` evaluates: its data, its
     ``eval.n_examples`` and ``confirm.n_examples`` (the overrides', else its own, else its
     evaluation's number), as the trainer will read them (:data:`grpo.data.datasets.HELDOUT`)."""
-    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    return heldout_of(OmegaConf.load(run_dir / ".hydra" / "config.yaml"), overrides)
+
+
+def heldout_of(cfg: DictConfig, overrides: Sequence[str]) -> list[Example]:
+    """The held-out problems a confirmation of a run of config ``cfg`` evaluates
+    (:func:`heldout_problems`; also the chain's, of its last stage's config, before it runs)."""
     n_eval = int(cfg.eval.n_examples)
     given = _settings(overrides).get("confirm.n_examples")
     n_confirm = int(given) if given is not None else int(
