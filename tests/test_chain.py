@@ -777,3 +777,53 @@ def test_an_unwritable_stage_directory_and_a_sweep_the_chain_did_not_start(tmp_p
     dry = chain("--stages", "lr_sweep", *CPU, f"paths.output_root={tmp_path / 'out'}", "dry_run=true")
     assert (f"its latest sweep {sweep} is unfinished (1 runs: 1 failed) and has no chain.json (the "
             "chain did not start it, or its record is unreadable)") in dry.stdout, dry.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_a_tiny_chain_ends_with_its_confirmation_as_its_dry_run_said(
+        tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture) -> None:
+    """One stage (lr_sweep of one learning rate, 2 steps of the tiny model), then its pick
+    confirmed with 2 fresh seeds and a placebo arm: the dry run's promise (2 runs and 2 of a
+    placebo) is what ran, on held-out pairs no evaluation of the stage read, and the summary
+    ends with the confirmed figure; the same command again trains nothing."""
+    from analysis.readers.confirmation import confirmation_dir, confirmed_runs, read_record
+
+    toy_chain(tmp_path, monkeypatch, "  top_k: 1\n  seeds: 2\n  placebo: true\n")
+    out = tmp_path / "out"
+    args = ["--chain", "t", *CPU, f"model.path={tiny_model_dir}", "data.holdout_size=8",
+            "n_grpo_steps=2", "eval.eval_every=1", "eval.n_examples=16",
+            "checkpoint.checkpoint_every=2", "logging.wandb_mode=disabled",
+            "learning_rate=3e-4", f"paths.output_root={out}"]
+    assert confirm_last(load_chain("t", tmp_path / "conf"),
+                        UserOverrides.parse([*args[2:], "dry_run=true"]), True) == 0
+    assert ("its top 1 config(s) trained again with 2 fresh seed(s) each (2 runs, and 2 of the "
+            "best one's config trained on reward=random: a placebo arm)") in capfd.readouterr().out
+    assert chain_main(args) == 0, capfd.readouterr().err[-3000:]
+    ran = capfd.readouterr().out
+    (sweep,) = [p for p in (out / "lr_sweep").iterdir() if not p.name.endswith("-confirm")]
+    ranking = rank(collect([sweep]))
+    target = confirmation_dir(sweep, True)
+    record = read_record(target)
+    assert [f.label for f in record.finalists] == [ranking.best] and record.seeds == (1, 2)
+    runs = confirmed_runs(target, record)
+    assert sorted((r.finalist == record.placebo, r.seed) for r in runs) == [
+        (False, 1), (False, 2), (True, 1), (True, 2)]
+    assert all(r.status == "completed" and r.outcomes is not None for r in runs)
+    held = {p for r in runs for p in r.outcomes.problems}
+    evaluated = {p for f in sweep.glob("*/eval_outcomes/*.json")
+                 for p in json.loads(f.read_text())["problems"]}
+    assert len(held) == 8 and len(evaluated) == 16 and not held & evaluated
+    assert (out / "lr_sweep" / target.name).is_dir(), "beside the stage's sweep"
+    section = ran[ran.index("## Confirmed"):]
+    assert "each with 2 fresh seeds (1, 2: none of this sweep's runs used them)" in section
+    assert f"Placebo: {ranking.best} on reward=random (placebo)" in section
+    (summary,) = [line for line in ran.splitlines() if line.startswith("chain t: its final config")]
+    assert summary.startswith(f"chain t: its final config {ranking.best}: confirmed reward ")
+    assert "on 8 held-out problems, 2 fresh seeds; selection " in summary
+    logged = {r.run_dir.name: (r.run_dir / "metrics.jsonl").read_text() for r in runs}
+    assert chain_main(args) == 0
+    again = capfd.readouterr().out
+    assert f"stage 1/1 lr_sweep: finished: {sweep}" in again
+    assert "4 finished (not submitted)" in again
+    assert {r.run_dir.name: (r.run_dir / "metrics.jsonl").read_text() for r in runs} == logged
