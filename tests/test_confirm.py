@@ -573,3 +573,11 @@ def test_the_same_confirmation_by_another_path_resumes_and_any_other_is_refused(
                                "run the command it was made with, or move it away to confirm anew")
     assert (target / "confirm.json").read_text() == before
     assert confirmation_dir(link, False) == confirmation_dir(source, False) != target
+    # a copy of the sweep with its confirmation beside it: the record names the first sweep
+    copy = source.parent / "copy"
+    shutil.copytree(source, copy)
+    shutil.copytree(target, confirmation_dir(copy, True))
+    assert _refusal(["--sweep", str(copy), "--top-k", "2", "--seeds", "2"], capsys) == (
+        f"error: {copy}-confirm holds another confirmation of {copy} (its sweep was "
+        f"{source.resolve()}, this command's {copy.resolve()}); run the command it was made with, "
+        "or move it away to confirm anew")

@@ -309,15 +309,17 @@ def _option(run_dir: Path, collection, label: str, about: str,
 
 def same_confirmation(old: ConfirmRecord, new: ConfirmRecord) -> str | None:
     """What differs between a confirmation's record and the one a new command would write, in
-    words (its finalists, seeds, mode or own settings); None: the same confirmation (it resumes)."""
+    words (the sweep it confirms, its finalists, seeds, mode or own settings); None: the same
+    confirmation (it resumes)."""
     for what, mine, theirs in (
+            ("sweep", old.source.resolve(), new.source.resolve()),
             ("finalists", "; ".join(f.label for f in old.finalists),
              "; ".join(f.label for f in new.finalists)),
             ("seeds", old.seeds, new.seeds), ("retraining", old.retrain, new.retrain),
             ("placebo arm", old.placebo is not None, new.placebo is not None),
             ("settings", _settings(old.arguments), _settings(new.arguments))):
         if mine != theirs:
-            return f"its {what} were {mine}, this command's {theirs}"
+            return f"its {what} {'was' if what == 'sweep' else 'were'} {mine}, this command's {theirs}"
     return None
 
 
