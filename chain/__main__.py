@@ -59,7 +59,7 @@ from chain.plan import (
     winner_lookup,
 )
 from chain.results import SweepState, latest_sweep, sweep_state
-from chain.stages import CONF_DIR, Chain, ConfirmStage, load_chain
+from chain.stages import CONF_DIR, Chain, ConfirmStage, confirm_words, load_chain
 from grpo.config.rules import value_errors
 from grpo.run.driver import (
     DRIVER_LOG,
@@ -284,8 +284,9 @@ def confirm_last(chain: Chain, user: UserOverrides, dry_run: bool) -> int:
     try:
         return confirm_and_report(sweep, confirm.top_k, confirm.seeds, confirm.retrain, taken,
                                   dry_run=dry_run, placebo=confirm.placebo)
-    except ValueError as error:
-        print(f"error: {head}: {error}", file=sys.stderr)
+    except ValueError as error:  # in the words of the chain's yaml: confirm.top_k, not --top-k
+        print(f"error: {head}: {confirm_words(str(error))} (the `confirm` block of the chain's "
+              "yaml)", file=sys.stderr)
         return 2
 
 

@@ -261,6 +261,23 @@ def test_the_chain_s_dry_run_of_its_confirm_stage_is_the_confirmation_s_own(
     assert sorted(out.rglob("*")) == before, "a dry run writes nothing"
 
 
+def test_a_confirm_stage_the_finished_stage_cannot_give_is_refused_by_the_dry_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """top_k 4 of a stage that ranks 3 configs: the dry run says the confirmation's refusal in
+    the yaml's words, counts it among what would be refused, and writes nothing."""
+    toy_chain(tmp_path, monkeypatch, "  top_k: 4\n  seeds: 2\n")
+    out = tmp_path / "out"
+    sweep = finished_toy_sweep(out, {3e-4: 0.25, 1e-3: 0.75, 3e-3: 0.5})
+    before = sorted(out.rglob("*"))
+    assert chain_main(["--chain", "t", *TOY, f"paths.output_root={out}", "dry_run=true"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: confirm lr_sweep's pick: top_k 4, but {sweep} ranks 3 configs; give "
+                   "top_k 3 or less (the `confirm` block of the chain's yaml)",
+                   "error: 1 stage(s) would be refused as planned: confirm lr_sweep's pick (exit 2) "
+                   "(their errors above); nothing was run"]
+    assert sorted(out.rglob("*")) == before
+
+
 def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
     """Two seeds per config: the seed variance pooled over the 4 ranked configs (4 degrees of
     freedom) decides which configs the data cannot tell from the best one."""
