@@ -581,3 +581,31 @@ def test_the_same_confirmation_by_another_path_resumes_and_any_other_is_refused(
         f"error: {copy}-confirm holds another confirmation of {copy} (its sweep was "
         f"{source.resolve()}, this command's {copy.resolve()}); run the command it was made with, "
         "or move it away to confirm anew")
+
+
+def test_a_confirmation_of_another_pick_or_another_sweep_gives_no_figure(source: Path) -> None:
+    """The record's finalists no longer the sweep's top 2 in order (its ranking changed since,
+    or the record was edited), or a record naming another sweep than the one it lies beside:
+    the section says why, instead of confirmed figures under the wrong ranks."""
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                         2: [[1, 1, 1, 0], [1, 1, 1, 1]]})
+    path = target / "confirm.json"
+    data = json.loads(path.read_text())
+    first, second = data["finalists"]
+    first["label"], second["label"] = second["label"], first["label"]
+    path.write_text(json.dumps(data))
+    conf, lines = report_confirmation(target)
+    assert conf.figures == [] and lines[2] == (
+        f"`{target}`: not a confirmation of this sweep's pick: its rank 1 is learning_rate=0.0003, "
+        "this sweep's ranking puts learning_rate=0.001 there now (its runs changed since, or the "
+        "record was edited: move this confirmation away and confirm the sweep again); it is no "
+        "confirmation of this sweep's pick.")
+    other = write_source(source.parent / "other", source.parent.parent.parent / "validation.jsonl")
+    first["label"], second["label"] = second["label"], first["label"]
+    data["source"] = str(other)
+    path.write_text(json.dumps(data))
+    conf, lines = report_confirmation(target)
+    assert conf.figures == [] and lines[2].startswith(
+        f"`{target}`: not where a confirmation of {other} lies ({other}-confirm): its "
+        "confirm.json was copied or edited")
+    assert "## Confirmed" not in build_report(collect([other]), other)

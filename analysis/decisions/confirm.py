@@ -43,6 +43,7 @@ from analysis.readers.confirmation import (
     ConfirmedRun,
     ConfirmRecord,
     Finalist,
+    confirmation_dir,
     confirmed_runs,
     selection_fingerprints,
     stray_runs,
@@ -173,6 +174,11 @@ def read_confirmation(target: Path, record: ConfirmRecord, collection: Collectio
     if reused:
         return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
             f"not a confirmation with fresh seeds: this sweep's runs used seed {reused[0]}"))
+    if confirmation_dir(record.source, record.retrain) != target.resolve():
+        return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
+            f"not where a confirmation of {record.source} lies "
+            f"({confirmation_dir(record.source, record.retrain)}): its {CONFIRM_RECORD} was "
+            "copied or edited"))
     strays = stray_runs(target, record)
     if strays:
         return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
@@ -186,6 +192,15 @@ def read_confirmation(target: Path, record: ConfirmRecord, collection: Collectio
             + ("no config this sweep ranks now" if unranked[0] in collection.configs else
                "no config of this sweep")
             + f" (its {CONFIRM_RECORD} names {len(unranked)} such)"))
+    top = list(ranking.table.index)[:len(record.finalists)]
+    if top != [f.label for f in record.finalists]:
+        moved = next(i for i, (a, f) in enumerate(zip(top, record.finalists, strict=False))
+                     if a != f.label)
+        return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
+            f"not a confirmation of this sweep's pick: its rank {moved + 1} is "
+            f"{record.finalists[moved].label}, this sweep's ranking puts {top[moved]} there now "
+            "(its runs changed since, or the record was edited: move this confirmation away and "
+            "confirm the sweep again)"))
     u = ranking.uncertainty
     by_finalist = {f.rank: [r for r in runs if r.finalist == f] for f in record.finalists}
     configs = {f.rank: _config(f.label, by_finalist[f.rank], metric) for f in record.finalists}
