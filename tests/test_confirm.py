@@ -457,29 +457,45 @@ RECORD_EDITS = [
 ]
 
 
-@pytest.mark.parametrize(("edit", "error"), RECORD_EDITS)
-def test_an_edited_record_is_refused_in_one_line_naming_the_file_and_the_field(
-        source: Path, edit, error: str, capsys: pytest.CaptureFixture) -> None:
-    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
-                                         2: [[1, 1, 1, 0], [1, 1, 1, 1]]},
-                                placebo=[[0, 0, 0, 0], [0, 0, 0, 0]])
+@pytest.fixture
+def placebo_confirmation(source: Path) -> Path:
+    """A finished confirmation of the source's top 2 with a placebo arm."""
+    return write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                       2: [[1, 1, 1, 0], [1, 1, 1, 1]]},
+                              placebo=[[0, 0, 0, 0], [0, 0, 0, 0]])
+
+
+def _edited(target: Path, edit) -> Path:
     path = target / "confirm.json"
     data = json.loads(path.read_text())
     edit(data)
     path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(("edit", "error"), RECORD_EDITS)
+def test_an_edited_record_is_refused_in_one_line_naming_the_file_and_the_field(
+        placebo_confirmation: Path, edit, error: str) -> None:
+    path = _edited(placebo_confirmation, edit)
     with pytest.raises(ValueError) as refused:
-        read_record(target)
+        read_record(placebo_confirmation)
     message = str(refused.value)
     assert message.startswith(f"{path} is unreadable or not a confirmation's record (")
     assert error in message and "\n" not in message, message
-    # the command that would resume it says so in one line, and writes nothing
+
+
+def test_an_unreadable_record_is_said_by_the_command_and_the_report(
+        source: Path, placebo_confirmation: Path, capsys: pytest.CaptureFixture) -> None:
+    """The command that would resume it says so in one line and writes nothing; the sweep's
+    report says it where the section would be (before: no section, silently)."""
+    edit, error = RECORD_EDITS[0]
+    path = _edited(placebo_confirmation, edit)
     before = path.read_text()
-    assert error in _refusal(["--sweep", str(source), "--top-k", "2", "--seeds", "2", "--placebo"],
-                             capsys)
+    message = _refusal(["--sweep", str(source), "--top-k", "2", "--seeds", "2", "--placebo"], capsys)
+    assert message.startswith(f"error: {path} is unreadable") and error in message
     assert path.read_text() == before
-    # the sweep's report says it where the section would be, not silently nothing
     report = build_report(collect([source]), source)
-    assert f"## Confirmed\n\n{message}\n" in report
+    assert f"## Confirmed\n\n{message.removeprefix('error: ')}\n" in report
 
 
 @pytest.mark.parametrize("edit", [lambda d: d.pop("placebo"), lambda d: d.__setitem__("placebo", None)])
@@ -557,7 +573,7 @@ def test_the_same_confirmation_by_another_path_resumes_and_any_other_is_refused(
         assert plan.target == target and plan.record.source == source.resolve()
         assert same_confirmation(old, plan.record) is None
     assert not (source.parent / "latest-confirm").exists()
-    for args, why in ((["--top-k", "1", "--seeds", "2"], "its finalists were learning_rate=0.001; "
+    for number, (args, why) in enumerate(((["--top-k", "1", "--seeds", "2"], "its finalists were learning_rate=0.001; "
                        "learning_rate=0.0003, this command's learning_rate=0.001"),
                       (["--top-k", "3", "--seeds", "2"], "its finalists were learning_rate=0.001; "
                        "learning_rate=0.0003, this command's learning_rate=0.001; "
@@ -566,8 +582,8 @@ def test_the_same_confirmation_by_another_path_resumes_and_any_other_is_refused(
                       (["--top-k", "2", "--seeds", "2", "--placebo"],
                        "its placebo arm were False, this command's True"),
                       (["--top-k", "2", "--seeds", "2", "confirm.n_examples=2"],
-                       "its settings were {}, this command's {'confirm.n_examples': '2'}")):
-        for spelt in (source, link):
+                       "its settings were {}, this command's {'confirm.n_examples': '2'}"))):
+        for spelt in (source, link) if number == 0 else (link,):
             message = _refusal(["--sweep", str(spelt), *args], capsys)
             assert message == (f"error: {target} holds another confirmation of {spelt} ({why}); "
                                "run the command it was made with, or move it away to confirm anew")
