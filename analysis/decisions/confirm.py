@@ -26,7 +26,10 @@ curse as measured), and whether the confirmed runs keep the selection's order.
   problems minus its step-0 evaluation, paired run by run, on the placebo's own seed variance).
 
 A confirmation whose held-out problems share a fingerprint with a problem any evaluation of the
-source sweep read, or whose fresh seeds one of its runs used, is said to be none (no figure).
+source sweep read, or whose fresh seeds one of its runs used, is said to be none (no figure); so
+is one whose record does not describe it (it lies where no confirmation of the sweep it names
+would, or a run of it ran an option its record names for no arm) or no longer the sweep's pick
+(a finalist the sweep does not rank, or its finalists not the ranking's top k in order now).
 """
 
 from __future__ import annotations
