@@ -216,7 +216,7 @@ def confirm_what(confirm: ConfirmStage) -> str:
     """What the chain's confirm stage does, in words: the finalists, their runs, the placebo."""
     if not confirm.retrain:
         return (f"the final models of its top {confirm.top_k} config(s), not trained again (one "
-                "run a completed run with its final model)")
+                "run for each of their completed runs with a final model)")
     runs = confirm.top_k * confirm.seeds
     what = (f"its top {confirm.top_k} config(s) trained again with {confirm.seeds} fresh seed(s) "
             f"each ({runs} run{'s' if runs != 1 else ''}")
