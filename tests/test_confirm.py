@@ -441,6 +441,8 @@ RECORD_EDITS = [
     (lambda d: d["placebo"].__setitem__("options", ["top1"]),
      "a placebo arm is rank 1's config on option 'placebo' of a confirmation that trains again"),
     (lambda d: d["placebo"].__setitem__("rank", 2), "its placebo is {'rank': 2,"),
+    (lambda d: d["placebo"].__setitem__("label", "learning_rate=0.0003 on reward=random (placebo)"),
+     "labelled 'learning_rate=0.001 on reward=random (placebo)'"),
     (lambda d: d["finalists"][0].__setitem__("rank", "1"), "its finalists[0].rank is '1', not a whole number"),
     (lambda d: d["finalists"][1].__setitem__("rank", 1), "its finalists' ranks are [1, 1], not 1..2 in order"),
     (lambda d: d["finalists"][0].__setitem__("rank", math.nan), "its finalists[0].rank is nan, not a whole number"),

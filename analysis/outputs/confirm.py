@@ -63,6 +63,7 @@ from analysis.readers.confirmation import (
     ConfirmRecord,
     Finalist,
     confirmation_dir,
+    placebo_arm,
     read_record,
     selection_fingerprints,
 )
@@ -284,7 +285,7 @@ def _placebo_arm(sweep: Path, label: str, run_dir: Path, collection, options: di
     options[PLACEBO_OPTION] = _option(
         run_dir, collection, label, f"the placebo arm of rank 1 of {sweep}: {label} trained on "
         f"reward={PLACEBO}", groups={"reward": PLACEBO})
-    return Finalist(1, f"{label} on reward={PLACEBO} (placebo)", (PLACEBO_OPTION,))
+    return placebo_arm(label)
 
 
 def _option(run_dir: Path, collection, label: str, about: str,

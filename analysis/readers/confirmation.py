@@ -24,6 +24,7 @@ from analysis.names.config_names import value_of
 from analysis.readers.collect import CONFIRM_RECORD
 from analysis.readers.run_rows import job_dirs
 from grpo.config.keys import PROMOTED_GROUP
+from grpo.grading.rewards import PLACEBO
 from grpo.run.files import RunFileError, atomic_write_text, read_json, read_yaml
 from grpo.run.finished import read_run_status
 from grpo.run.outcomes import (
@@ -40,6 +41,12 @@ SUFFIXES = {True: "-confirm", False: "-confirm-no-retrain"}
 MAX_RECORD_BYTES = 1 << 20
 PLACEBO_OPTION = "placebo"
 """The option of a confirmation's group that runs its placebo arm (``--placebo``)."""
+def placebo_arm(best: str) -> Finalist:
+    """The placebo arm of a confirmation whose best finalist is ``best`` (its label): rank 1's
+    config on ``reward=random``, run by option :data:`PLACEBO_OPTION`."""
+    return Finalist(1, f"{best} on reward={PLACEBO} (placebo)", (PLACEBO_OPTION,))
+
+
 GROUP = f"{PROMOTED_GROUP}/confirm"
 """The config group of a confirmation's finalists, in ``<C>/conf/``: a promoted group, so that its
 configs are named by the values their options set (:mod:`analysis.names.config_names`)."""
@@ -180,9 +187,10 @@ def _checked(data: Any) -> ConfirmRecord:
                       for i, a in enumerate(_items(data["arguments"], "arguments")))
     placebo = data.get("placebo")
     arm = None if placebo is None else _finalist(placebo, "placebo")
-    if arm is not None and (arm.rank != 1 or arm.options != (PLACEBO_OPTION,) or not retrain):
+    if arm is not None and (arm != placebo_arm(finalists[0].label) or not retrain):
         raise _Bad(f"its placebo is {placebo!r}: a placebo arm is rank 1's config on option "
-                   f"{PLACEBO_OPTION!r} of a confirmation that trains again")
+                   f"{PLACEBO_OPTION!r} of a confirmation that trains again, labelled "
+                   f"{placebo_arm(finalists[0].label).label!r}")
     options = [o for f in (*finalists, *([arm] if arm else [])) for o in f.options]
     if len(set(options)) != len(options):
         raise _Bad(f"its options {options} name one twice")
