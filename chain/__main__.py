@@ -39,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from analysis.outputs.confirm import (
     confirm_and_report,
@@ -71,6 +71,7 @@ from grpo.run.driver import (
 from grpo.run.files import RunDirError
 from grpo.run.launching import launch_sweep
 from grpo.sweep.cost import ESTIMATE_FILE_ENV
+from grpo.sweep.hydra_compat import parse_overrides, split_into_jobs
 from grpo.sweep.overrides import check_overrides
 from grpo.sweep.slurm_resources import sbatch_refusal
 
@@ -234,13 +235,35 @@ def confirm_overrides(user: UserOverrides, sweep: Path) -> tuple[list[str], list
                    and override_key(line) != "dry_run"]  # its own dry run is the chain's
 
 
+def planned_configs(cfg: DictConfig, user: UserOverrides) -> int | None:
+    """How many configs a stage of composed config ``cfg`` plans: the distinct jobs of its
+    preset's ``hydra.sweeper.params`` and the user's sweeps (a key the user sets replacing the
+    preset's), seeds aside; the most its ranking can rank. None where the sweep cannot be read."""
+    params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}
+    given = set(user.values) | set(user.swept)
+    lines = [f"{key}={value}" for key, value in params.items()
+             if str(key).lstrip("+") not in given]
+    lines += [line for line in user.lines if override_key(line) in user.swept]
+    try:
+        jobs = split_into_jobs(parse_overrides(lines))
+    except HydraException:  # an override Hydra's grammar refuses: the stage's own launch says it
+        return None
+    return len({tuple(sorted(o for o in job if override_key(o) != "seed")) for job in jobs})
+
+
 def confirm_refusal(chain: Chain, user: UserOverrides) -> str | None:
     """Why the chain's confirm stage could never run, known before any stage is launched: its
-    last stage's data holds out no problem (the toy's ``data.holdout_size`` 0, a validation file
-    with nothing after ``eval.n_examples``); None where it can, or where the data cannot be read
-    yet (the stage's own checks say so)."""
+    ``top_k`` above the configs the last stage plans (:func:`planned_configs`), or the last
+    stage's data holds out no problem (the toy's ``data.holdout_size`` 0, a validation file with
+    nothing after ``eval.n_examples``); None where it can, or where the data cannot be read yet
+    (the stage's own checks say so)."""
     last = chain.stages[-1]
     cfg = compose_stage(last, user)
+    planned = planned_configs(cfg, user)
+    if planned is not None and chain.confirm.top_k > planned:
+        return (f"the chain's confirm block confirms the top {chain.confirm.top_k} configs of "
+                f"{last.experiment}, which plans {planned} config{'s' if planned != 1 else ''}: "
+                f"give top_k {planned} or less in the `confirm` block of the chain's yaml")
     taken, _ = confirm_overrides(user, stage_root(cfg))
     try:
         if heldout_of(cfg, taken):

@@ -26,7 +26,7 @@ from analysis.decisions.ranking import BEST_CRITERION, launch_variance, planned_
 from analysis.outputs.promote import promote
 from analysis.readers.collect import collect
 from analysis.readers.synthetic import write_multirun, write_run
-from chain.__main__ import budget_lines, confirm_last
+from chain.__main__ import budget_lines, confirm_last, planned_configs
 from chain.__main__ import main as chain_main
 from chain.plan import StagePlan, UserOverrides, compose_stage, plan_stage, winner_lookup
 from chain.stages import ConfirmStage, load_chain
@@ -220,6 +220,23 @@ def test_a_confirm_stage_without_held_out_problems_is_refused_before_any_stage(
             "its toy data holds out no pair (data.holdout_size=0): give data.holdout_size=N on "
             "the chain's command line (each stage then keeps N pairs out of its training and "
             "evaluation), or drop `confirm` from the chain's yaml", "nothing was run"]
+        assert not out.exists()
+
+
+def test_a_confirm_stage_of_more_configs_than_the_last_stage_plans_is_refused_before_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """lr_sweep plans 5 learning rates (its preset), 2 where the command line sweeps them, 1
+    where it sets one: top_k 3 is refused before any stage runs where fewer are planned."""
+    toy_chain(tmp_path, monkeypatch, "  top_k: 3\n  seeds: 2\n")
+    out = tmp_path / "out"
+    cfg = compose_stage(load_chain("t", tmp_path / "conf").stages[0], UserOverrides.parse(TOY))
+    assert planned_configs(cfg, UserOverrides.parse(TOY)) == 5
+    for given, planned in (("learning_rate=1e-4,3e-4", "2 configs"), ("learning_rate=1e-4", "1 config")):
+        assert chain_main(["--chain", "t", *TOY, given, f"paths.output_root={out}"]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"error: the chain's confirm block confirms the top 3 configs of lr_sweep, which plans "
+            f"{planned}: give top_k {planned.split()[0]} or less in the `confirm` block of the "
+            "chain's yaml", "nothing was run"]
         assert not out.exists()
 
 
