@@ -18,7 +18,9 @@ into that sweep, which follows its queued and running jobs as a sweep's relaunch
 chain goes on.
 A chain whose yaml ends with ``confirm: {top_k, seeds}`` confirms its last stage's pick after it
 (``python -m analysis confirm``, through the same launcher with the overrides a confirmation
-takes), and its summary ends with the final config's confirmed figure.
+takes), and its summary ends with the final config's confirmed figure; a chain whose last stage
+holds out no problem is refused before any stage runs, and its dry run, once the last stage has
+finished, is the confirmation's own dry run (:func:`confirm_last`).
 With ``cluster.detach=true`` the chain's driver is not the terminal (``grpo.run.driver``): a
 SLURM CPU job (``cluster=slurm``) or a process of its own session runs this same command
 attached, its record and log in ``<paths.output_root>/chains/<chain>/`` (``chain_root``) and a
@@ -37,9 +39,13 @@ from datetime import datetime
 from pathlib import Path
 
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from analysis.outputs.confirm import confirm_and_report, refused_overrides
+from analysis.outputs.confirm import (
+    confirm_and_report,
+    heldout_of,
+    refused_overrides,
+)
 from analysis.outputs.confirmed import report_confirmation, summary_line
 from analysis.outputs.monitor import INTERRUPTED, make_command
 from analysis.readers.confirmation import confirmation_dir
@@ -53,7 +59,7 @@ from chain.plan import (
     winner_lookup,
 )
 from chain.results import SweepState, latest_sweep, sweep_state
-from chain.stages import CONF_DIR, Chain, load_chain
+from chain.stages import CONF_DIR, Chain, ConfirmStage, confirm_words, load_chain
 from grpo.config.rules import value_errors
 from grpo.run.driver import (
     DRIVER_LOG,
@@ -65,6 +71,7 @@ from grpo.run.driver import (
 from grpo.run.files import RunDirError
 from grpo.run.launching import launch_sweep
 from grpo.sweep.cost import ESTIMATE_FILE_ENV
+from grpo.sweep.hydra_compat import parse_overrides, split_into_jobs
 from grpo.sweep.overrides import check_overrides
 from grpo.sweep.slurm_resources import sbatch_refusal
 
@@ -120,6 +127,11 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
         print("\n".join(f"error: {e}" for e in errors) + "\nnothing was run", file=sys.stderr)
         return 2
     dry_run = user.values.get("dry_run", "false").lower() == "true"
+    refusal = (confirm_refusal(chain, user)
+               if chain.confirm is not None and len(chain.stages) - 1 in indices else None)
+    if refusal is not None:
+        print(f"error: {refusal}\nnothing was run", file=sys.stderr)
+        return 2
     if not dry_run and not under_driver():
         status = detached_or_refused(chain, indices, stage_names, user)
         if status is not None:
@@ -180,7 +192,9 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
     last = len(chain.stages) - 1
     if chain.confirm is not None and last in indices:
         status = confirm_last(chain, user, dry_run)
-        if status:
+        if status and dry_run:  # said by the confirmation's dry run; the budget follows
+            invalid.append(f"confirm {chain.stages[last].experiment}'s pick (exit {status})")
+        elif status:
             return status
     if dry_run:
         print("\n".join(budget_lines(chain, estimates)))
@@ -199,29 +213,103 @@ def _last_sweep(chain: Chain, user: UserOverrides) -> Path | None:
     return latest_sweep(stage_root(compose_stage(chain.stages[-1], user)))
 
 
+def confirm_what(confirm: ConfirmStage) -> str:
+    """What the chain's confirm stage does, in words: the finalists, their runs, the placebo."""
+    if not confirm.retrain:
+        return (f"the final models of its top {confirm.top_k} config(s), not trained again (one "
+                "run for each of their completed runs with a final model)")
+    runs = confirm.top_k * confirm.seeds
+    what = (f"its top {confirm.top_k} config(s) trained again with {confirm.seeds} fresh seed(s) "
+            f"each ({runs} run{'s' if runs != 1 else ''}")
+    if confirm.placebo:
+        what += (f", and {confirm.seeds} of the best one's config trained on reward=random: a "
+                 "placebo arm")
+    return what + ")"
+
+
+def confirm_overrides(user: UserOverrides, sweep: Path) -> tuple[list[str], list[str]]:
+    """The chain's overrides a confirmation of ``sweep`` takes (where and how its jobs run) and
+    those it does not (it trains and measures each finalist as the stage did)."""
+    taken = [line for line in user.lines if not refused_overrides([line], sweep)]
+    return taken, [line for line in user.lines if line not in taken
+                   and override_key(line) != "dry_run"]  # its own dry run is the chain's
+
+
+def planned_configs(cfg: DictConfig, user: UserOverrides) -> int | None:
+    """How many configs a stage of composed config ``cfg`` plans: the distinct jobs of its
+    preset's ``hydra.sweeper.params`` and the user's sweeps (a key the user sets replacing the
+    preset's), seeds aside; the most its ranking can rank. None where the sweep cannot be read."""
+    params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}
+    given = set(user.values) | set(user.swept)
+    lines = [f"{key}={value}" for key, value in params.items()
+             if str(key).lstrip("+") not in given]
+    lines += [line for line in user.lines if override_key(line) in user.swept]
+    try:
+        jobs = split_into_jobs(parse_overrides(lines))
+    except HydraException:  # an override Hydra's grammar refuses: the stage's own launch says it
+        return None
+    return len({tuple(sorted(o for o in job if override_key(o) != "seed")) for job in jobs})
+
+
+def confirm_refusal(chain: Chain, user: UserOverrides) -> str | None:
+    """Why the chain's confirm stage could never run, known before any stage is launched: its
+    ``top_k`` above the configs the last stage plans (:func:`planned_configs`), or the last
+    stage's data holds out no problem (the toy's ``data.holdout_size`` 0, a validation file with
+    nothing after ``eval.n_examples``); None where it can, or where the data cannot be read yet
+    (the stage's own checks say so)."""
+    last = chain.stages[-1]
+    cfg = compose_stage(last, user)
+    planned = planned_configs(cfg, user)
+    if planned is not None and chain.confirm.top_k > planned:
+        return (f"the chain's confirm block confirms the top {chain.confirm.top_k} configs of "
+                f"{last.experiment}, which plans {planned} config{'s' if planned != 1 else ''}: "
+                f"give top_k {planned} or less in the `confirm` block of the chain's yaml")
+    taken, _ = confirm_overrides(user, stage_root(cfg))
+    try:
+        if heldout_of(cfg, taken):
+            return None
+    except (OSError, ValueError):
+        return None
+    head = f"the chain's confirm block confirms {last.experiment}'s pick on held-out problems"
+    if cfg.data.get("name") == "toy":
+        return (f"{head}, but its toy data holds out no pair (data.holdout_size="
+                f"{cfg.data.get('holdout_size') or 0}): give data.holdout_size=N on the chain's "
+                "command line (each stage then keeps N pairs out of its training and evaluation), "
+                "or drop `confirm` from the chain's yaml")
+    return (f"{head}, but its validation file holds no problem after the eval.n_examples="
+            f"{cfg.eval.n_examples} its evaluations read: give a smaller eval.n_examples, or drop "
+            "`confirm` from the chain's yaml")
+
+
 def confirm_last(chain: Chain, user: UserOverrides, dry_run: bool) -> int:
     """The chain's optional last stage (`confirm` in its yaml): the confirmation of its last
     stage's latest sweep (`analysis.outputs.confirm.confirm_and_report`), launched or resumed
-    through the same launcher with the overrides a confirmation takes (where its jobs run);
-    a dry run says what it will confirm. Its exit status."""
+    through the same launcher with the overrides a confirmation takes (where its jobs run).
+    A dry run where that sweep has finished is the confirmation's own dry run (its finalists,
+    fresh seeds and held-out problems, what the report will show, and its jobs priced, or its
+    refusal); before, it says what it will confirm. Its exit status."""
     confirm = chain.confirm
-    head = f"confirm {chain.stages[-1].experiment}'s pick"
-    what = (f"its top {confirm.top_k} config(s) trained again with {confirm.seeds} fresh seed(s) "
-            "each" if confirm.retrain else f"the final models of its top {confirm.top_k} config(s)")
-    if confirm.placebo:
-        what += ", beside the best one's config trained on reward=random (a placebo arm)"
+    last = chain.stages[-1].experiment
+    head = f"confirm {last}'s pick"
+    what = f"{confirm_what(confirm)}, evaluated on held-out problems"
     sweep = _last_sweep(chain, user)
-    if dry_run or sweep is None:
-        print(f"{head}: {what}, evaluated on held-out problems (`python -m analysis confirm`; "
-              "planned and priced once the stage has run)")
+    state = sweep_state(sweep) if sweep is not None else None
+    if dry_run and (state is None or not state.finished):
+        print(f"{head}: {what} (`python -m analysis confirm`; planned and priced once {last} "
+              "has finished)")
         return 0
-    print(f"{head}: {what}, evaluated on held-out problems", flush=True)
-    allowed = [line for line in user.lines if not refused_overrides([line], sweep)]
+    if sweep is None:
+        print(f"error: {head}: {last} has no sweep to confirm", file=sys.stderr)
+        return 1
+    taken, left = confirm_overrides(user, sweep)
+    print(f"{head}: {what}" + (f"; not passed on to it (it trains and measures each finalist as "
+                               f"{last} did): {' '.join(left)}" if left else ""), flush=True)
     try:
-        return confirm_and_report(sweep, confirm.top_k, confirm.seeds, confirm.retrain, allowed,
-                                  dry_run=False, placebo=confirm.placebo)
-    except ValueError as error:
-        print(f"error: {head}: {error}", file=sys.stderr)
+        return confirm_and_report(sweep, confirm.top_k, confirm.seeds, confirm.retrain, taken,
+                                  dry_run=dry_run, placebo=confirm.placebo)
+    except ValueError as error:  # in the words of the chain's yaml: confirm.top_k, not --top-k
+        print(f"error: {head}: {confirm_words(str(error))} (the `confirm` block of the chain's "
+              "yaml)", file=sys.stderr)
         return 2
 
 

@@ -143,10 +143,15 @@ def _confirm(data: object, path: Path) -> ConfirmStage | None:
     try:
         check_counts(data.get("top_k"), data.get("seeds"), retrain, placebo)
     except ValueError as error:
-        words = (str(error).replace('--top-k', 'top_k').replace('--seeds', 'seeds')
-                 .replace('--no-retrain', 'retrain: false').replace('--placebo', 'placebo: true'))
-        raise ValueError(f"{path}: confirm: {words}") from None
+        raise ValueError(f"{path}: confirm: {confirm_words(str(error))}") from None
     return ConfirmStage(int(data["top_k"]), data.get("seeds"), retrain, placebo)
+
+
+def confirm_words(message: str) -> str:
+    """A refusal of ``python -m analysis confirm`` in the words of the chain's `confirm` block
+    (its options as the block's keys)."""
+    return (message.replace("--top-k", "top_k").replace("--seeds", "seeds")
+            .replace("--no-retrain", "retrain: false").replace("--placebo", "placebo: true"))
 
 
 def _budgets(data: object, stages: list[Stage], path: Path) -> tuple[tuple[str, float], ...]:

@@ -26,7 +26,7 @@ from analysis.decisions.ranking import BEST_CRITERION, launch_variance, planned_
 from analysis.outputs.promote import promote
 from analysis.readers.collect import collect
 from analysis.readers.synthetic import write_multirun, write_run
-from chain.__main__ import budget_lines
+from chain.__main__ import budget_lines, confirm_last, planned_configs
 from chain.__main__ import main as chain_main
 from chain.plan import StagePlan, UserOverrides, compose_stage, plan_stage, winner_lookup
 from chain.stages import ConfirmStage, load_chain
@@ -111,6 +111,18 @@ def test_chain_follows_the_assignment() -> None:
      "confirm: seeds is 0; give how many fresh seeds"),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  top_k: 1\n  seeds: 2\n  retrain: false\n",
      "confirm: seeds with retrain: false: the sweep's own final models are evaluated"),
+    *((f"stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  {body}\n", error)
+      for body, error in (
+          ("top_k: -1\n  seeds: 2", "confirm: top_k is -1; give how many configs"),
+          ("top_k: x\n  seeds: 2", "confirm: top_k is x; give how many configs"),
+          ("top_k: .nan\n  seeds: 2", "confirm: top_k is nan; give how many configs"),
+          ("top_k: 1\n  seeds: x", "confirm: seeds is x; give how many fresh seeds each finalist "
+           "is trained with, a whole number at least 1"),
+          ("top_k: 1\n  seeds: .nan", "confirm: seeds is nan; give how many fresh seeds"),
+          ("top_k: 1\n  seeds: 2.5", "confirm: seeds is 2.5; give how many fresh seeds"),
+          ("top_k: 1\n  seeds: 2\n  placebo: 'yes'", "confirm.placebo must be true or false, not 'yes'"),
+          ("top_k: 1\n  retrain: false\n  placebo: true", "confirm: placebo: true with retrain: "
+           "false: a placebo arm is trained"))),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  top: 1\n",
      "`confirm` must be a mapping of top_k, seeds, retrain"),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirms: {}\n",
@@ -137,6 +149,150 @@ def test_a_chain_may_end_with_a_confirmation_of_its_last_stage(tmp_path: Path) -
         "confirm:\n  top_k: 1\n  retrain: false\n")
     assert load_chain("c", tmp_path).confirm == ConfirmStage(1, None, False)
     assert load_chain("cs336").confirm is None, "the assignment's chain ends at its last study"
+
+
+def toy_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confirm: str) -> None:
+    """`python -m chain --chain t`: lr_sweep alone, then its pick confirmed (``confirm``: the
+    yaml's block), the chain's yaml read from ``tmp_path``."""
+    (tmp_path / "conf" / "chain").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment").symlink_to(ROOT / "conf" / "experiment")
+    (tmp_path / "conf" / "chain" / "t.yaml").write_text(
+        f"stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n{confirm}")
+    monkeypatch.setattr("chain.__main__.load_chain", lambda name: load_chain(name, tmp_path / "conf"))
+
+
+TOY = (*CPU, "data.holdout_size=8", "n_grpo_steps=4", "eval.eval_every=2", "eval.n_examples=16",
+       "logging.wandb_mode=disabled")
+
+
+def finished_toy_sweep(out: Path, rewards: Mapping[float, float]) -> Path:
+    """A finished lr_sweep of the tiny model on the toy task (:data:`TOY`), one seed a learning
+    rate: each run's config composed as its job's, its evaluations at steps 0, 2, 4 (the late
+    ones ``rewards[lr]``) with per-problem outcomes naming the 16 validation pairs."""
+    from hydra import compose, initialize_config_dir
+
+    from grpo.data.datasets import load_examples, run_data_config
+    from grpo.run.outcomes import (
+        EvalOutcomes,
+        problem_fingerprints,
+        problems_digest,
+        write_outcomes,
+    )
+
+    sweep = out / "lr_sweep" / "2025-01-01_00-00-00"
+    write_multirun(sweep, [f"learning_rate={','.join(map(str, rewards))}"])
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        for job, (lr, reward) in enumerate(rewards.items()):
+            cfg = compose("config", overrides=["+experiment=lr_sweep", *TOY, f"learning_rate={lr}",
+                                               f"paths.output_root={out}"], return_hydra_config=True)
+            run = sweep / str(job)
+            (run / ".hydra").mkdir(parents=True)
+            plain = OmegaConf.to_container(cfg, resolve=False)
+            choices = plain.pop("hydra")["runtime"]["choices"]
+            OmegaConf.save(OmegaConf.create(plain), run / ".hydra" / "config.yaml")
+            OmegaConf.save(OmegaConf.create([f"learning_rate={lr}"]), run / ".hydra" / "overrides.yaml")
+            OmegaConf.save(OmegaConf.create({"hydra": {"runtime": {"choices": choices}}}),
+                           run / ".hydra" / "hydra.yaml")
+            evaluated = load_examples(run_data_config(
+                OmegaConf.to_container(cfg.data, resolve=True), 16), "validation")
+            rows = []
+            for step, value in ((0, 0.0), (2, reward), (4, reward)):
+                rows.append({"step": step, "eval/reward": value, "time/elapsed_s": 1.0 + step})
+                right = round(value * len(evaluated))
+                write_outcomes(run, EvalOutcomes(
+                    step, 1, problems_digest(evaluated),
+                    (1.0,) * right + (0.0,) * (len(evaluated) - right),
+                    problems=problem_fingerprints(evaluated)))
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (run / "status.json").write_text(json.dumps(
+                {"status": "completed", "last_step": 4, "n_grpo_steps": 4}))
+    return sweep
+
+
+def test_a_confirm_stage_without_held_out_problems_is_refused_before_any_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    toy_chain(tmp_path, monkeypatch, "  top_k: 1\n  seeds: 2\n")
+    out = tmp_path / "out"
+    for dry in ([], ["dry_run=true"]):
+        assert chain_main(["--chain", "t", *CPU, f"paths.output_root={out}", *dry]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            "error: the chain's confirm block confirms lr_sweep's pick on held-out problems, but "
+            "its toy data holds out no pair (data.holdout_size=0): give data.holdout_size=N on "
+            "the chain's command line (each stage then keeps N pairs out of its training and "
+            "evaluation), or drop `confirm` from the chain's yaml", "nothing was run"]
+        assert not out.exists()
+
+
+def test_a_confirm_stage_of_more_configs_than_the_last_stage_plans_is_refused_before_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """lr_sweep plans 5 learning rates (its preset), 2 where the command line sweeps them, 1
+    where it sets one: top_k 3 is refused before any stage runs where fewer are planned."""
+    toy_chain(tmp_path, monkeypatch, "  top_k: 3\n  seeds: 2\n")
+    out = tmp_path / "out"
+    cfg = compose_stage(load_chain("t", tmp_path / "conf").stages[0], UserOverrides.parse(TOY))
+    assert planned_configs(cfg, UserOverrides.parse(TOY)) == 5
+    for given, planned in (("learning_rate=1e-4,3e-4", "2 configs"), ("learning_rate=1e-4", "1 config")):
+        assert chain_main(["--chain", "t", *TOY, given, f"paths.output_root={out}"]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"error: the chain's confirm block confirms the top 3 configs of lr_sweep, which plans "
+            f"{planned}: give top_k {planned.split()[0]} or less in the `confirm` block of the "
+            "chain's yaml", "nothing was run"]
+        assert not out.exists()
+
+
+def test_the_chain_s_dry_run_of_its_confirm_stage_is_the_confirmation_s_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture) -> None:
+    """Before its last stage has run, the dry run says what the confirm stage will do; once it
+    has finished, it is the confirmation's own dry run: the finalists, fresh seeds and held-out
+    problems the report will show, its jobs priced; nothing written."""
+    from analysis.outputs.confirm import plan_confirmation
+
+    toy_chain(tmp_path, monkeypatch, "  top_k: 2\n  seeds: 2\n  placebo: true\n")
+    out = tmp_path / "out"
+    args = ["--chain", "t", *TOY, f"paths.output_root={out}", "dry_run=true"]
+    assert confirm_last(load_chain("t", tmp_path / "conf"), UserOverrides.parse(args[2:]), True) == 0
+    assert ("confirm lr_sweep's pick: its top 2 config(s) trained again with 2 fresh seed(s) each "
+            "(4 runs, and 2 of the best one's config trained on reward=random: a placebo arm), "
+            "evaluated on held-out problems (`python -m analysis confirm`; planned and priced once "
+            "lr_sweep has finished)") in capfd.readouterr().out.splitlines()
+    sweep = finished_toy_sweep(out, {3e-4: 0.25, 1e-3: 0.75, 3e-3: 0.5})
+    before = sorted(out.rglob("*"))
+    assert chain_main(args) == 0
+    lines = capfd.readouterr().out.splitlines()
+    record = plan_confirmation(sweep, 2, 2, True, [], placebo=True).record
+    assert [f.label for f in record.finalists] == ["learning_rate=0.001", "learning_rate=0.003"]
+    assert record.seeds == (1, 2), "the sweep's runs had seed 0"
+    head = lines.index(f"stage 1/1 lr_sweep: finished: {sweep} (3 runs: 3 completed)")
+    assert lines[head + 1].startswith("confirm lr_sweep's pick: its top 2 config(s) trained again "
+                                      "with 2 fresh seed(s) each (4 runs, and 2 of")
+    assert lines[head + 1].endswith("not passed on to it (it trains and measures each finalist as "
+                                    "lr_sweep did): model=tiny data=toy rollout=hf "
+                                    "data.holdout_size=8 n_grpo_steps=4 eval.eval_every=2 "
+                                    "eval.n_examples=16")
+    assert lines[head + 2] == (
+        f"confirmation of {sweep}: {sweep}-confirm (trained again with fresh seeds 1, 2, beside a "
+        "placebo arm (learning_rate=0.001 on reward=random (placebo)); 8 held-out problems, none "
+        f"of them evaluated by {sweep})")
+    assert "+promoted/confirm=top1,top2,placebo seed=1,2 " in lines[head + 3]
+    assert "dry run: 6 jobs, nothing submitted" in lines
+    assert sorted(out.rglob("*")) == before, "a dry run writes nothing"
+
+
+def test_a_confirm_stage_the_finished_stage_cannot_give_is_refused_by_the_dry_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """top_k 4 of a stage that ranks 3 configs: the dry run says the confirmation's refusal in
+    the yaml's words, counts it among what would be refused, and writes nothing."""
+    toy_chain(tmp_path, monkeypatch, "  top_k: 4\n  seeds: 2\n")
+    out = tmp_path / "out"
+    sweep = finished_toy_sweep(out, {3e-4: 0.25, 1e-3: 0.75, 3e-3: 0.5})
+    before = sorted(out.rglob("*"))
+    assert chain_main(["--chain", "t", *TOY, f"paths.output_root={out}", "dry_run=true"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: confirm lr_sweep's pick: top_k 4, but {sweep} ranks 3 configs; give "
+                   "top_k 3 or less (the `confirm` block of the chain's yaml)",
+                   "error: 1 stage(s) would be refused as planned: confirm lr_sweep's pick (exit 2) "
+                   "(their errors above); nothing was run"]
+    assert sorted(out.rglob("*")) == before
 
 
 def test_ties_are_reported_and_collapsed_runs_left_out(tmp_path: Path) -> None:
@@ -655,3 +811,53 @@ def test_an_unwritable_stage_directory_and_a_sweep_the_chain_did_not_start(tmp_p
     dry = chain("--stages", "lr_sweep", *CPU, f"paths.output_root={tmp_path / 'out'}", "dry_run=true")
     assert (f"its latest sweep {sweep} is unfinished (1 runs: 1 failed) and has no chain.json (the "
             "chain did not start it, or its record is unreadable)") in dry.stdout, dry.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_a_tiny_chain_ends_with_its_confirmation_as_its_dry_run_said(
+        tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture) -> None:
+    """One stage (lr_sweep of one learning rate, 2 steps of the tiny model), then its pick
+    confirmed with 2 fresh seeds and a placebo arm: the dry run's promise (2 runs and 2 of a
+    placebo) is what ran, on held-out pairs no evaluation of the stage read, and the summary
+    ends with the confirmed figure; the same command again trains nothing."""
+    from analysis.readers.confirmation import confirmation_dir, confirmed_runs, read_record
+
+    toy_chain(tmp_path, monkeypatch, "  top_k: 1\n  seeds: 2\n  placebo: true\n")
+    out = tmp_path / "out"
+    args = ["--chain", "t", *CPU, f"model.path={tiny_model_dir}", "data.holdout_size=8",
+            "n_grpo_steps=2", "eval.eval_every=1", "eval.n_examples=16",
+            "checkpoint.checkpoint_every=2", "logging.wandb_mode=disabled",
+            "learning_rate=3e-4", f"paths.output_root={out}"]
+    assert confirm_last(load_chain("t", tmp_path / "conf"),
+                        UserOverrides.parse([*args[2:], "dry_run=true"]), True) == 0
+    assert ("its top 1 config(s) trained again with 2 fresh seed(s) each (2 runs, and 2 of the "
+            "best one's config trained on reward=random: a placebo arm)") in capfd.readouterr().out
+    assert chain_main(args) == 0, capfd.readouterr().err[-3000:]
+    ran = capfd.readouterr().out
+    (sweep,) = [p for p in (out / "lr_sweep").iterdir() if not p.name.endswith("-confirm")]
+    ranking = rank(collect([sweep]))
+    target = confirmation_dir(sweep, True)
+    record = read_record(target)
+    assert [f.label for f in record.finalists] == [ranking.best] and record.seeds == (1, 2)
+    runs = confirmed_runs(target, record)
+    assert sorted((r.finalist == record.placebo, r.seed) for r in runs) == [
+        (False, 1), (False, 2), (True, 1), (True, 2)]
+    assert all(r.status == "completed" and r.outcomes is not None for r in runs)
+    held = {p for r in runs for p in r.outcomes.problems}
+    evaluated = {p for f in sweep.glob("*/eval_outcomes/*.json")
+                 for p in json.loads(f.read_text())["problems"]}
+    assert len(held) == 8 and len(evaluated) == 16 and not held & evaluated
+    assert (out / "lr_sweep" / target.name).is_dir(), "beside the stage's sweep"
+    section = ran[ran.index("## Confirmed"):]
+    assert "each with 2 fresh seeds (1, 2: none of this sweep's runs used them)" in section
+    assert f"Placebo: {ranking.best} on reward=random (placebo)" in section
+    (summary,) = [line for line in ran.splitlines() if line.startswith("chain t: its final config")]
+    assert summary.startswith(f"chain t: its final config {ranking.best}: confirmed reward ")
+    assert "on 8 held-out problems, 2 fresh seeds; selection " in summary
+    logged = {r.run_dir.name: (r.run_dir / "metrics.jsonl").read_text() for r in runs}
+    assert chain_main(args) == 0
+    again = capfd.readouterr().out
+    assert f"stage 1/1 lr_sweep: finished: {sweep}" in again
+    assert "4 finished (not submitted)" in again
+    assert {r.run_dir.name: (r.run_dir / "metrics.jsonl").read_text() for r in runs} == logged

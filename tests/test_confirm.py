@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -61,9 +62,11 @@ def write_validation(path: Path, problems: list[Example]) -> Path:
 
 
 def write_source(sweep: Path, validation: Path, right: dict[str, list[list[int]]] = RIGHT,
-                 status: str = "completed", fingerprints: bool = True) -> Path:
+                 status: str = "completed", fingerprints: bool = True,
+                 reward: str | None = None) -> Path:
     """A finished sweep of 3 learning rates x 2 seeds (0, 1) on MATH-format data, each run's two
-    late evaluations with per-problem outcomes over the first N_EVAL validation problems."""
+    late evaluations with per-problem outcomes over the first N_EVAL validation problems; every
+    run trained on ``reward`` (None: the config's default, written as no reward section)."""
     write_multirun(sweep, [f"learning_rate={','.join(right)}", "seed=0,1"])
     evaluated = [Example(e.question, e.answer) for e in QUESTIONS[:N_EVAL]]
     job = 0
@@ -74,7 +77,7 @@ def write_source(sweep: Path, validation: Path, right: dict[str, list[list[int]]
                     "n_grpo_steps": STEPS[-1], "model": {"name": "sim"},
                     "data": {"name": "math", "validation_path": str(validation)},
                     "eval": {"n_examples": N_EVAL, "eval_every": 10, "samples_per_problem": 1},
-                    "cluster": {"gpus_per_job": 0}}
+                    "cluster": {"gpus_per_job": 0}, **({"reward": {"name": reward}} if reward else {})}
             reward = sum(problems) / len(problems)
             rows = [{"step": 0, "eval/reward": 0.0, "time/elapsed_s": 1.0}]
             if status == "completed":
@@ -427,3 +430,200 @@ def test_a_tiny_sweep_confirmed_for_real_and_again_trains_nothing(tmp_path: Path
     assert f"Placebo: {best} on reward=random (placebo)" in text and f"- {best}: " in text
     gain = text[text.index("gain over the pre-RL evaluation"):]
     assert re.search(r"\): [+-]\d\.\d{3} \[", gain), gain
+
+
+RECORD_EDITS = [
+    # (what is done to confirm.json, what the one-line error names)
+    (lambda d: d.__setitem__("placebo", "placebo"),
+     "its placebo is 'placebo', not a mapping of rank, label and options"),
+    (lambda d: d.__setitem__("placebo", [PLACEBO_OPTION]),
+     "its placebo is ['placebo'], not a mapping of rank, label and options"),
+    (lambda d: d["placebo"].__setitem__("options", ["top1"]),
+     "a placebo arm is rank 1's config on option 'placebo' of a confirmation that trains again"),
+    (lambda d: d["placebo"].__setitem__("rank", 2), "its placebo is {'rank': 2,"),
+    (lambda d: d["placebo"].__setitem__("label", "learning_rate=0.0003 on reward=random (placebo)"),
+     "labelled 'learning_rate=0.001 on reward=random (placebo)'"),
+    (lambda d: d["finalists"][0].__setitem__("rank", "1"), "its finalists[0].rank is '1', not a whole number"),
+    (lambda d: d["finalists"][1].__setitem__("rank", 1), "its finalists' ranks are [1, 1], not 1..2 in order"),
+    (lambda d: d["finalists"][0].__setitem__("rank", math.nan), "its finalists[0].rank is nan, not a whole number"),
+    (lambda d: d.__setitem__("seeds", ["2", "3"]), "its seeds[0] is '2', not a whole number"),
+    (lambda d: d.__setitem__("seeds", [math.nan, 3]), "its seeds[0] is nan, not a whole number"),
+    (lambda d: d.__setitem__("seeds", [2, 2]), "its seeds are [2, 2]: one twice"),
+    (lambda d: d.__setitem__("retrain", "false"), "its retrain is 'false', not true or false"),
+    (lambda d: d.__setitem__("metric", "accuracy"), "its metric is 'accuracy', not one of reward,"),
+    (lambda d: d.__setitem__("group", "promoted/other"), "its group is 'promoted/other'"),
+    (lambda d: d.pop("finalists"), "its finalists is missing"),
+    (lambda d: (d.pop("placebo"), d.__setitem__("arguments", [f"+{GROUP}=top1,top2,placebo"])),
+     "its arguments launch options ['placebo', 'top1', 'top2'] of promoted/confirm, its "
+     "finalists and placebo name ['top1', 'top2']"),
+]
+
+
+@pytest.fixture
+def placebo_confirmation(source: Path) -> Path:
+    """A finished confirmation of the source's top 2 with a placebo arm."""
+    return write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                       2: [[1, 1, 1, 0], [1, 1, 1, 1]]},
+                              placebo=[[0, 0, 0, 0], [0, 0, 0, 0]])
+
+
+def _edited(target: Path, edit) -> Path:
+    path = target / "confirm.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(("edit", "error"), RECORD_EDITS)
+def test_an_edited_record_is_refused_in_one_line_naming_the_file_and_the_field(
+        placebo_confirmation: Path, edit, error: str) -> None:
+    path = _edited(placebo_confirmation, edit)
+    with pytest.raises(ValueError) as refused:
+        read_record(placebo_confirmation)
+    message = str(refused.value)
+    assert message.startswith(f"{path} is unreadable or not a confirmation's record (")
+    assert error in message and "\n" not in message, message
+
+
+def test_an_unreadable_record_is_said_by_the_command_and_the_report(
+        source: Path, placebo_confirmation: Path, capsys: pytest.CaptureFixture) -> None:
+    """The command that would resume it says so in one line and writes nothing; the sweep's
+    report says it where the section would be (before: no section, silently)."""
+    edit, error = RECORD_EDITS[0]
+    path = _edited(placebo_confirmation, edit)
+    before = path.read_text()
+    message = _refusal(["--sweep", str(source), "--top-k", "2", "--seeds", "2", "--placebo"], capsys)
+    assert message.startswith(f"error: {path} is unreadable") and error in message
+    assert path.read_text() == before
+    report = build_report(collect([source]), source)
+    assert f"## Confirmed\n\n{message.removeprefix('error: ')}\n" in report
+
+
+@pytest.mark.parametrize("edit", [lambda d: d.pop("placebo"), lambda d: d.__setitem__("placebo", None)])
+def test_a_record_that_lost_its_placebo_arm_gives_no_figure_of_its_runs(source: Path, edit) -> None:
+    """The placebo's runs are there, the record names no placebo: the section says the record
+    does not describe its runs (never the finalists' figures with the placebo silently gone); a
+    record without the placebo entry where none ran (written before it) reads as none."""
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]]},
+                                placebo=[[0, 0, 0, 0], [0, 0, 0, 0]])
+    path = target / "confirm.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    assert read_record(target).placebo is None
+    conf, lines = report_confirmation(target)
+    assert conf.figures == [] and conf.placebo is None
+    assert lines[2] == (f"`{target}`: not the confirmation its confirm.json says: 2 of its runs ran "
+                        "an option none of its finalists nor its placebo arm names (`2` ran "
+                        "promoted/confirm=placebo; the record was edited after the launch?); it is "
+                        "no confirmation of this sweep's pick.")
+    shutil.rmtree(target)
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]]})
+    data = json.loads(path.read_text())
+    data.pop("placebo")
+    path.write_text(json.dumps(data))
+    conf, _ = report_confirmation(target)
+    assert conf.placebo is None and conf.figures[0].confirmed.mean == pytest.approx(0.375)
+
+
+def test_a_finalist_the_sweep_does_not_rank_gives_no_figure(source: Path) -> None:
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]]})
+    path = target / "confirm.json"
+    data = json.loads(path.read_text())
+    data["finalists"][0]["label"] = "learning_rate=0.5"
+    path.write_text(json.dumps(data))
+    conf, lines = report_confirmation(target)
+    assert conf.figures == [] and lines[2].startswith(
+        f"`{target}`: not a confirmation of this sweep's pick: its finalist learning_rate=0.5 is "
+        "no config of this sweep")
+
+
+def test_a_placebo_of_a_best_config_already_on_the_random_reward_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A sweep whose every run trained on reward=random: its best config is a placebo itself;
+    --placebo is refused in one line writing nothing, a confirmation without it is planned."""
+    validation = write_validation(tmp_path / "validation.jsonl", QUESTIONS)
+    sweep = write_source(tmp_path / "out" / "source" / "random", validation, reward="random")
+    before = sorted(tmp_path.rglob("*"))
+    message = _refusal(["--sweep", str(sweep), "--top-k", "2", "--seeds", "2", "--placebo"], capsys)
+    assert message == (f"error: --placebo: {sweep}'s best config learning_rate=0.001 trains on "
+                       "reward=random already: it is a placebo itself, with nothing to stand "
+                       "above; drop --placebo")
+    assert sorted(tmp_path.rglob("*")) == before
+    assert plan_confirmation(sweep, 2, 2, True, []).record.placebo is None
+    # on the default reward (no reward section written) the same sweep has its placebo arm
+    graded = write_source(tmp_path / "out" / "source" / "graded", validation)
+    assert plan_confirmation(graded, 1, 2, True, [], placebo=True).record.placebo == PLACEBO_ARM
+
+
+def test_the_same_confirmation_by_another_path_resumes_and_any_other_is_refused(
+        source: Path, capsys: pytest.CaptureFixture) -> None:
+    """A confirmation of the top 2 with 2 fresh seeds in place: the same command, also with the
+    sweep spelt through a link or a relative path, plans the same record into the same
+    directory (it resumes); a changed --top-k, --seeds, --placebo or confirm setting is another
+    confirmation, refused in one line, the record untouched; --no-retrain is its own directory."""
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                         2: [[1, 1, 1, 0], [1, 1, 1, 1]]})
+    before = (target / "confirm.json").read_text()
+    old = read_record(target)
+    link = source.parent / "latest"
+    link.symlink_to(source.name)
+    relative = Path(os.path.relpath(source))
+    for spelt in (source, link, relative):
+        plan = plan_confirmation(spelt, 2, 2, True, [])
+        assert plan.target == target and plan.record.source == source.resolve()
+        assert same_confirmation(old, plan.record) is None
+    assert not (source.parent / "latest-confirm").exists()
+    for number, (args, why) in enumerate(((["--top-k", "1", "--seeds", "2"], "its finalists were learning_rate=0.001; "
+                       "learning_rate=0.0003, this command's learning_rate=0.001"),
+                      (["--top-k", "3", "--seeds", "2"], "its finalists were learning_rate=0.001; "
+                       "learning_rate=0.0003, this command's learning_rate=0.001; "
+                       "learning_rate=0.0003; learning_rate=0.01"),
+                      (["--top-k", "2", "--seeds", "3"], "its seeds were (2, 3), this command's (2, 3, 4)"),
+                      (["--top-k", "2", "--seeds", "2", "--placebo"],
+                       "its placebo arm were False, this command's True"),
+                      (["--top-k", "2", "--seeds", "2", "confirm.n_examples=2"],
+                       "its settings were {}, this command's {'confirm.n_examples': '2'}"))):
+        for spelt in (source, link) if number == 0 else (link,):
+            message = _refusal(["--sweep", str(spelt), *args], capsys)
+            assert message == (f"error: {target} holds another confirmation of {spelt} ({why}); "
+                               "run the command it was made with, or move it away to confirm anew")
+    assert (target / "confirm.json").read_text() == before
+    assert confirmation_dir(link, False) == confirmation_dir(source, False) != target
+    # a copy of the sweep with its confirmation beside it: the record names the first sweep
+    copy = source.parent / "copy"
+    shutil.copytree(source, copy)
+    shutil.copytree(target, confirmation_dir(copy, True))
+    assert _refusal(["--sweep", str(copy), "--top-k", "2", "--seeds", "2"], capsys) == (
+        f"error: {copy}-confirm holds another confirmation of {copy} (its sweep was "
+        f"{source.resolve()}, this command's {copy.resolve()}); run the command it was made with, "
+        "or move it away to confirm anew")
+
+
+def test_a_confirmation_of_another_pick_or_another_sweep_gives_no_figure(source: Path) -> None:
+    """The record's finalists no longer the sweep's top 2 in order (its ranking changed since,
+    or the record was edited), or a record naming another sweep than the one it lies beside:
+    the section says why, instead of confirmed figures under the wrong ranks."""
+    target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],
+                                         2: [[1, 1, 1, 0], [1, 1, 1, 1]]})
+    path = target / "confirm.json"
+    data = json.loads(path.read_text())
+    first, second = data["finalists"]
+    first["label"], second["label"] = second["label"], first["label"]
+    path.write_text(json.dumps(data))
+    conf, lines = report_confirmation(target)
+    assert conf.figures == [] and lines[2] == (
+        f"`{target}`: not a confirmation of this sweep's pick: its rank 1 is learning_rate=0.0003, "
+        "this sweep's ranking puts learning_rate=0.001 there now (its runs changed since, or the "
+        "record was edited: move this confirmation away and confirm the sweep again); it is no "
+        "confirmation of this sweep's pick.")
+    other = write_source(source.parent / "other", source.parent.parent.parent / "validation.jsonl")
+    first["label"], second["label"] = second["label"], first["label"]
+    data["source"] = str(other)
+    path.write_text(json.dumps(data))
+    conf, lines = report_confirmation(target)
+    assert conf.figures == [] and lines[2].startswith(
+        f"`{target}`: not where a confirmation of {other} lies ({other}-confirm): its "
+        "confirm.json was copied or edited")
+    assert "## Confirmed" not in build_report(collect([other]), other)

@@ -26,7 +26,10 @@ curse as measured), and whether the confirmed runs keep the selection's order.
   problems minus its step-0 evaluation, paired run by run, on the placebo's own seed variance).
 
 A confirmation whose held-out problems share a fingerprint with a problem any evaluation of the
-source sweep read, or whose fresh seeds one of its runs used, is said to be none (no figure).
+source sweep read, or whose fresh seeds one of its runs used, is said to be none (no figure); so
+is one whose record does not describe it (it lies where no confirmation of the sweep it names
+would, or a run of it ran an option its record names for no arm) or no longer the sweep's pick
+(a finalist the sweep does not rank, or its finalists not the ranking's top k in order now).
 """
 
 from __future__ import annotations
@@ -38,13 +41,15 @@ from pathlib import Path
 import numpy as np
 
 from analysis.decisions.ranking import Ranking, run_values_at
-from analysis.readers.collect import Collection, collect
+from analysis.readers.collect import CONFIRM_RECORD, Collection, collect
 from analysis.readers.confirmation import (
     ConfirmedRun,
     ConfirmRecord,
     Finalist,
+    confirmation_dir,
     confirmed_runs,
     selection_fingerprints,
+    stray_runs,
 )
 from analysis.readers.run_rows import EVAL_REWARD
 from analysis.stats.comparisons import (
@@ -172,6 +177,33 @@ def read_confirmation(target: Path, record: ConfirmRecord, collection: Collectio
     if reused:
         return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
             f"not a confirmation with fresh seeds: this sweep's runs used seed {reused[0]}"))
+    if confirmation_dir(record.source, record.retrain) != target.resolve():
+        return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
+            f"not where a confirmation of {record.source} lies "
+            f"({confirmation_dir(record.source, record.retrain)}): its {CONFIRM_RECORD} was "
+            "copied or edited"))
+    strays = stray_runs(target, record)
+    if strays:
+        return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
+            f"not the confirmation its {CONFIRM_RECORD} says: {len(strays)} of its runs ran an "
+            f"option none of its finalists nor its placebo arm names ({strays[0]}; the record "
+            "was edited after the launch?)"))
+    unranked = [f.label for f in record.finalists if f.label not in ranking.table.index]
+    if unranked:
+        return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
+            f"not a confirmation of this sweep's pick: its finalist {unranked[0]} is "
+            + ("no config this sweep ranks now" if unranked[0] in collection.configs else
+               "no config of this sweep")
+            + f" (its {CONFIRM_RECORD} names {len(unranked)} such)"))
+    top = list(ranking.table.index)[:len(record.finalists)]
+    if top != [f.label for f in record.finalists]:
+        moved = next(i for i, (a, f) in enumerate(zip(top, record.finalists, strict=False))
+                     if a != f.label)
+        return Confirmation(target, record, seeds_used=tuple(used), data_name=data, refusal=(
+            f"not a confirmation of this sweep's pick: its rank {moved + 1} is "
+            f"{record.finalists[moved].label}, this sweep's ranking puts {top[moved]} there now "
+            "(its runs changed since, or the record was edited: move this confirmation away and "
+            "confirm the sweep again)"))
     u = ranking.uncertainty
     by_finalist = {f.rank: [r for r in runs if r.finalist == f] for f in record.finalists}
     configs = {f.rank: _config(f.label, by_finalist[f.rank], metric) for f in record.finalists}

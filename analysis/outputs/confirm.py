@@ -51,22 +51,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from analysis.decisions.race.looks import still_in
 from analysis.decisions.ranking import rank
 from analysis.outputs.promote import carried_settings
 from analysis.readers.collect import CONFIRM_RECORD, LABEL, collect, run_values
 from analysis.readers.confirmation import (
+    GROUP,
     PLACEBO_OPTION,
     ConfirmRecord,
     Finalist,
     confirmation_dir,
+    placebo_arm,
     read_record,
     selection_fingerprints,
 )
 from analysis.readers.jobs import override_key
-from grpo.config.keys import PROMOTED_GROUP
 from grpo.config.rules import SEED_MAX
 from grpo.data.datasets import HELDOUT, Example, load_examples, run_data_config
 from grpo.grading.rewards import PLACEBO
@@ -77,9 +78,6 @@ from grpo.run.outcomes import problem_fingerprints, shared_problems
 from grpo.run.run_config import defines_config
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-GROUP = f"{PROMOTED_GROUP}/confirm"
-"""The config group of a confirmation's finalists, in ``<C>/conf/``: a promoted group, so that its
-configs are named by the values their options set (:mod:`analysis.names.config_names`)."""
 MEASURED = ("n_grpo_steps", "eval.eval_every", "eval.n_examples", "eval.samples_per_problem",
             "eval.temperature", "eval.top_p", "health.zero_reward_patience",
             "health.min_mean_response_length", "analysis.metric")
@@ -94,8 +92,9 @@ PLAIN = re.compile(r"[\w.+\-/]+")
 
 
 def check_counts(top_k: int, seeds: int | None, retrain: bool, placebo: bool = False) -> None:
-    """Refuse (ValueError, naming the option) ``--top-k`` or ``--seeds`` out of range, or
-    ``--placebo`` without retraining, asked before the sweep is read."""
+    """Refuse (ValueError, naming the option) ``--top-k`` or ``--seeds`` that is no whole number
+    or out of range, or ``--placebo`` without retraining, asked before the sweep is read (also
+    for the chain's ``confirm`` block, whose yaml may give any value)."""
     if placebo and not retrain:
         raise ValueError("--placebo with --no-retrain: a placebo arm is trained (on reward=random, "
                          "with the fresh seeds), there is no final model of it to evaluate; drop "
@@ -106,9 +105,11 @@ def check_counts(top_k: int, seeds: int | None, retrain: bool, placebo: bool = F
     if not retrain and seeds is not None:
         raise ValueError("--seeds with --no-retrain: the sweep's own final models are evaluated, "
                          "with the seeds they trained with; drop --seeds, or --no-retrain")
-    if retrain and (seeds is None or isinstance(seeds, bool) or seeds < 1):
+    if retrain and (isinstance(seeds, bool) or not isinstance(seeds, int) or not
+                    1 <= seeds <= SEED_MAX):
         raise ValueError(f"--seeds is {seeds}; give how many fresh seeds each finalist is trained "
-                         "with, at least 1 (2 or more give the confirmed figure an interval)")
+                         "with, a whole number at least 1 (2 or more give the confirmed figure an "
+                         "interval)")
 
 
 def refused_overrides(overrides: Sequence[str], sweep: Path) -> list[str]:
@@ -155,7 +156,12 @@ def heldout_problems(run_dir: Path, overrides: Sequence[str]) -> list[Example]:
     """The held-out problems a confirmation of the run in ``run_dir`` evaluates: its data, its
     ``eval.n_examples`` and ``confirm.n_examples`` (the overrides', else its own, else its
     evaluation's number), as the trainer will read them (:data:`grpo.data.datasets.HELDOUT`)."""
-    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    return heldout_of(OmegaConf.load(run_dir / ".hydra" / "config.yaml"), overrides)
+
+
+def heldout_of(cfg: DictConfig, overrides: Sequence[str]) -> list[Example]:
+    """The held-out problems a confirmation of a run of config ``cfg`` evaluates
+    (:func:`heldout_problems`; also the chain's, of its last stage's config, before it runs)."""
     n_eval = int(cfg.eval.n_examples)
     given = _settings(overrides).get("confirm.n_examples")
     n_confirm = int(given) if given is not None else int(
@@ -279,7 +285,7 @@ def _placebo_arm(sweep: Path, label: str, run_dir: Path, collection, options: di
     options[PLACEBO_OPTION] = _option(
         run_dir, collection, label, f"the placebo arm of rank 1 of {sweep}: {label} trained on "
         f"reward={PLACEBO}", groups={"reward": PLACEBO})
-    return Finalist(1, f"{label} on reward={PLACEBO} (placebo)", (PLACEBO_OPTION,))
+    return placebo_arm(label)
 
 
 def _option(run_dir: Path, collection, label: str, about: str,
@@ -304,15 +310,17 @@ def _option(run_dir: Path, collection, label: str, about: str,
 
 def same_confirmation(old: ConfirmRecord, new: ConfirmRecord) -> str | None:
     """What differs between a confirmation's record and the one a new command would write, in
-    words (its finalists, seeds, mode or own settings); None: the same confirmation (it resumes)."""
+    words (the sweep it confirms, its finalists, seeds, mode or own settings); None: the same
+    confirmation (it resumes)."""
     for what, mine, theirs in (
+            ("sweep", old.source.resolve(), new.source.resolve()),
             ("finalists", "; ".join(f.label for f in old.finalists),
              "; ".join(f.label for f in new.finalists)),
             ("seeds", old.seeds, new.seeds), ("retraining", old.retrain, new.retrain),
             ("placebo arm", old.placebo is not None, new.placebo is not None),
             ("settings", _settings(old.arguments), _settings(new.arguments))):
         if mine != theirs:
-            return f"its {what} were {mine}, this command's {theirs}"
+            return f"its {what} {'was' if what == 'sweep' else 'were'} {mine}, this command's {theirs}"
     return None
 
 

@@ -190,11 +190,13 @@ def confirmed_section(collection: Collection, ranking: Ranking | None = None) ->
             return [HEADING, "", f"This sweep confirms {record.source}, which cannot be read "
                                  f"({error})."]
         return section_lines(read_confirmation(sweep, record, source, selection_ranking(source)))
-    found = confirmations_of(sweep)
-    if not found:
-        return []
-    chosen = selection_ranking(collection, ranking)
+    found, unreadable = confirmations_of(sweep)
     lines: list[str] = []
+    for error in unreadable:
+        lines += [*([""] if lines else []), HEADING, "", error]
+    if not found:
+        return lines
+    chosen = selection_ranking(collection, ranking)
     for target, theirs in found:
         lines += [*([""] if lines else []),
                   *section_lines(read_confirmation(target, theirs, collection, chosen))]
