@@ -229,6 +229,21 @@ def write_confirmation(source: Path, seeds: dict[int, list[list[int]]], retrain:
     return target
 
 
+def test_fresh_seeds_that_all_gave_one_value_are_said_so_not_called_one_seed(source: Path) -> None:
+    """2 fresh seeds a finalist, each seed's final model right on the same 1 of 4 held-out
+    problems (as the demo's two seeds were, 2 of 8 each): the seed variance is measured, 0 on 2
+    df, and no interval is given; the section says the seeds gave one value, not that there was
+    one seed a finalist (the reason the figure had before)."""
+    target = write_confirmation(source, {1: [[1, 0, 0, 0], [1, 0, 0, 0]],
+                                         2: [[0, 1, 0, 0], [0, 1, 0, 0]]})
+    collection = collect([source])
+    conf = read_confirmation(target, read_record(target), collection, rank(collection))
+    assert conf.seeds.degenerate and conf.seeds.df == 2 and not conf.seeds.usable
+    text = "\n".join(section_lines(conf))
+    assert "every seed gave the same value" in text and "[no interval]" in text
+    assert "one fresh seed a finalist" not in text
+
+
 def test_the_confirmed_figures_carry_the_seed_and_problem_variance_and_the_curse_both_noises(
         source: Path) -> None:
     target = write_confirmation(source, {1: [[1, 1, 0, 0], [1, 0, 0, 0]],

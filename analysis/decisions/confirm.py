@@ -295,8 +295,9 @@ def _gain(target: Path, own: list[ConfirmedRun], label: str) -> PlaceboInterval 
 
 def _seed_variance(configs: list[ConfigData], record: ConfirmRecord,
                    ranking: Ranking) -> SeedVariance:
-    """The confirmed runs' pooled seed variance; without one (a seed a finalist), for a
-    confirmation of the sweep's own final models, the sweep's (the same runs), said so."""
+    """The confirmed runs' pooled seed variance (degenerate where every finalist's fresh seeds
+    gave one value: its text says so); without one (a seed a finalist), for a confirmation of
+    the sweep's own final models, the sweep's (the same runs), said so."""
     pooled = SeedVariance.pooled(configs)
     if pooled.source == "seeds":
         with_seeds = sum(c.n_seeds > 1 for c in configs)
@@ -305,7 +306,7 @@ def _seed_variance(configs: list[ConfigData], record: ConfirmRecord,
                               f"{'s' if with_seeds != 1 else ''} with 2 or more")
     if pooled.usable or record.retrain or ranking.uncertainty is None \
             or not ranking.uncertainty.seeds.usable:
-        if not pooled.usable and record.retrain:
+        if pooled.source == "none" and record.retrain:
             return SeedVariance.missing("one fresh seed a finalist: --seeds 2 or more measures "
                                         "the confirmed runs' seed variance")
         return pooled
