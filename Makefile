@@ -9,7 +9,8 @@ ARGS ?=
 # comma-separated files of runs made outside the sweep, overlaid by `make plots`
 EXTERNAL ?=
 COMMA := ,
-LATEST_DEMO = $$(ls -d outputs/demo/*/ | sort | tail -n 1)
+# the demo's latest sweep, as `python -m analysis` finds it (never its confirmation beside it)
+LATEST_DEMO = $$($(PY) -c 'from pathlib import Path; from analysis.readers.collect import find_latest_sweep as f; print(f(Path("outputs/demo")), end="/")')
 # Which lock `make install` installs: gpu where nvidia-smi lists a GPU, else cpu (CI: KIND=cpu)
 KIND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 LOCK := requirements/$(KIND).lock.txt
@@ -80,8 +81,9 @@ install: $(STAMP) ## (re)create .venv with exactly the lock: requirements/cpu.lo
 lock: | $(UV) ## regenerate requirements/*.lock.txt from pyproject.toml (UPGRADE=1: newest releases; TORCH_VERSION=X: CPU torch)
 	bash scripts/lock.sh
 
-demo: $(STAMP) ## run the CPU demo sweep (tiny model, toy task) and plot it
+demo: $(STAMP) ## run the CPU demo sweep (tiny model, toy task), confirm its pick on held-out pairs and fresh seeds, and plot it
 	$(PY) launch.py -m +experiment=demo
+	$(PY) -m analysis confirm --sweep "$(LATEST_DEMO)" --top-k 1 --seeds 2
 	$(PY) -m analysis plots --sweep "$(LATEST_DEMO)"
 
 demo-figure: demo ## make demo, copy its eval-reward figure to docs/images/ and print its runs (for the README and the site)
