@@ -46,7 +46,7 @@ from omegaconf import OmegaConf
 
 from analysis.decisions.race.record import check_relaunch, short_labels, without_seed
 from analysis.decisions.race.settings import Calibration, RaceSettings
-from analysis.names.config_names import is_promoted, job_labels
+from analysis.names.config_names import job_labels, lists_configs
 from analysis.outputs.monitor import make_command
 from analysis.readers.jobs import JobsFile, override_key, read_jobs
 from grpo.config.rules import BUDGET_UNIT, CHECK_SEEDS, RULES, SEED_MAX
@@ -714,8 +714,8 @@ class ValidatingSweeper(BasicSweeper):
                 settle()
             shown = [[o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept]
                      for overrides in jobs]
-            promoted = any(is_promoted(override_key(key)) for key in swept)
-            names = job_labels(shown, [_choices_and_config(job.cfg) if promoted else None
+            listed = any(lists_configs(override_key(key)) for key in swept)
+            names = job_labels(shown, [_choices_and_config(job.cfg) if listed else None
                                        for job in composed])
             for num, (overrides, job) in enumerate(zip(jobs, composed, strict=True)):
                 cfg = job.cfg
