@@ -16,6 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from grpo.run import run_config
 from grpo.sweep import hydra_compat
 from grpo.sweep.job_loss import ComposedJob, compose_job
 
@@ -129,3 +130,56 @@ def test_a_new_sweep_reads_the_files_again(tmp_path: Path) -> None:
         # one composer is one sweep: its files were read when it composed its first job
         assert first.compose("config", ["seed=2"]).n_grpo_steps == 200
         assert hydra_compat.SweepComposer(loader).compose("config", ["seed=2"]).n_grpo_steps == 7
+
+
+def composed_configs(jobs: list[list[str]]) -> list[Any]:
+    """Each job's config as the sweeper composes it (one composer for all)."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        composer = hydra_compat.SweepComposer(loader)
+        return [compose_job(loader, "config", job, base=BASE, composer=composer).cfg for job in jobs]
+
+
+TINY = ["model=tiny", "data=toy", "rollout=hf"]
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_jobs_that_differ_are_not_one_run(sweep: str) -> None:
+    """`repeated_runs` finds no two jobs of a sweep whose jobs all differ (the seeds of a seed
+    sweep included: another seed is another run), and every pair it sorts apart by fingerprint
+    differs in a key that changes a curve (`curve_differences`): the fingerprint is never finer
+    than the comparison it stands in for. The presets sweep is not such a sweep: demo is toy
+    with loss=grpo_clip, the loss an off-policy job of toy gets by default, so each off-policy
+    job of toy is the run of demo's 16 jobs on (8 pairs, the rest of its jobs the same)."""
+    jobs = sweep_jobs(SWEEPS[sweep][0])
+    cfgs = composed_configs(jobs)
+    repeated = run_config.repeated_runs(cfgs)
+    if sweep == "presets":
+        assert repeated == [[i, i + 16] for i in range(16) if "off_policy.epochs=2" in jobs[i]]
+        assert len(repeated) == 8
+        assert all(jobs[a][1:] == jobs[b][1:] for a, b in repeated)
+    else:
+        assert repeated == []
+    prints = [run_config.curve_fingerprint(cfg) for cfg in cfgs]
+    assert len(set(prints)) == len(cfgs) - len(repeated)
+    configs = [run_config.resolved(cfg) for cfg in cfgs]
+    for i, first in enumerate(prints):
+        for j in range(i + 1, len(cfgs)):
+            if prints[j] != first:
+                assert run_config.curve_differences(configs[i], configs[j]), (jobs[i], jobs[j])
+
+
+def test_jobs_that_compose_to_one_config_and_seed_are_one_run() -> None:
+    """Jobs that differ only in what does not change a run (how it is logged, checkpointed,
+    where its files go: `MAY_CHANGE`) or not at all are one run; a seed, a learning rate written
+    otherwise (1e-4 and 0.0001 are one value) or a number of GRPO steps tells runs apart."""
+    jobs = [[*TINY, "seed=0", "learning_rate=1e-4"],
+            [*TINY, "seed=1", "learning_rate=1e-4"],
+            [*TINY, "seed=0", "learning_rate=0.0001", "logging.progress_every=5"],
+            [*TINY, "seed=0", "learning_rate=1e-4", "checkpoint.keep_last=3", "paths.output_root=/x"],
+            [*TINY, "seed=0", "learning_rate=1e-4", "n_grpo_steps=10"],
+            [*TINY, "seed=1", "learning_rate=1e-4", "loss=no_baseline"],
+            [*TINY, "seed=1", "learning_rate=1e-4"]]
+    assert run_config.repeated_runs(composed_configs(jobs)) == [[0, 2, 3], [1, 6]]
+
