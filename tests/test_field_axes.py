@@ -175,3 +175,24 @@ def test_the_page_holds_the_study_and_the_table() -> None:
     assert '`scale_rewards="batch"`' in table and "`loss_agg_mode=seq-mean-token-mean`" in table
     assert "`kl_loss_coef=0.001`" in table and '`importance_sampling_level="sequence"`' in table
     assert "`algorithm.filter_groups.enable=true`" in table and "`mask_truncated_completions=True`" in table
+
+
+def test_a_command_line_choice_that_makes_variants_one_run_is_refused(tmp_path: Path) -> None:
+    """`loss=cispo` on the command line wins over the loss of every variant (and
+    `overlong.buffer=4` over overlong_punishment's 256): base, gspo, cispo and overlong_punishment
+    compose to one config and seed. The dry run refuses the sweep in one line naming those jobs
+    and the two overrides, before anything is written."""
+    out = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", "+experiment=field_axes",
+                          "model=tiny", "data=toy", "rollout=hf", "loss=cispo", "overlong.buffer=4",
+                          f"paths.output_root={tmp_path / 'out'}", "dry_run=true"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "job #" not in out.stdout
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("error: jobs #0, #1, #2, #9 (variants/field_axes=base, gspo, cispo, "
+                           "overlong_punishment) compose to one config and seed"), line
+    assert ("loss=cispo on the command line overrides the loss that variants/field_axes=gspo, "
+            "cispo set, overlong.buffer=4 on the command line overrides the overlong.buffer that "
+            "variants/field_axes=overlong_punishment sets") in line
+    assert "drop loss=cispo and overlong.buffer=4" in line and line.endswith("nothing was submitted")
+    assert not (tmp_path / "out").exists(), "a refused dry run wrote files"

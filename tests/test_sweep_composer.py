@@ -6,6 +6,8 @@ overrides included), and changing one job's config changes no other's."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,8 @@ from grpo.run import run_config
 from grpo.sweep import hydra_compat
 from grpo.sweep.job_loss import ComposedJob, compose_job
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
 BASE = ["hydra.sweep.dir=/tmp/grpo-composer-test", "hydra.job.config.override_dirname.kv_sep=@"]
 """A sweep's `hydra.*` overrides, as the sweeper passes them (`hydra.overrides.hydra`)."""
 SWEEPS = {
@@ -183,3 +186,23 @@ def test_jobs_that_compose_to_one_config_and_seed_are_one_run() -> None:
             [*TINY, "seed=1", "learning_rate=1e-4"]]
     assert run_config.repeated_runs(composed_configs(jobs)) == [[0, 2, 3], [1, 6]]
 
+
+def test_a_sweep_of_one_run_twice_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """`+experiment=toy,demo off_policy.epochs=1,2 seed=0,1`: demo is toy with the loss an
+    off-policy job of toy gets by default, so its off-policy jobs are toy's again (#1 and #5,
+    #3 and #7: one seed each); the dry run refuses it in one line naming both sets; the same
+    sweep on-policy only (`off_policy.epochs=1`: demo's loss is not toy's) is accepted."""
+    launch = [sys.executable, str(ROOT / "launch.py"), "-m", "+experiment=toy,demo", "seed=0,1",
+              f"paths.output_root={tmp_path / 'out'}", "dry_run=true"]
+    out = subprocess.run([*launch, "off_policy.epochs=1,2"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert out.stderr.splitlines() == [
+        "error: jobs #1, #5 (+experiment=toy, demo); jobs #3, #7 (+experiment=toy, demo) compose "
+        "to one config and seed (each set), no key that changes a run differing "
+        "(grpo.run.run_config.repeated_runs): they would be one run repeated, not more "
+        "measurements; sweep one of them, or make them differ; nothing was submitted"]
+    out = subprocess.run([*launch, "off_policy.epochs=1"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and "dry run: 4 jobs, nothing submitted" in out.stdout, out.stderr[-3000:]
+    assert not (tmp_path / "out").exists(), "a dry run wrote files"
