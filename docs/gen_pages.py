@@ -1,7 +1,8 @@
 """The site's reference pages, generated at build time (mkdocs-gen-files) from the code that owns
 each fact, never copied: the config keys and groups (`grpo.config.keys`: the yaml comments and
 `grpo.config.rules`), the metrics (`grpo.run.metric_keys`, `analysis.names.metric_names`), the command
-lines (their argument parsers) and the registries (losses, normalizations, engines, ...). A key
+lines (their argument parsers), the registries (losses, normalizations, engines, ...) and the
+TRL and verl names of the field's axes (`grpo.config.equivalents`). A key
 without a comment or a rule stops the build, naming it.
 
 `python docs/gen_pages.py OUT_DIR` writes the same pages into OUT_DIR (for a look without mkdocs);
@@ -245,12 +246,48 @@ def registries_page() -> str:
     return "".join(out)
 
 
+def field_axes_page() -> str:
+    """The field's axes: the study preset's variants, and every setting beside its paper and
+    TRL's and verl's names for it (`grpo.config.equivalents`)."""
+    from grpo.config.equivalents import EQUIVALENTS, VERL_ACTOR, field_axes
+
+    options = {(o.group, o.name): o.about for o in group_options(CONF)}
+    preset = options.get(("experiment", "field_axes"), "")
+    setting = lambda row: " ".join(f"`{s}`" for s in row.setting)  # noqa: E731
+    study = [("`base`", "nothing", options.get(("variants/field_axes", "base"), ""), "")]
+    study += [(f"`{axis}`", setting(row), row.what, row.paper) for axis, row in field_axes().items()]
+    names = [(setting(row), row.what, row.paper, row.trl or "none", row.verl or "none", row.note)
+             for row in EQUIVALENTS]
+    return "".join([
+        GENERATED.format(owner="grpo/config/equivalents.py and conf/experiment/field_axes.yaml"),
+        "# The field's axes: TRL and verl names\n\n",
+        "The choices the field ablates beside the assignment's, each a config group option or a "
+        "key here, with the paper it comes from and the option TRL (`GRPOConfig`, "
+        "`trl/trainer/grpo_config.py`) and verl (its PPO trainer's config) give it. How each is "
+        "computed: [Add a loss](../how-to/new-loss.md), "
+        "[Advantage and length normalizations](../explanations/normalizations.md), "
+        "[Zero-variance groups and solved prompts](../explanations/zero-variance.md), "
+        "[Overlong responses and the KL term](../explanations/overlong-and-kl.md).\n\n",
+        "## The study: `python launch.py -m +experiment=field_axes`\n\n",
+        f"{preset}\n\n" if preset else "",
+        "Its jobs, each an option of `conf/variants/field_axes/` (the dry run names each by the "
+        "values it sets and prices it):\n\n",
+        _table(("variant", "sets", "what", "paper"), study), "\n",
+        "## This project's settings in TRL and verl\n\n",
+        f"verl's actor keys are under `{VERL_ACTOR}`, left out here; none: the library has no such "
+        "option. The values are examples (a setting's defaults or the study's); the names were "
+        "read in each library's config files at the commits `grpo/config/equivalents.py` names.\n\n",
+        _table(("here", "what", "paper", "TRL", "verl", "where they differ"), names),
+    ])
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "reference/config-keys.md": config_keys_page,
     "reference/config-groups.md": config_groups_page,
     "reference/metrics.md": metrics_page,
     "reference/cli.md": cli_page,
     "reference/registries.md": registries_page,
+    "reference/field-axes.md": field_axes_page,
 }
 """Each generated page (its path under docs/) and the function that writes it."""
 

@@ -106,6 +106,14 @@ def test_hydra_basic_sweeper_batches_and_the_chooser_of_a_config_group() -> None
             {"name": "grpo_clip", "cliprange": 0.2}
         assert hydra_compat.group_option(loader, "experiment", "toy") is None  # @package _global_
         assert hydra_compat.group_option(loader, "loss", "nonexistent") is None
+        # what an option sets: the groups its defaults list chooses, its keys where they land
+        assert hydra_compat.option_sets(loader, "variants/field_axes", "gspo") == ["loss"]
+        assert hydra_compat.option_sets(loader, "variants/field_axes", "overlong_punishment") == \
+            ["overlong.buffer"]
+        assert hydra_compat.option_sets(loader, "experiment", "toy") == \
+            ["model", "data", "rollout", "experiment_name"]
+        assert hydra_compat.option_sets(loader, "loss", "grpo_clip") == ["loss.name", "loss.cliprange"]
+        assert hydra_compat.option_sets(loader, "loss", "nonexistent") == []
         cfg = loader.load_configuration("config", ["seed=3", "loss=no_baseline"], RunMode.RUN)
         assert hydra_compat.overrides_dirname(cfg, ["seed=3", "loss=no_baseline"]) == \
             cfg.hydra.job.override_dirname == "loss=no_baseline,seed=3"

@@ -218,7 +218,7 @@ def test_the_reference_pages_are_made_from_their_owners() -> None:
     for name in ("grpo_clip_higher", "hf_process", "bf16-mixed", "successive_halving", "r1_zero_reward_fn"):
         assert f"`{name}`" in registries
     assert set(gen.PAGES) == {f"reference/{p}.md" for p in ("config-keys", "config-groups", "metrics",
-                                                            "cli", "registries")}
+                                                            "cli", "registries", "field-axes")}
 
 
 def test_every_page_is_in_the_navigation() -> None:

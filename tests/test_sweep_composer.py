@@ -6,6 +6,8 @@ overrides included), and changing one job's config changes no other's."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from grpo.run import run_config
 from grpo.sweep import hydra_compat
 from grpo.sweep.job_loss import ComposedJob, compose_job
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
 BASE = ["hydra.sweep.dir=/tmp/grpo-composer-test", "hydra.job.config.override_dirname.kv_sep=@"]
 """A sweep's `hydra.*` overrides, as the sweeper passes them (`hydra.overrides.hydra`)."""
 SWEEPS = {
@@ -129,3 +133,76 @@ def test_a_new_sweep_reads_the_files_again(tmp_path: Path) -> None:
         # one composer is one sweep: its files were read when it composed its first job
         assert first.compose("config", ["seed=2"]).n_grpo_steps == 200
         assert hydra_compat.SweepComposer(loader).compose("config", ["seed=2"]).n_grpo_steps == 7
+
+
+def composed_configs(jobs: list[list[str]]) -> list[Any]:
+    """Each job's config as the sweeper composes it (one composer for all)."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        composer = hydra_compat.SweepComposer(loader)
+        return [compose_job(loader, "config", job, base=BASE, composer=composer).cfg for job in jobs]
+
+
+TINY = ["model=tiny", "data=toy", "rollout=hf"]
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_jobs_that_differ_are_not_one_run(sweep: str) -> None:
+    """`repeated_runs` finds no two jobs of a sweep whose jobs all differ (the seeds of a seed
+    sweep included: another seed is another run), and every pair it sorts apart by fingerprint
+    differs in a key that changes a curve (`curve_differences`): the fingerprint is never finer
+    than the comparison it stands in for. The presets sweep is not such a sweep: demo is toy
+    with loss=grpo_clip, the loss an off-policy job of toy gets by default, so each off-policy
+    job of toy is the run of demo's 16 jobs on (8 pairs, the rest of its jobs the same)."""
+    jobs = sweep_jobs(SWEEPS[sweep][0])
+    cfgs = composed_configs(jobs)
+    repeated = run_config.repeated_runs(cfgs)
+    if sweep == "presets":
+        assert repeated == [[i, i + 16] for i in range(16) if "off_policy.epochs=2" in jobs[i]]
+        assert len(repeated) == 8
+        assert all(jobs[a][1:] == jobs[b][1:] for a, b in repeated)
+    else:
+        assert repeated == []
+    prints = [run_config.curve_fingerprint(cfg) for cfg in cfgs]
+    assert len(set(prints)) == len(cfgs) - len(repeated)
+    configs = [run_config.resolved(cfg) for cfg in cfgs]
+    for i, first in enumerate(prints):
+        for j in range(i + 1, len(cfgs)):
+            if prints[j] != first:
+                assert run_config.curve_differences(configs[i], configs[j]), (jobs[i], jobs[j])
+
+
+def test_jobs_that_compose_to_one_config_and_seed_are_one_run() -> None:
+    """Jobs that differ only in what does not change a run (how it is logged, checkpointed,
+    where its files go: `MAY_CHANGE`) or not at all are one run; a seed, a learning rate written
+    otherwise (1e-4 and 0.0001 are one value) or a number of GRPO steps tells runs apart."""
+    jobs = [[*TINY, "seed=0", "learning_rate=1e-4"],
+            [*TINY, "seed=1", "learning_rate=1e-4"],
+            [*TINY, "seed=0", "learning_rate=0.0001", "logging.progress_every=5"],
+            [*TINY, "seed=0", "learning_rate=1e-4", "checkpoint.keep_last=3", "paths.output_root=/x"],
+            [*TINY, "seed=0", "learning_rate=1e-4", "n_grpo_steps=10"],
+            [*TINY, "seed=1", "learning_rate=1e-4", "loss=no_baseline"],
+            [*TINY, "seed=1", "learning_rate=1e-4"]]
+    assert run_config.repeated_runs(composed_configs(jobs)) == [[0, 2, 3], [1, 6]]
+
+
+def test_a_sweep_of_one_run_twice_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """`+experiment=toy,demo off_policy.epochs=1,2 seed=0,1`: demo is toy with the loss an
+    off-policy job of toy gets by default, so its off-policy jobs are toy's again (#1 and #5,
+    #3 and #7: one seed each); the dry run refuses it in one line naming both sets; the same
+    sweep on-policy only (`off_policy.epochs=1`: demo's loss is not toy's) is accepted."""
+    launch = [sys.executable, str(ROOT / "launch.py"), "-m", "+experiment=toy,demo", "seed=0,1",
+              f"paths.output_root={tmp_path / 'out'}", "dry_run=true"]
+    out = subprocess.run([*launch, "off_policy.epochs=1,2"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert out.stderr.splitlines() == [
+        "error: jobs #1, #5 (+experiment=toy, demo); jobs #3, #7 (+experiment=toy, demo) compose "
+        "to one config and seed (each set), no key that changes a run differing "
+        "(grpo.run.run_config.repeated_runs): they would be one run repeated, not more "
+        "measurements; sweep one of them, or make them differ; nothing was submitted"]
+    out = subprocess.run([*launch, "off_policy.epochs=1"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and "dry run: 4 jobs, nothing submitted" in out.stdout, out.stderr[-3000:]
+    assert not (tmp_path / "out").exists(), "a dry run wrote files"

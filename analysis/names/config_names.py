@@ -7,7 +7,8 @@ A config is named by its swept keys' values. A promoted preset (``python -m anal
 sweeps one config group, ``+promoted/<NAME>=top1,...,on_policy``, whose options are whole
 configs: such a config is named by what its option sets, the config groups and values that differ
 between the configs and define a config (:func:`grpo.run.run_config.defines_config`; a group's own
-values are named by its choice), ``off_policy.epochs=2, train_batch_size=64``, never ``top1``.
+values are named by its choice), ``off_policy.epochs=2, train_batch_size=64``, never ``top1``;
+so is a shipped list of variants (``variants/field_axes=base,gspo,...``, ``conf/variants/``).
 What a job sets is read from its composed config (the dry run) or its run's ``.hydra/`` record;
 a job with neither yet (a job not started) keeps its override.
 """
@@ -20,7 +21,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.names.formatting import format_value
-from grpo.config.keys import PRESET_GROUPS, PROMOTED_GROUP
+from grpo.config.keys import PRESET_GROUPS, PROMOTED_GROUP, VARIANTS_GROUP
 from grpo.config.rules import leaf_keys
 from grpo.run.run_config import defines_config
 from grpo.training.batch_plan import config_value
@@ -48,19 +49,20 @@ def config_label(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{key}={format_value(value)}" for key, value in values.items())
 
 
-def is_promoted(key: str) -> bool:
-    """Whether ``key`` (an override's key, ``+`` or ``~`` stripped) is a promoted preset's group."""
-    return key.split("/")[0] == PROMOTED_GROUP
+def lists_configs(key: str) -> bool:
+    """Whether ``key`` (an override's key, ``+`` or ``~`` stripped) is a group whose options are
+    whole configs: a promoted preset's, or a shipped list of variants (``variants/field_axes``)."""
+    return key.split("/")[0] in (PROMOTED_GROUP, VARIANTS_GROUP)
 
 
 def naming_keys(key: str, runs: Sequence[tuple[Choices, Config | None]]) -> list[str]:
     """The keys that name the configs of a swept ``key`` over ``runs`` (each run's choices and
-    config): ``[key]`` itself, but for a promoted group the config groups and values its options
+    config): ``[key]`` itself, but for a group that lists configs (:func:`lists_configs`) the config groups and values its options
     set that differ between the runs and define a config, in sorted order
     (``off_policy.epochs``, ``train_batch_size``); ``[key]`` where no run's config says."""
     configured = [(choices, config) for choices, config in runs
                   if config is not None and key in choices]
-    if not is_promoted(key) or not configured:
+    if not lists_configs(key) or not configured:
         return [key]
 
     def varies(get: Any) -> bool:
@@ -88,7 +90,7 @@ def job_labels(overrides: Sequence[Sequence[str]],
         words = []
         for override in job:
             key = override.split("=", 1)[0].lstrip("+~")
-            if not is_promoted(key) or run is None or key not in run[0]:
+            if not lists_configs(key) or run is None or key not in run[0]:
                 words.append(override)
                 continue
             names = keys.setdefault(key, naming_keys(key, known))

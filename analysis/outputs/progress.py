@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from analysis.decisions.race.record import RACE_FILE, Race
-from analysis.names.config_names import is_promoted, job_labels
+from analysis.names.config_names import job_labels, lists_configs
 from analysis.readers.jobs import Job, override_key, read_jobs, str_or_none, varying_keys
 from analysis.readers.run_rows import (
     ELAPSED,
@@ -187,9 +187,9 @@ class SweepProgress:
         jobs = self.jobs()
         overrides = [self._job_overrides(job) for job in jobs]
         keys = varying_keys(overrides)
-        promoted = any(map(is_promoted, keys))
+        listed = any(map(lists_configs, keys))
         labels = job_labels([[o for o in job if override_key(o) in keys] for job in overrides],
-                            [self._job_config(job) if promoted else None for job in jobs])
+                            [self._job_config(job) if listed else None for job in jobs])
         rows = [self._read_run(job, label or "(no overrides)")
                 for job, label in zip(jobs, labels, strict=True)]
         self._replay_race(rows)

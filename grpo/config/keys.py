@@ -6,7 +6,7 @@ file that sets it, its default and its rule (``grpo.config.rules``; the batch si
 
 Which files: ``conf/config.yaml`` and every option of the groups (``conf/<group>/<option>.yaml``,
 under the group's name unless the file says ``# @package _global_``). Presets
-(``experiment``, ``recipe``, ``chain``, ``local``, the ``promoted`` configs) and Hydra's own files set keys documented
+(``experiment``, ``recipe``, ``chain``, ``local``, the ``promoted`` and ``variants`` configs) and Hydra's own files set keys documented
 elsewhere and are left out; so are Hydra's keys (``hydra.*``).
 """
 
@@ -23,7 +23,12 @@ from grpo.training.batch_plan import CONFIG_KEYS, MAX_INT
 PROMOTED_GROUP = "promoted"
 """The group ``python -m analysis promote`` writes: ``<conf>/promoted/<NAME>/top1.yaml`` is a whole
 config (``+promoted/<NAME>=top1``), swept by the preset ``<conf>/experiment/promoted/<NAME>.yaml``."""
-PRESET_GROUPS = ("experiment", "recipe", "chain", "local", "hydra", PROMOTED_GROUP)
+VARIANTS_GROUP = "variants"
+"""The group of the shipped lists of configs: ``<conf>/variants/<NAME>/<option>.yaml`` is a whole
+config, as a promoted one, swept by a preset (``variants/field_axes: base,gspo,...`` in
+``conf/experiment/field_axes.yaml``): Hydra's sweeper makes grids, and a list of configs (one axis
+changed at a time) is one config group swept."""
+PRESET_GROUPS = ("experiment", "recipe", "chain", "local", "hydra", PROMOTED_GROUP, VARIANTS_GROUP)
 """Folders of ``conf/`` whose files are presets of other keys, not keys of their own."""
 ROOT_CONFIG = "config.yaml"
 _KEY = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w.\-]*):(?P<rest>.*)$")

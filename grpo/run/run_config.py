@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from grpo.run.checkpoint_names import checkpoint_dirs, checkpoint_step
 from grpo.run.files import RunDirError, append_line, atomic_write_text, read_json, read_yaml, subdir
@@ -257,6 +258,87 @@ def curve_differences(trained: dict[str, Any], new: dict[str, Any]) -> dict[str,
     if not _same(old_steps, new_steps):
         refused["n_grpo_steps"] = (old_steps, new_steps)
     return dict(sorted(refused.items()))
+
+
+@lru_cache(maxsize=4096)
+def _changes_curve(key: str) -> bool:
+    """Whether two resolved configs that differ in dotted `key` give different curves: the keys
+    `curve_differences` reports (every key but those of `MAY_CHANGE`, and `n_grpo_steps`)."""
+    return key == "n_grpo_steps" or not _listed(key, MAY_CHANGE)
+
+
+def _coarse(value: Any) -> Any:
+    """`value` with every number (a bool too) a float and NaN a text, in lists and sections too:
+    two values `_same` calls the same (`1` and `1.0`, two NaNs; in a list, `True` and `1`) come
+    out equal."""
+    if isinstance(value, bool | int | float):
+        return "nan" if value != value else float(value)
+    if isinstance(value, list):
+        return [_coarse(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _coarse(v) for k, v in value.items()}
+    return value
+
+
+def _unresolved(value: Any) -> bool:
+    """Whether a value of an unresolved container holds what OmegaConf resolves: an
+    interpolation (`${`, escaped ones too) or a missing value (`???`), in a list too."""
+    if isinstance(value, str):
+        return "${" in value or value == "???"
+    if isinstance(value, list):
+        return any(map(_unresolved, value))
+    if isinstance(value, dict):
+        return any(map(_unresolved, value.values()))
+    return False
+
+
+def _resolved_leaves(cfg: DictConfig, keep: Callable[[str], bool]) -> dict[str, Any]:
+    """Dotted key -> value of each leaf of the composed `cfg` (no `hydra` node), read from its
+    unresolved container: a value that holds an interpolation (`${`) or is missing (`???`) is
+    resolved where `keep(key)`, else left as written. Resolving the whole config (`resolved`) takes
+    three times as long: most values are plain."""
+    tree = {key: OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig | ListConfig)
+            else node for key, node in cfg.items_ex(resolve=False) if key != "hydra"}
+    leaves: dict[str, Any] = {}
+    for key, value in _leaves(tree).items():
+        if _unresolved(value) and keep(key):
+            value = OmegaConf.select(cfg, key, throw_on_missing=False, throw_on_resolution_failure=False)
+            if isinstance(value, DictConfig | ListConfig):
+                value = OmegaConf.to_container(value, resolve=True)
+        leaves.update(_leaves(value, key))
+    return leaves
+
+
+def curve_fingerprint(cfg: DictConfig) -> str:
+    """A text that two composed configs whose resolved configs have no `curve_differences` (one
+    run: the same config and seed) share: their keys that change a curve (`_changes_curve`), each
+    value coarsened (`_coarse`), a key of `ADDED` at its old behaviour's value left out. Configs
+    with different texts are different runs; configs with one text may still be two (it calls
+    `True` and `1.0` the same), which `repeated_runs` asks `curve_differences`."""
+    entries = [(key, _coarse(value)) for key, value in sorted(_resolved_leaves(cfg, _changes_curve).items())
+               if _changes_curve(key) and not (key in ADDED and _same(ADDED[key], value))]
+    return json.dumps(entries, default=repr)
+
+
+def repeated_runs(cfgs: Sequence[DictConfig]) -> list[list[int]]:
+    """The sets of two or more of the composed configs `cfgs` (their indices, in order; the sets in
+    order of their first) that are one run: no `curve_differences` between their resolved
+    configs (the same config and seed; where they run, are logged and stopped may differ). Each
+    config's `curve_fingerprint` sorts them; only configs that share one are resolved and
+    compared, so a sweep whose jobs all differ costs one fingerprint a job."""
+    buckets: dict[str, list[int]] = {}
+    for index, cfg in enumerate(cfgs):
+        buckets.setdefault(curve_fingerprint(cfg), []).append(index)
+    found = []
+    for members in buckets.values():
+        configs = {index: resolved(cfgs[index]) for index in members} if len(members) > 1 else {}
+        while len(members) > 1:
+            first = members[0]
+            same = [first, *(i for i in members[1:] if not curve_differences(configs[first], configs[i]))]
+            members = [i for i in members if i not in same]
+            if len(same) > 1:
+                found.append(same)
+    return sorted(found)
 
 
 def describe_differences(differences: dict[str, tuple[Any, Any]], limit: int = 6) -> str:

@@ -6,7 +6,7 @@ methods: `_parse_config()` (the `hydra.sweeper.params` of a preset as `key=v1,v2
 `split_arguments()` (the cartesian product of the parsed overrides, in batches) and
 `get_job_batch()` (the next batch its `sweep()` launches). `group_chooser()` reads who chose a
 config group's option from the defaults list (`ConfigLoader.compute_defaults_list()`, whose
-result's `overrides.override_metadata` is internal); `group_option()` reads one option's yaml
+result's `overrides.override_metadata` is internal); `group_option()` and `option_sets()` read one option's yaml
 through the loader's config repository (`ConfigLoaderImpl.repository`, internal) and
 `overrides_dirname()` names a job's overrides as Hydra's config loader does
 (`hydra._internal.config_loader_impl.get_overrides_dirname`). `SweepComposer` composes the jobs of
@@ -40,10 +40,13 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_loader import ConfigLoader
+from hydra.core.default_element import GroupDefault
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from grpo.config.rules import leaf_keys
 
 if TYPE_CHECKING:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -85,7 +88,8 @@ def __getattr__(name: str) -> Any:
 _basic_sweeper()  # at import: a moved BasicSweeper is named here, not at the first sweep
 
 __all__ = ["BasicSweeper", "HydraInternalsMoved", "SweepComposer", "command_line", "get_job_batch",
-           "group_chooser", "interpolations_parsed_once", "preset_overrides", "split_into_jobs"]
+           "group_chooser", "interpolations_parsed_once", "option_sets", "preset_overrides",
+           "split_into_jobs"]
 
 COMMAND_LINE = "the command line"
 """What `group_chooser` answers for an option chosen by an override (or a sweep's job list)."""
@@ -177,6 +181,29 @@ def group_option(loader: ConfigLoader, group: str, option: str) -> DictConfig | 
     except (AttributeError, TypeError) as err:
         raise HydraInternalsMoved("ConfigLoaderImpl.repository.load_config()", err) from err
     return result.config if plain and isinstance(result.config, DictConfig) else None
+
+
+def option_sets(loader: ConfigLoader, group: str, option: str) -> list[str]:
+    """What option `option` of config group `group` sets where it is chosen, read from its yaml
+    through the loader's config repository: the config groups its defaults list chooses (`loss`
+    for `override /loss: gspo`; a relative group is under `group`) and the dotted keys of its
+    values as they land in the composed config (`overlong.buffer` for `# @package _global_`,
+    else under its package or `group`); [] where there is no such option."""
+    try:
+        result = loader.repository.load_config(f"{group}/{option}")  # type: ignore[attr-defined]
+        if result is None:
+            return []
+        package = result.header.get("package")
+        chosen = [str(d.group) for d in result.defaults_list or [] if isinstance(d, GroupDefault)]
+        values = OmegaConf.to_container(result.config, resolve=False)
+    except (AttributeError, TypeError) as err:
+        raise HydraInternalsMoved("ConfigLoaderImpl.repository.load_config()", err) from err
+    groups = [g[1:] if g.startswith("/") else f"{group}/{g}" for g in chosen]
+    if package in (None, "_group_"):
+        package = group.replace("/", ".")
+    prefix = str(package).removeprefix("_global_").lstrip(".")
+    keys = [f"{prefix}.{key}" if prefix else key for key in leaf_keys(values)] if isinstance(values, dict) else []
+    return [*groups, *keys]
 
 
 def overrides_dirname(cfg: DictConfig, overrides: Sequence[str]) -> str:

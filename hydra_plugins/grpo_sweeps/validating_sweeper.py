@@ -6,7 +6,10 @@ composed and passed through `grpo.config.validation.check_config`, and a `cluste
 checked against what its partition's nodes offer (the scheduler is asked once per sweep); one bad
 job stops the whole submission, each message printed once with the jobs it concerns ("all 9 jobs",
 "jobs #3-#8", or one job's swept values), warnings alike, and `dry_run=true` lists the jobs and
-launches nothing. A job whose run directory holds a run trained with values that change its curve
+launches nothing. Two jobs that compose to one config and seed (`grpo.run.run_config.repeated_runs`:
+no key that changes a run differs, e.g. a command-line `loss=cispo` over every variant's loss)
+are refused in one line, naming them and the command-line override that set what their options
+set, where there is one. A job whose run directory holds a run trained with values that change its curve
 is such a bad job (`grpo.run.run_config.resume_refusal`): a relaunch into a trained sweep is refused
 before any file of the sweep (multirun.yaml, jobs.json, a run's record) is written, and so is a
 relaunch whose config differs from what a run it would follow (still queued or running, before
@@ -46,7 +49,7 @@ from omegaconf import OmegaConf
 
 from analysis.decisions.race.record import check_relaunch, short_labels, without_seed
 from analysis.decisions.race.settings import Calibration, RaceSettings
-from analysis.names.config_names import is_promoted, job_labels
+from analysis.names.config_names import job_labels, lists_configs
 from analysis.outputs.monitor import make_command
 from analysis.readers.jobs import JobsFile, override_key, read_jobs
 from grpo.config.rules import BUDGET_UNIT, CHECK_SEEDS, RULES, SEED_MAX
@@ -67,6 +70,7 @@ from grpo.run.pruning import OFF
 from grpo.run.run_config import (
     curve_differences,
     describe_differences,
+    repeated_runs,
     resolved,
     resume_refusal,
     sweepable,
@@ -77,7 +81,10 @@ from grpo.sweep.hydra_compat import (
     BasicSweeper,
     SweepComposer,
     get_job_batch,
+    group_overrides,
     interpolations_parsed_once,
+    option_sets,
+    parse_overrides,
     preset_overrides,
     split_into_jobs,
 )
@@ -167,6 +174,43 @@ def repeated_values(overrides: Sequence[Override]) -> list[str]:
     return problems
 
 
+def _jobs_named(nums: Sequence[int], jobs: Sequence[Sequence[str]]) -> str:
+    """The jobs `nums` (of `jobs`, each job's overrides), each named by the overrides it alone
+    has: `jobs #0, #1 (variants/field_axes=base, gspo)`, or `jobs #0 [a=1 b=2], #3 [a=2]`."""
+    differing = {num: [o for o in jobs[num] if not all(o in jobs[m] for m in nums)] for num in nums}
+    keys = {o.split("=", 1)[0] for own in differing.values() for o in own}
+    if len(keys) == 1 and all(len(own) == 1 for own in differing.values()):
+        return (f"jobs {', '.join(f'#{num}' for num in nums)} ({keys.pop()}="
+                + ", ".join(differing[num][0].split("=", 1)[1] for num in nums) + ")")
+    return "jobs " + ", ".join(f"#{num} [{' '.join(differing[num]) or 'no swept keys'}]" for num in nums)
+
+
+def one_run_refusal(sets: Sequence[Sequence[int]], jobs: Sequence[Sequence[str]],
+                    overridden: dict[str, tuple[str, list[str]]]) -> str:
+    """The line that refuses the sets of jobs `sets` (`grpo.run.run_config.repeated_runs`, of
+    `jobs`, each job's overrides) as one run each, with `overridden`: each command-line override
+    that made them equal -> the key it sets and the swept options that set that key too
+    (`ValidatingSweeper._one_run_causes`)."""
+    line = (f"{'; '.join(_jobs_named(nums, jobs) for nums in sets)} compose to one config and seed"
+            f"{' (each set)' if len(sets) > 1 else ''}, no key that changes a run differing "
+            "(grpo.run.run_config.repeated_runs): they would be one run repeated, not more "
+            "measurements")
+    if not overridden:
+        return line + "; sweep one of them, or make them differ"
+
+    def of(options: list[str]) -> str:  # variants/field_axes=gspo, cispo
+        key = options[0].split("=", 1)[0]
+        if all(o.split("=", 1)[0] == key for o in options):
+            return f"{key}=" + ", ".join(o.split("=", 1)[1] for o in options)
+        return ", ".join(options)
+
+    causes = ", ".join(f"{cause} on the command line overrides the {key} that {of(options)} "
+                       f"set{'s' if len(options) == 1 else ''}"
+                       for cause, (key, options) in overridden.items())
+    return (f"{line}: {causes} (a command-line value wins over every option's); drop "
+            f"{' and '.join(overridden)}: each option sets its own")
+
+
 def seed_swept(swept: set[str]) -> bool:
     """Whether the seed is among the swept keys, however written (`seed`, `+seed`, `++seed`)."""
     return any(key.lstrip("+") == "seed" for key in swept)
@@ -248,6 +292,30 @@ class ValidatingSweeper(BasicSweeper):
                             f"past the largest seed {SEED_MAX}")
         refuse(problems)
         return [[*without_seed(job), f"seed={seed}"] for job in jobs[:n]]
+
+    def _one_run_causes(self, sets: Sequence[Sequence[int]], jobs: Sequence[Sequence[str]],
+                        arguments: Sequence[str]) -> dict[str, tuple[str, list[str]]]:
+        """Each override of the command line `arguments` (not swept) that sets a config group or
+        key that a config group option sets where the jobs of a set of `sets` (of `jobs`) do not
+        share that option (`hydra_compat.option_sets`: `loss=cispo` for
+        `variants/field_axes=gspo`, whose defaults list chooses the loss) -> that key and those
+        options: the command line's value wins over each option's, which may be why the jobs
+        compose to one config."""
+        loader = self.hydra_context.config_loader
+        own = list(dict.fromkeys(o for nums in sets for num in nums for o in jobs[num]
+                                 if not all(o in jobs[m] for m in nums)))
+        given = [o for o in parse_overrides(list(arguments))
+                 if not o.is_sweep_override() and not o.is_hydra_override()]
+        causes: dict[str, tuple[str, list[str]]] = {}
+        for text, option in zip(own, parse_overrides(own), strict=True):
+            if text not in group_overrides(loader, [text]) or not isinstance(option.value(), str):
+                continue
+            chosen = option_sets(loader, option.key_or_group, option.value())
+            for cause in given:
+                key = cause.key_or_group
+                if any(s == key or s.startswith(key + ".") for s in chosen):
+                    causes.setdefault(cause.input_line, (key, []))[1].append(text)
+        return {cause: (key, list(dict.fromkeys(options))) for cause, (key, options) in causes.items()}
 
     def _parallel(self, n_jobs: int) -> int:
         """How many jobs the launcher runs at once: a SLURM array's `array_parallelism`, else
@@ -714,8 +782,8 @@ class ValidatingSweeper(BasicSweeper):
                 settle()
             shown = [[o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept]
                      for overrides in jobs]
-            promoted = any(is_promoted(override_key(key)) for key in swept)
-            names = job_labels(shown, [_choices_and_config(job.cfg) if promoted else None
+            listed = any(lists_configs(override_key(key)) for key in swept)
+            names = job_labels(shown, [_choices_and_config(job.cfg) if listed else None
                                        for job in composed])
             for num, (overrides, job) in enumerate(zip(jobs, composed, strict=True)):
                 cfg = job.cfg
@@ -734,6 +802,7 @@ class ValidatingSweeper(BasicSweeper):
                 if not report.errors:
                     lines.append(f"{labels[num]} {job.describe_loss()}, {describe_job(cfg)}")
                 settle()
+            repeated = [] if errors else repeated_runs([job.cfg for job in composed])
         for message, nums in warnings.items():
             print(f"warning: {job_set(nums, labels)}: {message}", file=sys.stderr)
         if errors:
@@ -746,6 +815,8 @@ class ValidatingSweeper(BasicSweeper):
                               for nums, messages in sorted(by_jobs.items())),
                   file=sys.stderr)
             sys.exit(2)
+        if repeated:
+            refuse([one_run_refusal(repeated, jobs, self._one_run_causes(repeated, jobs, arguments))])
         cfgs = [job.cfg for job in self.composed.values()]
         race = RaceSettings.from_config(cfgs[0].race, int(cfgs[0].seed)) if racing else None
         if race is not None:
