@@ -23,6 +23,7 @@ import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
@@ -53,6 +54,15 @@ def stand_in_real_paths(folder: Path, n_validation: int = 50) -> list[str]:
             f.writelines(json.dumps({"problem": f"{i}+1?", "answer": str(i + 1)}) + "\n" for i in range(n))
     return [f"model.path={model}", f"data.train_path={folder / 'train.jsonl'}",
             f"data.validation_path={folder / 'validation.jsonl'}"]
+
+
+def gen_pages() -> ModuleType:
+    """docs/gen_pages.py, the generator of the reference pages, loaded as a module (it is a script
+    of the docs, not a package module)."""
+    spec = importlib.util.spec_from_file_location("gen_pages", ROOT / "docs" / "gen_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def model_conf(name: str, path: Path) -> DictConfig:

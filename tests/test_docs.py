@@ -4,7 +4,6 @@ documentation, and the reference pages are generated from the code that owns eac
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import stand_in_real_paths
+from conftest import gen_pages, stand_in_real_paths
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
@@ -188,17 +187,10 @@ def test_a_key_without_its_comment_is_named(tmp_path: Path) -> None:
     assert keys["learning_rate"].meaning == "the learning rate"
 
 
-def _gen_pages():  # noqa: ANN202 -- the generator module
-    spec = importlib.util.spec_from_file_location("gen_pages", ROOT / "docs" / "gen_pages.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_reference_pages_are_made_from_their_owners() -> None:
     """Each generated page holds what its owner says: a rule, a yaml comment, a metric's
     meaning, a parser's option, a registry's name."""
-    gen = _gen_pages()
+    gen = gen_pages()
     keys = gen.config_keys_page()
     assert ("| `eval.samples_per_problem` |" in keys and "| `learning_rate` | `1.0e-05` | a number > 0 | yes |"
             in keys)
@@ -226,7 +218,7 @@ def test_every_page_is_in_the_navigation() -> None:
     (`make docs` fails on a page left out too; this says which without mkdocs installed)."""
     nav = re.findall(r":\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
     written = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
-    assert sorted(nav) == sorted(written | set(_gen_pages().PAGES))
+    assert sorted(nav) == sorted(written | set(gen_pages().PAGES))
 
 
 def test_the_page_names_the_pairs_that_get_an_interval() -> None:

@@ -6,7 +6,6 @@ the generated docs page holds the table."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import stand_in_real_paths
+from conftest import gen_pages, stand_in_real_paths
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
@@ -151,13 +150,6 @@ def test_a_renamed_or_invalid_setting_is_named(setting: tuple[str, ...], named: 
                                                stand_ins: list[str]) -> None:
     problems = setting_problems(Equivalent(setting, "x", "x", "", ""), stand_ins)
     assert len(problems) == 1 and named in problems[0], problems
-
-
-def gen_pages():  # noqa: ANN201 -- the generator module
-    spec = importlib.util.spec_from_file_location("gen_pages", ROOT / "docs" / "gen_pages.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_page_holds_the_study_and_the_table() -> None:
