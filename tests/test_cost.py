@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
+import resource
 from pathlib import Path
 
 import pytest
@@ -329,11 +329,16 @@ def test_the_cost_scan_of_many_crafted_runs_stays_within_seconds(tmp_path: Path)
         (run / ".hydra").mkdir(parents=True)
         (run / ".hydra" / "config.yaml").write_text((matching if i % 8 == 0 else "") + padding)
         (run / "metrics.jsonl").write_text(row * 40_000 if i % 8 == 0 else row)
-    start = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = launch("model=tiny", "data=toy", "rollout=hf", "dry_run=true", f"paths.output_root={root}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "medians of 16 earlier run(s) of this model" in out.stdout  # MATCHED_RUNS
-    assert time.perf_counter() - start < 60
+    # the dry run's own CPU time, which a loaded machine does not inflate as it does the wall
+    # clock (82 s of wall clock at a load of 7 where a bound of 60 s was asserted): 7.4 s at a
+    # load of 5 on 2 cores, CI's machine
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu < 30, cpu
 
 
 def test_a_budget_on_a_cpu_sweep_counts_its_cpu_hours(tmp_path: Path) -> None:
