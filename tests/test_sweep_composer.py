@@ -152,20 +152,13 @@ def test_jobs_that_differ_are_not_one_run(sweep: str) -> None:
     """`repeated_runs` finds no two jobs of a sweep whose jobs all differ (the seeds of a seed
     sweep included: another seed is another run), and every pair it sorts apart by fingerprint
     differs in a key that changes a curve (`curve_differences`): the fingerprint is never finer
-    than the comparison it stands in for. The presets sweep is not such a sweep: demo is toy
-    with loss=grpo_clip, the loss an off-policy job of toy gets by default, so each off-policy
-    job of toy is the run of demo's 16 jobs on (8 pairs, the rest of its jobs the same)."""
+    than the comparison it stands in for. (The presets sweep holds toy and demo, which hold out
+    8 pairs where toy holds none: not one run.)"""
     jobs = sweep_jobs(SWEEPS[sweep][0])
     cfgs = composed_configs(jobs)
-    repeated = run_config.repeated_runs(cfgs)
-    if sweep == "presets":
-        assert repeated == [[i, i + 16] for i in range(16) if "off_policy.epochs=2" in jobs[i]]
-        assert len(repeated) == 8
-        assert all(jobs[a][1:] == jobs[b][1:] for a, b in repeated)
-    else:
-        assert repeated == []
+    assert run_config.repeated_runs(cfgs) == []
     prints = [run_config.curve_fingerprint(cfg) for cfg in cfgs]
-    assert len(set(prints)) == len(cfgs) - len(repeated)
+    assert len(set(prints)) == len(cfgs)
     configs = [run_config.resolved(cfg) for cfg in cfgs]
     for i, first in enumerate(prints):
         for j in range(i + 1, len(cfgs)):
@@ -188,20 +181,26 @@ def test_jobs_that_compose_to_one_config_and_seed_are_one_run() -> None:
 
 
 def test_a_sweep_of_one_run_twice_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    """`+experiment=toy,demo off_policy.epochs=1,2 seed=0,1`: demo is toy with the loss an
-    off-policy job of toy gets by default, so its off-policy jobs are toy's again (#1 and #5,
-    #3 and #7: one seed each); the dry run refuses it in one line naming both sets; the same
-    sweep on-policy only (`off_policy.epochs=1`: demo's loss is not toy's) is accepted."""
+    """`+experiment=toy,demo data=toy data.holdout_size=8 off_policy.epochs=1,2 seed=0,1`: with
+    toy's pairs held out as demo holds them, demo is toy with the loss an off-policy job of toy
+    gets by default, so its off-policy jobs are toy's again (#1 and #5, #3 and #7: one seed each),
+    refused in one line naming both sets and the command-line value that overrides what a preset
+    sets; the same sweep on-policy only (`off_policy.epochs=1`: demo's loss is not toy's) is
+    accepted."""
+    common = [f"paths.output_root={tmp_path / 'out'}", "dry_run=true"]
     launch = [sys.executable, str(ROOT / "launch.py"), "-m", "+experiment=toy,demo", "seed=0,1",
-              f"paths.output_root={tmp_path / 'out'}", "dry_run=true"]
+              "data=toy", "data.holdout_size=8", *common]
     out = subprocess.run([*launch, "off_policy.epochs=1,2"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
-    assert out.stderr.splitlines() == [
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(
         "error: jobs #1, #5 (+experiment=toy, demo); jobs #3, #7 (+experiment=toy, demo) compose "
         "to one config and seed (each set), no key that changes a run differing "
         "(grpo.run.run_config.repeated_runs): they would be one run repeated, not more "
-        "measurements; sweep one of them, or make them differ; nothing was submitted"]
+        "measurements: "), line
+    assert ("data.holdout_size=8 on the command line overrides the data.holdout_size that "
+            "+experiment=demo sets") in line and line.endswith("; nothing was submitted"), line
     out = subprocess.run([*launch, "off_policy.epochs=1"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0 and "dry run: 4 jobs, nothing submitted" in out.stdout, out.stderr[-3000:]
