@@ -391,9 +391,12 @@ def test_a_relaunch_follows_the_jobs_still_running_and_submits_nothing_once_fini
     require_cluster()
     name = f"grpo-relaunch-{uuid.uuid4().hex[:8]}"
     sweep = tmp_path / "sweep"
-    command = sweep_command(tmp_path, tiny_model_dir, "learning_rate=3e-4,1e-4", "n_grpo_steps=20",
-                            "eval.eval_every=10", f"hydra.launcher.name={name}",
-                            f"hydra.sweep.dir={sweep}")
+    # long enough that the jobs still run when the relaunch reads them: at 20 steps (8 s a run
+    # on an idle cluster) they had ended before a relaunch slowed by a loaded machine started
+    steps = 150
+    command = sweep_command(tmp_path, tiny_model_dir, "learning_rate=3e-4,1e-4",
+                            f"n_grpo_steps={steps}", "eval.eval_every=50",
+                            f"hydra.launcher.name={name}", f"hydra.sweep.dir={sweep}")
     first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
@@ -412,7 +415,7 @@ def test_a_relaunch_follows_the_jobs_still_running_and_submits_nothing_once_fini
                 "submitted)") in again.stdout.splitlines()
         assert "Sweep sweep: 2 runs: 2 completed" in again.stdout
         for run in ("0", "1"):
-            assert logged_steps(sweep / run) == list(range(21))
+            assert logged_steps(sweep / run) == list(range(steps + 1))
         assert len(jobs_named(name)) == 2, "one job per run"
         statuses = {run: (sweep / run / "status.json").read_bytes() for run in ("0", "1")}
         last = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
