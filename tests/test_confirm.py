@@ -241,6 +241,7 @@ def test_fresh_seeds_that_all_gave_one_value_are_said_so_not_called_one_seed(sou
     assert conf.seeds.degenerate and conf.seeds.df == 2 and not conf.seeds.usable
     text = "\n".join(section_lines(conf))
     assert "every seed gave the same value" in text and "[no interval]" in text
+    assert "held-out problems, with the seed variance as measured (seed variance 0 from" in text
     assert "one fresh seed a finalist" not in text
 
 

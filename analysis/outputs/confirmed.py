@@ -62,7 +62,7 @@ def section_lines(conf: Confirmation) -> list[str]:
     lines += [markdown_table(header, rows), ""]
     seeds = conf.seeds.describe() if conf.seeds is not None else "none"
     lines.append(f"Intervals: {level_text(ALPHA)}, each figure's own; the confirmed one over the "
-                 f"seeds and the held-out problems on the seed variance {seeds}; the "
+                 f"seeds and the held-out problems, with the seed variance as measured ({seeds}); the "
                  "difference's carries both figures' noise (their variances added, "
                  "Satterthwaite's df), the selection's and the confirmation's.")
     lines += ["", _order(conf)]
