@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpo.run.outcomes import OUTCOME_METRICS
 from grpo.run.pruning import RESOURCES
+from grpo.run.run_config import unresolved_tree
 from grpo.training.batch_plan import MAX_INT, config_value
 
 SEED_MAX = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
@@ -477,10 +478,7 @@ def _alias_of_ruled(tree: dict, key: str, rule: Rule) -> bool:
 def value_errors(cfg: DictConfig) -> list[str]:
     """One line per key of `cfg` whose value breaks its rule (see the module docstring), or per
     section of keys replaced by null or a value (then nothing else is checked)."""
-    # the unresolved config without Hydra's section (which has no rules), as one to_container
-    # of the whole config gives it, in a fifth less time
-    tree = {key: OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig | ListConfig)
-            else node for key, node in cfg.items_ex(resolve=False) if key != "hydra"}
+    tree = unresolved_tree(cfg)  # without Hydra's section, which has no rules
     errors = _replaced_sections(tree)
     if errors:
         return errors
