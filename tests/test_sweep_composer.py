@@ -205,3 +205,15 @@ def test_a_sweep_of_one_run_twice_is_refused_before_anything_is_written(tmp_path
                          text=True, timeout=300)
     assert out.returncode == 0 and "dry run: 4 jobs, nothing submitted" in out.stdout, out.stderr[-3000:]
     assert not (tmp_path / "out").exists(), "a dry run wrote files"
+
+
+def test_one_run_twice_with_no_command_line_cause_is_refused_in_the_general_line() -> None:
+    """Where no command-line value made the jobs equal, the line names the sets and says what to
+    do (the end-to-end case above has a cause; this is the line without one)."""
+    from hydra_plugins.grpo_sweeps.validating_sweeper import one_run_refusal
+
+    jobs = [["+experiment=toy", "seed=0"], ["+experiment=demo", "seed=0"], ["+experiment=x", "seed=0"]]
+    assert one_run_refusal([[0, 1]], jobs, {}) == (
+        "jobs #0, #1 (+experiment=toy, demo) compose to one config and seed, no key that changes "
+        "a run differing (grpo.run.run_config.repeated_runs): they would be one run repeated, not "
+        "more measurements; sweep one of them, or make them differ")
