@@ -207,8 +207,14 @@ def test_a_detached_driver_at_its_time_limit_is_requeued_and_finishes(
             assert time.time() < deadline, "the driver was never requeued at its limit"
             time.sleep(0.5)
         assert logged_steps(run)[-1] < 300, "the suspended run trained on"
-        subprocess.run(["scontrol", "resume", run_job], check=True)
         set_time_limit(driver, minutes=30)
+        # the run stays suspended until the requeued driver has run its command again and found
+        # the run held: resumed earlier, a fast host finishes the run before the driver restarts
+        while not re.search(r"restart 1\)\n(?:.*\n)*?relaunch: ", log.read_text()):
+            assert driver_state(record).state != "gone", log.read_text()[-3000:]
+            assert time.time() < deadline, "the requeued driver never ran its command again"
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "resume", run_job], check=True)
         wait_gone(sweep)
         text = log.read_text()
         assert driver_state(record).detail == "COMPLETED", text[-3000:]
