@@ -411,6 +411,13 @@ def recorded_jobs(sweep: Path) -> dict[int, str]:
     return {num: job.job_id for num, job in (recorded.jobs if recorded else {}).items() if job.job_id}
 
 
+def running_jobs(name: str) -> list[str]:
+    """The SLURM jobs named `name` that are running (one per array task)."""
+    out = subprocess.run(["squeue", "-h", "-r", "-t", "RUNNING", "-n", name, "-o", "%i"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
 def driver_log(record: DriverRecord) -> str:
     log = Path(record.log)
     return log.read_text() if log.exists() else ""
@@ -468,10 +475,12 @@ def test_a_detached_two_stage_chain_completes_after_its_submitting_process_exite
 def test_a_detached_chain_whose_driver_is_requeued_while_its_stage_runs_follows_it_and_goes_on(
         tmp_path: Path, tiny_model_dir: Path) -> None:
     """`python -m chain --stages baselines,length_norm cluster=slurm_cpu cluster.detach=true`:
-    once stage 1's array is submitted, the driver's limit is cut to 1 minute (as
-    test_a_detached_driver_at_its_time_limit_is_requeued_and_finishes does); SLURM signals it,
-    it ends its command and is requeued while stage 1's runs train. The driver runs again,
-    follows stage 1's running jobs (no second job for them) and runs stage 2: the chain's driver
+    once stage 1's first run trains, that run's job is suspended (it cannot finish while the
+    driver is away, however fast the host) and the driver is sent SLURM's requeue signal
+    (SIGUSR2 to its steps, as SLURM sends it before a time limit or at a preemption; the time
+    limit's own path is test_a_detached_driver_at_its_time_limit_is_requeued_and_finishes's).
+    It ends its command and is requeued; the run is resumed once the driver runs again and has
+    followed stage 1's jobs (no second job for them). It then runs stage 2: the chain's driver
     ends COMPLETED with both stages done, and each run was trained once (every step logged once,
     no restart, one start in its launch.log)."""
     require_cluster()
@@ -479,13 +488,12 @@ def test_a_detached_chain_whose_driver_is_requeued_while_its_stage_runs_follows_
     out_root = tmp_path / "out"
     root = out_root / "chains" / "cs336"
     # one run at a time (array_parallelism=1): the CPU the requeued driver frees is not taken
-    # by the array's next run (the local cluster has 2 CPUs), and stage 1 runs 2 x 1000 steps
-    # (at 0.06 s a step, 2 minutes), past the limit's signal (30 s) and the requeue (30 s)
-    steps = 1000
+    # by the array's next run (the local cluster has 2 CPUs), so the driver starts again at once
+    steps = 40
     record = None
     try:
         out = chain("--stages", "baselines,length_norm", *CHAIN_CPU, f"model.path={tiny_model_dir}",
-                    f"n_grpo_steps={steps}", "eval.eval_every=500", "eval.n_examples=16",
+                    f"n_grpo_steps={steps}", "eval.eval_every=20", "eval.n_examples=16",
                     "hydra.launcher.array_parallelism=1", f"paths.output_root={out_root}", f"hydra.launcher.name={name}",
                     "cluster=slurm_cpu", "cluster.detach=true",
                     "cluster.driver_time_limit_min=30", cwd=tmp_path)
@@ -500,13 +508,19 @@ def test_a_detached_chain_whose_driver_is_requeued_while_its_stage_runs_follows_
         while len(submitted := recorded_jobs(first)) < 2:
             assert time.time() < deadline, "stage 1's jobs were never recorded"
             time.sleep(0.5)
-        limit = ["scontrol", "update", f"JobId={record.job_id}"]
-        subprocess.run([*limit, "TimeLimit=1"], check=True)
+        first_run_trains(first, deadline)
+        held = running_jobs(name)
+        assert len(held) == 1, held
+        for job in held:
+            subprocess.run(["scontrol", "suspend", job], check=True)
+        subprocess.run(["scancel", "--signal=USR2", str(record.job_id)], check=True)
         deadline = time.time() + 300
-        while not restarts(str(record.job_id)):
-            assert time.time() < deadline, "the chain's driver was never requeued at its limit"
+        while not re.search(r"restart 1\)\n(?:.*\n)*?relaunch: ", driver_log(record)):
+            assert driver_state(record).state != "gone", driver_log(record)[-3000:]
+            assert time.time() < deadline, "the chain's driver was never requeued and run again"
             time.sleep(0.5)
-        subprocess.run([*limit, "TimeLimit=30"], check=True)
+        for job in held:
+            subprocess.run(["scontrol", "resume", job], check=True)
         wait_gone(root, 1200)
         ended = read_driver(root)
         log = driver_log(record)
