@@ -136,7 +136,9 @@ def test_ci_runs_both_test_tiers() -> None:
 
     assert pytest_line("test").endswith('-m "not slow"')
     assert pytest_line("test-slow").endswith("-m slow")
-    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    # each step may run under `timed NAME` (its wall-clock time noted)
+    ci = [re.sub(r"^timed \S+ ", "", line.strip())
+          for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert ci.index("make test") < ci.index("make test-slow") < ci.index("make test-vllm")
     # the vLLM venv built in the background is waited for, and its failure fails CI
     assert ci.index('wait_for "$vllm_build" "$vllm_log" "building .venv-vllm"') < ci.index("make test-vllm")
