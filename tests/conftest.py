@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -134,14 +135,16 @@ def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-SLURM_LOCK = ROOT / ".cache" / "slurm-tests.lock"
+SLURM_LOCK = Path(tempfile.gettempdir()) / "grpo-sweeps-slurm-tests.lock"
 """Held (flock) by each SLURM test while it runs: the test cluster's 2 CPUs hold one test's jobs at
-a time, and CI runs the quick and the slow tier side by side, each with SLURM tests."""
+a time. The cluster is the machine's, so the lock is too (the system's temporary folder, not the
+checkout's): two checkouts' sessions (a fresh clone's tiers beside a working tree's test) take
+turns on it."""
 
 
 @pytest.fixture(autouse=True)
 def one_slurm_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A SLURM test (marked `slurm`) waits for any other session's SLURM test on this checkout to
+    """A SLURM test (marked `slurm`) waits for any other session's SLURM test on this machine to
     end: within a session they run one after another on one worker already (their xdist group)."""
     if request.node.get_closest_marker("slurm") is None:
         yield
