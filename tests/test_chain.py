@@ -121,8 +121,16 @@ def test_chain_follows_the_assignment() -> None:
           ("top_k: 1\n  seeds: .nan", "confirm: seeds is nan; give how many fresh seeds"),
           ("top_k: 1\n  seeds: 2.5", "confirm: seeds is 2.5; give how many fresh seeds"),
           ("top_k: 1\n  seeds: 2\n  placebo: 'yes'", "confirm.placebo must be true or false, not 'yes'"),
+          # unquoted, YAML 1.1 reads these as booleans: refused all the same, not a placebo arm
+          ("top_k: 1\n  seeds: 2\n  placebo: yes", "confirm.placebo must be true or false, not "
+           "yes (which YAML 1.1 reads as true: write true)"),
+          ("top_k: 1\n  seeds: 2\n  placebo: On", "confirm.placebo must be true or false, not On"),
+          ("top_k: 1\n  retrain: no", "confirm.retrain must be true or false, not no (which YAML "
+           "1.1 reads as false: write false)"),
           ("top_k: 1\n  retrain: false\n  placebo: true", "confirm: placebo: true with retrain: "
            "false: a placebo arm is trained"))),
+    ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n"
+     "confirm: {top_k: 1, seeds: 2, placebo: off}\n", "confirm.placebo must be true or false, not off "),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  top: 1\n",
      "`confirm` must be a mapping of top_k, seeds, retrain"),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirms: {}\n",
