@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -367,9 +367,10 @@ def same_confirmation(old: ConfirmRecord, new: ConfirmRecord, cfg: DictConfig) -
     return None
 
 
-def launch_confirmation(plan: Plan, dry_run: bool) -> int:
+def launch_confirmation(plan: Plan, dry_run: bool, env: Mapping[str, str] | None = None) -> int:
     """Write the plan's option files (and, unless ``dry_run``, its record) into its directory and
-    launch it (:func:`grpo.run.launching.launch_sweep`); a directory this call made is taken away
+    launch it (:func:`grpo.run.launching.launch_sweep`, ``env`` added to the launch's
+    environment: the chain's dry run asks for its estimate so); a directory this call made is taken away
     again where the sweep did not begin (a dry run, a refusal; a detached launch has begun it:
     :func:`grpo.run.launching.sweep_began`)."""
     target = plan.target
@@ -383,17 +384,18 @@ def launch_confirmation(plan: Plan, dry_run: bool) -> int:
         for option, text in plan.options.items():
             atomic_write_text(subdir(folder.parent, folder.name) / f"{option}.yaml", text)
         arguments = [*plan.arguments, *(["dry_run=true"] if dry_run else [])]
-        return launch_sweep(arguments, target, CONFIRM_RECORD, plan.record.to_json(), dry_run)
+        return launch_sweep(arguments, target, CONFIRM_RECORD, plan.record.to_json(), dry_run, env)
     finally:
         if made and not sweep_began(target):
             shutil.rmtree(target, ignore_errors=True)
 
 
 def confirm_and_report(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
-                       overrides: Sequence[str], dry_run: bool, placebo: bool = False) -> int:
+                       overrides: Sequence[str], dry_run: bool, placebo: bool = False,
+                       env: Mapping[str, str] | None = None) -> int:
     """Plan, launch (or resume) and, once its runs have ended, report the confirmation of
     ``sweep`` (the Confirmed section, also written to ``<C>/confirmed.md``), with a placebo arm
-    where ``placebo``; its exit status. ValueError for a refusal (nothing written), also where
+    where ``placebo`` (``env``: added to its launch's environment); its exit status. ValueError for a refusal (nothing written), also where
     ``sweep``'s lock is held (:func:`grpo.run.lock.confirm_lock`: another confirmation of it, or
     a launch of it, runs now)."""
     plan = plan_confirmation(sweep, top_k, seeds, retrain, overrides, placebo)
@@ -410,7 +412,7 @@ def confirm_and_report(sweep: Path, top_k: int, seeds: int | None, retrain: bool
             except RunDirLocked as err:
                 raise ValueError(str(err)) from None
             check_target(plan, sweep)  # again: another may have written its record since
-        status = launch_confirmation(plan, dry_run)
+        status = launch_confirmation(plan, dry_run, env)
     if dry_run or status:
         return status
     from analysis.outputs.confirmed import report_confirmation
