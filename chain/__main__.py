@@ -20,7 +20,8 @@ A chain whose yaml ends with ``confirm: {top_k, seeds}`` confirms its last stage
 (``python -m analysis confirm``, through the same launcher with the overrides a confirmation
 takes), and its summary ends with the final config's confirmed figure; a chain whose last stage
 holds out no problem is refused before any stage runs, and its dry run, once the last stage has
-finished, is the confirmation's own dry run (:func:`confirm_last`).
+finished, is the confirmation's own dry run (:func:`confirm_last`), its cost a row of the chain's
+budget lines (:func:`budget_lines`).
 With ``cluster.detach=true`` the chain's driver is not the terminal (``grpo.run.driver``): a
 SLURM CPU job (``cluster=slurm``) or a process of its own session runs this same command
 attached, its record and log in ``<paths.output_root>/chains/<chain>/`` (``chain_root``) and a
