@@ -757,6 +757,7 @@ def test_a_confirmation_of_a_sweep_being_confirmed_or_launched_is_refused_in_one
     assert message.startswith(f"error: {source} is being launched or confirmed by another "
                               f"process (pid {os.getpid()} on "), message
     assert message.endswith("; wait for it to end (make watch), or stop it first")
+    assert capsys.readouterr().out == "", "the refusal is its only line"
     after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name != ".lock")
     assert after == before and not confirmation_dir(source, True).exists()
     # once it is released, the same command's dry run goes on (nothing to hold for a dry run)

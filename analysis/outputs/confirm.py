@@ -395,16 +395,15 @@ def confirm_and_report(sweep: Path, top_k: int, seeds: int | None, retrain: bool
                        env: Mapping[str, str] | None = None) -> int:
     """Plan, launch (or resume) and, once its runs have ended, report the confirmation of
     ``sweep`` (the Confirmed section, also written to ``<C>/confirmed.md``), with a placebo arm
-    where ``placebo`` (``env``: added to its launch's environment); its exit status. ValueError for a refusal (nothing written), also where
-    ``sweep``'s lock is held (:func:`grpo.run.lock.confirm_lock`: another confirmation of it, or
-    a launch of it, runs now)."""
+    where ``placebo`` (``env``: added to its launch's environment); its exit status. ValueError
+    for a refusal (nothing written), also where ``sweep``'s lock is held
+    (:func:`grpo.run.lock.confirm_lock`: another confirmation of it, or a launch of it, runs
+    now)."""
     plan = plan_confirmation(sweep, top_k, seeds, retrain, overrides, placebo)
     how = (f"trained again with fresh seeds {', '.join(map(str, plan.record.seeds))}" if retrain
            else "its own final models, not trained again")
     if plan.record.placebo is not None:
         how += f", beside a placebo arm ({plan.record.placebo.label})"
-    print(f"confirmation of {sweep}: {plan.target} ({how}; {len(plan.heldout)} held-out "
-          f"problems, none of them evaluated by {sweep})", flush=True)
     with ExitStack() as held:
         if not dry_run:  # one confirmation of the sweep at a time, and no relaunch of it
             try:
@@ -412,6 +411,8 @@ def confirm_and_report(sweep: Path, top_k: int, seeds: int | None, retrain: bool
             except RunDirLocked as err:
                 raise ValueError(str(err)) from None
             check_target(plan, sweep)  # again: another may have written its record since
+        print(f"confirmation of {sweep}: {plan.target} ({how}; {len(plan.heldout)} held-out "
+              f"problems, none of them evaluated by {sweep})", flush=True)
         status = launch_confirmation(plan, dry_run, env)
     if dry_run or status:
         return status
