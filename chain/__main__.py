@@ -20,7 +20,8 @@ A chain whose yaml ends with ``confirm: {top_k, seeds}`` confirms its last stage
 (``python -m analysis confirm``, through the same launcher with the overrides a confirmation
 takes), and its summary ends with the final config's confirmed figure; a chain whose last stage
 holds out no problem is refused before any stage runs, and its dry run, once the last stage has
-finished, is the confirmation's own dry run (:func:`confirm_last`).
+finished, is the confirmation's own dry run (:func:`confirm_last`), its cost a row of the chain's
+budget lines (:func:`budget_lines`).
 With ``cluster.detach=true`` the chain's driver is not the terminal (``grpo.run.driver``): a
 SLURM CPU job (``cluster=slurm``) or a process of its own session runs this same command
 attached, its record and log in ``<paths.output_root>/chains/<chain>/`` (``chain_root``) and a
@@ -190,14 +191,18 @@ def run_chain(chain_name: str, stage_names: list[str], overrides: Sequence[str])
                   + "; run the same command again to resume it", file=sys.stderr)
             return returncode or 1
     last = len(chain.stages) - 1
+    confirmation: dict | None = None  # the confirm stage's dry-run estimate
     if chain.confirm is not None and last in indices:
-        status = confirm_last(chain, user, dry_run)
+        with tempfile.TemporaryDirectory() as scratch:
+            estimate_file = Path(scratch) / "estimate.json" if dry_run else None
+            status = confirm_last(chain, user, dry_run, estimate_file)
+            confirmation = read_estimate(estimate_file) if estimate_file else None
         if status and dry_run:  # said by the confirmation's dry run; the budget follows
             invalid.append(f"confirm {chain.stages[last].experiment}'s pick (exit {status})")
         elif status:
             return status
     if dry_run:
-        print("\n".join(budget_lines(chain, estimates)))
+        print("\n".join(budget_lines(chain, estimates, confirmation)))
         if invalid:
             print(f"error: {len(invalid)} stage(s) would be refused as planned: "
                   f"{'; '.join(invalid)} (their errors above); nothing was run", file=sys.stderr)
@@ -281,13 +286,15 @@ def confirm_refusal(chain: Chain, user: UserOverrides) -> str | None:
             "`confirm` from the chain's yaml")
 
 
-def confirm_last(chain: Chain, user: UserOverrides, dry_run: bool) -> int:
+def confirm_last(chain: Chain, user: UserOverrides, dry_run: bool,
+                 estimate_file: Path | None = None) -> int:
     """The chain's optional last stage (`confirm` in its yaml): the confirmation of its last
     stage's latest sweep (`analysis.outputs.confirm.confirm_and_report`), launched or resumed
     through the same launcher with the overrides a confirmation takes (where its jobs run).
     A dry run where that sweep has finished is the confirmation's own dry run (its finalists,
     fresh seeds and held-out problems, what the report will show, and its jobs priced, or its
-    refusal); before, it says what it will confirm. Its exit status."""
+    refusal; its estimate written to ``estimate_file``, as a stage's dry run writes its own);
+    before, it says what it will confirm. Its exit status."""
     confirm = chain.confirm
     last = chain.stages[-1].experiment
     head = f"confirm {last}'s pick"
@@ -306,7 +313,9 @@ def confirm_last(chain: Chain, user: UserOverrides, dry_run: bool) -> int:
                                f"{last} did): {' '.join(left)}" if left else ""), flush=True)
     try:
         return confirm_and_report(sweep, confirm.top_k, confirm.seeds, confirm.retrain, taken,
-                                  dry_run=dry_run, placebo=confirm.placebo)
+                                  dry_run=dry_run, placebo=confirm.placebo,
+                                  env={ESTIMATE_FILE_ENV: str(estimate_file)} if estimate_file
+                                  else None)
     except ValueError as error:  # in the words of the chain's yaml: confirm.top_k, not --top-k
         print(f"error: {head}: {confirm_words(str(error))} (the `confirm` block of the chain's "
               "yaml)", file=sys.stderr)
@@ -382,14 +391,18 @@ def read_estimate(path: Path) -> dict | None:
     return data if isinstance(planned, int | float) and isinstance(data.get("unit"), str) else None
 
 
-def budget_lines(chain: Chain, estimates: dict[int, dict | None]) -> list[str]:
+def budget_lines(chain: Chain, estimates: dict[int, dict | None],
+                 confirmation: dict | None = None) -> list[str]:
     """The chain's estimate, study by study beside its budget, and in all: stages estimated
-    now (`estimates`, by stage index; finished stages are not), in their unit."""
+    now (`estimates`, by stage index; finished stages are not), in their unit; a chain with a
+    confirm stage adds its row (`confirmation`: its own dry run's estimate, the sweep estimate
+    `python -m analysis confirm --dry-run` prints; None: not priced yet, its last stage
+    unfinished), which no study's budget holds but the whole chain's total does."""
     budgets = dict(chain.budgets)
     studies: dict[str, list[int]] = {}
     for index, stage in enumerate(chain.stages):
         studies.setdefault(stage.study or stage.experiment, []).append(index)
-    units = {e["unit"] for e in estimates.values() if e}
+    units = {e["unit"] for e in [*estimates.values(), confirmation] if e}
     unit = units.pop() if len(units) == 1 else "hours"
     lines = [f"chain {chain.name}: estimated cost by study ({unit}; finished stages are not "
              "priced), beside the handout's budget (H100-hours)"]
@@ -403,11 +416,18 @@ def budget_lines(chain: Chain, estimates: dict[int, dict | None]) -> list[str]:
         verdict = ("" if budget is None or not priced else
                    f"  {hours / budget:.1f}x the budget" if hours > budget else "  within budget")
         lines.append(f"  {study:<32}{shown}  of {'-' if budget is None else f'{budget:g}':>4}{verdict}")
+    if chain.confirm is not None:
+        label = f"confirm {chain.stages[-1].experiment}'s pick"
+        if confirmation:
+            total += confirmation["planned"]
+        shown = f"{confirmation['planned']:8.2f}" if confirmation else "       -"
+        lines.append(f"  {label:<32}{shown}  of    -  (in no study's budget"
+                     + ("" if confirmation else "; priced once its last stage has finished") + ")")
     all_budget = sum(budgets.values())
     lines.append(f"  {'whole chain':<32}{total:8.2f}  of {all_budget:>4g}"
                  + (f"  {total / all_budget:.1f}x the budget" if all_budget and total > all_budget
                     else "  within budget" if all_budget else ""))
-    if len(units) > 1 or (unit != "GPU-hours" and estimates):
+    if len(units) > 1 or (unit != "GPU-hours" and (estimates or confirmation)):
         lines.append("  (stages priced in CPU-hours are not comparable with the budget's GPU-hours)")
     return lines
 

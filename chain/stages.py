@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 
 from grpo.training.batch_plan import CONFIG_KEYS
@@ -18,6 +19,10 @@ from grpo.training.batch_plan import CONFIG_KEYS
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 STAGE_KEYS = ("experiment", "decides", "off_policy_only", "study", "race_max_seeds")
 CONFIRM_KEYS = ("top_k", "seeds", "retrain", "placebo")
+YAML_BOOLEANS = ("true", "false", "True", "False", "TRUE", "FALSE")
+"""How a boolean of the chain's yaml is written (YAML 1.2's); YAML 1.1's yes/no/on/off, which
+the yaml loader also reads as booleans, are refused: a key set to `yes` by mistake must not
+silently train a placebo arm."""
 
 
 @dataclass(frozen=True)
@@ -137,14 +142,32 @@ def _confirm(data: object, path: Path) -> ConfirmStage | None:
     if not isinstance(data, dict) or set(data) - set(CONFIRM_KEYS):
         raise ValueError(f"{path}: `confirm` must be a mapping of {', '.join(CONFIRM_KEYS)}")
     retrain, placebo = data.get("retrain", True), data.get("placebo", False)
+    written = _written_scalars(path, "confirm")
     for key, value in (("retrain", retrain), ("placebo", placebo)):
         if not isinstance(value, bool):
             raise ValueError(f"{path}: confirm.{key} must be true or false, not {value!r}")
+        if key in written and written[key] not in YAML_BOOLEANS:
+            raise ValueError(f"{path}: confirm.{key} must be true or false, not {written[key]} "
+                             f"(which YAML 1.1 reads as {str(value).lower()}: write "
+                             f"{str(value).lower()})")
     try:
         check_counts(data.get("top_k"), data.get("seeds"), retrain, placebo)
     except ValueError as error:
         raise ValueError(f"{path}: confirm: {confirm_words(str(error))}") from None
     return ConfirmStage(int(data["top_k"]), data.get("seeds"), retrain, placebo)
+
+
+def _written_scalars(path: Path, block: str) -> dict[str, str]:
+    """The scalar values of the top-level mapping ``block`` of the yaml file at ``path``, as
+    written (before YAML reads ``yes`` or ``on`` as true): key -> text; {} where there is
+    no such mapping."""
+    root = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
+    mapping = next((value for key, value in getattr(root, "value", [])
+                    if isinstance(key, yaml.ScalarNode) and key.value == block), None)
+    if not isinstance(mapping, yaml.MappingNode):
+        return {}
+    return {key.value: value.value for key, value in mapping.value
+            if isinstance(key, yaml.ScalarNode) and isinstance(value, yaml.ScalarNode)}
 
 
 def confirm_words(message: str) -> str:

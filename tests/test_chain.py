@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,16 @@ def test_chain_follows_the_assignment() -> None:
           ("top_k: 1\n  seeds: .nan", "confirm: seeds is nan; give how many fresh seeds"),
           ("top_k: 1\n  seeds: 2.5", "confirm: seeds is 2.5; give how many fresh seeds"),
           ("top_k: 1\n  seeds: 2\n  placebo: 'yes'", "confirm.placebo must be true or false, not 'yes'"),
+          # unquoted, YAML 1.1 reads these as booleans: refused all the same, not a placebo arm
+          ("top_k: 1\n  seeds: 2\n  placebo: yes", "confirm.placebo must be true or false, not "
+           "yes (which YAML 1.1 reads as true: write true)"),
+          ("top_k: 1\n  seeds: 2\n  placebo: On", "confirm.placebo must be true or false, not On"),
+          ("top_k: 1\n  retrain: no", "confirm.retrain must be true or false, not no (which YAML "
+           "1.1 reads as false: write false)"),
           ("top_k: 1\n  retrain: false\n  placebo: true", "confirm: placebo: true with retrain: "
            "false: a placebo arm is trained"))),
+    ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\n"
+     "confirm: {top_k: 1, seeds: 2, placebo: off}\n", "confirm.placebo must be true or false, not off "),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirm:\n  top: 1\n",
      "`confirm` must be a mapping of top_k, seeds, retrain"),
     ("stages:\n  - experiment: lr_sweep\n    decides: [learning_rate]\nconfirms: {}\n",
@@ -275,6 +284,13 @@ def test_the_chain_s_dry_run_of_its_confirm_stage_is_the_confirmation_s_own(
         f"of them evaluated by {sweep})")
     assert "+promoted/confirm=top1,top2,placebo seed=1,2 " in lines[head + 3]
     assert "dry run: 6 jobs, nothing submitted" in lines
+    # the chain's budget counts the confirmation, priced by its own dry run's estimate
+    (cost,) = [line for line in lines if line.startswith("cost: 6 jobs, ")]
+    priced = cost.split()[3]
+    assert lines[-4:-1] == [
+        f"  {'lr_sweep':<32}       -  of    -",
+        "  " + f"{'confirm lr_sweep' + chr(39) + 's pick':<32}{priced:>8}  of    -  (in no study's budget)",
+        f"  {'whole chain':<32}{priced:>8}  of    0"]
     assert sorted(out.rglob("*")) == before, "a dry run writes nothing"
 
 
@@ -764,6 +780,22 @@ def test_the_dry_run_totals_the_chain_beside_the_handouts_budget_per_study() -> 
     within = budget_lines(chain, {1: {"planned": 0.5, "unit": "GPU-hours"}})
     assert within[2].split()[1:] == ["0.50", "of", "2", "within", "budget"]
     assert within[-1].split()[2:] == ["0.50", "of", "28", "within", "budget"]
+
+
+def test_the_dry_run_totals_the_confirm_stage_beside_the_studies() -> None:
+    """A chain ending with a confirmation: its row, priced by the confirmation's own dry run
+    (the sweep estimate `python -m analysis confirm --dry-run` prints), in no study's budget but
+    in the whole chain's total; before its last stage has finished it is not priced yet."""
+    chain = replace(load_chain("cs336"), confirm=ConfirmStage(1, 3))
+    lines = budget_lines(chain, {1: {"planned": 3.0, "unit": "GPU-hours"}},
+                         {"planned": 4.5, "unit": "GPU-hours"})
+    assert lines[-2].split() == ["confirm", "prompt_ablation's", "pick", "4.50", "of", "-", "(in",
+                                 "no", "study's", "budget)"]
+    assert lines[-1].split() == ["whole", "chain", "7.50", "of", "28", "within", "budget"]
+    unpriced = budget_lines(chain, {1: {"planned": 3.0, "unit": "GPU-hours"}})
+    assert unpriced[-2].split()[3:] == ["-", "of", "-", "(in", "no", "study's", "budget;",
+                                        "priced", "once", "its", "last", "stage", "has", "finished)"]
+    assert unpriced[-1].split()[2] == "3.00"
 
 
 def test_a_chain_names_a_budget_for_every_study(tmp_path: Path) -> None:

@@ -11,11 +11,14 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from omegaconf import OmegaConf
 from scipy import stats
 
 from analysis.__main__ import main
@@ -157,6 +160,9 @@ def test_bad_input_is_one_line_and_writes_nothing(source: Path, tmp_path: Path,
     assert "--top-k 4, but" in _refusal(["--sweep", s, "--top-k", "4", "--seeds", "2"], capsys)
     assert "sets learning_rate itself" in _refusal(
         ["--sweep", s, "--top-k", "1", "--seeds", "2", "learning_rate=1"], capsys)
+    assert _refusal(["--sweep", s, "--top-k", "1", "--seeds", "2", "confirm.n_examples=all"],
+                    capsys) == ("error: confirm.n_examples=all: give a whole number (the default "
+                                "is the evaluation's, eval.n_examples)")
     # a sweep with no finished run
     unfinished = write_source(tmp_path / "out" / "source" / "unfinished", tmp_path / "validation.jsonl",
                               status="running")
@@ -305,7 +311,8 @@ def test_a_placebo_arm_is_the_best_config_on_reward_random_with_the_same_fresh_s
     assert read_record(source.parent / "elsewhere") == record
     without = plan_confirmation(source, 2, 2, True, []).record
     assert without.placebo is None
-    assert same_confirmation(record, without) == "its placebo arm were True, this command's False"
+    assert same_confirmation(record, without, OmegaConf.load(source / "0" / ".hydra" / "config.yaml")) \
+        == "its placebo arm were True, this command's False"
     with pytest.raises(ValueError, match="--placebo with --no-retrain: a placebo arm is trained"):
         check_counts(1, None, False, placebo=True)
 
@@ -586,10 +593,17 @@ def test_the_same_confirmation_by_another_path_resumes_and_any_other_is_refused(
     link = source.parent / "latest"
     link.symlink_to(source.name)
     relative = Path(os.path.relpath(source))
+    cfg = OmegaConf.load(source / "0" / ".hydra" / "config.yaml")
     for spelt in (source, link, relative):
         plan = plan_confirmation(spelt, 2, 2, True, [])
         assert plan.target == target and plan.record.source == source.resolve()
-        assert same_confirmation(old, plan.record) is None
+        assert same_confirmation(old, plan.record, cfg) is None
+    # its settings given at the values they resolve to (the evaluation's: 4 problems, 1 response)
+    # are the same confirmation, reached by another command line
+    for given in (["confirm.n_examples=4"], ["confirm.samples_per_problem=1"],
+                  ["confirm.n_examples=4", "confirm.samples_per_problem=1"]):
+        plan = plan_confirmation(source, 2, 2, True, given)
+        assert same_confirmation(old, plan.record, cfg) is None, given
     assert not (source.parent / "latest-confirm").exists()
     for number, (args, why) in enumerate(((["--top-k", "1", "--seeds", "2"], "its finalists were learning_rate=0.001; "
                        "learning_rate=0.0003, this command's learning_rate=0.001"),
@@ -600,7 +614,8 @@ def test_the_same_confirmation_by_another_path_resumes_and_any_other_is_refused(
                       (["--top-k", "2", "--seeds", "2", "--placebo"],
                        "its placebo arm were False, this command's True"),
                       (["--top-k", "2", "--seeds", "2", "confirm.n_examples=2"],
-                       "its settings were {}, this command's {'confirm.n_examples': '2'}"))):
+                       "its settings were confirm.n_examples=4 confirm.samples_per_problem=1, "
+                       "this command's confirm.n_examples=2 confirm.samples_per_problem=1"))):
         for spelt in (source, link) if number == 0 else (link,):
             message = _refusal(["--sweep", str(spelt), *args], capsys)
             assert message == (f"error: {target} holds another confirmation of {spelt} ({why}); "
@@ -643,3 +658,107 @@ def test_a_confirmation_of_another_pick_or_another_sweep_gives_no_figure(source:
         f"`{target}`: not where a confirmation of {other} lies ({other}-confirm): its "
         "confirm.json was copied or edited")
     assert "## Confirmed" not in build_report(collect([other]), other)
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_tiny_slurm_sweep_confirmed_on_slurm_attached_and_detached(tmp_path: Path,
+                                                                    tiny_model_dir: Path) -> None:
+    """Issue 60: the confirmation trains through the sweep's launcher. A 1-step toy sweep on
+    the real local SLURM cluster (cluster=slurm_cpu), then `confirm --top-k 1 --seeds 1
+    cluster=slurm_cpu`: its run is a SLURM job, completed with a seed no run of the sweep used,
+    on held-out pairs none of the sweep's outcome files names, and the Confirmed section is
+    written; then `confirm --top-k 1 --no-retrain cluster=slurm_cpu cluster.detach=true` returns
+    at once, its detached driver runs it to its end, and the same command again writes its
+    section."""
+    from test_detach import RETURNS_WITHIN_S, wait_gone
+    from test_slurm_cluster import require_cluster
+    from test_slurm_sweep import sweep_command
+
+    from grpo.run.driver import read_driver
+
+    require_cluster()
+    name = f"grpo-confirm-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "out"
+    short = ("n_grpo_steps=1", "eval.eval_every=1", "data.holdout_size=8",
+             "logging.wandb_mode=disabled")
+    started = time.monotonic()
+    swept = subprocess.run([*sweep_command(out, tiny_model_dir, "experiment_name=tiny",
+                                           "learning_rate=1e-3", *short),
+                            f"hydra.launcher.name={name}"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+    (sweep,) = (out / "tiny").iterdir()
+    took = {"sweep": time.monotonic() - started}
+    where = ["cluster=slurm_cpu", "hydra.launcher.array_parallelism=2",
+             f"hydra.launcher.name={name}", "logging.wandb_mode=disabled",
+             f"paths.output_root={out}"]
+
+    def confirm(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "analysis", "confirm", "--sweep", str(sweep),
+                               *args, *where], cwd=ROOT, capture_output=True, text=True,
+                              timeout=600)
+
+    try:
+        done = confirm("--top-k", "1", "--seeds", "1")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        target = confirmation_dir(sweep, True)
+        took["attached confirmation"] = time.monotonic() - started - sum(took.values())
+        (run,) = confirmed_runs(target, read_record(target))
+        assert (run.seed, run.status) == (1, "completed"), "the sweep's runs had seed 0"
+        jobs = json.loads((target / "jobs.json").read_text())["jobs"]
+        assert len(jobs) == 1 and re.fullmatch(r"\d+(_0)?", jobs[0]["job_id"]), jobs
+        assert json.loads((target / "jobs.json").read_text())["launcher"] == "slurm"
+        held = set(run.outcomes.problems)
+        evaluated = {p for f in sweep.glob("*/eval_outcomes/*.json")
+                     for p in json.loads(f.read_text())["problems"]}
+        assert len(held) == 8 and len(evaluated) == 17 and not held & evaluated
+        section = (target / "confirmed.md").read_text()
+        assert section in done.stdout and "## Confirmed" in section
+        assert "with 1 fresh seed (1: none of this sweep's runs used it)" in section, section
+        # detached: the command returns at once; the driver (a SLURM job) runs it to its end
+        begun = time.monotonic()
+        detached = confirm("--top-k", "1", "--no-retrain", "cluster.detach=true")
+        assert detached.returncode == 0, detached.stdout[-3000:] + detached.stderr[-3000:]
+        assert time.monotonic() - begun < RETURNS_WITHIN_S
+        own = confirmation_dir(sweep, False)
+        assert "Detached: the driver is SLURM job" in detached.stdout, detached.stdout[-3000:]
+        assert "the confirmation has not finished" in detached.stdout
+        wait_gone(own, 300)
+        took["detached, to its driver's end"] = time.monotonic() - started - sum(took.values())
+        again = confirm("--top-k", "1", "--no-retrain", "cluster.detach=true")
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert "no driver was started" in again.stdout
+        (mine,) = confirmed_runs(own, read_record(own))
+        assert (mine.seed, mine.status) == (0, "completed")
+        assert set(mine.outcomes.problems) == held, "the same held-out pairs"
+        assert (own / "confirmed.md").read_text() in again.stdout
+        print("\nSLURM confirmation: " + ", ".join(f"{k} {v:.0f} s" for k, v in took.items())
+              + f"; {time.monotonic() - started:.0f} s in all")
+    finally:
+        subprocess.run(["scancel", "-n", name], check=False)
+        driver = read_driver(confirmation_dir(sweep, False))
+        if driver is not None and driver.job_id:
+            subprocess.run(["scancel", str(driver.job_id)], check=False)
+
+
+@pytest.mark.parametrize("holder", ["confirm_lock", "sweep_lock"])
+def test_a_confirmation_of_a_sweep_being_confirmed_or_launched_is_refused_in_one_line(
+        source: Path, tmp_path: Path, capsys: pytest.CaptureFixture, holder: str) -> None:
+    """Two confirmations of one sweep at once: the first holds the sweep's lock while it
+    launches and waits (`grpo.run.lock.confirm_lock`, the file `sweep_lock` takes, so a
+    relaunch of the sweep holds it too); the second is refused in one line naming the holder,
+    and writes nothing."""
+    from grpo.run import lock
+
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name != ".lock")
+    with getattr(lock, holder)(source):
+        message = _refusal(["--sweep", str(source), "--top-k", "1", "--seeds", "1"], capsys)
+    assert message.startswith(f"error: {source} is being launched or confirmed by another "
+                              f"process (pid {os.getpid()} on "), message
+    assert message.endswith("; wait for it to end (make watch), or stop it first")
+    assert capsys.readouterr().out == "", "the refusal is its only line"
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name != ".lock")
+    assert after == before and not confirmation_dir(source, True).exists()
+    # once it is released, the same command's dry run goes on (nothing to hold for a dry run)
+    assert plan_confirmation(source, 1, 1, True, []).target == confirmation_dir(source, True)

@@ -47,7 +47,8 @@ from __future__ import annotations
 import math
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +74,8 @@ from grpo.data.datasets import HELDOUT, Example, load_examples, run_data_config
 from grpo.grading.rewards import PLACEBO
 from grpo.run.checkpoint_names import FINAL_MODEL
 from grpo.run.files import atomic_write_text, subdir
-from grpo.run.launching import launch_sweep
+from grpo.run.launching import launch_sweep, sweep_began
+from grpo.run.lock import RunDirLocked, confirm_lock
 from grpo.run.outcomes import problem_fingerprints, shared_problems
 from grpo.run.run_config import defines_config
 
@@ -130,12 +132,14 @@ def refused_overrides(overrides: Sequence[str], sweep: Path) -> list[str]:
 @dataclass(frozen=True)
 class Plan:
     """A confirmation about to launch: its directory (``target``), record, the finalists' option
-    files (option -> yaml text), the held-out problems and the launch's arguments."""
+    files (option -> yaml text), the held-out problems, the launch's arguments and the run of
+    the best finalist its settings are resolved against (``source_run``)."""
 
     target: Path
     record: ConfirmRecord
     options: dict[str, str]
     heldout: list[Example]
+    source_run: Path
 
     @property
     def arguments(self) -> list[str]:
@@ -152,22 +156,49 @@ def _settings(overrides: Sequence[str]) -> dict[str, str]:
             if "=" in line and override_key(line).lstrip("+") in SETTINGS}
 
 
+def run_config(run_dir: Path) -> DictConfig:
+    """The config the run in ``run_dir`` ran with (its ``.hydra/config.yaml``)."""
+    return OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+
+
 def heldout_problems(run_dir: Path, overrides: Sequence[str]) -> list[Example]:
     """The held-out problems a confirmation of the run in ``run_dir`` evaluates: its data, its
-    ``eval.n_examples`` and ``confirm.n_examples`` (the overrides', else its own, else its
-    evaluation's number), as the trainer will read them (:data:`grpo.data.datasets.HELDOUT`)."""
-    return heldout_of(OmegaConf.load(run_dir / ".hydra" / "config.yaml"), overrides)
+    ``eval.n_examples`` and ``confirm.n_examples`` (:func:`confirm_settings`), as the trainer
+    will read them (:data:`grpo.data.datasets.HELDOUT`)."""
+    return heldout_of(run_config(run_dir), overrides)
 
 
 def heldout_of(cfg: DictConfig, overrides: Sequence[str]) -> list[Example]:
     """The held-out problems a confirmation of a run of config ``cfg`` evaluates
     (:func:`heldout_problems`; also the chain's, of its last stage's config, before it runs)."""
-    n_eval = int(cfg.eval.n_examples)
-    given = _settings(overrides).get("confirm.n_examples")
-    n_confirm = int(given) if given is not None else int(
-        OmegaConf.select(cfg, "confirm.n_examples", default=n_eval))
-    data = run_data_config(OmegaConf.to_container(cfg.data, resolve=True), n_eval, n_confirm)
+    n_confirm = confirm_settings(cfg, overrides)["confirm.n_examples"]
+    data = run_data_config(OmegaConf.to_container(cfg.data, resolve=True),
+                           int(cfg.eval.n_examples), n_confirm)
     return load_examples(data, HELDOUT)
+
+
+def confirm_settings(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, int]:
+    """The confirmation's own settings (:data:`SETTINGS`) as a confirmation of a run of config
+    ``cfg`` resolves them: each the overrides' value, else ``cfg``'s, else its default (the
+    evaluation's: ``eval.n_examples`` held-out problems at most, ``eval.samples_per_problem``
+    responses each); whole numbers. Two command lines that resolve alike (one omits a setting,
+    the other gives its default) are one confirmation. ValueError, naming the key, for a value
+    that is no whole number."""
+    given = _settings(overrides)
+    resolved = {}
+    for key in SETTINGS:
+        value = given.get(key)
+        if value is None:
+            value = OmegaConf.select(cfg, key, default=None)
+        if value is None:
+            value = OmegaConf.select(cfg, "eval." + key.split(".", 1)[1])
+        try:
+            number = int(str(value))
+        except ValueError:
+            raise ValueError(f"{key}={value}: give a whole number (the default is the "
+                             f"evaluation's, eval.{key.split('.', 1)[1]})") from None
+        resolved[key] = number
+    return resolved
 
 
 def plan_confirmation(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
@@ -263,14 +294,23 @@ def plan_confirmation(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
                  f"hydra.sweep.dir={_quoted(str(target.resolve()))}", *overrides)
     record = ConfirmRecord(sweep.resolve(), retrain, tuple(finalists), fresh, GROUP,
                            collection.metric, arguments, arm)
+    plan = Plan(target, record, options, heldout, sources[chosen[0]][0])
+    check_target(plan, sweep)
+    return plan
+
+
+def check_target(plan: Plan, sweep: Path) -> None:
+    """Refuse (ValueError, one line) a plan whose directory holds another confirmation of
+    ``sweep`` (:func:`same_confirmation`) or something that is no confirmation."""
+    target = plan.target
     old = read_record(target) if target.is_dir() else None
-    if old is not None and (why := same_confirmation(old, record)) is not None:
+    if old is not None and (why := same_confirmation(old, plan.record,
+                                                      run_config(plan.source_run))) is not None:
         raise ValueError(f"{target} holds another confirmation of {sweep} ({why}); run the "
                          "command it was made with, or move it away to confirm anew")
     if target.exists() and old is None and (not target.is_dir() or any(target.iterdir())):
         raise ValueError(f"{target} exists and holds no {CONFIRM_RECORD}: not a confirmation; "
                          "move it away")
-    return Plan(target, record, options, heldout)
 
 
 def _placebo_arm(sweep: Path, label: str, run_dir: Path, collection, options: dict[str, str]
@@ -308,26 +348,31 @@ def _option(run_dir: Path, collection, label: str, about: str,
     return (f"# @package _global_\n# {about}\n# carried from {run_dir}\n" + settings.to_yaml())
 
 
-def same_confirmation(old: ConfirmRecord, new: ConfirmRecord) -> str | None:
+def same_confirmation(old: ConfirmRecord, new: ConfirmRecord, cfg: DictConfig) -> str | None:
     """What differs between a confirmation's record and the one a new command would write, in
-    words (the sweep it confirms, its finalists, seeds, mode or own settings); None: the same
-    confirmation (it resumes)."""
+    words (the sweep it confirms, its finalists, seeds, mode or own settings, these as each
+    command line resolves them for a run of config ``cfg``, the best finalist's source run:
+    :func:`confirm_settings`); None: the same confirmation (it resumes)."""
+    settings = [" ".join(f"{k}={v}" for k, v in confirm_settings(cfg, r.arguments).items())
+                for r in (old, new)]
     for what, mine, theirs in (
             ("sweep", old.source.resolve(), new.source.resolve()),
             ("finalists", "; ".join(f.label for f in old.finalists),
              "; ".join(f.label for f in new.finalists)),
             ("seeds", old.seeds, new.seeds), ("retraining", old.retrain, new.retrain),
             ("placebo arm", old.placebo is not None, new.placebo is not None),
-            ("settings", _settings(old.arguments), _settings(new.arguments))):
+            ("settings", *settings)):
         if mine != theirs:
             return f"its {what} {'was' if what == 'sweep' else 'were'} {mine}, this command's {theirs}"
     return None
 
 
-def launch_confirmation(plan: Plan, dry_run: bool) -> int:
+def launch_confirmation(plan: Plan, dry_run: bool, env: Mapping[str, str] | None = None) -> int:
     """Write the plan's option files (and, unless ``dry_run``, its record) into its directory and
-    launch it (:func:`grpo.run.launching.launch_sweep`); a directory this call made is taken away
-    again where the sweep did not begin (a dry run, a refusal)."""
+    launch it (:func:`grpo.run.launching.launch_sweep`, ``env`` added to the launch's
+    environment: the chain's dry run asks for its estimate so); a directory this call made is taken away
+    again where the sweep did not begin (a dry run, a refusal; a detached launch has begun it:
+    :func:`grpo.run.launching.sweep_began`)."""
     target = plan.target
     made = not target.exists()
     try:
@@ -339,25 +384,36 @@ def launch_confirmation(plan: Plan, dry_run: bool) -> int:
         for option, text in plan.options.items():
             atomic_write_text(subdir(folder.parent, folder.name) / f"{option}.yaml", text)
         arguments = [*plan.arguments, *(["dry_run=true"] if dry_run else [])]
-        return launch_sweep(arguments, target, CONFIRM_RECORD, plan.record.to_json(), dry_run)
+        return launch_sweep(arguments, target, CONFIRM_RECORD, plan.record.to_json(), dry_run, env)
     finally:
-        if made and not (target / "multirun.yaml").exists():
+        if made and not sweep_began(target):
             shutil.rmtree(target, ignore_errors=True)
 
 
 def confirm_and_report(sweep: Path, top_k: int, seeds: int | None, retrain: bool,
-                       overrides: Sequence[str], dry_run: bool, placebo: bool = False) -> int:
+                       overrides: Sequence[str], dry_run: bool, placebo: bool = False,
+                       env: Mapping[str, str] | None = None) -> int:
     """Plan, launch (or resume) and, once its runs have ended, report the confirmation of
-    ``sweep`` (the Confirmed section, also written to ``<C>/report.md``), with a placebo arm
-    where ``placebo``; its exit status. ValueError for a refusal (nothing written)."""
+    ``sweep`` (the Confirmed section, also written to ``<C>/confirmed.md``), with a placebo arm
+    where ``placebo`` (``env``: added to its launch's environment); its exit status. ValueError
+    for a refusal (nothing written), also where ``sweep``'s lock is held
+    (:func:`grpo.run.lock.confirm_lock`: another confirmation of it, or a launch of it, runs
+    now)."""
     plan = plan_confirmation(sweep, top_k, seeds, retrain, overrides, placebo)
     how = (f"trained again with fresh seeds {', '.join(map(str, plan.record.seeds))}" if retrain
            else "its own final models, not trained again")
     if plan.record.placebo is not None:
         how += f", beside a placebo arm ({plan.record.placebo.label})"
-    print(f"confirmation of {sweep}: {plan.target} ({how}; {len(plan.heldout)} held-out "
-          f"problems, none of them evaluated by {sweep})", flush=True)
-    status = launch_confirmation(plan, dry_run)
+    with ExitStack() as held:
+        if not dry_run:  # one confirmation of the sweep at a time, and no relaunch of it
+            try:
+                held.enter_context(confirm_lock(sweep))
+            except RunDirLocked as err:
+                raise ValueError(str(err)) from None
+            check_target(plan, sweep)  # again: another may have written its record since
+        print(f"confirmation of {sweep}: {plan.target} ({how}; {len(plan.heldout)} held-out "
+              f"problems, none of them evaluated by {sweep})", flush=True)
+        status = launch_confirmation(plan, dry_run, env)
     if dry_run or status:
         return status
     from analysis.outputs.confirmed import report_confirmation

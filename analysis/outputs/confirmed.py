@@ -35,7 +35,7 @@ def section_lines(conf: Confirmation) -> list[str]:
         what = (f"The top {n_final} config{'s' if n_final != 1 else ''} of this sweep's ranking "
                 f"(its order) trained again, each with {len(record.seeds)} fresh seed"
                 f"{'s' if len(record.seeds) != 1 else ''} ({seeds}: none of this sweep's runs "
-                "used them)")
+                f"used {'them' if len(record.seeds) != 1 else 'it'})")
     else:
         what = (f"This sweep's own final models of its top {n_final} config"
                 f"{'s' if n_final != 1 else ''} (not trained again: the held-out problems remove "

@@ -1,5 +1,6 @@
 """One writer per run directory, one launcher per sweep directory: an exclusive lock held while
-a process trains a run (`run_lock`) or launches a sweep (`sweep_lock`).
+a process trains a run (`run_lock`) or launches a sweep (`sweep_lock`, which a confirmation of
+the sweep holds too: `confirm_lock`).
 
 Each takes an exclusive `fcntl.flock` on `<directory>/.lock` without waiting and holds it for the
 block: the kernel releases it when the holder exits, however it ends (SIGKILL,
@@ -135,6 +136,14 @@ def sweep_lock(sweep_dir: Path) -> AbstractContextManager[None]:
     """Hold `sweep_dir`'s lock while launching its jobs and waiting for them: a second launch of
     the same sweep would run every job twice."""
     return _directory_lock(sweep_dir, "being launched by another process")
+
+
+def confirm_lock(sweep_dir: Path) -> AbstractContextManager[None]:
+    """Hold `sweep_dir`'s lock (the file `sweep_lock` takes) while a confirmation of the sweep
+    in it (`python -m analysis confirm`) is launched and waited for: a second confirmation of
+    it at once would launch the same runs twice (or write another record over the first's), and
+    a relaunch of the sweep would move the pick under it. Either is refused, naming the holder."""
+    return _directory_lock(sweep_dir, "being launched or confirmed by another process")
 
 
 def driver_lock(directory: Path) -> AbstractContextManager[None]:
