@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 import re
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -414,6 +415,10 @@ def confirm_and_report(sweep: Path, top_k: int, seeds: int | None, retrain: bool
         print(f"confirmation of {sweep}: {plan.target} ({how}; {len(plan.heldout)} held-out "
               f"problems, none of them evaluated by {sweep})", flush=True)
         status = launch_confirmation(plan, dry_run, env)
+    if status and not dry_run and sweep_began(plan.target):
+        print(f"the confirmation's launch ended (exit status {status}) before its runs had all "
+              "finished: the same command again resumes it, training only what is left",
+              file=sys.stderr)
     if dry_run or status:
         return status
     from analysis.outputs.confirmed import report_confirmation
