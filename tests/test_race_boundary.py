@@ -63,7 +63,8 @@ def test_the_simulated_look_is_the_race_s_rule(seeds: int) -> None:
 def test_the_level_spends_the_race_s_alpha_where_bonferroni_left_it_unspent() -> None:
     """9 configs, 5 seeds: at the calibrated level 5% of the truly best configs leave at some look
     in the least favourable of the calibration's cases (every config tied, alternately of seed sd
-    1 and 0.01, with and without a wave-1 variance: 0.0157 and 0.0185, where the cases before
+    1 and 0.01, with and without a wave-1 variance: 0.0157 and 0.0184 (0.0185 before the 3-seed
+    look's Welch df was shrunk towards 2), where the cases before
     issue 59's remaining items gave 0.0178 and 0.0215 and lost 6.4% there), within the
     simulation's error, and fewer where every config is equal; at Bonferroni's 0.01 a look, 1.9%
     (no variance at wave 1) and 2.9% (a variance at wave 1, one look more) of equal configs."""
@@ -72,7 +73,7 @@ def test_the_level_spends_the_race_s_alpha_where_bonferroni_left_it_unspent() ->
     for b in (without, with_first):
         assert b.rate == pytest.approx(0.05, abs=error)
         assert b.rate <= 0.05 and b.alpha / b.max_seeds < b.level < b.alpha
-    assert without.level == pytest.approx(0.0185, abs=5e-4) and without.ratio == 100
+    assert without.level == pytest.approx(0.0184, abs=5e-4) and without.ratio == 100
     assert with_first.level == pytest.approx(0.0157, abs=5e-4) and with_first.ratio == 100
     assert without.all_tied and with_first.all_tied
     assert without.bonferroni_rate == pytest.approx(0.0191, abs=1e-3)
@@ -151,7 +152,7 @@ def test_tied_best_configs_of_unequal_seed_sd_leave_in_at_most_alpha(ratio: floa
     calibrated where every config has one seed sd (0.0252) lost each of them in 7.2% of races at
     a ratio of 10; the level is now the least that holds alpha at every ratio (0.0155), and
     the race's look and scipy's Welch test (fresh random numbers) lose at most alpha + MC
-    error at each ratio (4.8% and 5.5% at 10; the binding ratio is 100), 7.2% at 10 at the
+    error at each ratio (4.7% and 5.5% at 10; the binding ratio is 100), 7.2% at 10 at the
     former level."""
     level = boundary(2, 5, 0.05, False).level
     assert level == pytest.approx(0.0155, abs=3e-4)
@@ -161,9 +162,10 @@ def test_tied_best_configs_of_unequal_seed_sd_leave_in_at_most_alpha(ratio: floa
     race, welch = elimination_rate(level, values, False, best=(0, 1)), welch_rate(level, values)
     # the level's own Monte Carlo error (4000 races) and this simulation's: 3 of this one's
     assert race <= 0.05 + 3 * error and welch <= 0.05 + 3 * error
-    # the race's look is Welch's test, its df a tenth lower and, at the 2-seed look, shrunk
-    # towards 1 (analysis.stats.critical.welch_df): it loses 0.7 points fewer at a ratio of 10
-    assert -0.008 < race - welch < 0.002
+    # the race's look is Welch's test, its df a tenth lower and shrunk towards 1 at the 2-seed
+    # look and towards 2 at the 3-seed look (analysis.stats.critical.welch_df): it loses 0.8
+    # points fewer at a ratio of 10 (0.7 before the 3-seed shrink)
+    assert -0.010 < race - welch < 0.002
     if ratio == 10:  # the former level does not hold here
         assert elimination_rate(0.0252, values, False, best=(0, 1)) > 0.05 + 4 * error
 

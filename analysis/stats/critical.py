@@ -139,6 +139,11 @@ def mcb_critical_values(lambdas: tuple[float, ...], dfs: ArrayLike,
 
 TWO_SEED_SHRINK = 3
 """The power by which a pair with a 2-seed config shrinks Welch's df towards 1 (:func:`welch_df`)."""
+THREE_SEED_SHRINK = 2
+"""The power by which a pair whose smaller config has 3 seeds shrinks Welch's df towards 2 (that
+config's n - 1, :func:`welch_df`), as :data:`ANOVA_SHRINK` shrinks the pool's: unshrunk, two
+equal configs were called different in 5.5-5.7% of sweeps of 3 seeds each and 5.5-5.8% of 3
+seeds beside 5 at seed-sd ratios 4-10 (``bench/pair_rule_scan.py``, docs/explanations/how-sure.md)."""
 
 
 def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike, n_b: ArrayLike,
@@ -150,7 +155,11 @@ def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike, n_b: 
     (hi - lo))^``TWO_SEED_SHRINK``: a 2-seed variance (1 df) is so uncertain that w comes out
     large just where the t is large, and Welch's test of 2 seeds a config calls 5.8-6.0% of
     equal pairs different at sd ratios 10-20 (2.1% at 1); shrunk, 1.3-4.9% at ratios 1-100
-    (``bench/unequal_variance_calibration.py --two-seeds``). Rounded down to a tenth (so that
+    (``bench/unequal_variance_calibration.py --two-seeds``). Where it has 3 seeds, the same
+    shrink towards 2 by ``THREE_SEED_SHRINK``: unshrunk, 5.5-5.7% of equal pairs of 3 seeds each
+    at sd ratios 4-10; shrunk, 2.8-5.0% at ratios 1-10 (5.3% at 100, where the df is already 2:
+    the bench's sampling error, 4.8-4.9% on three other seeds; ``bench/pair_rule_scan.py``). 4
+    seeds and more: Welch's df unshrunk. Rounded down to a tenth (so that
     critical values cache) unless ``floored`` is False; elementwise over arrays (a 0-d array for
     scalars). The one rule for a pair's own df: the pair rule (:func:`pair_rule`, which the
     comparisons, the race's simulated look and the power stated before launch read) and
@@ -160,7 +169,8 @@ def welch_df(variance_a: ArrayLike, n_a: ArrayLike, variance_b: ArrayLike, n_b: 
     n_a, n_b = np.asarray(n_a), np.asarray(n_b)
     df = (a + b) ** 2 / (a ** 2 / (n_a - 1) + b ** 2 / (n_b - 1))
     lo, hi = np.minimum(n_a, n_b) - 1, n_a + n_b - 2
-    df = np.where(lo == 1, shrunk_df(df, lo, hi, TWO_SEED_SHRINK), df)
+    df = np.where(lo == 1, shrunk_df(df, lo, hi, TWO_SEED_SHRINK),
+                  np.where(lo == 2, shrunk_df(df, lo, hi, THREE_SEED_SHRINK), df))
     return _tenth_below(df) if floored else df
 
 
@@ -170,7 +180,7 @@ def shrunk_df(df: ArrayLike, lo: ArrayLike, hi: ArrayLike, power: float) -> np.n
     (``df`` where hi <= lo). An estimated df comes out large where the few-df variances it rests
     on happen to be alike, which is also where the noisier config's variance, and so the test's
     denominator, happens to be small: the test on it is liberal. The one shrink of
-    :func:`welch_df` (2 seeds) and :func:`anova_df`; elementwise over arrays."""
+    :func:`welch_df` (2 and 3 seeds) and :func:`anova_df`; elementwise over arrays."""
     df, lo, hi = (np.asarray(x, dtype=float) for x in (df, lo, hi))
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.clip((df - lo) / (hi - lo), 0, 1)

@@ -118,8 +118,9 @@ def detectable_with_seeds(sd: float, seeds: int, family: int, alpha: float = ALP
     """The smallest difference from the best that :func:`pair_power` finds at :data:`POWER`
     where each of ``family`` configs has ``seeds`` (>= 2) seeds of seed sd ``sd``: the pool is the
     pair's seeds with the other family - 2 configs' (family - 2)(seeds - 1) df at that variance
-    (17.14 seed sds at 2 seeds among 9 configs, 4.23 at 3, 2.48 at 5; on the noncentral t at the
-    mean df 14.70, 4.26 and 2.49)."""
+    (17.14 seed sds at 2 seeds among 9 configs, 4.54 at 3, 2.48 at 5; on the noncentral t at the
+    mean df 14.70, 4.53 and 2.49; at 3 seeds 4.23 and 4.26 before the 3-seed shrink of Welch's
+    df, :data:`analysis.stats.critical.THREE_SEED_SHRINK`)."""
     variance = sd ** 2
     return _smallest_found(
         lambda diff: pair_power(diff, seeds, family, (variance, variance),
@@ -138,7 +139,8 @@ def own_df(seeds: int, ratio: float = 1.0) -> float:
     (:func:`analysis.stats.critical.welch_df`, the pair rule's) averaged over the ratio of the two
     sample variances where the true ones stand in ``ratio`` (the smaller over the larger, 0-1:
     ``ratio`` times F on (n - 1, n - 1) df, ``OWN_DF_NODES`` quantiles), floored to a tenth. At
-    equal variances 1.2, 3.1, 4.9 and 6.8 at 2, 3, 4 and 5 seeds, not 2n - 2; fewer as ``ratio``
+    equal variances 1.2, 2.8, 4.9 and 6.8 at 2, 3, 4 and 5 seeds (Welch's shrunk at 2 and 3),
+    not 2n - 2; fewer as ``ratio``
     falls, down to n - 1 where one config hardly varies (0: 1, 2, 3 and 4); 0 for one seed. What
     "what would decide" says the pair rests on; its power averages over the df's spread
     (:func:`pair_power`), not at this mean."""

@@ -16,7 +16,7 @@ of them truly best), each seed's value of a config an independent standard norma
 cancels), `sims` races with common random numbers (one fixed generator seed: the same level on
 every machine). Each look is the project's rule on equal seed counts: the pooled variance of the
 configs still in, or a pair's own where at least as large (on its Welch-Satterthwaite df,
-`analysis.stats.critical.welch_df`), Hsu's one-sided critical value for the configs still in, a config leaves where its bound is below 0; a config that leaves gets no more
+shrunk at the 2- and 3-seed looks, `analysis.stats.critical.welch_df`), Hsu's one-sided critical value for the configs still in, a config leaves where its bound is below 0; a config that leaves gets no more
 seeds. The rate is the share of configs that leave at some look (each config truly best), and the
 level is found by bisection between `alpha / max_seeds` (whose rate is at most `alpha`) and
 `alpha` (a look never compares above the race's `alpha`). The simulated look is the race's rule
@@ -36,7 +36,8 @@ alternately of seed sd 1 and 1 / `ALL_TIED_RATIO` (100), as many configs near a 
 learning ones are (issue 59's remaining items: the other cases' levels, 0.0178 with a wave-1
 variance and 0.0215 without for 9 configs and 5 seeds, lost a truly best config there in 6.4%
 and 6.3% of races); it sets the level of 9 configs and 5 seeds: 0.0157 with a wave-1 variance
-and 0.0185 without, its bisection another minute and a half. Equal configs then leave in about
+and 0.0184 without (0.0185 before the 3-seed look's Welch df was shrunk towards 2,
+`analysis.stats.critical.THREE_SEED_SHRINK`), its bisection another minute and a half. Equal configs then leave in about
 3% where 5% is allowed (`bench/race_unequal.py`, docs/how-to/racing.md).
 
 A look's pair rule is the comparisons' own (`analysis.stats.critical.pair_rule`: the larger of
