@@ -47,12 +47,13 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from analysis.decisions.launch_stats import power_lines
+from analysis.decisions.race import pricing
 from analysis.decisions.race.record import check_relaunch, short_labels, without_seed
 from analysis.decisions.race.settings import Calibration, RaceSettings
 from analysis.names.config_names import job_labels, lists_configs
 from analysis.outputs.monitor import make_command
 from analysis.readers.jobs import JobsFile, override_key, read_jobs
-from grpo.config.rules import BUDGET_UNIT, CHECK_SEEDS, RULES, SEED_MAX
+from grpo.config.rules import CHECK_SEEDS, RULES, SEED_MAX
 from grpo.config.validation import check_config, check_installed
 from grpo.run.driver import (
     DriverRecord,
@@ -66,7 +67,6 @@ from grpo.run.driver import sweep_command as driver_sweep_command
 from grpo.run.files import RunDirError, RunFileError
 from grpo.run.finished import Launch
 from grpo.run.lock import sweep_lock
-from grpo.run.pruning import OFF
 from grpo.run.run_config import (
     curve_differences,
     describe_differences,
@@ -472,32 +472,17 @@ class ValidatingSweeper(BasicSweeper):
         return [without_seed(job.overrides) for job in jobs], [resolved(job.cfg) for job in jobs]
 
     def _price_race(self, settings: RaceSettings, cfgs: list[Any], cost: SweepEstimate | None) -> None:
-        """With dry_run, the race's worst case (every config to max_seeds) against its budget,
-        its expected case (the calibration's share of the worst case in each of its cases) and
-        what a launch would find in its sweep directory (`check_relaunch`: a refusal exits 2);
-        refuse (exit 2) a budget that cannot pay for wave 1. `cost`: the grid's estimate where
-        `_price` made one (wave 1 is the grid)."""
+        """With dry_run, the race's plan (`analysis.decisions.race.pricing.plan_line`), its
+        expected case (the calibration's share of the worst case in each of its cases) and what
+        a launch would find in its sweep directory (`check_relaunch`: a refusal exits 2); refuse
+        (exit 2) a budget that cannot pay for wave 1. `cost`: the grid's estimate where `_price`
+        made one (wave 1 is the grid)."""
         if cost is None:
             cost, _ = estimate(cfgs, self._parallel(len(cfgs)))
         one, unit = cost.full_grid, cost.unit
-        worst = one * settings.max_seeds  # every config to max_seeds: the fixed grid
-        budget = settings.budget_gpu_hours
         if self.config.dry_run:
-            # imported here: scipy is only needed where a race is planned
-            from analysis.decisions.race.boundary import boundary
-
-            with_first, without = (boundary(len(cfgs), settings.max_seeds, settings.alpha, first)
-                                   for first in (True, False))
-            print(f"race: waves of seeds {settings.seed_of(1)}, {settings.seed_of(2)}, ... up to "
-                  f"{settings.max_seeds} seeds a config; each look at {with_first.level:.3g} "
-                  f"where wave 1 has a seed variance (borrowed, or a grid's additive residual), "
-                  f"{without.level:.3g} where it has none (one level for every look, calibrated by "
-                  f"simulation to alpha {settings.alpha:g} over the looks; Bonferroni's "
-                  f"{settings.alpha:g} / {settings.max_seeds} a look would spend "
-                  f"{100 * with_first.bonferroni_rate:.1f}% and "
-                  f"{100 * without.bonferroni_rate:.1f}% of it); wave 1 {one:.3g} {unit}, worst case "
-                  f"(every config to max_seeds, the fixed grid) {worst:.3g}"
-                  + (f", budget {budget:g}" if budget is not None else ""))
+            worst = pricing.worst_case(settings, one)
+            print(pricing.plan_line(settings, len(cfgs), one, unit))
             print(Calibration.read().expected_text(worst, unit, len(cfgs), settings))
             if os.environ.get(ESTIMATE_FILE_ENV):  # the race plans its worst case
                 write_estimate(Path(os.environ[ESTIMATE_FILE_ENV]), worst, worst, unit)
@@ -509,10 +494,9 @@ class ValidatingSweeper(BasicSweeper):
                 sys.exit(2)
             for note in found.notes:
                 print(f"warning: {note}", file=sys.stderr)
-        if budget is not None and one > budget:
-            print(f"error: race wave 1 ({len(cfgs)} runs) is priced at {one:.3g} {unit}, more than "
-                  f"race.budget_gpu_hours={budget:g} (which counts {BUDGET_UNIT}); nothing was "
-                  "submitted", file=sys.stderr)
+        refusal = pricing.wave_one_refusal(settings, len(cfgs), one, unit)
+        if refusal is not None:
+            print(f"error: {refusal}", file=sys.stderr)
             sys.exit(2)
 
     def _race(self, settings: RaceSettings, sweep_dir: Path) -> list[Any]:
@@ -550,26 +534,6 @@ class ValidatingSweeper(BasicSweeper):
             print(f"error: {refusal}", file=sys.stderr)
             sys.exit(2)
         return cost
-
-    def _refuse_race_misuse(self, race: RaceSettings, cfgs: list[Any]) -> None:
-        """Exit 2 where race keys meet a sweep they mean nothing in: one config (nothing to
-        race), a pruner (it would stop configs outside the race's error rate); or where a later
-        wave's seed would be out of range."""
-        problems = []
-        last = race.seed_of(race.max_seeds)
-        if last > SEED_MAX:
-            problems.append(f"seed={race.first_seed} with race.max_seeds={race.max_seeds}: wave "
-                            f"{race.max_seeds} would run seed {last}, past the largest seed "
-                            f"{SEED_MAX}; set seed to at most {SEED_MAX - race.max_seeds + 1}")
-        if len(cfgs) < 2:
-            problems.append("race.max_seeds is set but the sweep has one config: a race compares "
-                            "configs; sweep a key (key=a,b), or drop race.max_seeds and sweep "
-                            "seed=0,1,2 for seeds of one config")
-        if cfgs[0].pruning.name != OFF:
-            problems.append(f"race.max_seeds with pruning={cfgs[0].pruning.name}: the pruner "
-                            "would stop configs outside the race's alpha; use one of them "
-                            "(pruning=off, or race.max_seeds=null)")
-        refuse(problems)
 
     def _detached_or_refused(self, sweep_dir: Path, race: RaceSettings | None,
                              labels: dict[int, str]) -> bool:
@@ -695,7 +659,7 @@ class ValidatingSweeper(BasicSweeper):
         cfgs = [job.cfg for job in self.composed.values()]
         race = RaceSettings.from_config(cfgs[0].race, int(cfgs[0].seed)) if racing else None
         if race is not None:
-            self._refuse_race_misuse(race, cfgs)
+            refuse(pricing.misuse_problems(race, len(cfgs), cfgs[0].pruning.name))
         cost = self._price(cfgs, lines, race)
         if race is not None:
             self._price_race(race, cfgs, cost)
