@@ -597,7 +597,7 @@ def test_the_keys_a_sweep_may_vary_are_the_seed_and_those_that_define_a_config()
 
 
 def test_the_jobs_of_a_message_are_named_in_runs() -> None:
-    from hydra_plugins.grpo_sweeps.validating_sweeper import job_set
+    from grpo.sweep.plan import job_set
 
     labels = {n: f"job #{n} [x={n}]" for n in range(9)}
     assert job_set([4], labels) == "job #4 [x=4]"

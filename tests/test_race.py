@@ -31,7 +31,6 @@ from analysis.decisions.race.record import (
     Race,
     Wave,
     read_race,
-    without_seed,
 )
 from analysis.decisions.race.settings import Calibration, RaceSettings
 from analysis.outputs.monitor import plain_line, table, watch
@@ -42,6 +41,7 @@ from analysis.readers.collect import collect
 from analysis.readers.synthetic import config_with, write_multirun, write_run
 from chain.results import find_winner
 from grpo.run.files import RunFileError
+from grpo.run.run_config import without_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_STEPS = (0, 10, 20, 30, 40, 50)

@@ -210,7 +210,7 @@ def test_a_sweep_of_one_run_twice_is_refused_before_anything_is_written(tmp_path
 def test_one_run_twice_with_no_command_line_cause_is_refused_in_the_general_line() -> None:
     """Where no command-line value made the jobs equal, the line names the sets and says what to
     do (the end-to-end case above has a cause; this is the line without one)."""
-    from hydra_plugins.grpo_sweeps.validating_sweeper import one_run_refusal
+    from grpo.sweep.plan import one_run_refusal
 
     jobs = [["+experiment=toy", "seed=0"], ["+experiment=demo", "seed=0"], ["+experiment=x", "seed=0"]]
     assert one_run_refusal([[0, 1]], jobs, {}) == (

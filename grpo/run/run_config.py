@@ -249,6 +249,12 @@ RACE_SEED = "seed"
 """The one key in which the runs of one config of a race differ (each wave has its own)."""
 
 
+def without_seed(overrides: Sequence[str]) -> list[str]:
+    """A job's overrides less any `seed=` (a race gives each wave its seed; a check seed is its
+    config with another)."""
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+") != RACE_SEED]
+
+
 def curve_differences(trained: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The keys in which two resolved configs give different curves, `{key: (trained, new)}`:
     those `compare` refuses for a resume, and `n_grpo_steps` (a run of more steps is another run

@@ -43,6 +43,7 @@ from hydra.core.config_loader import ConfigLoader
 from hydra.core.default_element import GroupDefault
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
@@ -106,6 +107,22 @@ def parse_overrides(overrides: Sequence[str]) -> list[Override]:
     """`OverridesParser.parse_overrides(overrides)`, each text parsed once a process: the
     `Override`s are shared, to be read, not changed."""
     return [_parsed(text) for text in overrides]
+
+
+def swept_values(overrides: Sequence[Override]) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """Each swept override of `overrides` that lists its values (not an interval: Hydra's
+    sweeper refuses those) as its text and its values, each as written and as parsed
+    (`learning_rate=3e-4,0.0003` -> `[("3e-4", 0.0003), ("0.0003", 0.0003)]`)."""
+    swept = []
+    for override in overrides:
+        if not override.is_sweep_override():
+            continue
+        try:
+            pairs = list(zip(override.sweep_string_iterator(), override.sweep_iterator(), strict=True))
+        except HydraException:  # a sweep it cannot list (an interval): Hydra's sweeper refuses it
+            continue
+        swept.append((override.input_line, pairs))
+    return swept
 
 
 def preset_overrides(sweeper: BasicSweeper) -> list[str]:

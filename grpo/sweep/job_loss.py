@@ -24,11 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo.sweep.hydra_compat import (
@@ -59,6 +60,15 @@ class ComposedJob:
     def describe_loss(self) -> str:
         """`loss=grpo_clip (off-policy default)` or `loss=<the named or root-default loss>`."""
         return f"loss={self.cfg.loss.name}" + (" (off-policy default)" if self.loss_defaulted else "")
+
+    def choices_and_config(self) -> tuple[dict[str, str], dict[str, Any]]:
+        """Its config group choices and its config as plain data (Hydra's node left out), as a
+        run's `.hydra/` record holds them: what names a promoted config
+        (`analysis.names.config_names.job_labels`)."""
+        config = OmegaConf.to_container(self.cfg, resolve=False)
+        config.pop("hydra", None)
+        choices = OmegaConf.to_container(self.cfg.hydra.runtime.choices)
+        return {str(k): str(v) for k, v in choices.items()}, config
 
 
 def compose_job(

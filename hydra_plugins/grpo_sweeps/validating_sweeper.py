@@ -2,57 +2,48 @@
 
 It is Hydra's BasicSweeper (cartesian product of the swept values, `hydra.sweeper.params` from
 presets, command-line values winning) with a gate in front of the launcher: each job's config is
-composed and passed through `grpo.config.validation.check_config`, and a `cluster=slurm` job is
-checked against what its partition's nodes offer (the scheduler is asked once per sweep); one bad
-job stops the whole submission, each message printed once with the jobs it concerns ("all 9 jobs",
-"jobs #3-#8", or one job's swept values), warnings alike, and `dry_run=true` lists the jobs and
-launches nothing. Two jobs that compose to one config and seed (`grpo.run.run_config.repeated_runs`:
-no key that changes a run differs, e.g. a command-line `loss=cispo` over every variant's loss)
-are refused in one line, naming them and the command-line override that set what their options
-set, where there is one. A job whose run directory holds a run trained with values that change its curve
-is such a bad job (`grpo.run.run_config.resume_refusal`): a relaunch into a trained sweep is refused
-before any file of the sweep (multirun.yaml, jobs.json, a run's record) is written, and so is a
-relaunch whose config differs from what a run it would follow (still queued or running, before
-its first checkpoint too) trains (`_followed_refusal`), before its driver starts. The dry run also prices every job and the sweep (`grpo.sweep.cost`: the full grid,
-and with pruning on the sweep replayed through its pruner), and a sweep that plans to spend more
-than `budget.gpu_hours` is refused before anything is submitted. The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the
-submission until the launcher has every job's result, so a second launch of the same sweep
-directory exits at once naming the first. A submission that sbatch still refuses ends in one line with sbatch's message.
-A relaunch submits only what is unfinished: the plan of every job (finished, still queued or
-running, to submit: `hydra_plugins.grpo_sweeps.relaunch`) is made once when the sweep starts,
-its line printed by the dry run and the launch alike, and handed to the launcher.
+composed (`grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names no loss
+`loss=grpo_clip`; the launched job lists are those composed ones, `get_job_batch`) and passed
+through `grpo.config.validation.check_config`, and a `cluster=slurm` job is checked against what
+its partition's nodes offer (the scheduler is asked once per sweep); one bad job stops the whole
+submission, each message printed once with the jobs it concerns (`grpo.sweep.plan.SweepPlan`),
+warnings alike. What a sweep may not sweep, the check seeds' jobs and the refusal of jobs that
+are one run (`grpo.run.run_config.repeated_runs`) are `grpo.sweep.plan`'s. A job whose run
+directory holds a run trained with values that change its curve is a bad job
+(`grpo.run.run_config.resume_refusal`), and so is a relaunch whose config differs from what a
+run it would follow trains (`_followed_refusal`), both before any file of the sweep is written.
+`dry_run=true` lists and prices the jobs (`grpo.sweep.cost`), the race's plan
+(`analysis.decisions.race.pricing`) and the sweep's power (`analysis.decisions.launch_stats`),
+and launches nothing; a sweep that plans to spend more than `budget.gpu_hours` is refused.
+The sweep directory's lock (`grpo.run.lock.sweep_lock`) is held from the submission until the
+launcher has every job's result; a submission that sbatch refuses ends in one line with sbatch's
+message. A relaunch submits only what is unfinished (`hydra_plugins.grpo_sweeps.relaunch`: the
+plan made once when the sweep starts, its line printed by the dry run and the launch alike).
 With `cluster.detach=true`, once every job is checked, the sweep's driver is started apart from
-the terminal (`grpo.run.driver`: a SLURM CPU job, or locally a process of its own session) and
-runs this same command attached, its sweep directory pinned; a launch while it is pending or
-running starts nothing, and one that would leave it nothing to run (every run over) runs here.
-Jobs are composed by `grpo.sweep.job_loss.compose_job`, which gives an off-policy job that names
-no loss `loss=grpo_clip`: the listing shows each job's loss, and the launched job lists are those
-composed ones (`get_job_batch`), so what is listed and validated is what runs.
+the terminal (`grpo.run.driver`) and runs this same command attached, its sweep directory pinned.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
 from hydra.core.utils import filter_overrides
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from analysis.decisions.race.record import check_relaunch, short_labels, without_seed
+from analysis.decisions.launch_stats import power_lines
+from analysis.decisions.race import pricing
+from analysis.decisions.race.record import check_relaunch, short_labels
 from analysis.decisions.race.settings import Calibration, RaceSettings
 from analysis.names.config_names import job_labels, lists_configs
 from analysis.outputs.monitor import make_command
 from analysis.readers.jobs import JobsFile, override_key, read_jobs
-from grpo.config.rules import BUDGET_UNIT, CHECK_SEEDS, RULES, SEED_MAX
+from grpo.config.rules import CHECK_SEEDS
 from grpo.config.validation import check_config, check_installed
 from grpo.run.driver import (
     DriverRecord,
@@ -66,15 +57,14 @@ from grpo.run.driver import sweep_command as driver_sweep_command
 from grpo.run.files import RunDirError, RunFileError
 from grpo.run.finished import Launch
 from grpo.run.lock import sweep_lock
-from grpo.run.pruning import OFF
 from grpo.run.run_config import (
     curve_differences,
     describe_differences,
     repeated_runs,
     resolved,
     resume_refusal,
-    sweepable,
     trained_config,
+    without_seed,
 )
 from grpo.sweep.cost import ESTIMATE_FILE_ENV, SweepEstimate, estimate, memory_lines, write_estimate
 from grpo.sweep.hydra_compat import (
@@ -87,9 +77,21 @@ from grpo.sweep.hydra_compat import (
     parse_overrides,
     preset_overrides,
     split_into_jobs,
+    swept_values,
 )
 from grpo.sweep.job import describe_job, output_refusal, output_root_note, raw_list
 from grpo.sweep.job_loss import ComposedJob, compose_job
+from grpo.sweep.plan import (
+    SweepPlan,
+    check_seed_jobs,
+    kept_out_of_collection,
+    one_run_causes,
+    one_run_refusal,
+    own_options,
+    refuse,
+    repeated_values,
+    swept_key_problem,
+)
 from grpo.sweep.slurm_resources import ResourceCheck, sbatch_refusal
 from hydra_plugins.grpo_sweeps.pooled_local_launcher import pool_size
 from hydra_plugins.grpo_sweeps.relaunch import (
@@ -98,129 +100,6 @@ from hydra_plugins.grpo_sweeps.relaunch import (
     launcher_kind,
     plan_relaunch,
 )
-
-JOB_SUBDIR = "${hydra.job.num}"
-"""The run directories of a sweep as the monitor, the summary, the analysis and a race read them:
-`<sweep>/<job number>`; a sweep with another `hydra.sweep.subdir` is refused."""
-SWEEP_WIDE = ("pruning", "budget", "race")
-"""Config groups and sections that hold for a whole sweep (one pruner, one budget, one race):
-never swept."""
-
-
-def _choices_and_config(cfg: Any) -> tuple[dict[str, str], dict[str, Any]]:
-    """A composed job's config group choices and its config as plain data (Hydra's node left
-    out), as a run's `.hydra/` record holds them: what names a promoted config
-    (`analysis.names.config_names.job_labels`)."""
-    config = OmegaConf.to_container(cfg, resolve=False)
-    config.pop("hydra", None)
-    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
-    return {str(k): str(v) for k, v in choices.items()}, config
-
-
-@contextmanager
-def kept_out_of_collection() -> Iterator[Callable[[], None]]:
-    """A block that makes many objects meant to live on (a sweep's composed configs, some 1,400
-    objects a job, all kept until the sweep is priced and launched). Calling what it gives moves
-    every object made so far out of the cyclic garbage collector's reach (`gc.freeze`): its full
-    passes would otherwise scan every config made so far each time more are made (8 passes, 1.3
-    to 1.9 s of a 480-job dry run, bench/dry_run_scale.py), and now scan only the newest. The
-    block's end hands them all back (`gc.unfreeze`); garbage among them is collected then."""
-    try:
-        yield gc.freeze
-    finally:
-        gc.unfreeze()
-
-
-def job_set(nums: list[int], labels: dict[int, str]) -> str:
-    """The jobs a message concerns: one job by its label (`job #3 [lr=1e-4]`), all of them
-    (`all 9 jobs`), else their numbers in runs (`jobs #0, #3-#8`). `labels`: every job's."""
-    if len(nums) == 1:
-        return labels[nums[0]]
-    if len(nums) == len(labels):
-        return f"all {len(nums)} jobs"
-    runs: list[list[int]] = []
-    for num in sorted(nums):
-        if runs and num == runs[-1][1] + 1:
-            runs[-1][1] = num
-        else:
-            runs.append([num, num])
-    return "jobs " + ", ".join(f"#{a}" if a == b else f"#{a}-#{b}" for a, b in runs)
-
-
-def repeated_values(overrides: Sequence[Override]) -> list[str]:
-    """One line per swept override that gives a value more than once (`learning_rate=3e-4,0.0003`:
-    numbers compared as numbers): the jobs of that value would be one run repeated."""
-    problems = []
-    for override in overrides:
-        if not override.is_sweep_override():
-            continue
-        try:
-            pairs = list(zip(override.sweep_string_iterator(), override.sweep_iterator(), strict=True))
-        except HydraException:  # a sweep it cannot list (an interval): Hydra's sweeper refuses it
-            continue
-        first: dict[Any, str] = {}  # each value (numbers as numbers) -> its first text
-        repeated: list[str] = []
-        for text, value in pairs:
-            same = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else text
-            if same in first and first[same] not in repeated:
-                repeated.append(first[same])
-            first.setdefault(same, text)
-        if repeated:
-            problems.append(f"{override.input_line}: {' and '.join(repeated)} "
-                            f"{'is' if len(repeated) == 1 else 'are'} given more than once: the jobs "
-                            "of one value would be one run repeated (the same config and seed), "
-                            "not more measurements (seeds of a config: sweep seed=0,1); give each "
-                            "value once")
-    return problems
-
-
-def _jobs_named(nums: Sequence[int], jobs: Sequence[Sequence[str]]) -> str:
-    """The jobs `nums` (of `jobs`, each job's overrides), each named by the overrides it alone
-    has: `jobs #0, #1 (variants/field_axes=base, gspo)`, or `jobs #0 [a=1 b=2], #3 [a=2]`."""
-    differing = {num: [o for o in jobs[num] if not all(o in jobs[m] for m in nums)] for num in nums}
-    keys = {o.split("=", 1)[0] for own in differing.values() for o in own}
-    if len(keys) == 1 and all(len(own) == 1 for own in differing.values()):
-        return (f"jobs {', '.join(f'#{num}' for num in nums)} ({keys.pop()}="
-                + ", ".join(differing[num][0].split("=", 1)[1] for num in nums) + ")")
-    return "jobs " + ", ".join(f"#{num} [{' '.join(differing[num]) or 'no swept keys'}]" for num in nums)
-
-
-def one_run_refusal(sets: Sequence[Sequence[int]], jobs: Sequence[Sequence[str]],
-                    overridden: dict[str, tuple[str, list[str]]]) -> str:
-    """The line that refuses the sets of jobs `sets` (`grpo.run.run_config.repeated_runs`, of
-    `jobs`, each job's overrides) as one run each, with `overridden`: each command-line override
-    that made them equal -> the key it sets and the swept options that set that key too
-    (`ValidatingSweeper._one_run_causes`)."""
-    line = (f"{'; '.join(_jobs_named(nums, jobs) for nums in sets)} compose to one config and seed"
-            f"{' (each set)' if len(sets) > 1 else ''}, no key that changes a run differing "
-            "(grpo.run.run_config.repeated_runs): they would be one run repeated, not more "
-            "measurements")
-    if not overridden:
-        return line + "; sweep one of them, or make them differ"
-
-    def of(options: list[str]) -> str:  # variants/field_axes=gspo, cispo
-        key = options[0].split("=", 1)[0]
-        if all(o.split("=", 1)[0] == key for o in options):
-            return f"{key}=" + ", ".join(o.split("=", 1)[1] for o in options)
-        return ", ".join(options)
-
-    causes = ", ".join(f"{cause} on the command line overrides the {key} that {of(options)} "
-                       f"set{'s' if len(options) == 1 else ''}"
-                       for cause, (key, options) in overridden.items())
-    return (f"{line}: {causes} (a command-line value wins over every option's); drop "
-            f"{' and '.join(overridden)}: each option sets its own")
-
-
-def seed_swept(swept: set[str]) -> bool:
-    """Whether the seed is among the swept keys, however written (`seed`, `+seed`, `++seed`)."""
-    return any(key.lstrip("+") == "seed" for key in swept)
-
-
-def refuse(problems: list[str]) -> None:
-    """Exit 2 with the sweep's problems in one line, where there are any."""
-    if problems:
-        print("error: " + "; ".join(problems) + "; nothing was submitted", file=sys.stderr)
-        sys.exit(2)
 
 
 class ValidatingSweeper(BasicSweeper):
@@ -231,17 +110,46 @@ class ValidatingSweeper(BasicSweeper):
     composer: SweepComposer
     """The sweep's jobs' configs, composed by Hydra once for each set of config group choices."""
     check_jobs: list[Sequence[str]] = []
-    """The check seeds' jobs (`_check_jobs`), launched after the grid's."""
+    """The check seeds' jobs (`grpo.sweep.plan.check_seed_jobs`), launched after the grid's."""
+    plan: SweepPlan
+    """The checked jobs' labels and listing lines (filled by `_checked`)."""
     _launches: dict[tuple[str, ...], Launch] | None = None
     """Each composed job's launch by its overrides less the seed (`_launch_of`)."""
 
+    def sweep(self, arguments: list[str]) -> Any:
+        note = output_root_note(self.config.hydra)
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
+        jobs, swept = self._all_jobs(arguments)
+        racing = self.config.race.get("max_seeds") is not None
+        refuse(swept_key_problem(swept, racing, OmegaConf.to_container(
+            self.config.hydra.sweep, resolve=False).get("subdir")))
+        self.check_jobs = check_seed_jobs(jobs, swept, racing,
+                                          OmegaConf.select(self.config, CHECK_SEEDS, default=0),
+                                          self.config.seed)
+        sweep_dir = Path(self.config.hydra.sweep.dir)  # resolved once, not once a job
+        self.plan = self._checked(jobs, swept, racing, sweep_dir, arguments)
+        cfgs = [job.cfg for job in self.composed.values()]
+        race = RaceSettings.from_config(cfgs[0].race, int(cfgs[0].seed)) if racing else None
+        if race is not None:
+            refuse(pricing.misuse_problems(race, len(cfgs), cfgs[0].pruning.name))
+        cost = self._price(cfgs, self.plan.lines, race)
+        if race is not None:
+            self._price_race(race, cfgs, cost)
+        if self.config.dry_run:
+            if cost is not None:
+                print("\n".join(self._power_lines(cfgs[0], cost)))
+            self._relaunch_plan(race, sweep_dir)
+            return []
+        return self._launch(arguments, race, sweep_dir)
+
     def _all_jobs(self, arguments: list[str]) -> tuple[list[Sequence[str]], set[str]]:
         """Every job's override list, and the keys that take several values; exit 2 where a
-        swept key repeats a value (`repeated_values`)."""
+        swept key repeats a value (`grpo.sweep.plan.repeated_values`)."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides(preset_overrides(self) + list(arguments))
         swept = {o.get_key_element() for o in overrides if o.is_sweep_override()}
-        refuse(repeated_values(overrides))
+        refuse(repeated_values(swept_values(overrides)))
         return split_into_jobs(overrides), swept
 
     def _compose(self, overrides: Sequence[str]) -> ComposedJob:
@@ -258,64 +166,60 @@ class ValidatingSweeper(BasicSweeper):
         batch = [*get_job_batch(self), *(self.check_jobs if self.is_done() else [])]
         return [list(self.composed[tuple(o)].overrides) for o in batch]
 
-    def _check_jobs(self, jobs: list[Sequence[str]], swept: set[str], racing: bool) -> list[Sequence[str]]:
-        """`analysis.check_seeds` = n: the first n configs again with seed `seed` + 1, jobs of
-        this sweep after the grid's, whose seeds test a borrowed seed variance
-        (`analysis.stats.variance.check`); exit 2 where the key is swept or its value breaks its
-        rule (`grpo.config.rules.RULES`), where they mean nothing (a race, seeds swept, more than
-        half the configs) or where the seed would be out of range."""
-        if any(key.lstrip("+") == CHECK_SEEDS for key in swept):
-            refuse([f"{CHECK_SEEDS} cannot be swept: it is how many configs of the sweep get a "
-                    f"second seed, one number for the whole sweep; give one value ({CHECK_SEEDS}=1, "
-                    "or 0 for none)"])
-        value = OmegaConf.select(self.config, CHECK_SEEDS, default=0)
-        rule = RULES[CHECK_SEEDS]
-        if (problem := rule.problem(value)) is not None:
-            refuse([rule.message(CHECK_SEEDS, value, problem)])
-        n = int(value)
-        if n == 0:
-            return []
-        seed = int(self.config.seed) + 1
-        problems = []
-        if racing:
-            problems.append("analysis.check_seeds with race.max_seeds: a race gives its configs "
-                            "their seeds itself; drop one of them")
-        if seed_swept(swept):
-            problems.append("analysis.check_seeds with seed swept: every config has seeds of its "
-                            "own already; drop analysis.check_seeds")
-        if 2 * n > len(jobs):
-            problems.append(f"analysis.check_seeds={n} for {len(jobs)} configs: check seeds are "
-                            f"for at most half the configs ({len(jobs) // 2} here); for seeds of "
-                            "every config sweep seed=0,1")
-        if seed > SEED_MAX:
-            problems.append(f"analysis.check_seeds with seed={seed - 1}: the check seed {seed} is "
-                            f"past the largest seed {SEED_MAX}")
-        refuse(problems)
-        return [[*without_seed(job), f"seed={seed}"] for job in jobs[:n]]
+    def _checked(self, grid: list[Sequence[str]], swept: set[str], racing: bool, sweep_dir: Path,
+                 arguments: Sequence[str]) -> SweepPlan:
+        """Every job of the `grid` and the check seeds composed and checked (its config, what it
+        needs installed, its SLURM resources, its run directory in `sweep_dir` but in a race,
+        which checks its own waves: `check_relaunch`), each message printed once with the jobs
+        it concerns; exit 2 where a job is invalid or jobs are one run (`repeated_runs`)."""
+        jobs = [*grid, *self.check_jobs]
+        self.composed = {}
+        self.composer = SweepComposer(self.hydra_context.config_loader)
+        plan = SweepPlan()
+        resources = ResourceCheck()
+        with kept_out_of_collection() as settle, interpolations_parsed_once():
+            composed = []
+            for overrides in jobs:
+                composed.append(self._compose(overrides))
+                settle()
+            shown = [[o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept]
+                     for overrides in jobs]
+            listed = any(lists_configs(override_key(key)) for key in swept)
+            names = job_labels(shown, [job.choices_and_config() if listed else None
+                                       for job in composed])
+            for num, (overrides, job) in enumerate(zip(jobs, composed, strict=True)):
+                label = plan.label(num, names[num], overrides[-1] if num >= len(grid) else None)
+                report = check_config(job.cfg).include(check_installed(job.cfg))
+                report.errors += resources.refusals(job.cfg)
+                if not report.errors and not racing and (
+                        refusal := resume_refusal(job.cfg, sweep_dir / str(num))) is not None:
+                    report.errors.append(refusal)
+                if plan.add(num, report.warnings, report.errors):
+                    plan.lines.append(f"{label} {job.describe_loss()}, {describe_job(job.cfg)}")
+                settle()
+            repeated = [] if plan.errors else repeated_runs([job.cfg for job in composed])
+        for line in plan.warning_lines():
+            print(line, file=sys.stderr)
+        if (errors := plan.error_text(len(jobs))) is not None:
+            print(errors, file=sys.stderr)
+            sys.exit(2)
+        if repeated:
+            refuse([one_run_refusal(repeated, jobs, self._one_run_causes(repeated, jobs, arguments))])
+        return plan
 
     def _one_run_causes(self, sets: Sequence[Sequence[int]], jobs: Sequence[Sequence[str]],
                         arguments: Sequence[str]) -> dict[str, tuple[str, list[str]]]:
-        """Each override of the command line `arguments` (not swept) that sets a config group or
-        key that a config group option sets where the jobs of a set of `sets` (of `jobs`) do not
-        share that option (`hydra_compat.option_sets`: `loss=cispo` for
-        `variants/field_axes=gspo`, whose defaults list chooses the loss) -> that key and those
-        options: the command line's value wins over each option's, which may be why the jobs
-        compose to one config."""
+        """`grpo.sweep.plan.one_run_causes` of the command line `arguments` (not swept) and the
+        config group options the jobs of a set of `sets` (of `jobs`) do not share, each with
+        the keys it sets (`hydra_compat.option_sets`)."""
         loader = self.hydra_context.config_loader
-        own = list(dict.fromkeys(o for nums in sets for num in nums for o in jobs[num]
-                                 if not all(o in jobs[m] for m in nums)))
-        given = [o for o in parse_overrides(list(arguments))
+        own = own_options(sets, jobs)
+        given = [(o.input_line, o.key_or_group) for o in parse_overrides(list(arguments))
                  if not o.is_sweep_override() and not o.is_hydra_override()]
-        causes: dict[str, tuple[str, list[str]]] = {}
-        for text, option in zip(own, parse_overrides(own), strict=True):
-            if text not in group_overrides(loader, [text]) or not isinstance(option.value(), str):
-                continue
-            chosen = option_sets(loader, option.key_or_group, option.value())
-            for cause in given:
-                key = cause.key_or_group
-                if any(s == key or s.startswith(key + ".") for s in chosen):
-                    causes.setdefault(cause.input_line, (key, []))[1].append(text)
-        return {cause: (key, list(dict.fromkeys(options))) for cause, (key, options) in causes.items()}
+        chosen = {text: option_sets(loader, option.key_or_group, option.value())
+                  for text, option in zip(own, parse_overrides(own), strict=True)
+                  if text in group_overrides(loader, [text]) and isinstance(option.value(), str)}
+        return one_run_causes(chosen, given)
 
     def _parallel(self, n_jobs: int) -> int:
         """How many jobs the launcher runs at once: a SLURM array's `array_parallelism`, else
@@ -338,13 +242,12 @@ class ValidatingSweeper(BasicSweeper):
                               for job in self.composed.values()}
         return self._launches[tuple(without_seed(overrides))]
 
-    def _relaunch_plan(self, race: RaceSettings | None, sweep_dir: Path, labels: dict[int, str],
+    def _relaunch_plan(self, race: RaceSettings | None, sweep_dir: Path,
                        say: bool = True) -> RelaunchPlan:
         """What the launch does with each job it knows of now (`relaunch.plan_relaunch`): the
         sweep's jobs, or every job of a race's waves as its runs say (`RaceRunner.prepare`);
         exit 2 where a followed job trains another config than its job's (`_followed_refusal`);
-        with `say`, its line is printed where the sweep directory holds an earlier launch.
-        `labels`: each job's (`job_set`)."""
+        with `say`, its line is printed where the sweep directory holds an earlier launch."""
         if race is None:
             numbered = dict(enumerate(job.overrides for job in self.composed.values()))
         else:
@@ -358,7 +261,7 @@ class ValidatingSweeper(BasicSweeper):
             print(f"error: {err}", file=sys.stderr)
             sys.exit(1)
         if race is None:  # a race's runs are checked against its waves (`check_relaunch`)
-            refuse([refusal] if (refusal := self._followed_refusal(plan, sweep_dir, labels)) else [])
+            refuse([refusal] if (refusal := self._followed_refusal(plan, sweep_dir)) else [])
         if say and plan.earlier:
             print(plan.line(), flush=True)
         return plan
@@ -387,8 +290,7 @@ class ValidatingSweeper(BasicSweeper):
         differences = curve_differences(trained, resolved(job.cfg))
         return describe_differences(differences) if differences else None
 
-    def _followed_refusal(self, plan: RelaunchPlan, sweep_dir: Path,
-                          labels: dict[int, str]) -> str | None:
+    def _followed_refusal(self, plan: RelaunchPlan, sweep_dir: Path) -> str | None:
         """The one line that refuses a relaunch whose config differs from what a run it would
         follow (still queued or running) trains, in a key that changes the curve or in
         `n_grpo_steps` (`curve_differences`): followed, the run would train its own values while
@@ -400,28 +302,18 @@ class ValidatingSweeper(BasicSweeper):
         for num in plan.follow:
             if (differences := self._followed_differences(num, jobs[num], recorded, sweep_dir)):
                 differing.setdefault(differences, []).append(num)
-        if not differing:
-            return None
-        return (f"runs this launch would follow (still queued or running in {sweep_dir}) train "
-                "another config than it launches: "
-                + "; ".join(f"{job_set(nums, labels)}: {text}" for text, nums in differing.items())
-                + " (trained -> launched); a relaunch cannot change a run that is being trained: "
-                "launch it again with the trained values to follow them, or launch the new values "
-                "into a new sweep directory (drop hydra.sweep.dir, or change experiment_name); "
-                "multirun.yaml and jobs.json are left as they are")
+        return self.plan.followed_refusal(differing, sweep_dir)
 
-    def _nothing_to_drive(self, race: RaceSettings | None, sweep_dir: Path,
-                          labels: dict[int, str]) -> bool:
+    def _nothing_to_drive(self, race: RaceSettings | None, sweep_dir: Path) -> bool:
         """Whether a detached driver of this launch would have nothing to do but print the
         summary: an earlier launch's runs are all over (`_relaunch_plan`: none to submit, none
         to follow; a race: its last look ended it) and no driver of the sweep is pending or
-        running (`grpo.run.driver.live_driver`; an unreadable record is left to `detach`).
-        `labels`: each job's (`job_set`)."""
+        running (`grpo.run.driver.live_driver`; an unreadable record is left to `detach`)."""
         if race is not None:
             last = self._race_runner(race, sweep_dir).prepare(warn=False).last_decision()
             if last is None or last.end is None:
                 return False
-        plan = self._relaunch_plan(race, sweep_dir, labels, say=False)
+        plan = self._relaunch_plan(race, sweep_dir, say=False)
         if not plan.earlier or plan.submit or plan.follow:
             return False
         try:
@@ -449,146 +341,21 @@ class ValidatingSweeper(BasicSweeper):
                           price, unit)
 
     def _power_lines(self, cfg: Any, cost: SweepEstimate) -> list[str]:
-        """The dry run's power: with `analysis.assumed_seed_sd`, what this sweep finds at 80%
-        power with its seeds a config, with 2 and 3, and as a race, each priced at this sweep's
-        cost a run: the smallest difference from the best config (Hsu's comparisons with the
-        best, `analysis.stats.power.detectable_with_seeds`, with one seed
-        `detectable_difference`) and the smallest difference between
-        two levels of each swept key (its main effect's F test,
-        `analysis.stats.power.detectable_main_effect`); without it, what would give one."""
+        """The dry run's power (`analysis.decisions.launch_stats.power_lines`) from `cfg`'s
+        `analysis.*` and `race.*`, the composed jobs and the sweep's `cost`."""
         assumed = OmegaConf.select(cfg, "analysis.assumed_seed_sd", default=None)
         source = OmegaConf.select(cfg, "analysis.seed_variance_from", default=None)
-        if assumed is None and source is None:
-            return ["power: no seed sd known at launch; set analysis.assumed_seed_sd (the seed sd "
-                    "of a run's late_eval_reward, from an earlier sweep's report) or "
-                    "analysis.seed_variance_from (a finished sweep with two or more seeds a "
-                    "config) to see the smallest difference from the best this sweep can find"]
-        # imported here: scipy is only needed where the power is asked for
-        from analysis.decisions.race.boundary import boundary
-        from analysis.stats.levels import POWER
-        from analysis.stats.power import (
-            detectable_difference,
-            detectable_main_effect,
-            detectable_with_seeds,
-            error_df,
-        )
-
-        # imported here: the decision reads analysis.stats (scipy), only where power is asked for
-        from analysis.stats.sources import decide
-
-        counts = Counter(tuple(without_seed(job.overrides)) for job in self.composed.values())
-        k = len(counts)
-        values: dict[str, set[str]] = {}
-        for config in counts:
-            for override in config:
-                values.setdefault(override_key(override), set()).add(override)
-        levels = {key: len(v) for key, v in values.items() if len(v) > 1}
-        # the additive model's residual df over every run (a check seed's second run adds one)
-        grid_df = error_df(counts.total(), list(levels.values()), 1)
-        seeds_of = None  # the borrowed variance, or why it is refused (the report's decision)
+        borrowed = None
         if source is not None:
             # imported here: reading a sweep takes the analysis (pandas), only where one is named
             from analysis.decisions.ranking import launch_variance
 
-            seeds_of = launch_variance(Path(str(source)),
-                                       [job.cfg for job in self.composed.values()])
-        decision = decide(list(counts.values()), grid_df, seeds_of)
-        rests = f"the comparisons will rest on {decision.says(seeds_of)}"
-        if assumed is not None:
-            sd, said = float(assumed), f"analysis.assumed_seed_sd={float(assumed):g}; {rests}"
-        elif seeds_of is None or not seeds_of.usable:
-            return [f"power: nothing to borrow from analysis.seed_variance_from: "
-                    f"{seeds_of.describe() if seeds_of is not None else 'none named'}; the "
-                    f"comparisons will rest on {decision.rests_on()}; set analysis.assumed_seed_sd "
-                    "to see what this sweep can find"]
-        else:
-            sd, said = seeds_of.variance ** 0.5, f"borrowed: {seeds_of.describe()}; {rests}"
-        if k < 2:
-            return ["power: one config, nothing to compare"]
-        seeds = min(counts.values())
-        per_run = cost.full_grid / counts.total()
-        one_seed_df = decision.df(seeds_of)
-        one_seed_source = decision.rests_on()
-
-        def shown(found: float) -> str:
-            """A detectable difference, said to be beyond reach where it passes the reward's range."""
-            return f"{found:.3f}" + (" (beyond the reward's 0-1 range: nothing to find)"
-                                     if found >= 1 else "")
-
-        def effects(n: int) -> str:
-            df = error_df(k, list(levels.values()), n) if n > 1 else one_seed_df
-            if df <= 0:
-                return "no main-effect test (no seed variance to test it against)"
-            # with seeds, on Satterthwaite's df of the k configs' pool (random even at one sd)
-            return ", ".join(f"{key} {shown(detectable_main_effect(sd, m, k * n / m, df, k if n > 1 else 0))}"
-                             for key, m in levels.items())
-
-        lines = [f"power ({said}): at {POWER:.0%} power, the smallest "
-                 f"difference from the best of {k} configs that Hsu's comparisons with the best "
-                 "find (a config that far below leaves the set that could be the best; the pair "
-                 "rule's variance and df averaged over the sample variances), then the smallest "
-                 "difference between two levels of each swept key that its main effect's F test finds at 5% (the other levels at their "
-                 "mean; noncentral F, a balanced grid; with seeds on the df the analysis tests it "
-                 "on: Box's numerator df and Satterthwaite's df of the configs' pool shrunk "
-                 "towards one config's)"]
-        for n in sorted({seeds, 2, 3}):
-            here = " (this sweep)" if n == seeds else ""
-            se = sd * (2 / n) ** 0.5
-            if n == 1 and one_seed_df > 0:
-                found = detectable_difference(se, k, one_seed_df)
-                lines.append(f"  1 seed a config{here}: {shown(found)} from the best on "
-                             f"{one_seed_source}'s {one_seed_df:g} df; main effects: {effects(1)}")
-                checks = len(self.check_jobs)
-                if n == seeds:
-                    lines += self._check_seed_lines(decision, seeds_of, checks, grid_df,
-                                                    f"~{per_run:.3g} {cost.unit}")
-                continue
-            if n == 1:
-                found = detectable_difference(se, k, float("inf"))
-                lines.append(f"  1 seed a config{here}: no seed variance of its own for the "
-                             "comparisons (a grid's additive residual or analysis.seed_variance_from "
-                             f"gives one); with the seed variance known exactly, {found:.3f}; "
-                             f"main effects: {effects(1)}")
-                continue
-            found = detectable_with_seeds(sd, n, k)
-            lines.append(f"  {n} seeds a config{here}: {shown(found)} from the best; main effects: "
-                         f"{effects(n)} ({k * n} runs, ~{per_run * k * n:.3g} {cost.unit})")
-        race_seeds = OmegaConf.select(cfg, "race.max_seeds", default=None)
-        most = int(race_seeds) if race_seeds is not None else 3
-        first_look = decide([1] * k, grid_df, seeds_of).df(seeds_of) > 0
-        level = boundary(k, most, float(cfg.race.alpha), first_look).level
-        found = detectable_with_seeds(sd, most, k, level)
-        shares = [case.share for case in Calibration.read().cases]
-        lines.append(f"  as a race (race.max_seeds={most}"
-                     + ("" if race_seeds is not None else ", not set here")
-                     + f"): {shown(found)} from the best by its last look alone (each look at "
-                     f"{level:.3g}; earlier looks only add power); at most {k * most} runs, "
-                     f"~{per_run * k * most:.3g} {cost.unit}, of which the calibration's races "
-                     f"spent {min(shares):.0%}-{max(shares):.0%} (bench/race_calibration.py)")
-        return lines
-
-    @staticmethod
-    def _check_seed_lines(decision: Any, borrowed: Any, checks: int, grid_df: int,
-                          per_run: str) -> list[str]:
-        """What the dry run says of check seeds, from the seed variance's decision
-        (`analysis.stats.sources.decide`): they test the borrowed variance; on a grid, they add
-        their df to its residual; without any, where the borrowed variance is inflated, what
-        one would cost (`per_run`)."""
-        if decision.borrowed == "checked":
-            return [f"  check seeds: this sweep runs {checks} (analysis.check_seeds={checks}, "
-                    "priced above); they test the borrowed variance (analysis.stats.variance.check)"]
-        if decision.own == "additive" and checks:
-            tested = ("the borrowed variance is tested against" if decision.borrowed == "combined"
-                      else "the comparisons use")
-            return [f"  check seeds: this sweep runs {checks} (analysis.check_seeds={checks}, "
-                    f"priced above); on a grid their second runs add {checks} df to its additive "
-                    f"residual ({grid_df} df in all), which {tested}: more df for it, not a "
-                    "test of their own"]
-        if decision.borrowed == "alone" and borrowed.inflation > 1:
-            return ["  check seed: the borrowed variance was measured on other settings; a second "
-                    "seed of one config tests it (analysis.stats.variance.check): 1 more run, "
-                    f"{per_run}; analysis.check_seeds=1 runs it in this sweep"]
-        return []
+            borrowed = launch_variance(Path(str(source)), [job.cfg for job in self.composed.values()])
+        return power_lines([without_seed(job.overrides) for job in self.composed.values()],
+                           None if assumed is None else float(assumed), borrowed,
+                           source is not None, len(self.check_jobs), cost.full_grid, cost.unit,
+                           OmegaConf.select(cfg, "race.max_seeds", default=None),
+                           cfg.race.alpha)
 
     def _race_configs(self) -> tuple[list[list[str]], list[dict[str, Any]]]:
         """The race's configs: each job's overrides without its seed, and its resolved config
@@ -597,32 +364,17 @@ class ValidatingSweeper(BasicSweeper):
         return [without_seed(job.overrides) for job in jobs], [resolved(job.cfg) for job in jobs]
 
     def _price_race(self, settings: RaceSettings, cfgs: list[Any], cost: SweepEstimate | None) -> None:
-        """With dry_run, the race's worst case (every config to max_seeds) against its budget,
-        its expected case (the calibration's share of the worst case in each of its cases) and
-        what a launch would find in its sweep directory (`check_relaunch`: a refusal exits 2);
-        refuse (exit 2) a budget that cannot pay for wave 1. `cost`: the grid's estimate where
-        `_price` made one (wave 1 is the grid)."""
+        """With dry_run, the race's plan (`analysis.decisions.race.pricing.plan_line`), its
+        expected case (the calibration's share of the worst case in each of its cases) and what
+        a launch would find in its sweep directory (`check_relaunch`: a refusal exits 2); refuse
+        (exit 2) a budget that cannot pay for wave 1. `cost`: the grid's estimate where `_price`
+        made one (wave 1 is the grid)."""
         if cost is None:
             cost, _ = estimate(cfgs, self._parallel(len(cfgs)))
         one, unit = cost.full_grid, cost.unit
-        worst = one * settings.max_seeds  # every config to max_seeds: the fixed grid
-        budget = settings.budget_gpu_hours
         if self.config.dry_run:
-            # imported here: scipy is only needed where a race is planned
-            from analysis.decisions.race.boundary import boundary
-
-            with_first, without = (boundary(len(cfgs), settings.max_seeds, settings.alpha, first)
-                                   for first in (True, False))
-            print(f"race: waves of seeds {settings.seed_of(1)}, {settings.seed_of(2)}, ... up to "
-                  f"{settings.max_seeds} seeds a config; each look at {with_first.level:.3g} "
-                  f"where wave 1 has a seed variance (borrowed, or a grid's additive residual), "
-                  f"{without.level:.3g} where it has none (one level for every look, calibrated by "
-                  f"simulation to alpha {settings.alpha:g} over the looks; Bonferroni's "
-                  f"{settings.alpha:g} / {settings.max_seeds} a look would spend "
-                  f"{100 * with_first.bonferroni_rate:.1f}% and "
-                  f"{100 * without.bonferroni_rate:.1f}% of it); wave 1 {one:.3g} {unit}, worst case "
-                  f"(every config to max_seeds, the fixed grid) {worst:.3g}"
-                  + (f", budget {budget:g}" if budget is not None else ""))
+            worst = pricing.worst_case(settings, one)
+            print(pricing.plan_line(settings, len(cfgs), one, unit))
             print(Calibration.read().expected_text(worst, unit, len(cfgs), settings))
             if os.environ.get(ESTIMATE_FILE_ENV):  # the race plans its worst case
                 write_estimate(Path(os.environ[ESTIMATE_FILE_ENV]), worst, worst, unit)
@@ -634,10 +386,9 @@ class ValidatingSweeper(BasicSweeper):
                 sys.exit(2)
             for note in found.notes:
                 print(f"warning: {note}", file=sys.stderr)
-        if budget is not None and one > budget:
-            print(f"error: race wave 1 ({len(cfgs)} runs) is priced at {one:.3g} {unit}, more than "
-                  f"race.budget_gpu_hours={budget:g} (which counts {BUDGET_UNIT}); nothing was "
-                  "submitted", file=sys.stderr)
+        refusal = pricing.wave_one_refusal(settings, len(cfgs), one, unit)
+        if refusal is not None:
+            print(f"error: {refusal}", file=sys.stderr)
             sys.exit(2)
 
     def _race(self, settings: RaceSettings, sweep_dir: Path) -> list[Any]:
@@ -676,28 +427,7 @@ class ValidatingSweeper(BasicSweeper):
             sys.exit(2)
         return cost
 
-    def _refuse_race_misuse(self, race: RaceSettings, cfgs: list[Any]) -> None:
-        """Exit 2 where race keys meet a sweep they mean nothing in: one config (nothing to
-        race), a pruner (it would stop configs outside the race's error rate); or where a later
-        wave's seed would be out of range."""
-        problems = []
-        last = race.seed_of(race.max_seeds)
-        if last > SEED_MAX:
-            problems.append(f"seed={race.first_seed} with race.max_seeds={race.max_seeds}: wave "
-                            f"{race.max_seeds} would run seed {last}, past the largest seed "
-                            f"{SEED_MAX}; set seed to at most {SEED_MAX - race.max_seeds + 1}")
-        if len(cfgs) < 2:
-            problems.append("race.max_seeds is set but the sweep has one config: a race compares "
-                            "configs; sweep a key (key=a,b), or drop race.max_seeds and sweep "
-                            "seed=0,1,2 for seeds of one config")
-        if cfgs[0].pruning.name != OFF:
-            problems.append(f"race.max_seeds with pruning={cfgs[0].pruning.name}: the pruner "
-                            "would stop configs outside the race's alpha; use one of them "
-                            "(pruning=off, or race.max_seeds=null)")
-        refuse(problems)
-
-    def _detached_or_refused(self, sweep_dir: Path, race: RaceSettings | None,
-                             labels: dict[int, str]) -> bool:
+    def _detached_or_refused(self, sweep_dir: Path, race: RaceSettings | None) -> bool:
         """Launched from a terminal (not a driver, `grpo.run.driver.under_driver`): with
         `cluster.detach=true`, start the sweep's detached driver (`grpo.run.driver.detach`: a
         SLURM job, or a process of its own session) unless an attached launch holds the sweep
@@ -706,7 +436,7 @@ class ValidatingSweeper(BasicSweeper):
         relaunch line and the summary here, nothing submitted); without, exit 1 where the
         sweep's detached driver is still pending or running."""
         watch = make_command("watch", sweep_dir)
-        if self.config.cluster.get("detach", False) and self._nothing_to_drive(race, sweep_dir, labels):
+        if self.config.cluster.get("detach", False) and self._nothing_to_drive(race, sweep_dir):
             print("cluster.detach=true: every run of this sweep is over; no driver was started "
                   "(the relaunch and its summary here)", flush=True)
             return False
@@ -731,118 +461,25 @@ class ValidatingSweeper(BasicSweeper):
             sys.exit(status)
         return True
 
-    def sweep(self, arguments: list[str]) -> Any:
-        note = output_root_note(self.config.hydra)
-        if note:
-            print(f"warning: {note}", file=sys.stderr)
-        jobs, swept = self._all_jobs(arguments)
-        wide = sorted(k for k in swept if k.split(".")[0].split("/")[0] in SWEEP_WIDE)
-        if wide:
-            print(f"error: {', '.join(wide)} cannot be swept: pruning, budget and race hold for "
-                  "the whole sweep (one pruner compares its runs); give one value; nothing was "
-                  "submitted", file=sys.stderr)
-            sys.exit(2)
-        how_run = sorted(k for k in swept if k.lstrip("+") != CHECK_SEEDS and not sweepable(k))
-        if how_run:
-            they = "they say" if len(how_run) > 1 else "it says"
-            print(f"error: {', '.join(how_run)} cannot be swept: {they} how a config is run, "
-                  "measured, logged or stopped, not what it is (grpo.run.run_config.sweepable): "
-                  "each config would be trained again under each value, the same runs under other "
-                  "names, and their seeds counted twice; give one value; nothing was submitted",
-                  file=sys.stderr)
-            sys.exit(2)
-        racing = self.config.race.get("max_seeds") is not None
-        if racing and seed_swept(swept):
-            print("error: seed cannot be swept in a race (race.max_seeds is set): the race gives "
-                  "wave w seed `seed` + w - 1; set seed to the first one; nothing was submitted",
-                  file=sys.stderr)
-            sys.exit(2)
-        subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
-        if subdir != JOB_SUBDIR:
-            refuse([f"hydra.sweep.subdir={subdir}: the live monitor, the summary, the report and a "
-                    f"race read a sweep's runs from <sweep>/<job number> (hydra.sweep.subdir="
-                    f"{JOB_SUBDIR}, the default); runs elsewhere would be called failed, and two "
-                    "jobs could share one directory (a check seed and its config); drop the "
-                    "hydra.sweep.subdir override"])
-        self.check_jobs = self._check_jobs(jobs, swept, racing)
-        n_grid = len(jobs)
-        jobs = [*jobs, *self.check_jobs]
-        self.composed = {}
-        self.composer = SweepComposer(self.hydra_context.config_loader)
-        lines: list[str] = []
-        labels: dict[int, str] = {}
-        warnings: dict[str, list[int]] = {}  # message -> the jobs it concerns, in order
-        errors: dict[str, list[int]] = {}
-        resources = ResourceCheck()
-        sweep_dir = Path(self.config.hydra.sweep.dir)  # resolved once, not once a job
-        with kept_out_of_collection() as settle, interpolations_parsed_once():
-            composed = []
-            for overrides in jobs:
-                composed.append(self._compose(overrides))
-                settle()
-            shown = [[o for o in filter_overrides(overrides) if o.split("=", 1)[0] in swept]
-                     for overrides in jobs]
-            listed = any(lists_configs(override_key(key)) for key in swept)
-            names = job_labels(shown, [_choices_and_config(job.cfg) if listed else None
-                                       for job in composed])
-            for num, (overrides, job) in enumerate(zip(jobs, composed, strict=True)):
-                cfg = job.cfg
-                check = f" {overrides[-1]}: check seed" if num >= n_grid else ""
-                labels[num] = f"job #{num} [{names[num] or 'no swept keys'}{check}]"
-                report = check_config(cfg).include(check_installed(cfg))
-                report.errors += resources.refusals(cfg)
-                # a race checks its job directories against its own waves (check_relaunch)
-                if not report.errors and not racing and (
-                        refusal := resume_refusal(cfg, sweep_dir / str(num))) is not None:
-                    report.errors.append(refusal)
-                for message in report.warnings:
-                    warnings.setdefault(message, []).append(num)
-                for message in report.errors:
-                    errors.setdefault(message, []).append(num)
-                if not report.errors:
-                    lines.append(f"{labels[num]} {job.describe_loss()}, {describe_job(cfg)}")
-                settle()
-            repeated = [] if errors else repeated_runs([job.cfg for job in composed])
-        for message, nums in warnings.items():
-            print(f"warning: {job_set(nums, labels)}: {message}", file=sys.stderr)
-        if errors:
-            bad = {num for nums in errors.values() for num in nums}
-            by_jobs: dict[tuple[int, ...], list[str]] = {}
-            for message, nums in errors.items():
-                by_jobs.setdefault(tuple(nums), []).append(message)
-            print(f"error: {len(bad)} of {len(jobs)} jobs are invalid; nothing was submitted.\n"
-                  + "\n".join(f"{job_set(list(nums), labels)}:\n" + "\n".join(f"  - {m}" for m in messages)
-                              for nums, messages in sorted(by_jobs.items())),
-                  file=sys.stderr)
-            sys.exit(2)
-        if repeated:
-            refuse([one_run_refusal(repeated, jobs, self._one_run_causes(repeated, jobs, arguments))])
-        cfgs = [job.cfg for job in self.composed.values()]
-        race = RaceSettings.from_config(cfgs[0].race, int(cfgs[0].seed)) if racing else None
-        if race is not None:
-            self._refuse_race_misuse(race, cfgs)
-        cost = self._price(cfgs, lines, race)
-        if race is not None:
-            self._price_race(race, cfgs, cost)
-        if self.config.dry_run:
-            if cost is not None:
-                print("\n".join(self._power_lines(cfgs[0], cost)))
-            self._relaunch_plan(race, sweep_dir, labels)
-            return []
+
+    def _launch(self, arguments: list[str], race: RaceSettings | None, sweep_dir: Path) -> Any:
+        """The checked sweep launched under its directory's lock (`sweep_lock`), or its detached
+        driver started (`_detached_or_refused`); exit 1 where the output root or the sweep
+        directory refuses it, 2 where sbatch refuses the job array."""
         refusal = output_refusal(sweep_dir)
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)
             sys.exit(1)
         if race is None:  # before anything is written (planned again under the lock)
-            self._relaunch_plan(race, sweep_dir, labels, say=False)
+            self._relaunch_plan(race, sweep_dir, say=False)
         if race is not None:  # refused before anything is written (runs again under the lock)
             self._race_runner(race, sweep_dir).prepare(warn=False)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
-            if not under_driver() and self._detached_or_refused(sweep_dir, race, labels):
+            if not under_driver() and self._detached_or_refused(sweep_dir, race):
                 return []
             with sweep_lock(sweep_dir):
-                self.launcher.relaunch = Relaunch(self._relaunch_plan(race, sweep_dir, labels),
+                self.launcher.relaunch = Relaunch(self._relaunch_plan(race, sweep_dir),
                                                 self._launch_of)
                 if race is not None:
                     return self._race(race, sweep_dir)

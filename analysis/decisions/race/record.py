@@ -264,11 +264,6 @@ def short_labels(configs: Sequence[Sequence[str]]) -> list[str]:
     return [" ".join(o for o in overrides if o not in shared) or "(no overrides)" for overrides in configs]
 
 
-def without_seed(overrides: Sequence[str]) -> list[str]:
-    """A job's overrides less any `seed=` (the race gives each wave its seed)."""
-    return [o for o in overrides if o.split("=", 1)[0].lstrip("+") != RACE_SEED]
-
-
 def job_numbers(sweep_dir: Path) -> list[int]:
     """The job numbers of the sweep directory's job directories (`run_rows.job_dirs`); none
     where there is no sweep directory yet."""
