@@ -268,3 +268,20 @@ def test_the_unattended_page_says_when_the_driver_is_signalled() -> None:
     page = " ".join((ROOT / "docs" / "how-to" / "run-unattended.md").read_text().split())
     assert (f"SLURM signals the driver (SIGUSR2) {DRIVER_SIGNAL_DELAY_S} s before its time limit "
             "(`grpo.run.driver.DRIVER_SIGNAL_DELAY_S`)") in page
+
+
+def test_the_demo_dry_run_s_power_block_is_what_the_command_prints(tmp_path: Path) -> None:
+    """How sure's "Before launch" block is the demo's dry run as it prints today: its command,
+    run here, prints each of the block's lines (a change of the power or the race's levels that
+    leaves the page behind fails here)."""
+    page = (ROOT / "docs" / "explanations" / "how-sure.md").read_text()
+    command = "python launch.py -m +experiment=demo dry_run=true analysis.assumed_seed_sd=0.125"
+    block = page.split(f"(`{command}`):\n\n```\n", 1)[1].split("```\n", 1)[0].splitlines()
+    assert block[0].startswith("cost: 4 jobs") and len(block) == 6
+    out = subprocess.run([sys.executable, *shlex.split(command)[1:],
+                          f"paths.output_root={tmp_path}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    printed = out.stdout.splitlines()
+    start = printed.index(block[0])
+    assert printed[start:start + len(block)] == block
