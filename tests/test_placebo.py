@@ -141,18 +141,19 @@ LARGE_POOL = SeedVariance(0.01, 10, "seeds", "test")
 
 def test_a_config_above_its_placebo_on_the_pair_own_variance() -> None:
     """The pair's own variance (0.0016 + 0.0028) / 2 = 0.0022 is above the pool's 0.001: it is
-    used, on Welch's df (a = 0.0016/3, b = 0.0028/3: (a + b)^2 / ((a^2 + b^2) / 2) = 3.72,
-    floored to 3.7); se = sqrt(0.0022 x 2/3) = 0.038297; the half-width t(0.975, 3.7) x se =
-    0.109818 around the margin 0.10."""
+    used, on Welch's df (a = 0.0016/3, b = 0.0028/3: w = (a + b)^2 / ((a^2 + b^2) / 2) = 3.723)
+    shrunk towards 2 at 3 seeds a config (2 + 2 x ((w - 2) / 2)^2 = 3.484, floored to 3.4);
+    se = sqrt(0.0022 x 2/3) = 0.038297; the half-width t(0.975, 3.4) x se = 0.114155 around the
+    margin 0.10."""
     gap = above_placebo(CONFIG, PLACEBO_ARM, SMALL_POOL)
-    assert gap.diff == pytest.approx(0.10) and gap.df == 3.7 and gap.n_seeds == (3, 3)
+    assert gap.diff == pytest.approx(0.10) and gap.df == 3.4 and gap.n_seeds == (3, 3)
     assert gap.se == pytest.approx(math.sqrt(0.0022 * 2 / 3))
-    half = special.stdtrit(3.7, 0.975) * math.sqrt(0.0022 * 2 / 3)
-    assert half == pytest.approx(0.109818, abs=1e-6)
+    half = special.stdtrit(3.4, 0.975) * math.sqrt(0.0022 * 2 / 3)
+    assert half == pytest.approx(0.114155, abs=1e-6)
     assert (gap.lo, gap.hi) == (pytest.approx(0.10 - half), pytest.approx(0.10 + half))
-    assert gap.p_above == pytest.approx(special.stdtr(3.7, -0.10 / gap.se)) == pytest.approx(0.0321, abs=1e-4)
-    assert not gap.above  # the interval [-0.010, +0.210] holds 0
-    assert gap.describe() == "+0.100 [-0.010, +0.210] (95%, 3.7 df), one-sided p 0.032"
+    assert gap.p_above == pytest.approx(special.stdtr(3.4, -0.10 / gap.se)) == pytest.approx(0.0350, abs=1e-4)
+    assert not gap.above  # the interval [-0.014, +0.214] holds 0
+    assert gap.describe() == "+0.100 [-0.014, +0.214] (95%, 3.4 df), one-sided p 0.035"
     # the sign: the placebo below its config is a negative margin, the same interval mirrored
     mirrored = above_placebo(PLACEBO_ARM, CONFIG, SMALL_POOL)
     assert (mirrored.diff, mirrored.lo, mirrored.hi) == (
