@@ -4,7 +4,9 @@ remaining item 2), through the race's own simulated look
 truly best configs (all 9) that leave at some look, at the race's calibrated level and at the
 level before the calibration simulated this case (0.0178 with a wave-1 variance, 0.0215
 without), on other random numbers than the calibration's. ± the binomial error over the truly
-best configs (those of a race are not independent, so it is a little optimistic).
+best configs (those of a race are not independent: they leave together, 4-8 of a race at once in
+about 4% of races, and the Monte Carlo error over races is about 0.43 point a 1000 races, not
+the 0.23 printed; ``bench/race_unequal.py``'s ``all`` rows measure the same on other numbers).
 
 Usage: python bench/race_all_tied.py [--races 1000]   (about 1 min on 2 shared cores, plus the
 calibration of the two levels, 2-5 min)

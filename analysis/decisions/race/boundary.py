@@ -230,7 +230,8 @@ ALL_TIED_RATIO = 100.0
 """The seed-sd ratio of the calibration's last case with 3 or more configs: every config tied for
 the best, alternately of seed sd 1 and 1 / ratio (`all_tied_values`), as many configs near a
 floor beside learning ones are. The level of the other cases lost a truly best config there in
-6.4% +- 0.3 of 9-config races (1 against 0.01; 5.5% at 0.1; issue 59), so this case takes part
+6.4% of 9-config races (1 against 0.01; 5.5% at 0.1; issue 59; +- 0.5 over races, the configs
+of a race leaving together), so this case takes part
 in the least of the levels; at 100 it is the least favourable of `SD_RATIOS`
 (`bench/race_unequal.py`'s ``all`` rows)."""
 
