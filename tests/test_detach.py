@@ -113,7 +113,10 @@ def test_a_detached_slurm_sweep_returns_at_once_is_stopped_resumed_and_completes
     resumes it; resumed, both runs complete and no process of the sweep is left."""
     require_cluster()
     name = f"grpo-detach-{uuid.uuid4().hex[:8]}"
-    command = sweep_command(tmp_path, tiny_model_dir, "seed=0,1", *SHORT,
+    # 300 steps a run (about 20 s on an idle host): the runs must still have work left when the
+    # stop line cancels them a few seconds after they are recorded (3 steps ended first on CI)
+    command = sweep_command(tmp_path, tiny_model_dir, "seed=0,1", "n_grpo_steps=300",
+                            "eval.eval_every=100", "eval.n_examples=16",
                             f"hydra.launcher.name={name}", "cluster.detach=true")
     sweep = None
     try:
